@@ -1,0 +1,204 @@
+package topics
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// Wire format, version 1. Every record value on every topic is:
+//
+//	byte 0      magic 0xDF
+//	byte 1      format version (1)
+//	byte 2      record kind (1 Prompt, 2 Tokenized, 3 Generation, 4 Rejection)
+//	uvarint n   length of the JSON header
+//	n bytes     JSON header: every field of the record except token arrays
+//	then, for each token array of the kind, in order:
+//	  uvarint k   number of tokens
+//	  4k bytes    the token ids, little-endian uint32
+//
+// Tokenized has one token array (InputIDs); Generation has two (PromptIDs, OutputIDs). Nothing may follow
+// the last array. A decoder rejects an unknown magic, version or kind, a kind other than the one asked for,
+// truncated input and trailing bytes, each with a *DecodeError saying which. Unknown JSON fields are ignored,
+// so fields can be added to the header without a version bump; changing the layout above needs one.
+const (
+	// Magic is the first byte of every encoded record.
+	Magic byte = 0xDF
+	// Version is the wire format version this package writes and the only one it reads.
+	Version byte = 1
+)
+
+// Kind identifies the record type in an encoded value.
+type Kind byte
+
+// Record kinds.
+const (
+	KindPrompt     Kind = 1
+	KindTokenized  Kind = 2
+	KindGeneration Kind = 3
+	KindRejection  Kind = 4
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindPrompt:
+		return "prompt"
+	case KindTokenized:
+		return "tokenized"
+	case KindGeneration:
+		return "generation"
+	case KindRejection:
+		return "rejection"
+	}
+	return fmt.Sprintf("kind(%d)", byte(k))
+}
+
+// maxTokens bounds a token array on decode so corrupt input cannot make us allocate gigabytes.
+const maxTokens = 1 << 24
+
+// DecodeError reports why a value could not be decoded.
+type DecodeError struct {
+	// Reason says what was wrong, for example "unknown format version 7".
+	Reason string
+	// Err is the underlying error, if any (a JSON syntax error, for example).
+	Err error
+}
+
+func (e *DecodeError) Error() string {
+	if e.Err != nil {
+		return "decode record: " + e.Reason + ": " + e.Err.Error()
+	}
+	return "decode record: " + e.Reason
+}
+
+func (e *DecodeError) Unwrap() error { return e.Err }
+
+// ErrUnknownVersion is wrapped by the DecodeError of a value written in a format version this build does not read.
+var ErrUnknownVersion = errors.New("unknown format version")
+
+// Marshal encodes a *Prompt, *Tokenized, *Generation or *Rejection in the wire format.
+func Marshal(v any) ([]byte, error) {
+	var kind Kind
+	var arrays [][]uint32
+	switch r := v.(type) {
+	case *Prompt:
+		kind = KindPrompt
+	case *Tokenized:
+		kind, arrays = KindTokenized, [][]uint32{r.InputIDs}
+	case *Generation:
+		kind, arrays = KindGeneration, [][]uint32{r.PromptIDs, r.OutputIDs}
+	case *Rejection:
+		kind = KindRejection
+		if len(r.Payload) > MaxRejectedPayload {
+			c := *r
+			c.Payload = c.Payload[:MaxRejectedPayload]
+			v = &c
+		}
+	default:
+		return nil, fmt.Errorf("topics.Marshal: unsupported type %T", v)
+	}
+	header, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("topics.Marshal %s: %w", kind, err)
+	}
+	size := 3 + binary.MaxVarintLen64 + len(header)
+	for _, a := range arrays {
+		size += binary.MaxVarintLen64 + 4*len(a)
+	}
+	buf := make([]byte, 0, size)
+	buf = append(buf, Magic, Version, byte(kind))
+	buf = binary.AppendUvarint(buf, uint64(len(header)))
+	buf = append(buf, header...)
+	for _, a := range arrays {
+		buf = binary.AppendUvarint(buf, uint64(len(a)))
+		for _, id := range a {
+			buf = binary.LittleEndian.AppendUint32(buf, id)
+		}
+	}
+	return buf, nil
+}
+
+// PeekKind returns the kind of an encoded value after checking its magic and version.
+func PeekKind(data []byte) (Kind, error) {
+	if len(data) < 3 {
+		return 0, &DecodeError{Reason: fmt.Sprintf("value too short (%d bytes)", len(data))}
+	}
+	if data[0] != Magic {
+		return 0, &DecodeError{Reason: fmt.Sprintf("bad magic byte 0x%02x (not a draftflow record)", data[0])}
+	}
+	if data[1] != Version {
+		return 0, &DecodeError{Reason: fmt.Sprintf("format version %d, this build reads %d", data[1], Version), Err: ErrUnknownVersion}
+	}
+	k := Kind(data[2])
+	if k < KindPrompt || k > KindRejection {
+		return 0, &DecodeError{Reason: fmt.Sprintf("unknown record kind %d", data[2])}
+	}
+	return k, nil
+}
+
+// Unmarshal decodes data into a *Prompt, *Tokenized, *Generation or *Rejection; the encoded kind must match v.
+func Unmarshal(data []byte, v any) error {
+	var want Kind
+	switch v.(type) {
+	case *Prompt:
+		want = KindPrompt
+	case *Tokenized:
+		want = KindTokenized
+	case *Generation:
+		want = KindGeneration
+	case *Rejection:
+		want = KindRejection
+	default:
+		return fmt.Errorf("topics.Unmarshal: unsupported type %T", v)
+	}
+	got, err := PeekKind(data)
+	if err != nil {
+		return err
+	}
+	if got != want {
+		return &DecodeError{Reason: fmt.Sprintf("record is a %s, expected a %s", got, want)}
+	}
+	rest := data[3:]
+	n, w := binary.Uvarint(rest)
+	if w <= 0 || n > uint64(len(rest)-w) {
+		return &DecodeError{Reason: "truncated header"}
+	}
+	header := rest[w : w+int(n)]
+	rest = rest[w+int(n):]
+	dec := json.NewDecoder(bytes.NewReader(header))
+	if err := dec.Decode(v); err != nil {
+		return &DecodeError{Reason: fmt.Sprintf("bad %s header", want), Err: err}
+	}
+	if dec.More() {
+		return &DecodeError{Reason: fmt.Sprintf("bad %s header: trailing data", want)}
+	}
+	var arrays []*[]uint32
+	switch r := v.(type) {
+	case *Tokenized:
+		arrays = []*[]uint32{&r.InputIDs}
+	case *Generation:
+		arrays = []*[]uint32{&r.PromptIDs, &r.OutputIDs}
+	}
+	for i, dst := range arrays {
+		k, w := binary.Uvarint(rest)
+		if w <= 0 {
+			return &DecodeError{Reason: fmt.Sprintf("truncated token array %d", i)}
+		}
+		rest = rest[w:]
+		if k > maxTokens || k*4 > uint64(len(rest)) {
+			return &DecodeError{Reason: fmt.Sprintf("token array %d claims %d tokens, %d bytes left", i, k, len(rest))}
+		}
+		ids := make([]uint32, k)
+		for j := range ids {
+			ids[j] = binary.LittleEndian.Uint32(rest[4*j:])
+		}
+		*dst = ids
+		rest = rest[4*k:]
+	}
+	if len(rest) != 0 {
+		return &DecodeError{Reason: fmt.Sprintf("%d trailing bytes after the %s", len(rest), want)}
+	}
+	return nil
+}

@@ -1,0 +1,225 @@
+package topics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// Config says how to reach Kafka and how topics are laid out. The zero value of every field but Brokers is a
+// documented default.
+type Config struct {
+	// Brokers is the bootstrap list, host:port each.
+	Brokers []string
+	// Partitions is the partition count of topics this process creates (default 8). Existing topics keep theirs.
+	Partitions int
+	// ReplicationFactor of created topics (default 1).
+	ReplicationFactor int
+	// MaxMessageBytes is the largest record batch a topic accepts and a writer sends (default 8 MiB). Topics are
+	// created with max.message.bytes set to it, and writers use it as BatchBytes, so a single record of tens of
+	// thousands of tokens always fits.
+	MaxMessageBytes int
+	// ClientID identifies this process to the brokers (default "draftflow").
+	ClientID string
+	// Namespace, when set, prefixes every topic name ("<namespace>.prompts"), so several pipelines (or test
+	// runs) can share one cluster. Stages always use the logical names; Producer, Consumer and EnsureTopics
+	// apply the prefix.
+	Namespace string
+	// Logger receives plumbing logs (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Topic returns the physical topic name of a logical one (see Namespace).
+func (c Config) Topic(name string) string {
+	if c.Namespace == "" {
+		return name
+	}
+	return c.Namespace + "." + name
+}
+
+// Default values of Config.
+const (
+	DefaultPartitions      = 8
+	DefaultMaxMessageBytes = 8 << 20
+)
+
+func (c Config) partitions() int {
+	if c.Partitions > 0 {
+		return c.Partitions
+	}
+	return DefaultPartitions
+}
+
+func (c Config) replication() int {
+	if c.ReplicationFactor > 0 {
+		return c.ReplicationFactor
+	}
+	return 1
+}
+
+func (c Config) maxMessageBytes() int {
+	if c.MaxMessageBytes > 0 {
+		return c.MaxMessageBytes
+	}
+	return DefaultMaxMessageBytes
+}
+
+func (c Config) clientID() string {
+	if c.ClientID != "" {
+		return c.ClientID
+	}
+	return "draftflow"
+}
+
+func (c Config) logger() *slog.Logger {
+	if c.Logger != nil {
+		return c.Logger
+	}
+	return slog.Default()
+}
+
+// ParseBrokers splits a comma-separated broker list, falling back to the DRAFTFLOW_BROKERS environment
+// variable when s is empty. It returns nil when neither is set.
+func ParseBrokers(s string) []string {
+	if s == "" {
+		s = os.Getenv("DRAFTFLOW_BROKERS")
+	}
+	var out []string
+	for _, b := range strings.Split(s, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// EnsureTopics creates the named topics with the configured partitions, replication and max.message.bytes,
+// reusing any that already exist. It waits until every topic's metadata is visible, up to ctx.
+func (c Config) EnsureTopics(ctx context.Context, names ...string) error {
+	if len(c.Brokers) == 0 {
+		return errors.New("topics: no brokers configured")
+	}
+	client := &kafka.Client{Addr: kafka.TCP(c.Brokers...), Timeout: 30 * time.Second}
+	req := &kafka.CreateTopicsRequest{}
+	physical := make([]string, len(names))
+	for i, n := range names {
+		physical[i] = c.Topic(n)
+		req.Topics = append(req.Topics, kafka.TopicConfig{
+			Topic:             physical[i],
+			NumPartitions:     c.partitions(),
+			ReplicationFactor: c.replication(),
+			ConfigEntries: []kafka.ConfigEntry{
+				{ConfigName: "max.message.bytes", ConfigValue: strconv.Itoa(c.maxMessageBytes())},
+			},
+		})
+	}
+	var resp *kafka.CreateTopicsResponse
+	var err error
+	for attempt := 0; ; attempt++ {
+		resp, err = client.CreateTopics(ctx, req)
+		if err == nil || attempt >= 20 || ctx.Err() != nil {
+			break
+		}
+		// The broker may still be starting (controller not elected yet); retry briefly.
+		select {
+		case <-ctx.Done():
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("topics: create %v on %v: %w", names, c.Brokers, err)
+	}
+	for topic, terr := range resp.Errors {
+		if terr != nil && !errors.Is(terr, kafka.TopicAlreadyExists) {
+			return fmt.Errorf("topics: create %q: %w", topic, terr)
+		}
+		if terr != nil {
+			c.logger().Debug("topic exists, reusing it", "topic", topic)
+		} else {
+			c.logger().Info("topic created", "topic", topic, "partitions", c.partitions())
+		}
+	}
+	// Wait until metadata shows every topic with its partitions and leaders.
+	for {
+		meta, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: physical})
+		if err == nil {
+			ready := 0
+			for _, t := range meta.Topics {
+				if t.Error != nil || len(t.Partitions) == 0 {
+					continue
+				}
+				ok := true
+				for _, p := range t.Partitions {
+					if p.Error != nil || p.Leader.Host == "" {
+						ok = false
+					}
+				}
+				if ok {
+					ready++
+				}
+			}
+			if ready == len(names) {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("topics: waiting for metadata of %v: %w", names, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// PartitionCount returns the number of partitions of an existing (logical) topic.
+func (c Config) PartitionCount(ctx context.Context, topic string) (int, error) {
+	client := &kafka.Client{Addr: kafka.TCP(c.Brokers...), Timeout: 30 * time.Second}
+	topic = c.Topic(topic)
+	meta, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+	if err != nil {
+		return 0, err
+	}
+	for _, t := range meta.Topics {
+		if t.Name == topic {
+			if t.Error != nil {
+				return 0, t.Error
+			}
+			return len(t.Partitions), nil
+		}
+	}
+	return 0, fmt.Errorf("topics: %q not in metadata", topic)
+}
+
+// TopicConfigValue returns one config value of a (logical) topic (for example max.message.bytes), as the broker reports it.
+func (c Config) TopicConfigValue(ctx context.Context, topic, name string) (string, error) {
+	topic = c.Topic(topic)
+	client := &kafka.Client{Addr: kafka.TCP(c.Brokers...), Timeout: 30 * time.Second}
+	resp, err := client.DescribeConfigs(ctx, &kafka.DescribeConfigsRequest{Resources: []kafka.DescribeConfigRequestResource{{
+		ResourceType: kafka.ResourceTypeTopic, ResourceName: topic, ConfigNames: []string{name},
+	}}})
+	if err != nil {
+		return "", err
+	}
+	for _, r := range resp.Resources {
+		if r.Error != nil {
+			return "", r.Error
+		}
+		for _, e := range r.ConfigEntries {
+			if e.ConfigName == name {
+				return e.ConfigValue, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("topics: %s has no config %q", topic, name)
+}
+
+// dialer returns a kafka-go dialer carrying the client id.
+func (c Config) dialer() *kafka.Dialer {
+	return &kafka.Dialer{ClientID: c.clientID(), Timeout: 10 * time.Second, DualStack: true}
+}

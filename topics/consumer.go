@@ -1,0 +1,202 @@
+package topics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// ConsumerConfig tunes a Consumer; zero values are documented defaults.
+type ConsumerConfig struct {
+	// Group is the consumer group id; replicas of a stage share it. Required. It is namespaced like topics.
+	Group string
+	// MaxInFlight bounds deliveries handed out and not yet Done (default 1024). Fetching pauses at the bound.
+	MaxInFlight int
+	// CommitInterval is how often finished offsets are committed (default 200 ms). Commits are synchronous, so
+	// their errors are seen and retried.
+	CommitInterval time.Duration
+	// DrainTimeout is how long Run waits, after ctx is cancelled, for in-flight deliveries to finish before it
+	// commits what is finished and returns (default 30 s). Unfinished work is redelivered later.
+	DrainTimeout time.Duration
+	// SessionTimeout of the group membership (default 10 s): how fast a dead replica's partitions move.
+	SessionTimeout time.Duration
+	// StartFromLatest makes a new group start at the end of the topic instead of the beginning.
+	StartFromLatest bool
+}
+
+// Delivery is one consumed record. The handler must call Done exactly once, after the work it started is
+// durable (usually from a Producer's done callback); only then can the offset be committed.
+type Delivery struct {
+	// Message is the Kafka message: Topic, Partition, Offset, Key, Value.
+	Message kafka.Message
+	c       *Consumer
+	mark    Mark
+	once    sync.Once
+}
+
+// Done marks the delivery finished. Safe to call more than once; only the first call counts.
+func (d *Delivery) Done() {
+	d.once.Do(func() {
+		d.c.marks.Done(d.mark)
+		<-d.c.slots
+		d.c.wg.Done()
+	})
+}
+
+// Where names the consumed message for logs and dead letters ("tokenized/3@1207").
+func (d *Delivery) Where() string {
+	return d.Message.Topic + "/" + strconv.Itoa(d.Message.Partition) + "@" + strconv.FormatInt(d.Message.Offset, 10)
+}
+
+// Consumer reads one topic as a member of a consumer group and commits per-partition watermarks.
+type Consumer struct {
+	cfg   Config
+	cc    ConsumerConfig
+	topic string
+	r     *kafka.Reader
+	marks *Watermark
+	slots chan struct{}
+	wg    sync.WaitGroup
+}
+
+// NewConsumer returns a Consumer of the logical topic in group cc.Group.
+func (c Config) NewConsumer(topic string, cc ConsumerConfig) *Consumer {
+	topic = c.Topic(topic)
+	cc.Group = c.Topic(cc.Group) // groups are namespaced like topics
+	if cc.MaxInFlight <= 0 {
+		cc.MaxInFlight = 1024
+	}
+	if cc.CommitInterval <= 0 {
+		cc.CommitInterval = 200 * time.Millisecond
+	}
+	if cc.DrainTimeout <= 0 {
+		cc.DrainTimeout = 30 * time.Second
+	}
+	if cc.SessionTimeout <= 0 {
+		cc.SessionTimeout = 10 * time.Second
+	}
+	start := kafka.FirstOffset
+	if cc.StartFromLatest {
+		start = kafka.LastOffset
+	}
+	log := c.logger()
+	r := kafka.NewReader(kafka.ReaderConfig{
+		Brokers:           c.Brokers,
+		GroupID:           cc.Group,
+		Topic:             topic,
+		Dialer:            c.dialer(),
+		MinBytes:          1,
+		MaxBytes:          c.maxMessageBytes() * 2,
+		MaxWait:           250 * time.Millisecond,
+		ReadBatchTimeout:  2 * time.Second,
+		CommitInterval:    0, // synchronous commits: errors reach us
+		StartOffset:       start,
+		SessionTimeout:    cc.SessionTimeout,
+		HeartbeatInterval: cc.SessionTimeout / 5,
+		RebalanceTimeout:  cc.SessionTimeout,
+		JoinGroupBackoff:  500 * time.Millisecond,
+		ReadBackoffMin:    50 * time.Millisecond,
+		ReadBackoffMax:    500 * time.Millisecond,
+		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
+			log.Debug(fmt.Sprintf(msg, args...), "topic", topic, "group", cc.Group)
+		}),
+	})
+	return &Consumer{cfg: c, cc: cc, topic: topic, r: r, marks: NewWatermark(), slots: make(chan struct{}, cc.MaxInFlight)}
+}
+
+// Run fetches records and hands each to handle until ctx is cancelled or a fetch fails for good. handle is
+// called from Run's goroutine, one delivery at a time, in partition order; it may start concurrent work and
+// return at once, as long as every delivery is eventually Done. When ctx ends, Run stops fetching, waits up to
+// DrainTimeout for in-flight deliveries, commits the finished prefix of every partition, closes the reader and
+// returns nil. A commit error is logged and retried at the next interval.
+func (c *Consumer) Run(ctx context.Context, handle func(*Delivery)) error {
+	log := c.cfg.logger().With("topic", c.topic, "group", c.cc.Group)
+	commitCtx, stopCommits := context.WithCancel(context.Background())
+	committerDone := make(chan struct{})
+	go func() {
+		defer close(committerDone)
+		t := time.NewTicker(c.cc.CommitInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-commitCtx.Done():
+				return
+			case <-t.C:
+				c.commit(commitCtx)
+			}
+		}
+	}()
+
+	var runErr error
+	for {
+		select {
+		case c.slots <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		m, err := c.r.FetchMessage(ctx)
+		if err != nil {
+			<-c.slots
+			if ctx.Err() == nil && !errors.Is(err, io.EOF) {
+				runErr = fmt.Errorf("topics: fetch %s: %w", c.topic, err)
+			}
+			break
+		}
+		consumedRecords.WithLabelValues(c.topic, c.cc.Group).Inc()
+		d := &Delivery{Message: m, c: c, mark: c.marks.Add(m.Partition, m.Offset)}
+		c.wg.Add(1)
+		handle(d)
+	}
+
+	// Drain: wait for in-flight work, bounded.
+	drained := make(chan struct{})
+	go func() { c.wg.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(c.cc.DrainTimeout):
+		log.Warn("drain timeout: unfinished deliveries will be redelivered", "pending", c.marks.Pending())
+	}
+	stopCommits()
+	<-committerDone
+	finalCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	c.commit(finalCtx)
+	cancel()
+	if err := c.r.Close(); err != nil && runErr == nil {
+		log.Debug("close reader", "err", err)
+	}
+	return runErr
+}
+
+// commit commits the finished prefix of every partition that advanced.
+func (c *Consumer) commit(ctx context.Context) {
+	adv := c.marks.Advance()
+	if len(adv) == 0 {
+		return
+	}
+	msgs := make([]kafka.Message, 0, len(adv))
+	for part, off := range adv {
+		msgs = append(msgs, kafka.Message{Topic: c.topic, Partition: part, Offset: off})
+	}
+	if err := c.r.CommitMessages(ctx, msgs...); err != nil {
+		for part, off := range adv {
+			c.marks.Retreat(part, off)
+		}
+		commitErrors.WithLabelValues(c.topic, c.cc.Group).Inc()
+		c.cfg.logger().Warn("commit failed; will retry", "topic", c.topic, "group", c.cc.Group, "err", err)
+		return
+	}
+	for part, off := range adv {
+		committedOffset.WithLabelValues(c.topic, c.cc.Group, strconv.Itoa(part)).Set(float64(off + 1))
+	}
+}
+
+// Lag returns the reader's current lag estimate (messages behind the end of the partitions it reads).
+func (c *Consumer) Lag() int64 { return c.r.Stats().Lag }

@@ -1,0 +1,164 @@
+package topics_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/draftflow/draftflow/topics"
+	"github.com/draftflow/draftflow/topics/topictest"
+)
+
+func produceN(t *testing.T, cfg topics.Config, n int) {
+	t.Helper()
+	p := cfg.NewProducer(topics.TopicTokenized, topics.ProducerConfig{})
+	defer p.Close()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		rec := &topics.Tokenized{ID: "r" + strconv.Itoa(i), InputIDs: []uint32{uint32(i)}}
+		if err := p.Send(context.Background(), rec.ID, rec, func(err error) {
+			if err != nil {
+				errs <- err
+			}
+			wg.Done()
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+// tracker counts finished ids across consumers.
+type tracker struct {
+	mu     sync.Mutex
+	count  map[string]int
+	change chan struct{}
+}
+
+func newTracker() *tracker { return &tracker{count: map[string]int{}, change: make(chan struct{}, 1)} }
+
+func (tr *tracker) add(id string) {
+	tr.mu.Lock()
+	tr.count[id]++
+	tr.mu.Unlock()
+	select {
+	case tr.change <- struct{}{}:
+	default:
+	}
+}
+
+func (tr *tracker) distinct() int {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return len(tr.count)
+}
+
+// consume runs one consumer until stop() reports true after a delivery (or ctx ends), finishing deliveries out
+// of order from concurrent goroutines and recording them in tr.
+func consume(ctx context.Context, t *testing.T, cfg topics.Config, group string, tr *tracker, stop func(seen int) bool) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	c := cfg.NewConsumer(topics.TopicTokenized, topics.ConsumerConfig{Group: group, MaxInFlight: 64, SessionTimeout: 6 * time.Second})
+	seen := 0
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tr.change:
+				if stop(seen) {
+					cancel()
+				}
+			}
+		}
+	}()
+	err := c.Run(ctx, func(d *topics.Delivery) {
+		var rec topics.Tokenized
+		if err := topics.Unmarshal(d.Message.Value, &rec); err != nil {
+			t.Error(err)
+		}
+		seen++
+		if stop(seen) {
+			cancel()
+		}
+		go func() {
+			time.Sleep(time.Duration(rand.Intn(3)) * time.Millisecond)
+			tr.add(rec.ID)
+			d.Done()
+		}()
+	})
+	if err != nil {
+		t.Error(err)
+	}
+}
+
+// A consumer stopped mid-topic commits exactly what it finished; the next one resumes right after it.
+func TestConsumerResumesFromWatermark(t *testing.T) {
+	cfg := topictest.Config(t, 4)
+	const n = 1200
+	produceN(t, cfg, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	tr := newTracker()
+	consume(ctx, t, cfg, "g", tr, func(seen int) bool { return seen >= 500 })
+	if tr.distinct() < 500 {
+		t.Fatalf("first consumer finished %d", tr.distinct())
+	}
+	consume(ctx, t, cfg, "g", tr, func(int) bool { return tr.distinct() >= n })
+	for i := 0; i < n; i++ {
+		id := "r" + strconv.Itoa(i)
+		if tr.count[id] != 1 {
+			t.Errorf("%s delivered %d times", id, tr.count[id])
+		}
+	}
+}
+
+// Two members share the topic; one leaves mid-run; nothing is lost (duplicates allowed: at-least-once).
+func TestConsumerRebalanceLosesNothing(t *testing.T) {
+	cfg := topictest.Config(t, 4)
+	const n = 2000
+	produceN(t, cfg, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	tr := newTracker()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); consume(ctx, t, cfg, "g2", tr, func(seen int) bool { return seen >= 300 }) }()
+	go func() { defer wg.Done(); consume(ctx, t, cfg, "g2", tr, func(int) bool { return tr.distinct() >= n }) }()
+	wg.Wait()
+	if got := tr.distinct(); got != n {
+		t.Fatalf("%d distinct ids delivered of %d", got, n)
+	}
+}
+
+func TestEnsureTopicsReusesExisting(t *testing.T) {
+	cfg := topictest.Config(t, 3)
+	ctx := context.Background()
+	n, err := cfg.PartitionCount(ctx, topics.TopicPrompts)
+	if err != nil || n != 3 {
+		t.Fatalf("partitions %d, %v", n, err)
+	}
+	produceN(t, cfg, 10)
+	again := cfg
+	again.Partitions = 6
+	if err := again.EnsureTopics(ctx, topics.All...); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := cfg.PartitionCount(ctx, topics.TopicTokenized); n != 3 {
+		t.Fatalf("existing topic changed to %d partitions", n)
+	}
+	v, err := cfg.TopicConfigValue(ctx, topics.TopicGenerated, "max.message.bytes")
+	if err != nil || v != fmt.Sprint(topics.DefaultMaxMessageBytes) {
+		t.Fatalf("max.message.bytes %q, %v", v, err)
+	}
+}

@@ -1,0 +1,159 @@
+package topics
+
+import "encoding/json"
+
+// Topic names: the only coupling between stages.
+const (
+	// TopicPrompts carries one Prompt per conversation, written by ingest.
+	TopicPrompts = "prompts"
+	// TopicTokenized carries one Tokenized per prompt, written by tokenize.
+	TopicTokenized = "tokenized"
+	// TopicGenerated carries one Generation per prompt, written by generate.
+	TopicGenerated = "generated"
+	// TopicRejected is the dead-letter topic: one Rejection per record a stage could not process.
+	TopicRejected = "rejected"
+)
+
+// All lists every topic the pipeline uses, in pipeline order.
+var All = []string{TopicPrompts, TopicTokenized, TopicGenerated, TopicRejected}
+
+// Message is one chat message, in the OpenAI/Hugging Face shape that chat templates consume.
+type Message struct {
+	// Role is system, user, assistant or tool.
+	Role string `json:"role"`
+	// Content is the message text.
+	Content string `json:"content"`
+	// ReasoningContent is an assistant's thinking, kept apart from Content as chat templates expect.
+	ReasoningContent string `json:"reasoning_content,omitempty"`
+	// ToolCalls is an assistant's tool calls, passed to the chat template as they came (a JSON list).
+	ToolCalls json.RawMessage `json:"tool_calls,omitempty"`
+	// ToolCallID links a tool result to the call it answers.
+	ToolCallID string `json:"tool_call_id,omitempty"`
+	// Name is the tool name of a tool result, or a participant name.
+	Name string `json:"name,omitempty"`
+}
+
+// Sampling holds the generation settings of one request; zero values mean "server default".
+type Sampling struct {
+	// MaxNewTokens caps the completion length (SGLang max_new_tokens).
+	MaxNewTokens int `json:"max_new_tokens,omitempty"`
+	// Temperature; nil means the server default. 0 means greedy.
+	Temperature *float64 `json:"temperature,omitempty"`
+	// TopP nucleus sampling; 0 means the server default.
+	TopP float64 `json:"top_p,omitempty"`
+	// TopK; 0 means the server default.
+	TopK int `json:"top_k,omitempty"`
+	// MinP; 0 means the server default.
+	MinP float64 `json:"min_p,omitempty"`
+	// Seed is SGLang's sampling_seed; nil means unseeded.
+	Seed *int64 `json:"sampling_seed,omitempty"`
+	// StopTokenIDs end generation when produced.
+	StopTokenIDs []int `json:"stop_token_ids,omitempty"`
+	// Lane names the scheduling class (for example "short" or "long") that the generate stage budgets separately.
+	Lane string `json:"lane,omitempty"`
+	// TemplateKwargs are extra chat-template variables such as enable_thinking.
+	TemplateKwargs map[string]any `json:"template_kwargs,omitempty"`
+}
+
+// Source says where a record came from, for error messages and dead letters.
+type Source struct {
+	// File is the input file path as given to ingest.
+	File string `json:"file,omitempty"`
+	// Line is the 1-based line (JSONL) or row (Parquet) number in File.
+	Line int64 `json:"line,omitempty"`
+}
+
+// Prompt is a conversation ready to be tokenized: everything up to and including the last user message.
+type Prompt struct {
+	// ID is stable per conversation: the dataset's own id, else a content hash.
+	ID string `json:"id"`
+	// Dataset names the dataset the conversation came from.
+	Dataset string `json:"dataset"`
+	// Turn is the index of the assistant turn to generate (0 for the first; single-turn prompts use 0).
+	Turn int `json:"turn"`
+	// Messages is the prompt conversation.
+	Messages []Message `json:"messages"`
+	// Tools is the row-level tool list (a JSON list of tool schemas), passed to the chat template.
+	Tools json.RawMessage `json:"tools,omitempty"`
+	// Sampling holds the per-dataset generation settings.
+	Sampling Sampling `json:"sampling"`
+	// Source locates the record in its input file.
+	Source Source `json:"source"`
+}
+
+// Tokenized is a prompt rendered through the chat template and tokenized.
+type Tokenized struct {
+	// ID, Dataset, Turn, Sampling and Source are copied from the Prompt.
+	ID       string   `json:"id"`
+	Dataset  string   `json:"dataset"`
+	Turn     int      `json:"turn"`
+	Sampling Sampling `json:"sampling"`
+	Source   Source   `json:"source"`
+	// Model names the model directory whose tokenizer produced InputIDs.
+	Model string `json:"model"`
+	// TokenizerHash fingerprints the tokenizer files and chat template used.
+	TokenizerHash string `json:"tokenizer_hash"`
+	// InputIDs are the prompt token ids (on the wire as packed little-endian uint32, not JSON).
+	InputIDs []uint32 `json:"-"`
+}
+
+// Generation is a prompt with the target model's completion, token-exact.
+type Generation struct {
+	// ID, Dataset, Turn, Sampling, Source, Model and TokenizerHash are copied from the Tokenized record.
+	ID            string   `json:"id"`
+	Dataset       string   `json:"dataset"`
+	Turn          int      `json:"turn"`
+	Sampling      Sampling `json:"sampling"`
+	Source        Source   `json:"source"`
+	Model         string   `json:"model"`
+	TokenizerHash string   `json:"tokenizer_hash"`
+	// Meta is what the server reported about the request.
+	Meta GenerationMeta `json:"meta"`
+	// PromptIDs are the prompt token ids sent to the server.
+	PromptIDs []uint32 `json:"-"`
+	// OutputIDs are the completion token ids the server returned (reasoning and tool calls included).
+	OutputIDs []uint32 `json:"-"`
+}
+
+// GenerationMeta is SGLang's meta_info, normalised.
+type GenerationMeta struct {
+	// FinishReason is "stop", "length" or "abort".
+	FinishReason string `json:"finish_reason"`
+	// FinishMatched is the stop token id or string that ended the request, if any (raw JSON).
+	FinishMatched json.RawMessage `json:"finish_matched,omitempty"`
+	// PromptTokens, CompletionTokens and CachedTokens are the server's token counts.
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	CachedTokens     int `json:"cached_tokens"`
+	// Retractions counts how often the server retracted the request.
+	Retractions int `json:"retractions"`
+	// LatencySeconds is the server's e2e_latency.
+	LatencySeconds float64 `json:"e2e_latency"`
+	// Endpoint is the server URL that produced the completion.
+	Endpoint string `json:"endpoint"`
+	// ServedModel is the model path the server reported, if known.
+	ServedModel string `json:"served_model,omitempty"`
+}
+
+// Rejection is a dead letter: a record a stage could not process, with the reason.
+type Rejection struct {
+	// ID is the record id when one is known (ingest may reject lines before an id exists).
+	ID string `json:"id,omitempty"`
+	// Dataset is the record's dataset when known.
+	Dataset string `json:"dataset,omitempty"`
+	// Stage is the stage that rejected it: ingest, tokenize, generate or sink.
+	Stage string `json:"stage"`
+	// Reason says why, in words a user can act on.
+	Reason string `json:"reason"`
+	// Source locates the record in its input file.
+	Source Source `json:"source"`
+	// Topic, Partition and Offset locate the consumed message that was rejected (empty for ingest).
+	Topic     string `json:"topic,omitempty"`
+	Partition int    `json:"partition,omitempty"`
+	Offset    int64  `json:"offset,omitempty"`
+	// Payload is the offending input, truncated to MaxRejectedPayload bytes.
+	Payload []byte `json:"payload,omitempty"`
+}
+
+// MaxRejectedPayload bounds Rejection.Payload so a dead letter always fits a Kafka message.
+const MaxRejectedPayload = 64 << 10

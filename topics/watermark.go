@@ -1,0 +1,137 @@
+package topics
+
+import "sync"
+
+// Watermark tracks, per partition, which fetched offsets are finished, and yields the offset up to which
+// everything is finished: the only offset that may be committed when work completes out of order.
+//
+// Offsets must be added in fetch order (increasing per partition). Adding an offset at or below the last one
+// added for a partition means the consumer was rewound (a rebalance handed the partition back from its
+// committed offset): the partition's pending offsets are forgotten, and Done for them is ignored.
+type Watermark struct {
+	mu    sync.Mutex
+	parts map[int]*partitionMarks
+}
+
+type partitionMarks struct {
+	epoch     uint64
+	base      int64  // offset of pending[0]
+	pending   []bool // pending[i]: offset base+i is finished
+	last      int64  // last offset added, -1 if none
+	committed int64  // highest finished offset already reported by Advance, -1 if none
+	finished  int64  // highest offset of the finished prefix, -1 if none
+}
+
+// Mark identifies one added offset; pass it back to Done.
+type Mark struct {
+	Partition int
+	Offset    int64
+	epoch     uint64
+}
+
+// NewWatermark returns an empty Watermark.
+func NewWatermark() *Watermark { return &Watermark{parts: make(map[int]*partitionMarks)} }
+
+// Add registers a fetched offset as in progress.
+func (w *Watermark) Add(partition int, offset int64) Mark {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p := w.parts[partition]
+	if p == nil {
+		// The reader starts here because everything before is committed already.
+		p = &partitionMarks{last: -1, committed: offset - 1, finished: offset - 1}
+		w.parts[partition] = p
+	}
+	if p.last >= 0 && offset <= p.last {
+		// Rewound: forget what was pending; those deliveries will come again.
+		p.epoch++
+		p.pending = p.pending[:0]
+		p.finished = offset - 1
+		if p.committed > p.finished {
+			p.committed = p.finished
+		}
+	}
+	if len(p.pending) == 0 {
+		p.base = offset
+		if p.finished < offset-1 {
+			// Offsets may skip (compaction, transaction markers): everything before the first
+			// pending offset counts as finished.
+			p.finished = offset - 1
+		}
+	} else {
+		// Fill gaps in fetched offsets (control records are never delivered) as finished.
+		for next := p.base + int64(len(p.pending)); next < offset; next++ {
+			p.pending = append(p.pending, true)
+		}
+	}
+	p.pending = append(p.pending, false)
+	p.last = offset
+	return Mark{Partition: partition, Offset: offset, epoch: p.epoch}
+}
+
+// Done marks an offset finished. It reports false when the mark is stale (its partition was rewound since).
+func (w *Watermark) Done(m Mark) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p := w.parts[m.Partition]
+	if p == nil || p.epoch != m.epoch {
+		return false
+	}
+	i := m.Offset - p.base
+	if i < 0 || i >= int64(len(p.pending)) {
+		return false
+	}
+	p.pending[i] = true
+	n := 0
+	for n < len(p.pending) && p.pending[n] {
+		n++
+	}
+	if n > 0 {
+		p.finished = p.base + int64(n) - 1
+		p.pending = append(p.pending[:0], p.pending[n:]...)
+		p.base += int64(n)
+	}
+	return true
+}
+
+// Advance returns, for each partition whose finished prefix grew since the last call, the highest finished
+// offset (commit that offset + 1). It is what a committer calls periodically.
+func (w *Watermark) Advance() map[int]int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out map[int]int64
+	for part, p := range w.parts {
+		if p.finished > p.committed {
+			if out == nil {
+				out = make(map[int]int64)
+			}
+			out[part] = p.finished
+			p.committed = p.finished
+		}
+	}
+	return out
+}
+
+// Retreat undoes an Advance whose commit failed, so the offsets are offered again by the next Advance.
+func (w *Watermark) Retreat(partition int, offset int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if p := w.parts[partition]; p != nil && p.committed >= offset {
+		p.committed = offset - 1
+	}
+}
+
+// Pending returns how many added offsets are not yet finished, over all partitions.
+func (w *Watermark) Pending() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, p := range w.parts {
+		for _, done := range p.pending {
+			if !done {
+				n++
+			}
+		}
+	}
+	return n
+}
