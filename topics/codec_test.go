@@ -10,7 +10,7 @@ import (
 )
 
 func f64(v float64) *float64 { return &v }
-func i64(v int64) *int64    { return &v }
+func i64(v int64) *int64     { return &v }
 
 func sampleRecords() []any {
 	samp := Sampling{MaxNewTokens: 10240, Temperature: f64(0.6), TopP: 0.95, Seed: i64(7), Lane: "short",
@@ -191,7 +191,10 @@ func jsonOf(v any) string {
 	case *Tokenized:
 		ids, _ = func() (string, error) { b, e := json.Marshal(r.InputIDs); return string(b), e }()
 	case *Generation:
-		ids, _ = func() (string, error) { b, e := json.Marshal([][]uint32{r.PromptIDs, r.OutputIDs}); return string(b), e }()
+		ids, _ = func() (string, error) {
+			b, e := json.Marshal([][]uint32{r.PromptIDs, r.OutputIDs})
+			return string(b), e
+		}()
 	}
 	return string(b) + ids
 }
