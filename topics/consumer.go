@@ -49,6 +49,16 @@ func (d *Delivery) Done() {
 	})
 }
 
+// Abandon gives the delivery up without finishing it: its slot is freed, its offset is never committed by
+// this consumer, and Kafka redelivers it after a restart or rebalance. Use it for work cut short by shutdown.
+// Safe to call more than once, and after Done (then it does nothing).
+func (d *Delivery) Abandon() {
+	d.once.Do(func() {
+		<-d.c.slots
+		d.c.wg.Done()
+	})
+}
+
 // Where names the consumed message for logs and dead letters ("tokenized/3@1207").
 func (d *Delivery) Where() string {
 	return d.Message.Topic + "/" + strconv.Itoa(d.Message.Partition) + "@" + strconv.FormatInt(d.Message.Offset, 10)

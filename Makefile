@@ -1,0 +1,70 @@
+# draftflow — the two commands a newcomer needs:
+#   make demo   run the pipeline end to end (embedded broker + simulated SGLang + bundled sample)
+#   make test   the whole test suite
+SHELL := /bin/bash
+GO ?= go
+PYTHON ?= python3
+BIN := bin/draftflow
+DEMO_OUT ?= out/demo
+export DRAFTFLOW_CACHE ?= $(HOME)/.cache/draftflow
+GOTEST_FLAGS ?= -timeout 45m
+
+.PHONY: all build demo test test-go test-python test-integration deps deps-go deps-python bench vet fmt kafka-up kafka-down clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/draftflow
+
+## demo: the whole pipeline on the bundled sample, in one process, nothing from outside.
+demo: build
+	$(BIN) run --input testdata/sample/conversations.jsonl --out $(DEMO_OUT)
+
+deps: deps-go deps-python
+
+deps-go:
+	$(GO) mod download
+
+# Reference implementations and real readers the tests compare against (pinned).
+deps-python:
+	@$(PYTHON) -m pip install -q --disable-pip-version-check -r requirements-test.txt
+	@$(PYTHON) -m pip install -q --disable-pip-version-check --no-deps -e python/
+
+## test: everything — Go unit, contract, conformance and end-to-end tests, then the Python reader tests.
+test: deps vet test-go test-python
+
+vet:
+	$(GO) vet ./...
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
+
+test-go:
+	$(GO) test $(GOTEST_FLAGS) ./...
+
+test-python:
+	$(PYTHON) -m pytest -q python/tests
+
+## test-integration: the Kafka-facing tests again, against a real Apache Kafka broker started from Maven jars.
+test-integration: deps-go
+	@set -e; addr=$$(bash deploy/kafka/kafka.sh up | tail -n 1); \
+	  trap 'bash deploy/kafka/kafka.sh down' EXIT; \
+	  echo "real Kafka at $$addr"; \
+	  DRAFTFLOW_TEST_BROKERS=$$addr $(GO) test $(GOTEST_FLAGS) -count=1 -run 'Kafka|Consumer|Ensure|Pipeline|Stage|Sink|Integration' ./topics/... ./stages/... ./sink/... ./cmd/...
+
+kafka-up:
+	@bash deploy/kafka/kafka.sh up
+
+kafka-down:
+	@bash deploy/kafka/kafka.sh down
+
+## bench: the benchmarks whose figures the README reports.
+bench: build
+	$(BIN) bench generate
+	$(GO) test -run '^$$' -bench . -benchtime 2x ./sink/ ./topics/
+	bash stages/tokenize/tokenizer/bench.sh
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+clean:
+	rm -rf bin out

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/draftflow/draftflow/stages/generate/bench"
+)
+
+func cmdBench(ctx context.Context, args []string) error {
+	if len(args) == 0 || args[0] != "generate" {
+		return errors.New("usage: draftflow bench generate [--json] [--scenario S,...] [--policy P,...]")
+	}
+	fs := newFlagSet("bench generate")
+	var opts bench.BenchOptions
+	asJSON := fs.Bool("json", false, "print the results as a JSON list on stdout instead of a table")
+	scenarios := fs.String("scenario", "", "comma-separated scenarios (default all: "+strings.Join(bench.Scenarios, ",")+")")
+	policies := fs.String("policy", "", "comma-separated policies (default all: "+strings.Join(bench.Policies, ",")+")")
+	fs.DurationVar(&opts.SimDuration, "sim-duration", 0, "simulated length of each run (default 75m)")
+	fs.Float64Var(&opts.TimeScale, "time-scale", 0, "simulated seconds per wall second (default 300)")
+	fs.Int64Var(&opts.Seed, "seed", 0, "workload seed (default 1)")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if *scenarios != "" {
+		opts.Scenarios = strings.Split(*scenarios, ",")
+	}
+	if *policies != "" {
+		opts.Policies = strings.Split(*policies, ",")
+	}
+	opts.JSON = *asJSON
+	results, err := bench.Bench(ctx, opts, os.Stdout)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(results)
+	}
+	fmt.Println()
+	return nil
+}

@@ -1,0 +1,187 @@
+// Command draftflow turns prompt datasets into EAGLE-3 drafter training data: a streaming pipeline of stages
+// connected by Kafka topics (prompts -> tokenized -> generated -> sink).
+//
+// Each stage subcommand (ingest, tokenize, generate, sink) is what one container runs; `run` starts every
+// stage in one process, against an embedded broker and a simulated SGLang server unless told otherwise; `sim`
+// serves the simulator over HTTP; `encode`, `inspect`, `export` and `bench` are tools around the pipeline.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/draftflow/draftflow/topics"
+)
+
+// command is one subcommand.
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, args []string) error
+}
+
+func commands() []command {
+	return []command{
+		{"run", "run the whole pipeline in one process (embedded broker and simulator by default)", cmdRun},
+		{"ingest", "read JSONL/Parquet conversations into the prompts topic", cmdIngest},
+		{"tokenize", "apply the chat template and tokenizer: prompts -> tokenized", cmdTokenize},
+		{"generate", "generate completions with SGLang: tokenized -> generated", cmdGenerate},
+		{"sink", "write generated records to exactly-once Parquet shards", cmdSink},
+		{"sim", "serve a simulated SGLang server", cmdSim},
+		{"encode", "print the token ids the tokenize stage would produce for JSONL conversations on stdin", cmdEncode},
+		{"inspect", "validate shards against their manifest and print totals", cmdInspect},
+		{"export", "export shards as SpecForge or speculators JSONL", cmdExport},
+		{"bench", "benchmarks (bench generate)", cmdBench},
+	}
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: draftflow <command> [flags]\n\ncommands:")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w, "\nRun 'draftflow <command> -h' for a command's flags.")
+}
+
+func main() {
+	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
+		usage(os.Stderr)
+		if len(os.Args) < 2 {
+			os.Exit(2)
+		}
+		return
+	}
+	name := os.Args[1]
+	for _, c := range commands() {
+		if c.name != name {
+			continue
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		err := c.run(ctx, os.Args[2:])
+		stop()
+		if errors.Is(err, flag.ErrHelp) {
+			return
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "draftflow %s: %v\n", name, err)
+			var ec exitCode
+			if errors.As(err, &ec) {
+				os.Exit(int(ec))
+			}
+			os.Exit(1)
+		}
+		return
+	}
+	fmt.Fprintf(os.Stderr, "draftflow: unknown command %q\n\n", name)
+	usage(os.Stderr)
+	os.Exit(2)
+}
+
+// exitCode is an error that asks for a specific process exit status.
+type exitCode int
+
+func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+// common holds the flags every Kafka-facing subcommand shares.
+type common struct {
+	brokers     string
+	partitions  int
+	namespace   string
+	maxMsgBytes int
+	metricsAddr string
+	logLevel    string
+	logFormat   string
+}
+
+func (c *common) register(fs *flag.FlagSet, metricsDefault string) {
+	fs.StringVar(&c.brokers, "brokers", "", "Kafka bootstrap brokers, comma-separated (env DRAFTFLOW_BROKERS)")
+	fs.IntVar(&c.partitions, "partitions", topics.DefaultPartitions, "partitions of topics this process creates")
+	fs.StringVar(&c.namespace, "namespace", os.Getenv("DRAFTFLOW_NAMESPACE"), "prefix for topic and group names (env DRAFTFLOW_NAMESPACE)")
+	fs.IntVar(&c.maxMsgBytes, "max-message-bytes", topics.DefaultMaxMessageBytes, "largest Kafka record batch, set on created topics and writers")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", metricsDefault, "serve Prometheus /metrics here (empty: off)")
+	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&c.logFormat, "log-format", "text", "text or json")
+}
+
+// setup installs the logger, starts the metrics endpoint and returns the Kafka config (brokers may be empty).
+func (c *common) setup(ctx context.Context) (topics.Config, *slog.Logger) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
+		level = slog.LevelInfo
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler = slog.NewTextHandler(os.Stderr, opts)
+	if c.logFormat == "json" {
+		h = slog.NewJSONHandler(os.Stderr, opts)
+	}
+	log := slog.New(h)
+	slog.SetDefault(log)
+	if c.metricsAddr != "" {
+		serveMetrics(ctx, c.metricsAddr, log)
+	}
+	return topics.Config{
+		Brokers:         topics.ParseBrokers(c.brokers),
+		Partitions:      c.partitions,
+		MaxMessageBytes: c.maxMsgBytes,
+		Namespace:       c.namespace,
+		Logger:          log,
+	}, log
+}
+
+func serveMetrics(ctx context.Context, addr string, log *slog.Logger) {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.Handler())
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Warn("metrics endpoint", "addr", addr, "err", err)
+		}
+	}()
+	go func() {
+		<-ctx.Done()
+		shut, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		srv.Shutdown(shut)
+	}()
+	log.Info("metrics", "addr", addr)
+}
+
+// requireBrokers returns an error naming the flag when a stage runs without brokers.
+func requireBrokers(cfg topics.Config) error {
+	if len(cfg.Brokers) == 0 {
+		return errors.New("no Kafka brokers: pass --brokers host:port[,host:port] or set DRAFTFLOW_BROKERS (only `draftflow run` starts an embedded broker)")
+	}
+	return nil
+}
+
+// stringList is a repeatable string flag that also splits commas.
+type stringList []string
+
+func (s *stringList) String() string { return strings.Join(*s, ",") }
+
+func (s *stringList) Set(v string) error {
+	for _, p := range strings.Split(v, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			*s = append(*s, p)
+		}
+	}
+	return nil
+}
+
+func newFlagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet("draftflow "+name, flag.ContinueOnError)
+	return fs
+}

@@ -1,0 +1,351 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+
+	"github.com/draftflow/draftflow/sink"
+	"github.com/draftflow/draftflow/stages/generate"
+	"github.com/draftflow/draftflow/stages/generate/sim"
+	"github.com/draftflow/draftflow/stages/ingest"
+	"github.com/draftflow/draftflow/stages/tokenize"
+	"github.com/draftflow/draftflow/topics"
+)
+
+// runConfig is everything `draftflow run` needs; tests build one directly.
+type runConfig struct {
+	Kafka    topics.Config // Brokers empty: start an embedded broker
+	Ingest   ingest.Config
+	Tokenize tokenize.Config
+	Generate generate.Config // Endpoints empty: start an in-process simulator
+	Sink     sink.Config
+	Sim      sim.Config
+	// Timeout bounds the whole run (0: none).
+	Timeout time.Duration
+	// Progress receives a progress bar (nil: none).
+	Progress io.Writer
+	Logger   *slog.Logger
+}
+
+// runResult is what a run reports.
+type runResult struct {
+	Prompts          int // valid prompts ingested (unique ids)
+	Written          int // of them, rows now in the shards (written by this run)
+	AlreadyPresent   int // of them, already in the shards from an earlier run
+	IngestRejected   int // malformed input lines
+	PipelineRejected int // prompts dead-lettered by tokenize, generate or sink
+	Missing          []string
+	Tokens           int64 // tokens in the shards of this run's output
+	Shards           int
+	Dir              string
+	Elapsed          time.Duration
+}
+
+func cmdRun(ctx context.Context, args []string) error {
+	fs := newFlagSet("run")
+	var c common
+	c.register(fs, "")
+	var rc runConfig
+	// Each stage's own flags, merged: the first stage to define a name keeps it.
+	stageFlags := func(register func(*flag.FlagSet)) {
+		tmp := flag.NewFlagSet("", flag.ContinueOnError)
+		register(tmp)
+		tmp.VisitAll(func(f *flag.Flag) {
+			if fs.Lookup(f.Name) == nil && f.Name != "group" {
+				fs.Var(f.Value, f.Name, f.Usage)
+			}
+		})
+	}
+	stageFlags(rc.Ingest.RegisterFlags)
+	stageFlags(rc.Tokenize.RegisterFlags)
+	stageFlags(rc.Generate.RegisterFlags)
+	stageFlags(func(fs *flag.FlagSet) { registerSinkFlags(fs, &rc.Sink) })
+	fs.Float64Var(&rc.Sim.OutputLenMean, "sim-output-mean", 600, "mean output length of the built-in simulator (tokens)")
+	fs.Float64Var(&rc.Sim.TimeScale, "sim-time-scale", 0, "simulated seconds per wall second of the built-in simulator (0: instant)")
+	fs.DurationVar(&rc.Timeout, "timeout", 0, "give up (exit non-zero) after this long (0: no limit)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if len(rc.Ingest.Inputs) == 0 {
+		return errors.New("no input: pass --input FILE (repeatable)")
+	}
+	rc.Kafka, rc.Logger = c.setup(ctx)
+	rc.Sim.Instant = rc.Sim.TimeScale == 0
+	rc.Progress = stderr()
+	res, err := runPipeline(ctx, rc)
+	if res != nil {
+		printSummary(os.Stdout, res)
+	}
+	if err != nil {
+		return err
+	}
+	if len(res.Missing) > 0 {
+		return exitCode(3)
+	}
+	return nil
+}
+
+func printSummary(w io.Writer, r *runResult) {
+	fmt.Fprintf(w, "\ndraftflow run: shards in %s\n", r.Dir)
+	fmt.Fprintf(w, "  prompts   %d valid (%d written now, %d already in the shards)\n", r.Prompts, r.Written, r.AlreadyPresent)
+	fmt.Fprintf(w, "  rows      %d in %d shards, %d tokens\n", r.Written+r.AlreadyPresent, r.Shards, r.Tokens)
+	fmt.Fprintf(w, "  rejected  %d (%d malformed input lines, %d by the pipeline; see topic %q)\n",
+		r.IngestRejected+r.PipelineRejected, r.IngestRejected, r.PipelineRejected, topics.TopicRejected)
+	fmt.Fprintf(w, "  elapsed   %s\n", r.Elapsed.Round(time.Millisecond))
+	if len(r.Missing) > 0 {
+		show := r.Missing
+		if len(show) > 10 {
+			show = show[:10]
+		}
+		fmt.Fprintf(w, "  LOST      %d prompts never reached the shards, e.g. %v\n", len(r.Missing), show)
+	}
+}
+
+// tracker accounts for every ingested id: written, already present, or rejected downstream.
+type tracker struct {
+	mu       sync.Mutex
+	expected map[string]bool // nil until ingest finished
+	written  map[string]bool
+	present  map[string]bool
+	rejected map[string]bool
+	changed  chan struct{}
+}
+
+func newTracker() *tracker {
+	return &tracker{written: map[string]bool{}, present: map[string]bool{}, rejected: map[string]bool{},
+		changed: make(chan struct{}, 1)}
+}
+
+func (t *tracker) poke() {
+	select {
+	case t.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (t *tracker) mark(set map[string]bool, ids ...string) {
+	t.mu.Lock()
+	for _, id := range ids {
+		set[id] = true
+	}
+	t.mu.Unlock()
+	t.poke()
+}
+
+// done counts accounted-for expected ids; missing lists the rest.
+func (t *tracker) status() (done int, missing []string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for id := range t.expected {
+		if t.written[id] || t.present[id] || t.rejected[id] {
+			done++
+		} else {
+			missing = append(missing, id)
+		}
+	}
+	return done, missing
+}
+
+// runPipeline runs every stage in this process until every ingested prompt is accounted for, or ctx ends.
+func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
+	start := time.Now()
+	log := rc.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if rc.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, rc.Timeout)
+		defer cancel()
+	}
+
+	// Broker.
+	kc := rc.Kafka
+	if len(kc.Brokers) == 0 {
+		b, err := topics.StartEmbedded(topics.EmbeddedConfig{MaxMessageBytes: kc.MaxMessageBytes})
+		if err != nil {
+			return nil, err
+		}
+		defer b.Close()
+		kc.Brokers = b.Brokers()
+		log.Info("embedded Kafka broker", "addr", kc.Brokers)
+	}
+	if kc.Logger == nil {
+		kc.Logger = log
+	}
+	tctx, tcancel := context.WithTimeout(ctx, 2*time.Minute)
+	err := kc.EnsureTopics(tctx, topics.All...)
+	tcancel()
+	if err != nil {
+		return nil, err
+	}
+
+	// Model.
+	model := rc.Tokenize.Model
+	if model == nil {
+		m, cleanup, err := loadModelOrBundled(rc.Tokenize.ModelDir)
+		defer cleanup()
+		if err != nil {
+			return nil, err
+		}
+		if rc.Tokenize.ModelDir == "" {
+			log.Info("using the bundled sample tokenizer (pass --model DIR for a real model)")
+		}
+		if rc.Tokenize.ModelName != "" {
+			m.Name = rc.Tokenize.ModelName
+		}
+		model = m
+	}
+
+	// Engine.
+	if len(rc.Generate.Endpoints) == 0 {
+		scfg := rc.Sim
+		scfg.Logger = log
+		scfg.VocabSize = model.Tokenizer.VocabSize()
+		scfg.EOSTokenIDs = nil
+		for _, id := range model.EOSTokenIDs {
+			scfg.EOSTokenIDs = append(scfg.EOSTokenIDs, int(id))
+		}
+		scfg.SpecialTokenStart = model.SpecialTokenStart
+		if model.ContextLength > 0 {
+			scfg.ContextLength = model.ContextLength
+		}
+		s, err := sim.New(scfg)
+		if err != nil {
+			return nil, err
+		}
+		defer s.Close()
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+		go srv.Serve(l)
+		defer srv.Close()
+		rc.Generate.Endpoints = []string{"http://" + l.Addr().String()}
+		log.Info("simulated SGLang server", "url", rc.Generate.Endpoints[0])
+	}
+
+	tr := newTracker()
+	stageCtx, stopStages := context.WithCancel(ctx)
+	defer stopStages()
+	errc := make(chan error, 4)
+	var wg sync.WaitGroup
+	startStage := func(name string, run func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := run(stageCtx); err != nil && stageCtx.Err() == nil {
+				errc <- fmt.Errorf("%s: %w", name, err)
+			}
+		}()
+	}
+	tk := rc.Tokenize
+	tk.Kafka, tk.Logger, tk.Model = kc, log, model
+	startStage("tokenize", func(ctx context.Context) error { return tokenize.Run(ctx, tk) })
+	gen := rc.Generate
+	gen.Kafka, gen.Logger = kc, log
+	startStage("generate", func(ctx context.Context) error { return generate.Run(ctx, gen) })
+	sk := rc.Sink
+	sk.Kafka, sk.Logger = kc, log
+	sk.OnDurable = func(ids []string) { tr.mark(tr.written, ids...) }
+	sk.OnDuplicate = func(id string) { tr.mark(tr.present, id) }
+	startStage("sink", func(ctx context.Context) error { return sink.Run(ctx, sk) })
+	// Dead letters from the stages after ingest, read by a group of this run alone.
+	startStage("rejected", func(ctx context.Context) error {
+		c := kc.NewConsumer(topics.TopicRejected, topics.ConsumerConfig{Group: fmt.Sprintf("draftflow-run-%x", rand.Uint64())})
+		return c.Run(ctx, func(d *topics.Delivery) {
+			var r topics.Rejection
+			if topics.Unmarshal(d.Message.Value, &r) == nil && r.Stage != "ingest" && r.ID != "" {
+				tr.mark(tr.rejected, r.ID)
+			}
+			d.Done()
+		})
+	})
+
+	in := rc.Ingest
+	in.Kafka, in.Logger = kc, log
+	ires, err := ingest.Run(ctx, in)
+	if err != nil {
+		return nil, fmt.Errorf("ingest: %w", err)
+	}
+	expected := make(map[string]bool, len(ires.IDs))
+	for _, id := range ires.IDs {
+		expected[id] = true
+	}
+	tr.mu.Lock()
+	tr.expected = expected
+	tr.mu.Unlock()
+	tr.poke()
+	log.Info("ingest finished", "prompts", len(expected), "rejected_lines", ires.Rejected)
+
+	var bar *progressbar.ProgressBar
+	if rc.Progress != nil {
+		bar = progressbar.NewOptions(len(expected), progressbar.OptionSetWriter(rc.Progress),
+			progressbar.OptionSetDescription("prompts"), progressbar.OptionShowCount(), progressbar.OptionShowIts(),
+			progressbar.OptionSetItsString("prompts"), progressbar.OptionSetPredictTime(true),
+			progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionClearOnFinish())
+	}
+	var runErr error
+	ticker := time.NewTicker(time.Second)
+	defer ticker.Stop()
+wait:
+	for {
+		done, missing := tr.status()
+		if bar != nil {
+			bar.Set(done)
+		}
+		if len(missing) == 0 {
+			break
+		}
+		select {
+		case <-tr.changed:
+		case <-ticker.C:
+		case err := <-errc:
+			runErr = err
+			break wait
+		case <-ctx.Done():
+			runErr = fmt.Errorf("stopped before every prompt reached the shards: %w", ctx.Err())
+			break wait
+		}
+	}
+	if bar != nil {
+		bar.Finish()
+	}
+	stopStages()
+	wg.Wait()
+
+	res := &runResult{Prompts: len(expected), IngestRejected: ires.Rejected, Dir: rc.Sink.Dir}
+	_, res.Missing = tr.status()
+	tr.mu.Lock()
+	for id := range expected {
+		switch {
+		case tr.written[id]:
+			res.Written++
+		case tr.present[id]:
+			res.AlreadyPresent++
+		case tr.rejected[id]:
+			res.PipelineRejected++
+		}
+	}
+	tr.mu.Unlock()
+	if sum, err := sink.Inspect(rc.Sink.Dir, io.Discard); err == nil {
+		res.Tokens, res.Shards = sum.Tokens, sum.Shards
+	} else if runErr == nil {
+		runErr = fmt.Errorf("inspect %s: %w", rc.Sink.Dir, err)
+	}
+	res.Elapsed = time.Since(start)
+	return res, runErr
+}

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/draftflow/draftflow/sink"
+	"github.com/draftflow/draftflow/stages/generate"
+	"github.com/draftflow/draftflow/stages/generate/sim"
+	"github.com/draftflow/draftflow/stages/ingest"
+	"github.com/draftflow/draftflow/stages/tokenize"
+	"github.com/draftflow/draftflow/topics"
+)
+
+// prepare parses flags, sets up logging/metrics and makes sure the topics exist.
+func prepare(ctx context.Context, c *common, fs interface{ Parse([]string) error }, args []string) (topics.Config, error) {
+	if err := fs.Parse(args); err != nil {
+		return topics.Config{}, err
+	}
+	kc, _ := c.setup(ctx)
+	if err := requireBrokers(kc); err != nil {
+		return kc, err
+	}
+	tctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := kc.EnsureTopics(tctx, topics.All...); err != nil {
+		return kc, err
+	}
+	return kc, nil
+}
+
+func cmdIngest(ctx context.Context, args []string) error {
+	fs := newFlagSet("ingest")
+	var c common
+	c.register(fs, "")
+	var cfg ingest.Config
+	cfg.RegisterFlags(fs)
+	progress := fs.Bool("progress", true, "show a progress bar on stderr")
+	kc, err := prepare(ctx, &c, fs, args)
+	if err != nil {
+		return err
+	}
+	cfg.Kafka = kc
+	cfg.Logger = kc.Logger
+	if *progress {
+		cfg.Progress = stderr()
+	}
+	res, err := ingest.Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("ingested %d prompts, rejected %d lines\n", res.Prompts, res.Rejected)
+	return nil
+}
+
+func cmdTokenize(ctx context.Context, args []string) error {
+	fs := newFlagSet("tokenize")
+	var c common
+	c.register(fs, ":9090")
+	var cfg tokenize.Config
+	cfg.RegisterFlags(fs)
+	kc, err := prepare(ctx, &c, fs, args)
+	if err != nil {
+		return err
+	}
+	if cfg.ModelDir == "" {
+		return fmt.Errorf("--model is required")
+	}
+	cfg.Kafka, cfg.Logger = kc, kc.Logger
+	return tokenize.Run(ctx, cfg)
+}
+
+func cmdGenerate(ctx context.Context, args []string) error {
+	fs := newFlagSet("generate")
+	var c common
+	c.register(fs, ":9090")
+	var cfg generate.Config
+	cfg.RegisterFlags(fs)
+	kc, err := prepare(ctx, &c, fs, args)
+	if err != nil {
+		return err
+	}
+	cfg.Kafka, cfg.Logger = kc, kc.Logger
+	return generate.Run(ctx, cfg)
+}
+
+func cmdSink(ctx context.Context, args []string) error {
+	fs := newFlagSet("sink")
+	var c common
+	c.register(fs, ":9090")
+	var cfg sink.Config
+	registerSinkFlags(fs, &cfg)
+	kc, err := prepare(ctx, &c, fs, args)
+	if err != nil {
+		return err
+	}
+	cfg.Kafka, cfg.Logger = kc, kc.Logger
+	return sink.Run(ctx, cfg)
+}
+
+func cmdSim(ctx context.Context, args []string) error {
+	fs := newFlagSet("sim")
+	var c common
+	c.register(fs, "")
+	addr := fs.String("addr", "127.0.0.1:30000", "listen address")
+	var cfg sim.Config
+	cfg.RegisterFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	_, log := c.setup(ctx)
+	cfg.Logger = log
+	log.Info("simulated SGLang server", "addr", *addr)
+	return sim.ListenAndServe(ctx, *addr, cfg)
+}
+
+func registerSinkFlags(fs *flag.FlagSet, cfg *sink.Config) {
+	if cfg.Dir == "" {
+		cfg.Dir = "out/run"
+	}
+	fs.StringVar(&cfg.Dir, "out", cfg.Dir, "output directory for shards (one subdirectory per run)")
+	fs.IntVar(&cfg.RotateRows, "shard-rows", cfg.RotateRows, "rotate a shard after this many rows (0: sink default)")
+	fs.Int64Var(&cfg.RotateBytes, "shard-bytes", cfg.RotateBytes, "rotate a shard after about this many bytes (0: sink default)")
+	fs.DurationVar(&cfg.RotateInterval, "shard-interval", cfg.RotateInterval, "rotate a shard after this long (0: sink default)")
+	fs.StringVar(&cfg.Group, "group", cfg.Group, "consumer group (default draftflow-sink)")
+}
+
+func stderr() io.Writer { return os.Stderr }

@@ -1,0 +1,259 @@
+"""Manifest discovery, work splitting and row iteration for draftflow shards."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterator, List, Optional, Sequence
+
+import numpy as np
+import pyarrow.parquet as pq
+
+try:  # torch is optional
+    import torch
+    from torch.utils.data import IterableDataset as _Base
+
+    _HAVE_TORCH = True
+except ImportError:  # pragma: no cover - exercised only without torch
+    torch = None
+    _Base = object
+    _HAVE_TORCH = False
+
+MANIFEST = "manifest.json"
+FORMAT_VERSION = 1
+
+#: Shard columns in file order.
+COLUMNS = (
+    "id",
+    "input_ids",
+    "loss_mask",
+    "prompt_len",
+    "completion_len",
+    "finish_reason",
+    "dataset",
+    "turn",
+    "endpoint",
+)
+
+
+@dataclass
+class Manifest:
+    """One run directory's manifest.json."""
+
+    run_dir: str
+    run: Dict[str, Any]
+    shards: List[Dict[str, Any]]
+    totals: Dict[str, Any]
+
+    @classmethod
+    def load(cls, run_dir: str) -> "Manifest":
+        with open(os.path.join(run_dir, MANIFEST), encoding="utf-8") as f:
+            m = json.load(f)
+        if m.get("format_version") != FORMAT_VERSION:
+            raise ValueError(
+                f"{run_dir}: manifest format version {m.get('format_version')}, this reader knows {FORMAT_VERSION}"
+            )
+        return cls(run_dir=run_dir, run=m["run"], shards=m["shards"], totals=m["totals"])
+
+    def paths(self) -> List[str]:
+        """Absolute paths of the shards, in manifest order."""
+        return [os.path.join(self.run_dir, s["file"]) for s in self.shards]
+
+
+def read_manifests(path: str) -> List[Manifest]:
+    """Manifests under ``path``: the run directory itself, or every run directory in it (sorted)."""
+    if os.path.exists(os.path.join(path, MANIFEST)):
+        return [Manifest.load(path)]
+    out = []
+    for name in sorted(os.listdir(path)):
+        d = os.path.join(path, name)
+        if os.path.isdir(d) and os.path.exists(os.path.join(d, MANIFEST)):
+            out.append(Manifest.load(d))
+    if not out:
+        raise FileNotFoundError(f"no {MANIFEST} in {path} or its subdirectories")
+    return out
+
+
+@dataclass(frozen=True)
+class Unit:
+    """The unit of work: one row group of one shard."""
+
+    path: str
+    row_group: int
+    rows: int
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@dataclass
+class Shards:
+    """The shards under a path, as units of work (row groups) that ranks and workers split.
+
+    ``runs`` restricts reading to run directories whose name or fingerprint starts with one of the
+    given strings. ``verify_checksums`` checks every shard's sha256 against its manifest first.
+    """
+
+    path: str
+    runs: Optional[Sequence[str]] = None
+    verify_checksums: bool = False
+    manifests: List[Manifest] = field(init=False)
+    units: List[Unit] = field(init=False)
+
+    def __post_init__(self) -> None:
+        ms = read_manifests(self.path)
+        if self.runs:
+            ms = [
+                m
+                for m in ms
+                if any(
+                    os.path.basename(m.run_dir).startswith(r) or m.run.get("fingerprint", "").startswith(r)
+                    for r in self.runs
+                )
+            ]
+        self.manifests = ms
+        self.units = []
+        for m in ms:
+            for entry, p in zip(m.shards, m.paths()):
+                if self.verify_checksums and _sha256(p) != entry["sha256"]:
+                    raise ValueError(f"{p}: sha256 does not match its manifest")
+                md = pq.ParquetFile(p).metadata
+                if md.num_rows != entry["rows"]:
+                    raise ValueError(f"{p}: {md.num_rows} rows, manifest says {entry['rows']}")
+                for rg in range(md.num_row_groups):
+                    self.units.append(Unit(p, rg, md.row_group(rg).num_rows))
+
+    @property
+    def num_rows(self) -> int:
+        """Rows over all units."""
+        return sum(u.rows for u in self.units)
+
+    def split(
+        self,
+        rank: int = 0,
+        world_size: int = 1,
+        worker_id: int = 0,
+        num_workers: int = 1,
+        shuffle: bool = False,
+        seed: int = 0,
+        epoch: int = 0,
+    ) -> List[Unit]:
+        """The units of one consumer: unit i goes to consumer i % (world_size * num_workers), consumer
+        rank * num_workers + worker_id. With ``shuffle`` the unit order is permuted by (seed, epoch) first,
+        identically on every consumer, so the split stays a partition."""
+        if not (0 <= rank < world_size and 0 <= worker_id < num_workers):
+            raise ValueError(f"rank {rank}/{world_size}, worker {worker_id}/{num_workers} out of range")
+        units = list(self.units)
+        if shuffle:
+            random.Random(seed * 1_000_003 + epoch).shuffle(units)
+        n = world_size * num_workers
+        me = rank * num_workers + worker_id
+        return units[me::n]
+
+
+def _read_unit(unit: Unit, columns: Sequence[str]) -> Iterator[Dict[str, Any]]:
+    table = pq.ParquetFile(unit.path).read_row_group(unit.row_group, columns=list(columns))
+    cols: Dict[str, Any] = {}
+    for name in columns:
+        arr = table.column(name).combine_chunks()
+        if name in ("input_ids", "loss_mask"):
+            offsets = arr.offsets.to_numpy()
+            values = arr.values.to_numpy(zero_copy_only=False)
+            cols[name] = (offsets, values)
+        else:
+            cols[name] = arr.to_pylist()
+    for i in range(table.num_rows):
+        row: Dict[str, Any] = {}
+        for name in columns:
+            c = cols[name]
+            if isinstance(c, tuple):
+                offsets, values = c
+                row[name] = values[offsets[i] : offsets[i + 1]]
+            else:
+                row[name] = c[i]
+        yield row
+
+
+def iter_rows(
+    path: str,
+    rank: int = 0,
+    world_size: int = 1,
+    worker_id: int = 0,
+    num_workers: int = 1,
+    columns: Sequence[str] = COLUMNS,
+    shuffle: bool = False,
+    seed: int = 0,
+    epoch: int = 0,
+    runs: Optional[Sequence[str]] = None,
+    verify_checksums: bool = False,
+) -> Iterator[Dict[str, Any]]:
+    """Yield this consumer's rows as dicts; ``input_ids`` (int32) and ``loss_mask`` (uint8) are numpy arrays."""
+    shards = Shards(path, runs=runs, verify_checksums=verify_checksums)
+    for unit in shards.split(rank, world_size, worker_id, num_workers, shuffle, seed, epoch):
+        yield from _read_unit(unit, columns)
+
+
+def _dist_rank_world() -> "tuple[int, int]":
+    if _HAVE_TORCH and torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+class ShardDataset(_Base):  # type: ignore[misc,valid-type]
+    """Iterable dataset over draftflow shards.
+
+    With torch installed it is a ``torch.utils.data.IterableDataset``: rank and world size come from
+    ``torch.distributed`` (or the RANK / WORLD_SIZE environment variables, or the arguments), the worker
+    split from ``torch.utils.data.get_worker_info()``, and rows hold ``input_ids`` and ``loss_mask`` as
+    int64 tensors of shape [L] (SpecForge's dtype). Without torch it is a plain iterable of numpy rows.
+    Call ``set_epoch`` each epoch when ``shuffle`` is on.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+        shuffle: bool = False,
+        seed: int = 0,
+        columns: Sequence[str] = COLUMNS,
+        runs: Optional[Sequence[str]] = None,
+        verify_checksums: bool = False,
+    ) -> None:
+        if _HAVE_TORCH:
+            super().__init__()
+        self.shards = Shards(path, runs=runs, verify_checksums=verify_checksums)
+        r, w = _dist_rank_world()
+        self.rank = r if rank is None else rank
+        self.world_size = w if world_size is None else world_size
+        self.shuffle, self.seed, self.epoch = shuffle, seed, 0
+        self.columns = tuple(columns)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Reshuffle for a new epoch (same permutation on every rank and worker)."""
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[Dict[str, Any]]:
+        worker_id, num_workers = 0, 1
+        if _HAVE_TORCH:
+            info = torch.utils.data.get_worker_info()
+            if info is not None:
+                worker_id, num_workers = info.id, info.num_workers
+        units = self.shards.split(
+            self.rank, self.world_size, worker_id, num_workers, self.shuffle, self.seed, self.epoch
+        )
+        for unit in units:
+            for row in _read_unit(unit, self.columns):
+                if _HAVE_TORCH:
+                    for k in ("input_ids", "loss_mask"):
+                        if k in row:
+                            row[k] = torch.from_numpy(row[k].astype(np.int64))
+                yield row

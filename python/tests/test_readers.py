@@ -1,0 +1,142 @@
+"""The shards load token-exact in pyarrow, Hugging Face datasets, and draftflow_data."""
+
+import glob
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+pq = pytest.importorskip("pyarrow.parquet")
+
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
+import draftflow_data as dd  # noqa: E402
+
+
+def _check(row, want):
+    assert list(row["input_ids"]) == want["input_ids"]
+    assert list(row["loss_mask"]) == want["loss_mask"]
+    assert row["prompt_len"] == want["prompt_len"]
+    assert row["completion_len"] == want["completion_len"]
+    assert row["dataset"] == want["dataset"]
+    assert row["finish_reason"] == want["finish_reason"]
+
+
+def _manifest_paths(out):
+    paths = []
+    for m in dd.read_manifests(out):
+        paths += m.paths()
+    return paths
+
+
+def test_pyarrow_reads_every_row_exactly(sample):
+    out, expected = sample
+    seen = set()
+    for p in _manifest_paths(out):
+        run = os.path.basename(os.path.dirname(p))
+        f = pq.ParquetFile(p)
+        meta = f.schema_arrow.metadata
+        run_meta = json.loads(meta[b"draftflow.run"])
+        assert run_meta["model"] == "models/Sample-Model"
+        assert b"draftflow.schema" in meta and int(meta[b"draftflow.partition"]) >= 0
+        assert str(f.schema_arrow.field("input_ids").type) in ("list<item: int32>", "list<element: int32>",
+                                                               "list<item: int32 not null>",
+                                                               "list<element: int32 not null>")
+        for row in f.read().to_pylist():
+            key = (run, row["id"])
+            assert key not in seen, f"{key} twice"
+            seen.add(key)
+            _check(row, expected[key])
+    assert seen == set(expected)
+    # No file outside the manifests is a published shard.
+    assert sorted(glob.glob(os.path.join(out, "*", "*.parquet"))) == sorted(_manifest_paths(out))
+
+
+def test_hf_datasets_load_parquet(sample):
+    datasets = pytest.importorskip("datasets")
+    out, expected = sample
+    for m in dd.read_manifests(out):
+        run = os.path.basename(m.run_dir)
+        ds = datasets.load_dataset("parquet", data_files=m.paths(), split="train")
+        assert ds.num_rows == m.totals["rows"]
+        ids = set()
+        for row in ds:
+            _check(row, expected[(run, row["id"])])
+            ids.add(row["id"])
+        assert len(ids) == ds.num_rows
+
+
+def test_iter_rows_token_exact(sample):
+    out, expected = sample
+    seen = {}
+    for row in dd.iter_rows(out, verify_checksums=True):
+        assert row["input_ids"].dtype == np.int32 and row["loss_mask"].dtype == np.uint8
+        seen[row["id"]] = seen.get(row["id"], 0) + 1
+    # Two runs share ids: each id appears once per run.
+    assert set(seen.values()) == {2}
+    for m in dd.read_manifests(out):
+        run = os.path.basename(m.run_dir)
+        n = 0
+        for row in dd.iter_rows(m.run_dir):
+            _check(row, expected[(run, row["id"])])
+            n += 1
+        assert n == m.totals["rows"]
+
+
+@pytest.mark.parametrize("world,workers", [(1, 1), (2, 1), (3, 2), (4, 3)])
+def test_rank_and_worker_split_is_a_partition(sample, world, workers):
+    out, expected = sample
+    shards = dd.Shards(out)
+    assert shards.num_rows == len(expected)
+    got = []
+    for rank in range(world):
+        for w in range(workers):
+            got += [
+                (r["id"], r["input_ids"].shape[0])
+                for r in dd.iter_rows(out, rank=rank, world_size=world, worker_id=w, num_workers=workers,
+                                      shuffle=True, seed=3, epoch=1, columns=("id", "input_ids"))
+            ]
+    assert len(got) == len(expected)
+    assert sorted(got) == sorted((k[1], len(v["input_ids"])) for k, v in expected.items())
+
+
+def test_shuffle_changes_order_by_epoch(sample):
+    out, _ = sample
+    s = dd.Shards(out)
+    a = s.split(shuffle=True, seed=1, epoch=0)
+    b = s.split(shuffle=True, seed=1, epoch=1)
+    assert sorted(a, key=repr) == sorted(b, key=repr) and a != b
+
+
+def test_run_filter_and_bad_checksum(sample, tmp_path):
+    out, _ = sample
+    ms = dd.read_manifests(out)
+    assert len(ms) == 2
+    one = dd.Shards(out, runs=[ms[0].run["fingerprint"][:12]])
+    assert one.num_rows == ms[0].totals["rows"]
+    # A copy of one run with a corrupted shard fails the checksum check.
+    import shutil
+
+    dst = tmp_path / "run"
+    shutil.copytree(ms[0].run_dir, dst)
+    victim = dst / ms[0].shards[0]["file"]
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="sha256"):
+        dd.Shards(str(dst), verify_checksums=True)
+
+
+def test_torch_dataset(sample):
+    torch = pytest.importorskip("torch")
+    out, expected = sample
+    ds = dd.ShardDataset(out, rank=0, world_size=1)
+    assert isinstance(ds, torch.utils.data.IterableDataset)
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)
+    n = 0
+    for row in loader:
+        assert row["input_ids"].dtype == torch.int64
+        assert int(row["loss_mask"].sum()) == row["completion_len"]
+        n += 1
+    assert n == len(expected)

@@ -1,0 +1,195 @@
+package sink
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"math/rand/v2"
+	"runtime"
+	"strconv"
+	"syscall"
+	"testing"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// benchRows returns rows shaped like regenerated chat data: prompts of 200-2,000 tokens sharing a chat-template
+// prefix, completions of 100-3,000 tokens, token ids Zipf-distributed over a 151k vocabulary as in natural text.
+func benchRows(n int) []*row {
+	r := rand.New(rand.NewPCG(1, 2))
+	z := rand.NewZipf(r, 1.07, 2, 151_000)
+	prefix := make([]uint32, 40) // a system prompt every row shares
+	for i := range prefix {
+		prefix[i] = uint32(z.Uint64())
+	}
+	rows := make([]*row, n)
+	for i := range rows {
+		p := append([]uint32(nil), prefix...)
+		for j := 200 + r.IntN(1800); j > 0; j-- {
+			p = append(p, uint32(z.Uint64()))
+		}
+		o := make([]uint32, 100+r.IntN(2900))
+		for j := range o {
+			o[j] = uint32(z.Uint64())
+		}
+		fr := "stop"
+		if i%7 == 0 {
+			fr = "length"
+		}
+		rows[i] = &row{id: "conv-" + strconv.Itoa(i), dataset: "sharegpt", finishReason: fr, endpoint: "http://10.0.0.1:30000",
+			prompt: p, output: o}
+	}
+	return rows
+}
+
+func rowTokens(rows []*row) int64 {
+	var n int64
+	for _, r := range rows {
+		n += int64(r.tokens())
+	}
+	return n
+}
+
+type countWriter struct{ n int64 }
+
+func (c *countWriter) Write(p []byte) (int, error) { c.n += int64(len(p)); return len(p), nil }
+
+// writeJSONLZstd writes rows as the equivalent JSON lines (same fields as a shard) through zstd.
+func writeJSONLZstd(w io.Writer, rows []*row) error {
+	zw, err := zstd.NewWriter(w)
+	if err != nil {
+		return err
+	}
+	var buf []byte
+	for _, r := range rows {
+		buf = buf[:0]
+		buf = append(buf, `{"id":`...)
+		buf = appendJSONString(buf, r.id)
+		buf = append(buf, `,"input_ids":[`...)
+		for i, v := range r.prompt {
+			if i > 0 {
+				buf = append(buf, ',')
+			}
+			buf = strconv.AppendUint(buf, uint64(v), 10)
+		}
+		for _, v := range r.output {
+			buf = append(buf, ',')
+			buf = strconv.AppendUint(buf, uint64(v), 10)
+		}
+		buf = append(buf, `],"loss_mask":[`...)
+		for i := 0; i < r.tokens(); i++ {
+			if i > 0 {
+				buf = append(buf, ',')
+			}
+			if i < len(r.prompt) {
+				buf = append(buf, '0')
+			} else {
+				buf = append(buf, '1')
+			}
+		}
+		tail, _ := json.Marshal(map[string]any{"prompt_len": len(r.prompt), "completion_len": len(r.output),
+			"finish_reason": r.finishReason, "dataset": r.dataset, "turn": r.turn, "endpoint": r.endpoint})
+		buf = append(buf, "],"...)
+		buf = append(buf, tail[1:]...)
+		buf = append(buf, '\n')
+		if _, err := zw.Write(buf); err != nil {
+			return err
+		}
+	}
+	return zw.Close()
+}
+
+// benchSets are the benchmark inputs: "text" is Go standard library source tokenized by word frequency rank
+// (sequence structure like real text), "zipf" is independent Zipf-distributed ids (no structure: the worst case).
+var benchSets = []struct {
+	name string
+	rows func(int) []*row
+}{{"text", textRows}, {"zipf", benchRows}}
+
+// cpuSeconds returns the process's user+system CPU time, so throughput per core is measured even on a busy
+// machine where wall time is shared with other processes.
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+}
+
+func runEncodeBench(b *testing.B, encode func(io.Writer, []*row) error) {
+	for _, set := range benchSets {
+		b.Run(set.name, func(b *testing.B) {
+			rows := set.rows(256)
+			toks := rowTokens(rows)
+			runtime.GC() // keep the setup's garbage out of the measurement
+			var size int64
+			b.SetBytes(toks * 4)
+			b.ResetTimer()
+			cpu0 := cpuSeconds()
+			for i := 0; i < b.N; i++ {
+				var cw countWriter
+				if err := encode(&cw, rows); err != nil {
+					b.Fatal(err)
+				}
+				size = cw.n
+			}
+			cpu := cpuSeconds() - cpu0
+			b.ReportMetric(float64(toks)*float64(b.N)/b.Elapsed().Seconds(), "tokens/s")
+			b.ReportMetric(float64(toks)*float64(b.N)/cpu, "tokens/cpu-s")
+			b.ReportMetric(float64(size)/float64(toks), "bytes/token")
+		})
+	}
+}
+
+// BenchmarkShardEncode measures the sink's Parquet encoding (schema, zstd, row groups): tokens per wall second,
+// tokens per CPU second (the per-core figure) and bytes per token. Run it with -cpu 1.
+func BenchmarkShardEncode(b *testing.B) {
+	runEncodeBench(b, func(w io.Writer, rows []*row) error {
+		_, err := writeShard(w, rows, shardKV(RunInfo{Model: "m", Fingerprint: "f"}, shardInfo{Topic: "generated"}), DefaultRowGroupRows)
+		return err
+	})
+}
+
+// BenchmarkJSONLZstd encodes the same rows as zstd-compressed JSON lines, for comparison with BenchmarkShardEncode.
+func BenchmarkJSONLZstd(b *testing.B) { runEncodeBench(b, writeJSONLZstd) }
+
+// BenchmarkFlush measures a whole durable flush: shard encoding, sha256, write, fsync, checkpoint, rename and
+// manifest, on the test's temporary directory.
+func BenchmarkFlush(b *testing.B) {
+	rows := textRows(256)
+	toks := rowTokens(rows)
+	runtime.GC()
+	st, err := openStore(context.Background(), b.TempDir(), quietLogger())
+	if err != nil {
+		b.Fatal(err)
+	}
+	rs := st.run(RunInfo{Model: "bench", Fingerprint: "0123456789abcdef"})
+	b.SetBytes(toks * 4)
+	b.ResetTimer()
+	cpu0 := cpuSeconds()
+	for i := 0; i < b.N; i++ {
+		off := int64(i) * int64(len(rows))
+		if _, err := st.commitFlush(partKey{"generated", 0}, off, off+int64(len(rows))-1, []runRows{{rs, rows}}, DefaultRowGroupRows); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(toks)*float64(b.N)/b.Elapsed().Seconds(), "tokens/s")
+	b.ReportMetric(float64(toks)*float64(b.N)/(cpuSeconds()-cpu0), "tokens/cpu-s")
+}
+
+// TestShardSmallerThanJSONLZstd checks the storage target on the benchmark rows: a shard takes at most 60% of
+// the bytes of the same rows as zstd-compressed JSON lines.
+func TestShardSmallerThanJSONLZstd(t *testing.T) {
+	rows := benchRows(64)
+	var pq, js bytes.Buffer
+	if _, err := writeShard(&pq, rows, shardKV(RunInfo{}, shardInfo{Topic: "generated"}), DefaultRowGroupRows); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeJSONLZstd(&js, rows); err != nil {
+		t.Fatal(err)
+	}
+	ratio := float64(pq.Len()) / float64(js.Len())
+	t.Logf("shard %d bytes, JSONL+zstd %d bytes (%.1f%%), %d tokens", pq.Len(), js.Len(), 100*ratio, rowTokens(rows))
+	if ratio > 0.60 {
+		t.Fatalf("shard is %.1f%% of JSONL+zstd, target <= 60%%", 100*ratio)
+	}
+}

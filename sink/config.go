@@ -1,0 +1,89 @@
+package sink
+
+import (
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/draftflow/draftflow/topics"
+)
+
+// Config configures Run. Zero values are the documented defaults.
+type Config struct {
+	// Kafka says how to reach the brokers and the topic namespace.
+	Kafka topics.Config
+	// Group is the consumer group of the sink (default "draftflow-sink").
+	Group string
+	// Dir is the output directory; each run gets a subdirectory (required).
+	Dir string
+	// RotateRows flushes a partition's buffer into shards once it holds this many rows (default 10000).
+	RotateRows int
+	// RotateBytes flushes a partition's buffer once its rows hold about this many bytes in memory, counting 5
+	// bytes per token (default 256 MiB).
+	RotateBytes int64
+	// RotateInterval flushes a partition's buffer once its oldest row has waited this long (default 10 min).
+	RotateInterval time.Duration
+	// IdleFlush flushes every buffer once no record has arrived for this long, so the tail of a finite input
+	// lands without waiting for RotateInterval (default 2 s; negative disables it, which suits slow, steady
+	// streams that would otherwise produce many small shards).
+	IdleFlush time.Duration
+	// RowGroupRows is the most rows per Parquet row group (default 1024).
+	RowGroupRows int
+	// MaxBufferedRows bounds the rows buffered over all partitions; past it the largest buffer is flushed
+	// (default 4 × RotateRows). It is also the consumer's in-flight bound.
+	MaxBufferedRows int
+	// MaxBufferedBytes bounds the bytes buffered over all partitions, counted like RotateBytes (default 1 GiB).
+	MaxBufferedBytes int64
+	// OnDurable, if set, is called after each shard is durable with the ids it holds.
+	OnDurable func(ids []string)
+	// OnDuplicate, if set, is called for each record dropped because its id is already written for its run.
+	OnDuplicate func(id string)
+	// Logger receives the sink's logs (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Defaults of Config.
+const (
+	DefaultGroup            = "draftflow-sink"
+	DefaultRotateRows       = 10000
+	DefaultRotateBytes      = 256 << 20
+	DefaultRotateInterval   = 10 * time.Minute
+	DefaultIdleFlush        = 2 * time.Second
+	DefaultRowGroupRows     = 1024
+	DefaultMaxBufferedBytes = 1 << 30
+)
+
+// withDefaults returns c with every zero field set to its default.
+func (c Config) withDefaults() (Config, error) {
+	if c.Dir == "" {
+		return c, errors.New("sink: Config.Dir is required")
+	}
+	if c.Group == "" {
+		c.Group = DefaultGroup
+	}
+	if c.RotateRows <= 0 {
+		c.RotateRows = DefaultRotateRows
+	}
+	if c.RotateBytes <= 0 {
+		c.RotateBytes = DefaultRotateBytes
+	}
+	if c.RotateInterval <= 0 {
+		c.RotateInterval = DefaultRotateInterval
+	}
+	if c.IdleFlush == 0 {
+		c.IdleFlush = DefaultIdleFlush
+	}
+	if c.RowGroupRows <= 0 {
+		c.RowGroupRows = DefaultRowGroupRows
+	}
+	if c.MaxBufferedRows <= 0 {
+		c.MaxBufferedRows = 4 * c.RotateRows
+	}
+	if c.MaxBufferedBytes <= 0 {
+		c.MaxBufferedBytes = DefaultMaxBufferedBytes
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c, nil
+}

@@ -1,0 +1,66 @@
+// Package sink is draftflow's last stage: it consumes Generation records from the generated topic and writes
+// them, exactly once, into zstd-compressed Parquet shards that drafter training reads directly (through
+// pyarrow, Hugging Face datasets, or the python/draftflow_data package), plus the tools that check and convert
+// those shards (Inspect, Export).
+//
+// # Layout
+//
+// Output is organised per run: a run is the set of rows produced with one model, one tokenizer and one set of
+// sampling settings (RunInfo; the scheduling lane is not part of it). Each run has its own directory under
+// Config.Dir, named from the model and a fingerprint of those settings, so a replay with new settings never
+// mixes with old rows:
+//
+//	DIR/
+//	  checkpoint.json                 recovery point: per topic partition, the next offset to write
+//	  Qwen3-8B-3f2a9c1b7d4e/          one run
+//	    manifest.json                 shards (rows, tokens, bytes, sha256, offsets) and totals
+//	    generated+3+000000001200-000000001399.parquet
+//	    ...
+//
+// A shard name holds the topic, the partition and the offset range of the flush that wrote it; the same facts
+// are in the shard's Parquet key-value metadata, with the run metadata and the schema description.
+//
+// # Schema
+//
+// One row per generation: id (string), input_ids (list<int32>: prompt ids then output ids), loss_mask
+// (list<uint8>: 0 on prompt tokens, 1 on output tokens), prompt_len (int32), completion_len (int32),
+// finish_reason (string), dataset (string), turn (int32) and endpoint (string, the server that generated it).
+// Within a run, (id, turn) is unique. Row groups hold at most Config.RowGroupRows rows, so a reader streams a
+// shard a row group at a time.
+//
+// # Exactly-once protocol
+//
+// Kafka delivers at least once and a consumer group may rewind. The sink makes the output exactly-once with a
+// recovery point that lives next to the shards, not in Kafka:
+//
+//  1. Rows are buffered per topic partition, whatever run they belong to. A flush always takes every buffered
+//     record of one partition, the contiguous offset range [first, last] absorbed since the previous flush, so
+//     rows of several runs interleaved in one partition are made durable together: flushing one run can never
+//     let recovery skip another run's unflushed rows.
+//  2. A flush writes one shard per run present in the buffer to a temporary name (".tmp-" + final name) in the
+//     run directory, fsyncs each file and each directory.
+//  3. It then rewrites checkpoint.json atomically (temporary file, fsync, rename, directory fsync) with the
+//     partition's next offset, last+1, and the list of shards this flush wrote. This rename is the commit point.
+//  4. It renames each temporary shard to its final name, fsyncs the run directories, rewrites each run's
+//     manifest.json atomically, and only then marks the Kafka deliveries Done (so the group commits their
+//     offsets) and reports the ids through Config.OnDurable.
+//
+// On start, before consuming, the sink recovers: the shards named by the checkpoint's last flush of each
+// partition are rolled forward (a temporary file the checkpoint names is renamed to its final name); every
+// other temporary file is a torn write and is deleted; each manifest is reconciled with the shards on disk;
+// the next offset of each partition is the larger of the checkpoint's and, as in the Kafka Connect S3 sink,
+// the last offset + 1 of the shards on disk (a final shard name only ever exists for a committed flush); and
+// the (id, turn) keys of every run are loaded. While consuming, a record at an offset below its partition's
+// next offset is already in a shard and is acknowledged without being written, whatever the group's committed
+// offset says, and a record whose (id, turn) is already written (or buffered) for its run is dropped as a
+// duplicate and reported through Config.OnDuplicate. Readers never see a partial shard: final names appear
+// only for complete, fsynced, committed files, and manifest.json lists only those.
+//
+// Records that cannot be written (undecodable values, empty prompts or completions, aborted generations,
+// token ids outside int32) go to the rejected topic as a topics.Rejection with stage "sink"; the delivery is
+// Done once the broker acknowledged the rejection. If the rejection cannot be written, or a flush fails, Run
+// stops with an error and nothing after the failure is ever acknowledged, so a restart resumes cleanly.
+//
+// One sink process owns a Config.Dir at a time (an advisory lock on DIR/.lock enforces it). Replicas of the
+// sink in one consumer group must each have their own directory.
+package sink

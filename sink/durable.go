@@ -1,0 +1,119 @@
+package sink
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"hash"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// tmpPrefix marks files that are not yet committed; a name starting with it is never a shard a reader may use.
+const tmpPrefix = ".tmp-"
+
+// syncDir fsyncs a directory so the entries created or renamed in it survive a crash.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("fsync %s: %w", dir, err)
+	}
+	return nil
+}
+
+// writeFileAtomic replaces path with data: temporary file, fsync, rename, directory fsync.
+func writeFileAtomic(path string, data []byte) error {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	tmp := filepath.Join(dir, tmpPrefix+base)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return syncDir(dir)
+}
+
+// writeJSONAtomic writes v as indented JSON with writeFileAtomic.
+func writeJSONAtomic(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(path, append(b, '\n'))
+}
+
+// countingHash counts and hashes what is written through it.
+type countingHash struct {
+	w io.Writer
+	h hash.Hash
+	n int64
+}
+
+func newCountingHash(w io.Writer) *countingHash { return &countingHash{w: w, h: sha256.New()} }
+
+func (c *countingHash) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.h.Write(p[:n])
+	c.n += int64(n)
+	return n, err
+}
+
+func (c *countingHash) sum() string { return hex.EncodeToString(c.h.Sum(nil)) }
+
+// fileSHA256 returns the hex SHA-256 and size of a file.
+func fileSHA256(path string) (string, int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", 0, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return "", 0, err
+	}
+	return hex.EncodeToString(h.Sum(nil)), n, nil
+}
+
+// isTemp reports whether a directory entry is an uncommitted temporary file.
+func isTemp(name string) bool { return strings.HasPrefix(name, tmpPrefix) }
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,267 @@
+package sink
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/draftflow/draftflow/topics"
+)
+
+func quietLogger() *slog.Logger {
+	if os.Getenv("DRAFTFLOW_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// mkGen returns a deterministic generation: conversation i, sampled at temperature temp.
+func mkGen(i int, temp float64) *topics.Generation {
+	r := rand.New(rand.NewPCG(uint64(i), uint64(temp*1000)))
+	prompt := make([]uint32, 1+r.IntN(60))
+	for j := range prompt {
+		prompt[j] = r.Uint32N(151000)
+	}
+	output := make([]uint32, 1+r.IntN(40))
+	for j := range output {
+		output[j] = r.Uint32N(151000)
+	}
+	t := temp
+	fr := "stop"
+	if i%5 == 0 {
+		fr = "length"
+	}
+	return &topics.Generation{
+		ID: fmt.Sprintf("conv-%05d", i), Dataset: fmt.Sprintf("ds%d", i%3),
+		Sampling: topics.Sampling{MaxNewTokens: 64, Temperature: &t, Lane: "short"},
+		Source:   topics.Source{File: "sample.jsonl", Line: int64(i + 1)},
+		Model:    "models/Tiny-Chat", TokenizerHash: "tok-1",
+		Meta:      topics.GenerationMeta{FinishReason: fr, Endpoint: "http://sim:30000"},
+		PromptIDs: prompt, OutputIDs: output,
+	}
+}
+
+func mkGens(from, to int, temp float64) []*topics.Generation {
+	var out []*topics.Generation
+	for i := from; i < to; i++ {
+		out = append(out, mkGen(i, temp))
+	}
+	return out
+}
+
+// produce writes values to the generated topic, keyed, and waits for every ack.
+func produce(t testing.TB, kc topics.Config, keys []string, values [][]byte) {
+	t.Helper()
+	p := kc.NewProducer(topics.TopicGenerated, topics.ProducerConfig{})
+	defer p.Close()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(values))
+	for i, v := range values {
+		wg.Add(1)
+		if err := p.SendRaw(context.Background(), keys[i], v, func(err error) {
+			if err != nil {
+				errs <- err
+			}
+			wg.Done()
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+func produceGens(t testing.TB, kc topics.Config, gens []*topics.Generation) {
+	t.Helper()
+	keys := make([]string, len(gens))
+	vals := make([][]byte, len(gens))
+	for i, g := range gens {
+		b, err := topics.Marshal(g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys[i], vals[i] = g.ID, b
+	}
+	produce(t, kc, keys, vals)
+}
+
+// sinkRun is a sink running in the background of a test.
+type sinkRun struct {
+	cancel context.CancelFunc
+	done   chan error
+
+	mu      sync.Mutex
+	durable map[string]int
+	dups    map[string]int
+	change  chan struct{}
+}
+
+func startSink(t testing.TB, cfg Config) *sinkRun {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	sr := &sinkRun{cancel: cancel, done: make(chan error, 1), durable: map[string]int{}, dups: map[string]int{}, change: make(chan struct{}, 1)}
+	cfg.Logger = quietLogger()
+	cfg.OnDurable = func(ids []string) {
+		sr.mu.Lock()
+		for _, id := range ids {
+			sr.durable[id]++
+		}
+		sr.mu.Unlock()
+		sr.poke()
+	}
+	cfg.OnDuplicate = func(id string) {
+		sr.mu.Lock()
+		sr.dups[id]++
+		sr.mu.Unlock()
+		sr.poke()
+	}
+	go func() { sr.done <- Run(ctx, cfg) }()
+	t.Cleanup(func() { sr.stop(t) })
+	return sr
+}
+
+func (sr *sinkRun) poke() {
+	select {
+	case sr.change <- struct{}{}:
+	default:
+	}
+}
+
+// waitFor waits until cond holds (checked under the lock) or fails the test after a minute.
+func (sr *sinkRun) waitFor(t testing.TB, what string, cond func(durable, dups map[string]int) bool) {
+	t.Helper()
+	deadline := time.After(90 * time.Second)
+	for {
+		sr.mu.Lock()
+		ok := cond(sr.durable, sr.dups)
+		nd, nu := len(sr.durable), len(sr.dups)
+		sr.mu.Unlock()
+		if ok {
+			return
+		}
+		select {
+		case <-sr.change:
+		case <-time.After(100 * time.Millisecond):
+		case err := <-sr.done:
+			sr.done <- err
+			t.Fatalf("sink stopped (%v) while waiting for %s", err, what)
+		case <-deadline:
+			t.Fatalf("timed out waiting for %s (durable %d, duplicates %d)", what, nd, nu)
+		}
+	}
+}
+
+func (sr *sinkRun) stop(t testing.TB) error {
+	t.Helper()
+	sr.cancel()
+	select {
+	case err := <-sr.done:
+		sr.done <- err
+		return err
+	case <-time.After(60 * time.Second):
+		t.Fatal("sink did not stop")
+		return nil
+	}
+}
+
+// readRows reads every row of every run under dir (by manifest) into copies keyed by run dir name.
+func readRows(t testing.TB, dir string) map[string][]ShardRow {
+	t.Helper()
+	runs, err := RunDirs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]ShardRow{}
+	for _, rd := range runs {
+		m, err := ReadManifest(rd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sh := range m.Shards {
+			sf, err := openShard(filepath.Join(rd, sh.File))
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = sf.scan(context.Background(), nil, func(r *ShardRow) error {
+				c := *r
+				c.InputIDs = slices.Clone(r.InputIDs)
+				c.LossMask = slices.Clone(r.LossMask)
+				out[filepath.Base(rd)] = append(out[filepath.Base(rd)], c)
+				return nil
+			})
+			sf.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return out
+}
+
+// checkRowsExact asserts rows hold each generation exactly once, token-exact.
+func checkRowsExact(t testing.TB, rows []ShardRow, gens []*topics.Generation) {
+	t.Helper()
+	want := map[string]*topics.Generation{}
+	for _, g := range gens {
+		want[g.ID] = g
+	}
+	seen := map[string]int{}
+	for _, r := range rows {
+		seen[r.ID]++
+		g := want[r.ID]
+		if g == nil {
+			t.Errorf("unexpected row %q", r.ID)
+			continue
+		}
+		ids := make([]int32, 0, len(g.PromptIDs)+len(g.OutputIDs))
+		for _, v := range append(slices.Clone(g.PromptIDs), g.OutputIDs...) {
+			ids = append(ids, int32(v))
+		}
+		if !slices.Equal(r.InputIDs, ids) {
+			t.Errorf("%s: input_ids differ from prompt+output", r.ID)
+		}
+		if int(r.PromptLen) != len(g.PromptIDs) || int(r.CompletionLen) != len(g.OutputIDs) {
+			t.Errorf("%s: lengths %d/%d, want %d/%d", r.ID, r.PromptLen, r.CompletionLen, len(g.PromptIDs), len(g.OutputIDs))
+		}
+		if len(r.LossMask) != len(ids) {
+			t.Errorf("%s: loss_mask length %d, want %d", r.ID, len(r.LossMask), len(ids))
+		} else {
+			for i, v := range r.LossMask {
+				if want := uint8(0); i >= len(g.PromptIDs) && v != 1 || i < len(g.PromptIDs) && v != want {
+					t.Errorf("%s: loss_mask[%d] = %d with prompt_len %d", r.ID, i, v, r.PromptLen)
+					break
+				}
+			}
+		}
+		if r.Dataset != g.Dataset || r.FinishReason != g.Meta.FinishReason || r.Endpoint != g.Meta.Endpoint || int(r.Turn) != g.Turn {
+			t.Errorf("%s: metadata columns %q %q %q %d differ", r.ID, r.Dataset, r.FinishReason, r.Endpoint, r.Turn)
+		}
+	}
+	var missing, doubled []string
+	for id := range want {
+		switch seen[id] {
+		case 0:
+			missing = append(missing, id)
+		case 1:
+		default:
+			doubled = append(doubled, id)
+		}
+	}
+	sort.Strings(missing)
+	sort.Strings(doubled)
+	if len(missing) > 0 || len(doubled) > 0 {
+		t.Fatalf("%d rows for %d generations: missing %v, more than once %v", len(rows), len(want), missing, doubled)
+	}
+}

@@ -1,0 +1,389 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/draftflow/draftflow/topics"
+)
+
+// Run consumes the generated topic and writes shards under cfg.Dir until ctx is done; it then flushes what it
+// holds, lets the consumer commit, and returns nil. It returns an error when it cannot recover cfg.Dir, when
+// a flush fails, or when a rejection cannot be written; everything not yet durable is then left for the next
+// start.
+func Run(ctx context.Context, cfg Config) error {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return fmt.Errorf("sink: %w", err)
+	}
+	unlock, err := lockDir(cfg.Dir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	log := cfg.Logger.With("stage", "sink")
+	st, err := openStore(ctx, cfg.Dir, log)
+	if err != nil {
+		return err
+	}
+	prod := cfg.Kafka.NewProducer(topics.TopicRejected, topics.ProducerConfig{})
+	defer prod.Close()
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s := &sinker{cfg: cfg, log: log, st: st, prod: prod, cancel: cancel, parts: map[partKey]*partState{}, lastRecv: time.Now()}
+	cons := cfg.Kafka.NewConsumer(topics.TopicGenerated, topics.ConsumerConfig{Group: cfg.Group, MaxInFlight: cfg.MaxBufferedRows + 64})
+	log.Info("sink started", "dir", cfg.Dir, "group", cfg.Group, "runs", len(st.runs), "rotate_rows", cfg.RotateRows,
+		"rotate_interval", cfg.RotateInterval, "idle_flush", cfg.IdleFlush)
+
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.timer(runCtx)
+	}()
+	cerr := cons.Run(runCtx, s.handle)
+	cancel()
+	wg.Wait()
+	s.mu.Lock()
+	ferr := s.err
+	s.mu.Unlock()
+	if ferr != nil {
+		return ferr
+	}
+	if cerr != nil {
+		return fmt.Errorf("sink: %w", cerr)
+	}
+	log.Info("sink stopped")
+	return nil
+}
+
+// partState is what the sink holds for one topic partition since its last flush.
+type partState struct {
+	key        partKey
+	next       int64 // first offset not yet in a shard
+	seen       int64 // last offset absorbed (written to the buffer, dropped as duplicate, or rejected)
+	first      int64 // first offset absorbed since the last flush, -1 if none
+	rows       []bufferedRow
+	deliveries []*topics.Delivery // Done at the next flush
+	bytes      int64
+	oldest     time.Time
+	blocked    bool // a rejection failed: nothing at or after its offset may be absorbed
+	failed     bool // a flush failed: the buffer must not be acknowledged
+}
+
+type bufferedRow struct {
+	run *runState
+	row *row
+}
+
+// sinker is the state of one Run.
+type sinker struct {
+	cfg    Config
+	log    *slog.Logger
+	st     *store
+	prod   *topics.Producer
+	cancel context.CancelFunc
+
+	mu       sync.Mutex
+	parts    map[partKey]*partState
+	stopped  bool
+	err      error
+	nrows    int
+	nbytes   int64
+	lastRecv time.Time
+}
+
+func (s *sinker) part(pk partKey) *partState {
+	p := s.parts[pk]
+	if p == nil {
+		next := s.st.next(pk)
+		p = &partState{key: pk, next: next, seen: next - 1, first: -1}
+		s.parts[pk] = p
+	}
+	return p
+}
+
+// fail records a fatal error and stops the run. Called with s.mu held.
+func (s *sinker) fail(err error) {
+	if s.err == nil {
+		s.err = err
+		s.log.Error("sink failed; stopping", "err", err)
+	}
+	s.cancel()
+}
+
+// handle takes one delivery from the consumer.
+func (s *sinker) handle(d *topics.Delivery) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped || s.err != nil {
+		d.Abandon()
+		return
+	}
+	m := d.Message
+	p := s.part(partKey{m.Topic, m.Partition})
+	if p.blocked {
+		d.Abandon()
+		return
+	}
+	s.lastRecv = time.Now()
+	if m.Offset < p.next {
+		// Already in a shard on disk: the group's committed offset lagged behind our recovery point.
+		covered.Inc()
+		d.Done()
+		return
+	}
+	if m.Offset <= p.seen {
+		// The consumer rewound over offsets absorbed since the last flush; they are resolved by that flush.
+		p.deliveries = append(p.deliveries, d)
+		return
+	}
+	var g topics.Generation
+	if err := topics.Unmarshal(m.Value, &g); err != nil {
+		s.reject(p, d, nil, "undecodable", err.Error())
+		return
+	}
+	if reason := validate(&g); reason != "" {
+		s.reject(p, d, &g, "invalid", reason)
+		return
+	}
+	rs := s.st.run(RunOf(&g))
+	k := rowKey{g.ID, int32(g.Turn)}
+	_, dupW := rs.written[k]
+	_, dupB := rs.buffered[k]
+	if dupW || dupB {
+		duplicates.Inc()
+		s.absorb(p, m.Offset)
+		d.Done()
+		s.log.Debug("duplicate dropped", "id", g.ID, "turn", g.Turn, "run", rs.info.DirName(), "at", d.Where())
+		if s.cfg.OnDuplicate != nil {
+			s.cfg.OnDuplicate(g.ID)
+		}
+		return
+	}
+	r := &row{id: g.ID, dataset: g.Dataset, finishReason: g.Meta.FinishReason, endpoint: g.Meta.Endpoint,
+		turn: int32(g.Turn), prompt: g.PromptIDs, output: g.OutputIDs}
+	rs.buffered[k] = struct{}{}
+	s.absorb(p, m.Offset)
+	if len(p.rows) == 0 {
+		p.oldest = time.Now()
+	}
+	p.rows = append(p.rows, bufferedRow{rs, r})
+	p.deliveries = append(p.deliveries, d)
+	b := r.memBytes()
+	p.bytes += b
+	s.nrows++
+	s.nbytes += b
+	bufferedRows.Inc()
+	if len(p.rows) >= s.cfg.RotateRows || p.bytes >= s.cfg.RotateBytes {
+		if s.flush(p) != nil {
+			return
+		}
+	}
+	for s.nrows >= s.cfg.MaxBufferedRows || s.nbytes >= s.cfg.MaxBufferedBytes {
+		var big *partState
+		for _, q := range s.parts {
+			if len(q.rows) > 0 && (big == nil || q.bytes > big.bytes) {
+				big = q
+			}
+		}
+		if big == nil || s.flush(big) != nil {
+			return
+		}
+	}
+}
+
+func (s *sinker) absorb(p *partState, off int64) {
+	if p.first < 0 {
+		p.first = off
+	}
+	p.seen = off
+}
+
+// validate returns why a generation cannot become a training row, or "".
+func validate(g *topics.Generation) string {
+	switch {
+	case g.ID == "":
+		return "generation has no id"
+	case g.Turn < 0 || g.Turn > math.MaxInt32:
+		return fmt.Sprintf("turn %d out of range", g.Turn)
+	case len(g.PromptIDs) == 0:
+		return "empty prompt: no prompt token ids"
+	case len(g.OutputIDs) == 0:
+		return "empty completion: no output token ids"
+	case g.Meta.FinishReason == "abort":
+		return "generation was aborted"
+	case int64(len(g.PromptIDs))+int64(len(g.OutputIDs)) > math.MaxInt32:
+		return "sequence longer than an int32 can count"
+	}
+	if id, ok := checkTokenRange(g.PromptIDs); !ok {
+		return fmt.Sprintf("prompt token id %d does not fit int32", id)
+	}
+	if id, ok := checkTokenRange(g.OutputIDs); !ok {
+		return fmt.Sprintf("output token id %d does not fit int32", id)
+	}
+	return ""
+}
+
+// reject dead-letters a delivery and marks it Done once the broker acknowledged the rejection. Called with
+// s.mu held; it blocks (rejections are rare), which also holds back the consumer.
+func (s *sinker) reject(p *partState, d *topics.Delivery, g *topics.Generation, class, reason string) {
+	m := d.Message
+	rej := &topics.Rejection{Stage: "sink", Reason: reason, Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Payload: m.Value}
+	key := d.Where()
+	if g != nil {
+		rej.ID, rej.Dataset, rej.Source = g.ID, g.Dataset, g.Source
+		key = g.ID
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	err := s.prod.SendSync(ctx, key, rej)
+	cancel()
+	if err != nil {
+		p.blocked = true
+		d.Abandon()
+		s.fail(fmt.Errorf("sink: dead-letter %s: %w", d.Where(), err))
+		return
+	}
+	rejected.WithLabelValues(class).Inc()
+	s.absorb(p, m.Offset)
+	d.Done()
+	s.log.Warn("record rejected", "at", d.Where(), "id", rej.ID, "reason", reason)
+}
+
+// flush makes everything p absorbed durable and acknowledges its deliveries. Called with s.mu held.
+func (s *sinker) flush(p *partState) error {
+	if p.failed {
+		return errors.New("sink: partition already failed")
+	}
+	if len(p.rows) == 0 && len(p.deliveries) == 0 && p.seen < p.next {
+		return nil
+	}
+	start := time.Now()
+	var shards []committedShard
+	if len(p.rows) > 0 {
+		var groups []runRows
+		idx := map[*runState]int{}
+		for _, br := range p.rows {
+			i, ok := idx[br.run]
+			if !ok {
+				i = len(groups)
+				idx[br.run] = i
+				groups = append(groups, runRows{run: br.run})
+			}
+			groups[i].rows = append(groups[i].rows, br.row)
+		}
+		var err error
+		shards, err = s.st.commitFlush(p.key, p.first, p.seen, groups, s.cfg.RowGroupRows)
+		if err != nil {
+			p.failed = true
+			s.fail(err)
+			return err
+		}
+	} else if p.seen >= p.next {
+		s.st.advance(p.key, p.seen+1)
+		if err := s.st.writeCheckpoint(); err != nil {
+			p.failed = true
+			s.fail(fmt.Errorf("sink: write checkpoint: %w", err))
+			return err
+		}
+	}
+	p.next = p.seen + 1
+	for _, sh := range shards {
+		rowsWritten.Add(float64(sh.entry.Rows))
+		tokensWritten.Add(float64(sh.entry.Tokens))
+		shardsWritten.Inc()
+		shardBytes.Add(float64(sh.entry.Bytes))
+	}
+	for _, br := range p.rows {
+		k := rowKey{br.row.id, br.row.turn}
+		delete(br.run.buffered, k)
+		br.run.written[k] = struct{}{}
+	}
+	for _, d := range p.deliveries {
+		d.Done()
+	}
+	s.nrows -= len(p.rows)
+	s.nbytes -= p.bytes
+	bufferedRows.Sub(float64(len(p.rows)))
+	nrows := len(p.rows)
+	p.rows, p.deliveries, p.bytes, p.first = nil, nil, 0, -1
+	flushSeconds.Observe(time.Since(start).Seconds())
+	for _, sh := range shards {
+		s.log.Info("shard written", "run", sh.run.info.DirName(), "shard", sh.entry.File, "rows", sh.entry.Rows,
+			"tokens", sh.entry.Tokens, "bytes", sh.entry.Bytes)
+		if s.cfg.OnDurable != nil {
+			s.cfg.OnDurable(sh.ids)
+		}
+	}
+	if nrows == 0 {
+		s.log.Debug("offsets checkpointed", "topic", p.key.topic, "partition", p.key.partition, "next", p.next)
+	}
+	return nil
+}
+
+// timer flushes buffers that are due, and everything when ctx ends.
+func (s *sinker) timer(ctx context.Context) {
+	every := s.cfg.RotateInterval / 4
+	if s.cfg.IdleFlush > 0 && s.cfg.IdleFlush/2 < every {
+		every = s.cfg.IdleFlush / 2
+	}
+	every = min(max(every, 20*time.Millisecond), time.Second)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			s.stop()
+			return
+		case <-t.C:
+			s.flushDue()
+		}
+	}
+}
+
+func (s *sinker) flushDue() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped || s.err != nil {
+		return
+	}
+	now := time.Now()
+	idle := s.cfg.IdleFlush > 0 && now.Sub(s.lastRecv) >= s.cfg.IdleFlush
+	for _, p := range s.parts {
+		due := len(p.rows) > 0 && now.Sub(p.oldest) >= s.cfg.RotateInterval
+		if idle && (len(p.rows) > 0 || len(p.deliveries) > 0 || p.seen >= p.next) {
+			due = true
+		}
+		if due && s.flush(p) != nil {
+			return
+		}
+	}
+}
+
+// stop flushes every buffer; what cannot be flushed is abandoned, to be redelivered after a restart.
+func (s *sinker) stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stopped = true
+	for _, p := range s.parts {
+		if s.err == nil || !p.failed {
+			if err := s.flush(p); err == nil {
+				continue
+			}
+		}
+		for _, d := range p.deliveries {
+			d.Abandon()
+		}
+		p.deliveries = nil
+	}
+}

@@ -1,0 +1,448 @@
+package sink
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+)
+
+// CheckpointName is the file, directly in Config.Dir, that holds the recovery point.
+const CheckpointName = "checkpoint.json"
+
+// checkpoint is the recovery point: per topic partition, the next offset not yet in a shard, and the shards of
+// the partition's last flush (rolled forward on start if the crash came before their rename).
+type checkpoint struct {
+	FormatVersion int           `json:"format_version"`
+	Partitions    []cpPartition `json:"partitions"`
+}
+
+type cpPartition struct {
+	Topic     string `json:"topic"`
+	Partition int    `json:"partition"`
+	Next      int64  `json:"next"`
+	// LastFlush holds the shards of the last flush, as "run-dir/file" relative to Config.Dir.
+	LastFlush []string `json:"last_flush,omitempty"`
+}
+
+type partKey struct {
+	topic     string
+	partition int
+}
+
+type rowKey struct {
+	id   string
+	turn int32
+}
+
+// runState is one run directory the sink writes.
+type runState struct {
+	info     RunInfo
+	dir      string
+	manifest Manifest
+	written  map[rowKey]struct{} // in committed shards
+	buffered map[rowKey]struct{} // buffered, not yet durable
+}
+
+// store owns Config.Dir: the checkpoint, the run directories and their manifests.
+type store struct {
+	dir  string
+	log  *slog.Logger
+	cp   map[partKey]*cpPartition
+	runs map[string]*runState // by fingerprint
+}
+
+// openStore recovers dir as the package documentation describes and returns the store.
+func openStore(ctx context.Context, dir string, log *slog.Logger) (*store, error) {
+	s := &store{dir: dir, log: log, cp: map[partKey]*cpPartition{}, runs: map[string]*runState{}}
+	if err := s.readCheckpoint(); err != nil {
+		return nil, err
+	}
+	// Roll forward the last flush of each partition: its checkpoint is written, so it is committed.
+	for _, p := range s.cp {
+		for _, rel := range p.LastFlush {
+			final := filepath.Join(dir, filepath.FromSlash(rel))
+			tmp := filepath.Join(filepath.Dir(final), tmpPrefix+filepath.Base(final))
+			if _, err := os.Stat(tmp); err == nil {
+				if err := os.Rename(tmp, final); err != nil {
+					return nil, fmt.Errorf("sink: roll forward %s: %w", final, err)
+				}
+				if err := syncDir(filepath.Dir(final)); err != nil {
+					return nil, err
+				}
+				log.Info("rolled forward a committed shard", "shard", final)
+			} else if _, err := os.Stat(final); err != nil {
+				log.Error("checkpoint names a committed shard that is missing; its rows are lost", "shard", final)
+			}
+		}
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := removeTemps(dir, ents, log); err != nil {
+		return nil, err
+	}
+	for _, e := range ents {
+		if !e.IsDir() {
+			continue
+		}
+		if err := s.loadRun(ctx, filepath.Join(dir, e.Name())); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+func (s *store) readCheckpoint() error {
+	b, err := os.ReadFile(filepath.Join(s.dir, CheckpointName))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var cp checkpoint
+	if err := json.Unmarshal(b, &cp); err != nil {
+		return fmt.Errorf("sink: %s is unreadable (%w); it is written atomically, so this is outside damage", filepath.Join(s.dir, CheckpointName), err)
+	}
+	if cp.FormatVersion != FormatVersion {
+		return fmt.Errorf("sink: %s has format version %d, this build reads %d", filepath.Join(s.dir, CheckpointName), cp.FormatVersion, FormatVersion)
+	}
+	for i := range cp.Partitions {
+		p := cp.Partitions[i]
+		s.cp[partKey{p.Topic, p.Partition}] = &p
+	}
+	return nil
+}
+
+func (s *store) writeCheckpoint() error {
+	cp := checkpoint{FormatVersion: FormatVersion}
+	for _, p := range s.cp {
+		cp.Partitions = append(cp.Partitions, *p)
+	}
+	sort.Slice(cp.Partitions, func(i, j int) bool {
+		a, b := cp.Partitions[i], cp.Partitions[j]
+		if a.Topic != b.Topic {
+			return a.Topic < b.Topic
+		}
+		return a.Partition < b.Partition
+	})
+	return writeJSONAtomic(filepath.Join(s.dir, CheckpointName), &cp)
+}
+
+// removeTemps deletes the uncommitted temporary files among ents (entries of dir).
+func removeTemps(dir string, ents []os.DirEntry, log *slog.Logger) error {
+	n := 0
+	for _, e := range ents {
+		if !e.IsDir() && isTemp(e.Name()) {
+			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+			n++
+			log.Info("removed a torn temporary file", "file", filepath.Join(dir, e.Name()))
+		}
+	}
+	if n > 0 {
+		return syncDir(dir)
+	}
+	return nil
+}
+
+// loadRun recovers one run directory: removes torn temporary files, reconciles the manifest with the shards
+// on disk, advances the next offsets past its shards and loads its (id, turn) keys.
+func (s *store) loadRun(ctx context.Context, runDir string) error {
+	ents, err := os.ReadDir(runDir)
+	if err != nil {
+		return err
+	}
+	if err := removeTemps(runDir, ents, s.log); err != nil {
+		return err
+	}
+	onDisk := map[string]shardInfo{}
+	for _, e := range ents {
+		if si, ok := parseShardName(e.Name()); ok && !e.IsDir() {
+			onDisk[e.Name()] = si
+		}
+	}
+	m, err := ReadManifest(runDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		if len(onDisk) == 0 {
+			return nil // not a run directory
+		}
+		m = &Manifest{FormatVersion: FormatVersion, Schema: Columns}
+	} else if err != nil {
+		return fmt.Errorf("sink: %w", err)
+	}
+	changed := false
+	kept := m.Shards[:0]
+	listed := map[string]bool{}
+	for _, sh := range m.Shards {
+		if _, ok := onDisk[sh.File]; !ok {
+			s.log.Error("manifest lists a shard that is missing; dropping it from the manifest", "run", runDir, "shard", sh.File)
+			changed = true
+			continue
+		}
+		listed[sh.File] = true
+		kept = append(kept, sh)
+	}
+	m.Shards = kept
+	names := sortedKeys(onDisk)
+	for _, name := range names {
+		if listed[name] {
+			continue
+		}
+		// Committed (final name) but not yet in the manifest: the crash came between rename and manifest.
+		sh, info, err := describeShard(filepath.Join(runDir, name), onDisk[name])
+		if err != nil {
+			return fmt.Errorf("sink: recover %s: %w", filepath.Join(runDir, name), err)
+		}
+		if m.Run.Fingerprint == "" {
+			m.Run = info
+		}
+		m.Shards = append(m.Shards, sh)
+		changed = true
+		s.log.Info("added a committed shard to the manifest", "run", runDir, "shard", name)
+	}
+	if m.Run.Fingerprint == "" {
+		return fmt.Errorf("sink: %s has shards but no run identity", runDir)
+	}
+	if changed {
+		if err := writeManifest(runDir, m); err != nil {
+			return err
+		}
+	}
+	rs := &runState{info: m.Run, dir: runDir, manifest: *m, written: map[rowKey]struct{}{}, buffered: map[rowKey]struct{}{}}
+	for _, sh := range m.Shards {
+		si := onDisk[sh.File]
+		s.advance(partKey{si.Topic, si.Partition}, si.LastOffset+1)
+		sf, err := openShard(filepath.Join(runDir, sh.File))
+		if err != nil {
+			return fmt.Errorf("sink: recover ids: %w", err)
+		}
+		err = sf.scan(ctx, []int{colID, colTurn}, func(r *ShardRow) error {
+			rs.written[rowKey{r.ID, r.Turn}] = struct{}{}
+			return nil
+		})
+		sf.Close()
+		if err != nil {
+			return fmt.Errorf("sink: recover ids from %s: %w", sh.File, err)
+		}
+	}
+	if prev, ok := s.runs[m.Run.Fingerprint]; ok {
+		return fmt.Errorf("sink: runs %s and %s have the same fingerprint", prev.dir, runDir)
+	}
+	s.runs[m.Run.Fingerprint] = rs
+	s.log.Info("recovered run", "run", runDir, "shards", len(m.Shards), "rows", len(rs.written))
+	return nil
+}
+
+// describeShard builds the manifest entry of a committed shard from the file itself.
+func describeShard(path string, si shardInfo) (ManifestShard, RunInfo, error) {
+	sum, size, err := fileSHA256(path)
+	if err != nil {
+		return ManifestShard{}, RunInfo{}, err
+	}
+	sf, err := openShard(path)
+	if err != nil {
+		return ManifestShard{}, RunInfo{}, err
+	}
+	defer sf.Close()
+	var info RunInfo
+	if err := json.Unmarshal([]byte(sf.meta(MetaRun)), &info); err != nil {
+		return ManifestShard{}, RunInfo{}, fmt.Errorf("bad %s metadata: %w", MetaRun, err)
+	}
+	sh := ManifestShard{File: filepath.Base(path), Rows: sf.numRows(), Bytes: size, SHA256: sum,
+		Topic: si.Topic, Partition: si.Partition, FirstOffset: si.FirstOffset, LastOffset: si.LastOffset}
+	err = sf.scan(context.Background(), []int{colPromptLen, colCompletionLen}, func(r *ShardRow) error {
+		sh.PromptTokens += int64(r.PromptLen)
+		sh.CompletionTokens += int64(r.CompletionLen)
+		return nil
+	})
+	sh.Tokens = sh.PromptTokens + sh.CompletionTokens
+	return sh, info, err
+}
+
+// next returns the first offset of a partition not yet in a shard (0 if none is).
+func (s *store) next(pk partKey) int64 {
+	if p := s.cp[pk]; p != nil {
+		return p.Next
+	}
+	return 0
+}
+
+func (s *store) advance(pk partKey, next int64) {
+	p := s.cp[pk]
+	if p == nil {
+		p = &cpPartition{Topic: pk.topic, Partition: pk.partition}
+		s.cp[pk] = p
+	}
+	if next > p.Next {
+		p.Next = next
+	}
+}
+
+// run returns the run of a generation's settings, creating its state (not yet its directory) if new.
+func (s *store) run(info RunInfo) *runState {
+	if rs, ok := s.runs[info.Fingerprint]; ok {
+		return rs
+	}
+	rs := &runState{info: info, dir: filepath.Join(s.dir, info.DirName()),
+		manifest: Manifest{FormatVersion: FormatVersion, Run: info, Schema: Columns},
+		written:  map[rowKey]struct{}{}, buffered: map[rowKey]struct{}{}}
+	s.runs[info.Fingerprint] = rs
+	return rs
+}
+
+// crashPoint, when set (by tests only), is called at each step of commitFlush; returning true makes
+// commitFlush stop right there, leaving the directory exactly as a crash at that instant would.
+var crashPoint func(step string) bool
+
+// errCrashed is what commitFlush returns when crashPoint stopped it.
+var errCrashed = errors.New("sink: simulated crash")
+
+func crashed(step string) bool { return crashPoint != nil && crashPoint(step) }
+
+// runRows are the rows of one run in a flush.
+type runRows struct {
+	run  *runState
+	rows []*row
+}
+
+// committedShard is a shard a flush made durable.
+type committedShard struct {
+	run   *runState
+	entry ManifestShard
+	ids   []string
+}
+
+// commitFlush makes the rows of one partition's offset range [first, last] durable, one shard per run, and
+// moves the partition's next offset to last+1. See the package documentation for the protocol.
+func (s *store) commitFlush(pk partKey, first, last int64, groups []runRows, rowGroupRows int) ([]committedShard, error) {
+	si := shardInfo{Topic: pk.topic, Partition: pk.partition, FirstOffset: first, LastOffset: last}
+	name := shardName(si)
+	var out []committedShard
+	var tmps []string
+	cleanup := func() {
+		for _, t := range tmps {
+			os.Remove(t)
+		}
+	}
+	dirs := map[string]bool{}
+	for _, g := range groups {
+		if len(g.rows) == 0 {
+			continue
+		}
+		if _, err := os.Stat(g.run.dir); errors.Is(err, fs.ErrNotExist) {
+			if err := os.MkdirAll(g.run.dir, 0o755); err != nil {
+				cleanup()
+				return nil, err
+			}
+			if err := syncDir(s.dir); err != nil {
+				cleanup()
+				return nil, err
+			}
+		}
+		tmp := filepath.Join(g.run.dir, tmpPrefix+name)
+		tmps = append(tmps, tmp)
+		entry, err := writeShardFile(tmp, g.run.info, si, g.rows, rowGroupRows)
+		if err != nil {
+			cleanup()
+			return nil, fmt.Errorf("sink: write %s: %w", tmp, err)
+		}
+		entry.File = name
+		if crashed("shard-written") {
+			return nil, errCrashed
+		}
+		ids := make([]string, len(g.rows))
+		for i, r := range g.rows {
+			ids[i] = r.id
+		}
+		out = append(out, committedShard{run: g.run, entry: entry, ids: ids})
+		dirs[g.run.dir] = true
+	}
+	for d := range dirs {
+		if err := syncDir(d); err != nil {
+			cleanup()
+			return nil, err
+		}
+	}
+	if crashed("shards-synced") {
+		return nil, errCrashed
+	}
+	// Commit point.
+	p := s.cp[pk]
+	if p == nil {
+		p = &cpPartition{Topic: pk.topic, Partition: pk.partition}
+		s.cp[pk] = p
+	}
+	prev := *p
+	p.Next = last + 1
+	p.LastFlush = p.LastFlush[:0:0]
+	for _, c := range out {
+		p.LastFlush = append(p.LastFlush, filepath.ToSlash(filepath.Join(filepath.Base(c.run.dir), name)))
+	}
+	if err := s.writeCheckpoint(); err != nil {
+		*p = prev
+		cleanup()
+		return nil, fmt.Errorf("sink: write checkpoint: %w", err)
+	}
+	// Committed: from here on a failure is repaired by the roll-forward on the next start.
+	if crashed("checkpoint-written") {
+		return nil, errCrashed
+	}
+	for _, c := range out {
+		if err := os.Rename(filepath.Join(c.run.dir, tmpPrefix+name), filepath.Join(c.run.dir, name)); err != nil {
+			return nil, fmt.Errorf("sink: publish shard: %w", err)
+		}
+		if crashed("shard-renamed") {
+			return nil, errCrashed
+		}
+	}
+	for d := range dirs {
+		if err := syncDir(d); err != nil {
+			return nil, err
+		}
+	}
+	for _, c := range out {
+		c.run.manifest.Shards = append(c.run.manifest.Shards, c.entry)
+		if err := writeManifest(c.run.dir, &c.run.manifest); err != nil {
+			return nil, fmt.Errorf("sink: write manifest: %w", err)
+		}
+		if crashed("manifest-written") {
+			return nil, errCrashed
+		}
+	}
+	return out, nil
+}
+
+// writeShardFile writes rows to path, fsyncs it and returns its manifest entry (without File).
+func writeShardFile(path string, run RunInfo, si shardInfo, rows []*row, rowGroupRows int) (ManifestShard, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return ManifestShard{}, err
+	}
+	bw := bufio.NewWriterSize(f, 1<<20)
+	ch := newCountingHash(bw)
+	st, err := writeShard(ch, rows, shardKV(run, si), rowGroupRows)
+	if err == nil {
+		err = bw.Flush()
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return ManifestShard{}, err
+	}
+	return ManifestShard{Rows: st.Rows, Tokens: st.Tokens, PromptTokens: st.PromptTokens, CompletionTokens: st.CompletionTokens,
+		Bytes: ch.n, SHA256: ch.sum(), Topic: si.Topic, Partition: si.Partition, FirstOffset: si.FirstOffset, LastOffset: si.LastOffset}, nil
+}

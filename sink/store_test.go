@@ -1,0 +1,290 @@
+package sink
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/draftflow/draftflow/topics"
+)
+
+// flushGens commits gens (offsets first, first+1, ...) of partition 0 of topic "generated", as Run would after
+// a restart: offsets below the recovered next offset and (id, turn) already written are skipped.
+func flushGens(st *store, first int64, gens []*mixedGen) error {
+	pk := partKey{"generated", 0}
+	next := st.next(pk)
+	var groups []runRows
+	idx := map[*runState]int{}
+	lo, hi := int64(-1), int64(-1)
+	for i, mg := range gens {
+		off := first + int64(i)
+		if off < next {
+			continue
+		}
+		if lo < 0 {
+			lo = off
+		}
+		hi = off
+		rs := st.run(RunOf(mg.g))
+		if _, dup := rs.written[rowKey{mg.g.ID, int32(mg.g.Turn)}]; dup {
+			continue
+		}
+		j, ok := idx[rs]
+		if !ok {
+			j = len(groups)
+			idx[rs] = j
+			groups = append(groups, runRows{run: rs})
+		}
+		groups[j].rows = append(groups[j].rows, &row{id: mg.g.ID, dataset: mg.g.Dataset, finishReason: mg.g.Meta.FinishReason,
+			endpoint: mg.g.Meta.Endpoint, prompt: mg.g.PromptIDs, output: mg.g.OutputIDs})
+	}
+	if lo < 0 {
+		return nil
+	}
+	shards, err := st.commitFlush(pk, lo, hi, groups, 4)
+	if err != nil {
+		return err
+	}
+	for _, sh := range shards {
+		for _, id := range sh.ids {
+			sh.run.written[rowKey{id, 0}] = struct{}{}
+		}
+	}
+	return nil
+}
+
+type mixedGen struct{ g *topics.Generation }
+
+// interleaved returns n generations alternating between two runs (temperature 0.5 and 1.0), ids from base.
+func interleaved(base, n int) ([]*mixedGen, []*topics.Generation, []*topics.Generation) {
+	var all []*mixedGen
+	var a, b []*topics.Generation
+	for i := base; i < base+n; i++ {
+		temp := 0.5
+		if i%2 == 1 {
+			temp = 1.0
+		}
+		g := mkGen(i, temp)
+		all = append(all, &mixedGen{g})
+		if temp == 0.5 {
+			a = append(a, g)
+		} else {
+			b = append(b, g)
+		}
+	}
+	return all, a, b
+}
+
+func TestRecoveryAtEveryCrashPoint(t *testing.T) {
+	steps := []string{"shard-written", "shards-synced", "checkpoint-written", "shard-renamed", "manifest-written"}
+	for _, step := range steps {
+		t.Run(step, func(t *testing.T) {
+			dir := t.TempDir()
+			ctx := context.Background()
+			st, err := openStore(ctx, dir, quietLogger())
+			if err != nil {
+				t.Fatal(err)
+			}
+			first, a1, b1 := interleaved(0, 10)
+			if err := flushGens(st, 0, first); err != nil {
+				t.Fatal(err)
+			}
+			second, a2, b2 := interleaved(10, 10)
+			crashPoint = func(s string) bool { return s == step }
+			err = flushGens(st, 10, second)
+			crashPoint = nil
+			if err != errCrashed {
+				t.Fatalf("flush returned %v, want the simulated crash", err)
+			}
+
+			// Restart.
+			st2, err := openStore(ctx, dir, quietLogger())
+			if err != nil {
+				t.Fatal(err)
+			}
+			committed := step != "shard-written" && step != "shards-synced"
+			wantNext := int64(10)
+			if committed {
+				wantNext = 20
+			}
+			if got := st2.next(partKey{"generated", 0}); got != wantNext {
+				t.Fatalf("recovered next offset %d, want %d", got, wantNext)
+			}
+			assertNoTemps(t, dir)
+			// The redelivered second flush: skipped where committed, written otherwise.
+			if err := flushGens(st2, 10, second); err != nil {
+				t.Fatal(err)
+			}
+			rows := readRows(t, dir)
+			if len(rows) != 2 {
+				t.Fatalf("%d run dirs, want 2", len(rows))
+			}
+			ra, rb := st2.run(RunOf(a1[0])), st2.run(RunOf(b1[0]))
+			checkRowsExact(t, rows[filepath.Base(ra.dir)], append(a1, a2...))
+			checkRowsExact(t, rows[filepath.Base(rb.dir)], append(b1, b2...))
+			if _, err := Inspect(dir, nil); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func assertNoTemps(t *testing.T, dir string) {
+	t.Helper()
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && isTemp(d.Name()) {
+			t.Errorf("temporary file left: %s", p)
+		}
+		return nil
+	})
+}
+
+func TestTornTempFilesCleaned(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	st, err := openStore(ctx, dir, quietLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gens, a, _ := interleaved(0, 6)
+	if err := flushGens(st, 0, gens); err != nil {
+		t.Fatal(err)
+	}
+	rd := st.run(RunOf(a[0])).dir
+	torn := []string{
+		filepath.Join(rd, tmpPrefix+"generated+0+000000000006-000000000011.parquet"),
+		filepath.Join(rd, tmpPrefix+ManifestName),
+		filepath.Join(dir, tmpPrefix+CheckpointName),
+	}
+	for _, p := range torn {
+		if err := os.WriteFile(p, []byte("PAR1 torn"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := openStore(ctx, dir, quietLogger()); err != nil {
+		t.Fatal(err)
+	}
+	assertNoTemps(t, dir)
+	if _, err := Inspect(dir, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRecoverWithoutCheckpointUsesShardNames(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	st, err := openStore(ctx, dir, quietLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gens, _, _ := interleaved(0, 8)
+	if err := flushGens(st, 100, gens); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, CheckpointName)); err != nil {
+		t.Fatal(err)
+	}
+	st2, err := openStore(ctx, dir, quietLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st2.next(partKey{"generated", 0}); got != 108 {
+		t.Fatalf("next offset %d, want 108 (from shard names)", got)
+	}
+	if n := len(st2.runs); n != 2 {
+		t.Fatalf("%d runs recovered, want 2", n)
+	}
+	for _, rs := range st2.runs {
+		if len(rs.written) != 4 {
+			t.Fatalf("run %s: %d ids loaded, want 4", rs.dir, len(rs.written))
+		}
+	}
+}
+
+func TestInspectCatchesCorruption(t *testing.T) {
+	newDir := func(t *testing.T) (string, *runState) {
+		dir := t.TempDir()
+		st, err := openStore(context.Background(), dir, quietLogger())
+		if err != nil {
+			t.Fatal(err)
+		}
+		gens, a, _ := interleaved(0, 40)
+		if err := flushGens(st, 0, gens); err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		if _, err := Inspect(dir, &out); err != nil {
+			t.Fatalf("clean directory: %v\n%s", err, out.String())
+		}
+		return dir, st.run(RunOf(a[0]))
+	}
+	shardPath := func(rs *runState) string { return filepath.Join(rs.dir, rs.manifest.Shards[0].File) }
+
+	t.Run("flipped byte", func(t *testing.T) {
+		dir, rs := newDir(t)
+		p := shardPath(rs)
+		b, _ := os.ReadFile(p)
+		b[len(b)/2] ^= 0xFF
+		os.WriteFile(p, b, 0o644)
+		expectProblem(t, dir, "sha256")
+	})
+	t.Run("truncated", func(t *testing.T) {
+		dir, rs := newDir(t)
+		p := shardPath(rs)
+		b, _ := os.ReadFile(p)
+		os.WriteFile(p, b[:len(b)-100], 0o644)
+		expectProblem(t, dir, "bytes")
+	})
+	t.Run("unlisted shard", func(t *testing.T) {
+		dir, rs := newDir(t)
+		b, _ := os.ReadFile(shardPath(rs))
+		os.WriteFile(filepath.Join(rs.dir, "generated+0+000000000900-000000000901.parquet"), b, 0o644)
+		expectProblem(t, dir, "not in the manifest")
+	})
+	t.Run("missing shard", func(t *testing.T) {
+		dir, rs := newDir(t)
+		os.Remove(shardPath(rs))
+		expectProblem(t, dir, "no such file")
+	})
+	t.Run("bad loss mask", func(t *testing.T) {
+		dir, rs := newDir(t)
+		// Rewrite the shard with a row whose prompt_len disagrees with its tokens, and fix the manifest's
+		// checksum so only the row check can catch it.
+		bad := &row{id: "bad", prompt: []uint32{1, 2, 3}, output: []uint32{4}}
+		p := shardPath(rs)
+		f, _ := os.Create(p)
+		ch := newCountingHash(f)
+		if _, err := writeShard(ch, []*row{bad}, shardKV(rs.info, shardInfo{Topic: "generated"}), 8); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		// Corrupt the mask in memory terms: rows are always written consistently, so check checkRow directly too.
+		r := ShardRow{ID: "x", InputIDs: []int32{1, 2, 3}, LossMask: []uint8{0, 1, 1}, PromptLen: 2, CompletionLen: 1}
+		if msg := checkRow(&r); !strings.Contains(msg, "loss_mask[1]") {
+			t.Fatalf("checkRow = %q, want a loss_mask complaint", msg)
+		}
+		r = ShardRow{ID: "x", InputIDs: []int32{1, 2, 3}, LossMask: []uint8{0, 1}, PromptLen: 1, CompletionLen: 2}
+		if msg := checkRow(&r); !strings.Contains(msg, "loss_mask has 2") {
+			t.Fatalf("checkRow = %q", msg)
+		}
+		expectProblem(t, dir, "manifest says")
+	})
+}
+
+func expectProblem(t *testing.T, dir, want string) {
+	t.Helper()
+	var out bytes.Buffer
+	sum, err := Inspect(dir, &out)
+	if err == nil {
+		t.Fatalf("Inspect passed a corrupted directory:\n%s", out.String())
+	}
+	for _, p := range sum.Problems {
+		if strings.Contains(p, want) {
+			return
+		}
+	}
+	t.Fatalf("no problem mentions %q: %v", want, sum.Problems)
+}

@@ -1,0 +1,569 @@
+package generate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+)
+
+// Request is one generation for the Controller to run.
+type Request struct {
+	// RID is the base of SGLang's request ids (see RequestID); attempt n is sent as AttemptRID(RID, n).
+	RID string
+	// Key is the dataset and lane whose output lengths this request shares.
+	Key LengthKey
+	// InputIDs is the prompt.
+	InputIDs []uint32
+	// Sampling holds the sampling parameters; MaxNewTokens must be set.
+	Sampling SamplingParams
+}
+
+// Result is a finished generation.
+type Result struct {
+	// Response is the server's answer, token-exact.
+	Response *GenerateResponse
+	// Endpoint is the base URL of the server that produced it.
+	Endpoint string
+	// ServedModel is the model path that server reported, if known.
+	ServedModel string
+	// Attempts counts the attempts made (1 when the first succeeded).
+	Attempts int
+}
+
+// RejectedError is a request that must not be retried: the server refused it (HTTP 400), aborted it, or
+// answered with something unusable. Reason is the server's message, fit for a dead letter.
+type RejectedError struct {
+	Reason string
+	Err    error
+}
+
+func (e *RejectedError) Error() string { return "generate: rejected: " + e.Reason }
+func (e *RejectedError) Unwrap() error { return e.Err }
+
+// Endpoint states.
+const (
+	stateProbing  = iota // capacity not read yet (start, or after a drain): admits nothing
+	stateReady           // admits requests
+	stateDraining        // failed health checks: admits nothing until a probe succeeds
+)
+
+// endpoint is one SGLang server and the Controller's view of it. Fields below mu are guarded by Controller.mu.
+type endpoint struct {
+	url string
+	cl  *Client
+
+	state    int
+	cap      Capacity
+	budget   float64 // admission budget in charge units (tokens for kv-budget, requests for fixed)
+	used     float64 // sum of the charges of in-flight requests
+	inflight int
+	fails    int // consecutive health/connection failures
+
+	// feedback state (kv-budget)
+	retracted      float64 // last value of the server's retraction counter
+	haveRetracted  bool    // the server exports that counter
+	metaRetracts   int     // retractions reported in meta_info since the last feedback tick
+	cooldownUntil  time.Time
+	load           Load
+	drainedSignal  chan struct{} // closed and replaced when the endpoint is drained
+	lastAdmitBlock time.Time     // last time a waiter found no room here
+}
+
+// lane is a scheduling class's state in the Controller.
+type lane struct {
+	cfg     Lane
+	share   float64
+	used    float64
+	waiters []*waiter
+}
+
+// waiter is a request waiting for admission.
+type waiter struct {
+	req    *Request
+	lane   *lane
+	avoid  *endpoint // endpoint that just failed this request: used only when no other is ready
+	ready  chan struct{}
+	ep     *endpoint
+	charge float64
+	since  time.Time
+}
+
+// lease is an admitted request's hold on an endpoint's budget.
+type lease struct {
+	ep     *endpoint
+	lane   *lane
+	charge float64
+}
+
+// Controller admits requests to SGLang endpoints under the configured policy, routes them, sends them with
+// retries, and learns from their outcomes. Create it with NewController, start its feedback loops with Run,
+// and send requests with Do from any number of goroutines.
+type Controller struct {
+	cfg Config
+	log *slog.Logger
+	est *LengthEstimator
+	met *metrics
+	eps []*endpoint
+
+	mu     sync.Mutex
+	lanes  map[string]*lane
+	order  []*lane
+	rr     int
+	notify chan struct{} // poked when something in the admission state changes (tests and feedback)
+}
+
+// NewController validates cfg and builds a Controller for cfg.Endpoints. It does no I/O; Run brings the
+// endpoints up.
+func NewController(cfg Config) (*Controller, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	c := &Controller{
+		cfg:    cfg,
+		log:    cfg.Logger.With("stage", "generate"),
+		est:    NewLengthEstimator(cfg.Budget.Quantile, cfg.Budget.Window, cfg.Budget.PriorOutputTokens),
+		met:    newMetrics(cfg.Registerer),
+		lanes:  map[string]*lane{},
+		notify: make(chan struct{}, 1),
+	}
+	for _, u := range cfg.Endpoints {
+		c.eps = append(c.eps, &endpoint{url: u, cl: NewClient(u, cfg.HTTPClient), drainedSignal: make(chan struct{})})
+	}
+	lanes := cfg.Lanes
+	if len(lanes) == 0 {
+		lanes = []Lane{{Name: DefaultLane}}
+	}
+	given, free := 0.0, 0
+	for _, l := range lanes {
+		given += l.Share
+		if l.Share == 0 {
+			free++
+		}
+	}
+	for _, l := range lanes {
+		ls := &lane{cfg: l, share: l.Share}
+		if ls.share == 0 {
+			ls.share = (1 - given) / float64(free)
+		}
+		c.lanes[l.Name] = ls
+		c.order = append(c.order, ls)
+	}
+	return c, nil
+}
+
+// Estimator returns the Controller's output length estimator.
+func (c *Controller) Estimator() *LengthEstimator { return c.est }
+
+// ResolveLane returns the lane of a record of dataset that names lane (possibly ""): the named lane when it
+// is configured, else the first lane listing the dataset, else the first configured lane (DefaultLane
+// when none is).
+func (c *Controller) ResolveLane(dataset, laneName string) Lane {
+	if l, ok := c.lanes[laneName]; ok && laneName != "" {
+		return l.cfg
+	}
+	for _, l := range c.order {
+		if slices.Contains(l.cfg.Datasets, dataset) {
+			return l.cfg
+		}
+	}
+	return c.order[0].cfg
+}
+
+// MaxNewTokens resolves a record's max_new_tokens: its own setting, else its lane's, else the default.
+func (c *Controller) MaxNewTokens(own int, l Lane) int {
+	switch {
+	case own > 0:
+		return own
+	case l.MaxNewTokens > 0:
+		return l.MaxNewTokens
+	}
+	return c.cfg.DefaultMaxNewTokens
+}
+
+// charge is what an in-flight request costs its endpoint's budget.
+func (c *Controller) charge(r *Request) float64 {
+	if c.cfg.Policy == PolicyFixed {
+		return 1
+	}
+	return float64(len(r.InputIDs) + c.est.Expected(r.Key, r.Sampling.MaxNewTokens))
+}
+
+// fits reports whether ep can take a request of charge now.
+func (c *Controller) fits(ep *endpoint, charge float64) bool {
+	if ep.state != stateReady {
+		return false
+	}
+	if c.cfg.Policy == PolicyKVBudget && ep.cap.MaxRunningRequests > 0 &&
+		ep.inflight >= ep.cap.MaxRunningRequests+c.cfg.Budget.MaxServerQueue {
+		return false
+	}
+	return ep.inflight == 0 || ep.used+charge <= ep.budget
+}
+
+// route picks the endpoint for a request of charge, or nil when none has room.
+func (c *Controller) route(charge float64, avoid *endpoint) *endpoint {
+	if avoid != nil {
+		others := false
+		for _, ep := range c.eps {
+			others = others || (ep != avoid && ep.state == stateReady)
+		}
+		if !others {
+			avoid = nil
+		}
+	}
+	if c.cfg.Routing == RouteRoundRobin {
+		for i := range c.eps {
+			ep := c.eps[(c.rr+i)%len(c.eps)]
+			if ep != avoid && c.fits(ep, charge) {
+				c.rr = (c.rr + i + 1) % len(c.eps)
+				return ep
+			}
+		}
+		return nil
+	}
+	var best *endpoint
+	bestRoom := 0.0
+	for _, ep := range c.eps {
+		if ep == avoid || !c.fits(ep, charge) {
+			continue
+		}
+		room := 1.0
+		if ep.budget > 0 {
+			room = (ep.budget - ep.used - charge) / ep.budget
+		}
+		if best == nil || room > bestRoom {
+			best, bestRoom = ep, room
+		}
+	}
+	return best
+}
+
+// admit grants waiting requests while some endpoint has room. Lanes are served most-underserved first
+// (charge in flight relative to their share of the total budget); when an underserved lane's head does not
+// fit anywhere, lanes already over their share wait, so capacity frees up for it. c.mu must be held.
+func (c *Controller) admit() {
+	for {
+		total := 0.0
+		for _, ep := range c.eps {
+			if ep.state == stateReady {
+				total += ep.budget
+			}
+		}
+		cands := make([]*lane, 0, len(c.order))
+		for _, l := range c.order {
+			if len(l.waiters) > 0 {
+				cands = append(cands, l)
+			}
+		}
+		if len(cands) == 0 || total == 0 {
+			return
+		}
+		slices.SortStableFunc(cands, func(a, b *lane) int {
+			x, y := a.used/a.share, b.used/b.share
+			switch {
+			case x < y:
+				return -1
+			case x > y:
+				return 1
+			}
+			return 0
+		})
+		granted, reserve := false, false
+		for _, l := range cands {
+			under := l.used < l.share*total
+			if reserve && !under {
+				continue
+			}
+			w := l.waiters[0]
+			charge := c.charge(w.req)
+			ep := c.route(charge, w.avoid)
+			if ep == nil {
+				now := time.Now()
+				for _, e := range c.eps {
+					e.lastAdmitBlock = now
+				}
+				if under {
+					reserve = true
+				}
+				continue
+			}
+			l.waiters = l.waiters[1:]
+			w.ep, w.charge = ep, charge
+			ep.used += charge
+			ep.inflight++
+			l.used += charge
+			c.met.admitted(ep, l.cfg.Name, time.Since(w.since))
+			close(w.ready)
+			granted = true
+			break
+		}
+		if !granted {
+			return
+		}
+	}
+}
+
+// acquire waits until r is admitted on some endpoint.
+func (c *Controller) acquire(ctx context.Context, r *Request, avoid *endpoint) (*lease, error) {
+	l := c.lanes[r.Key.Lane]
+	if l == nil {
+		l = c.order[0]
+	}
+	w := &waiter{req: r, lane: l, avoid: avoid, ready: make(chan struct{}), since: time.Now()}
+	c.mu.Lock()
+	l.waiters = append(l.waiters, w)
+	c.met.queue(l.cfg.Name, len(l.waiters))
+	c.admit()
+	c.mu.Unlock()
+	select {
+	case <-w.ready:
+		return &lease{ep: w.ep, lane: l, charge: w.charge}, nil
+	case <-ctx.Done():
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	select {
+	case <-w.ready: // granted while we were giving up: hand it back
+		c.releaseLocked(&lease{ep: w.ep, lane: l, charge: w.charge})
+	default:
+		l.waiters = slices.DeleteFunc(l.waiters, func(x *waiter) bool { return x == w })
+	}
+	c.met.queue(l.cfg.Name, len(l.waiters))
+	return nil, ctx.Err()
+}
+
+// release returns a lease's charge and admits whoever now fits.
+func (c *Controller) release(ls *lease, retractions int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ls.ep.metaRetracts += retractions
+	c.releaseLocked(ls)
+}
+
+func (c *Controller) releaseLocked(ls *lease) {
+	ls.ep.used -= ls.charge
+	ls.ep.inflight--
+	ls.lane.used -= ls.charge
+	if ls.ep.inflight == 0 {
+		ls.ep.used = 0 // shed float drift
+	}
+	c.met.endpointState(ls.ep)
+	c.admit()
+	c.met.queue(ls.lane.cfg.Name, len(ls.lane.waiters))
+}
+
+// Waiting returns how many requests wait for admission, over all lanes.
+func (c *Controller) Waiting() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, l := range c.order {
+		n += len(l.waiters)
+	}
+	return n
+}
+
+// EndpointStatus is a snapshot of one endpoint as the Controller sees it.
+type EndpointStatus struct {
+	URL      string
+	Ready    bool
+	Capacity Capacity
+	Budget   float64
+	Used     float64
+	InFlight int
+	Load     Load
+}
+
+// Endpoints returns a snapshot of every endpoint.
+func (c *Controller) Endpoints() []EndpointStatus {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]EndpointStatus, len(c.eps))
+	for i, ep := range c.eps {
+		out[i] = EndpointStatus{URL: ep.url, Ready: ep.state == stateReady, Capacity: ep.cap, Budget: ep.budget,
+			Used: ep.used, InFlight: ep.inflight, Load: ep.load}
+	}
+	return out
+}
+
+// Do runs one request to completion: it waits for admission, sends the request, and retries connection
+// errors, timeouts, 5xx and 503 answers with exponential backoff, on another endpoint where one is ready. It
+// returns the Result, a *RejectedError for a request the server refuses (HTTP 400, an abort, an invalid
+// answer, or more than MaxServerErrors HTTP 500s), or ctx's error once ctx ends; a request cut short by ctx
+// is aborted on its server.
+func (c *Controller) Do(ctx context.Context, r *Request) (*Result, error) {
+	if r.Sampling.MaxNewTokens <= 0 {
+		return nil, errors.New("generate: request without max_new_tokens")
+	}
+	b := backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(c.cfg.RetryInitial),
+		backoff.WithMaxInterval(c.cfg.RetryMax),
+		backoff.WithMaxElapsedTime(0),
+	)
+	var (
+		attempts, serverErrors int
+		avoid                  *endpoint
+	)
+	op := func() (*Result, error) {
+		ls, err := c.acquire(ctx, r, avoid)
+		if err != nil {
+			return nil, backoff.Permanent(err)
+		}
+		attempts++
+		ep := ls.ep
+		actx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+		start := time.Now()
+		rid := AttemptRID(r.RID, attempts)
+		resp, err := ep.cl.Generate(actx, &GenerateRequest{InputIDs: r.InputIDs, RID: rid, SamplingParams: r.Sampling})
+		timedOut := errors.Is(actx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
+		cancel()
+		if err == nil {
+			c.mu.Lock()
+			ep.fails = 0
+			served := ep.cap.ServedModel
+			c.mu.Unlock()
+			c.release(ls, resp.MetaInfo.Retractions())
+			c.est.Observe(r.Key, len(resp.OutputIDs))
+			c.met.finished(ep, len(resp.OutputIDs), resp.MetaInfo.Retractions(), time.Since(start))
+			c.met.estimate(r.Key, c.est.Expected(r.Key, 0))
+			return &Result{Response: resp, Endpoint: ep.url, ServedModel: served, Attempts: attempts}, nil
+		}
+		if ctx.Err() != nil || timedOut {
+			// Abandoned: make sure the server stops spending KV on it.
+			c.abort(ep, rid)
+		}
+		c.release(ls, 0)
+		if ctx.Err() != nil {
+			return nil, backoff.Permanent(ctx.Err())
+		}
+		kind, reason := classify(err)
+		switch kind {
+		case outcomeReject:
+			c.met.outcome(ep, "rejected")
+			return nil, backoff.Permanent(&RejectedError{Reason: reason, Err: err})
+		case outcomeServerError:
+			serverErrors++
+			c.met.outcome(ep, "server_error")
+			if serverErrors >= c.cfg.MaxServerErrors {
+				return nil, backoff.Permanent(&RejectedError{
+					Reason: fmt.Sprintf("server failed the request %d times, last: %s", serverErrors, reason), Err: err})
+			}
+		case outcomeBusy:
+			c.met.outcome(ep, "busy")
+		case outcomeConnection:
+			c.met.outcome(ep, "connection_error")
+			if timedOut {
+				c.met.outcome(ep, "timeout")
+			} else {
+				c.reportFailure(ep, err)
+			}
+		case outcomeMisconfigured:
+			c.met.outcome(ep, "client_error")
+			c.log.Error("endpoint refuses requests; check --sglang", "endpoint", ep.url, "err", err)
+		}
+		avoid = ep
+		return nil, err
+	}
+	notify := func(err error, wait time.Duration) {
+		c.log.Debug("retrying request", "rid", r.RID, "err", err, "in", wait)
+	}
+	return backoff.RetryNotifyWithData(op, backoff.WithContext(b, ctx), notify)
+}
+
+// RequestID is the base request id of a record's turn: "<id>#<turn>".
+func RequestID(id string, turn int) string { return id + "#" + strconv.Itoa(turn) }
+
+// AttemptRID is the rid sent for attempt n (1-based) of a request: "<base>.<n>;". Every attempt has its own
+// rid, so aborting an abandoned attempt never hits its retry, and the terminator keeps rids prefix-free
+// (SGLang's /abort_request matches by prefix).
+func AttemptRID(base string, n int) string { return base + "." + strconv.Itoa(n) + ";" }
+
+// abort tells ep to stop working on rid; best effort, bounded.
+func (c *Controller) abort(ep *endpoint, rid string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := ep.cl.Abort(ctx, rid); err != nil {
+		c.log.Debug("abort_request failed", "endpoint", ep.url, "rid", rid, "err", err)
+	}
+}
+
+// reportFailure counts a connection failure against ep; enough of them in a row drain it.
+func (c *Controller) reportFailure(ep *endpoint, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ep.fails++
+	if ep.state == stateReady && ep.fails >= c.cfg.HealthFailures {
+		c.drainLocked(ep, err)
+	}
+}
+
+// drainLocked stops admissions to ep until a probe brings it back. c.mu must be held.
+func (c *Controller) drainLocked(ep *endpoint, err error) {
+	if ep.state == stateDraining {
+		return
+	}
+	c.log.Warn("endpoint drained", "endpoint", ep.url, "inflight", ep.inflight, "err", err)
+	ep.state = stateDraining
+	close(ep.drainedSignal)
+	ep.drainedSignal = make(chan struct{})
+	c.met.endpointState(ep)
+}
+
+// outcome kinds of a failed attempt.
+const (
+	outcomeReject        = iota // permanent: dead-letter the record
+	outcomeServerError          // HTTP 500 or a server-side abort: retry, a bounded number of times
+	outcomeBusy                 // 503, 429, 408, 502, 504: retry
+	outcomeConnection           // transport error or timeout: retry, count against the endpoint
+	outcomeMisconfigured        // other 4xx: retry, loudly
+)
+
+// classify maps an attempt's error to what to do about it, with the reason to record.
+func classify(err error) (int, string) {
+	var se *StatusError
+	var ab *AbortedError
+	var ir *InvalidResponseError
+	switch {
+	case errors.As(err, &se):
+		switch {
+		case se.Code == http.StatusBadRequest && strings.Contains(se.Message, "Duplicate request ID"):
+			// Another replica runs the same record (a redelivery); the next attempt has a fresh rid.
+			return outcomeBusy, se.Message
+		case se.Code == http.StatusBadRequest || se.Code == http.StatusRequestEntityTooLarge ||
+			se.Code == http.StatusUnprocessableEntity:
+			return outcomeReject, se.Message
+		case se.Code == http.StatusServiceUnavailable || se.Code == http.StatusTooManyRequests ||
+			se.Code == http.StatusRequestTimeout || se.Code == http.StatusBadGateway ||
+			se.Code == http.StatusGatewayTimeout:
+			return outcomeBusy, se.Message
+		case se.Code >= 500:
+			return outcomeServerError, se.Message
+		}
+		return outcomeMisconfigured, se.Message
+	case errors.As(err, &ab):
+		switch {
+		case ab.StatusCode == http.StatusServiceUnavailable || ab.StatusCode == http.StatusTooManyRequests:
+			return outcomeBusy, ab.Message
+		case ab.StatusCode >= 500:
+			return outcomeServerError, ab.Message
+		}
+		reason := ab.Message
+		if reason == "" {
+			reason = "aborted by the server"
+		}
+		return outcomeReject, reason
+	case errors.As(err, &ir):
+		return outcomeReject, ir.Error()
+	}
+	return outcomeConnection, err.Error()
+}

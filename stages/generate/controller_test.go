@@ -1,0 +1,475 @@
+package generate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// fakeServer is a scriptable SGLang: /generate waits on the gate unless a scripted answer says otherwise.
+type fakeServer struct {
+	t       *testing.T
+	pool    int
+	healthy atomic.Bool
+	infos   atomic.Int32 // /get_server_info calls
+
+	mu        sync.Mutex
+	running   int
+	maxSeen   int
+	gate      chan struct{} // one token per request allowed to finish
+	script    []func(w http.ResponseWriter) bool
+	rids      []string
+	load      map[string]any
+	retracted float64
+	outLen    int
+	srv       *httptest.Server
+}
+
+func newFake(t *testing.T, pool int) *fakeServer {
+	f := &fakeServer{t: t, pool: pool, gate: make(chan struct{}, 1000), outLen: 10,
+		load: map[string]any{"num_running_reqs": 0, "num_waiting_reqs": 0, "token_usage": 0.0}}
+	f.healthy.Store(true)
+	f.srv = httptest.NewServer(f)
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !f.healthy.Load() {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
+	switch r.URL.Path {
+	case "/health":
+	case "/get_server_info":
+		f.infos.Add(1)
+		_ = json.NewEncoder(w).Encode(map[string]any{"max_total_num_tokens": f.pool, "max_running_requests": 1000, "context_length": 32768, "model_path": "fake/model"})
+	case "/v1/loads":
+		f.mu.Lock()
+		l := map[string]any{"max_total_num_tokens": f.pool}
+		for k, v := range f.load {
+			l[k] = v
+		}
+		f.mu.Unlock()
+		_ = json.NewEncoder(w).Encode(map[string]any{"loads": []any{l}})
+	case "/metrics":
+		f.mu.Lock()
+		fmt.Fprintf(w, "# TYPE sglang:num_retracted_requests_total counter\nsglang:num_retracted_requests_total{model_name=\"x\"} %g\n", f.retracted)
+		f.mu.Unlock()
+	case "/abort_request":
+	case "/generate":
+		var req GenerateRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			f.t.Errorf("bad request body: %v", err)
+		}
+		f.mu.Lock()
+		f.rids = append(f.rids, req.RID)
+		var step func(http.ResponseWriter) bool
+		if len(f.script) > 0 {
+			step, f.script = f.script[0], f.script[1:]
+		}
+		f.mu.Unlock()
+		if step != nil && step(w) {
+			return
+		}
+		f.mu.Lock()
+		f.running++
+		f.maxSeen = max(f.maxSeen, f.running)
+		f.mu.Unlock()
+		defer func() { f.mu.Lock(); f.running--; f.mu.Unlock() }()
+		select {
+		case <-f.gate:
+		case <-r.Context().Done():
+			return
+		}
+		out := make([]uint32, f.outLen)
+		for i := range out {
+			out[i] = uint32(i + 1)
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"output_ids": out, "meta_info": map[string]any{
+			"id": req.RID, "finish_reason": map[string]any{"type": "stop", "matched": 2},
+			"prompt_tokens": len(req.InputIDs), "completion_tokens": len(out), "num_retractions": 0}})
+	default:
+		w.WriteHeader(http.StatusNotFound)
+	}
+}
+
+func (f *fakeServer) release(n int) {
+	for range n {
+		f.gate <- struct{}{}
+	}
+}
+
+func (f *fakeServer) runningNow() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.running
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func newTestController(t *testing.T, cfg Config) *Controller {
+	t.Helper()
+	cfg.Registerer = prometheus.NewRegistry()
+	cfg.Logger = testLogger(t)
+	if cfg.RetryInitial == 0 {
+		cfg.RetryInitial, cfg.RetryMax = time.Millisecond, 10*time.Millisecond
+	}
+	if cfg.HealthInterval == 0 {
+		cfg.HealthInterval = 20 * time.Millisecond
+	}
+	if cfg.Budget.PollInterval == 0 {
+		cfg.Budget.PollInterval = time.Hour // feedback off unless a test turns it on
+	}
+	c, err := NewController(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = c.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return c
+}
+
+func req(rid string, prompt, maxNew int) *Request {
+	return &Request{RID: rid, Key: LengthKey{Dataset: "d", Lane: DefaultLane}, InputIDs: make([]uint32, prompt),
+		Sampling: SamplingParams{MaxNewTokens: maxNew}}
+}
+
+// doAsync runs Do in the background and returns a channel with its error.
+func doAsync(c *Controller, ctx context.Context, r *Request) <-chan error {
+	ch := make(chan error, 1)
+	go func() { _, err := c.Do(ctx, r); ch <- err }()
+	return ch
+}
+
+func TestAdmissionAgainstKVBudget(t *testing.T) {
+	f := newFake(t, 10000)
+	c := newTestController(t, Config{Endpoints: []string{f.srv.URL}})
+	waitFor(t, "endpoint ready", func() bool { return c.Endpoints()[0].Ready })
+	// Each request charges 1000 prompt + 1000 (prior = max_new_tokens): five fit a 10000-token budget.
+	var errs []<-chan error
+	for i := range 8 {
+		errs = append(errs, doAsync(c, context.Background(), req(fmt.Sprint("r", i), 1000, 1000)))
+	}
+	waitFor(t, "five running", func() bool { return f.runningNow() == 5 })
+	time.Sleep(50 * time.Millisecond)
+	if got := f.runningNow(); got != 5 {
+		t.Fatalf("%d running, want 5 (budget 10000 / charge 2000)", got)
+	}
+	if w := c.Waiting(); w != 3 {
+		t.Fatalf("%d waiting, want 3", w)
+	}
+	if st := c.Endpoints()[0]; st.Used != 10000 || st.InFlight != 5 {
+		t.Fatalf("endpoint state %+v", st)
+	}
+	f.release(1)
+	waitFor(t, "a sixth admitted", func() bool { return c.Waiting() == 2 && f.runningNow() == 5 })
+	f.release(7)
+	for _, e := range errs {
+		if err := <-e; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := c.Endpoints()[0]; st.Used != 0 || st.InFlight != 0 {
+		t.Fatalf("charges not returned: %+v", st)
+	}
+	if f.maxSeen != 5 {
+		t.Fatalf("server saw %d concurrent requests, want at most 5", f.maxSeen)
+	}
+}
+
+func TestFixedPolicyRoundRobin(t *testing.T) {
+	a, b := newFake(t, 1000), newFake(t, 1000)
+	c := newTestController(t, Config{Endpoints: []string{a.srv.URL, b.srv.URL}, Policy: PolicyFixed, Concurrency: 3,
+		Routing: RouteRoundRobin})
+	waitFor(t, "endpoints ready", func() bool { e := c.Endpoints(); return e[0].Ready && e[1].Ready })
+	var errs []<-chan error
+	for i := range 10 {
+		errs = append(errs, doAsync(c, context.Background(), req(fmt.Sprint("r", i), 10, 10)))
+	}
+	waitFor(t, "3+3 running", func() bool { return a.runningNow() == 3 && b.runningNow() == 3 })
+	if c.Waiting() != 4 {
+		t.Fatalf("%d waiting, want 4", c.Waiting())
+	}
+	a.release(10)
+	b.release(10)
+	for _, e := range errs {
+		if err := <-e; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestRetriesAndRejections(t *testing.T) {
+	status := func(code int, msg string) func(w http.ResponseWriter) bool {
+		return func(w http.ResponseWriter) bool {
+			w.WriteHeader(code)
+			_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"message": msg}})
+			return true
+		}
+	}
+	reset := func(w http.ResponseWriter) bool {
+		conn, _, _ := w.(http.Hijacker).Hijack()
+		_ = conn.Close()
+		return true
+	}
+	abort := func(w http.ResponseWriter) bool {
+		_ = json.NewEncoder(w).Encode(map[string]any{"output_ids": []int{}, "meta_info": map[string]any{
+			"finish_reason": map[string]any{"type": "abort", "message": "bad grammar"}}})
+		return true
+	}
+	garbage := func(w http.ResponseWriter) bool { _, _ = w.Write([]byte(`{"text": "no ids"}`)); return true }
+
+	f := newFake(t, 100000)
+	f.release(100)
+	c := newTestController(t, Config{Endpoints: []string{f.srv.URL}, MaxServerErrors: 3, HealthFailures: 100})
+	waitFor(t, "endpoint ready", func() bool { return c.Endpoints()[0].Ready })
+
+	// 503, 500, a reset connection and a 502, then success: retried, with a fresh rid each attempt.
+	f.script = append(f.script, status(503, "The request queue is full."), status(500, "boom"), reset, status(502, "gw"))
+	res, err := c.Do(context.Background(), req("ok", 10, 20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Attempts != 5 || len(res.Response.OutputIDs) != 10 || res.ServedModel != "fake/model" {
+		t.Fatalf("result %+v", res)
+	}
+	f.mu.Lock()
+	rids := strings.Join(f.rids, " ")
+	f.rids = nil
+	f.mu.Unlock()
+	if rids != "ok.1; ok.2; ok.3; ok.4; ok.5;" {
+		t.Fatalf("rids %q", rids)
+	}
+
+	cases := []struct {
+		script []func(http.ResponseWriter) bool
+		reason string
+	}{
+		{[]func(http.ResponseWriter) bool{status(400, "The input (9 tokens) is longer than the model's context length")}, "context length"},
+		{[]func(http.ResponseWriter) bool{status(500, "a"), status(500, "b"), status(500, "c")}, "3 times, last: c"},
+		{[]func(http.ResponseWriter) bool{abort}, "bad grammar"},
+		{[]func(http.ResponseWriter) bool{garbage}, "no output_ids"},
+	}
+	for _, tc := range cases {
+		f.script = tc.script
+		_, err := c.Do(context.Background(), req("bad", 10, 20))
+		var rej *RejectedError
+		if !errors.As(err, &rej) || !strings.Contains(rej.Reason, tc.reason) {
+			t.Errorf("got %v, want a rejection mentioning %q", err, tc.reason)
+		}
+	}
+	if st := c.Endpoints()[0]; st.InFlight != 0 || st.Used != 0 {
+		t.Fatalf("charges leaked: %+v", st)
+	}
+}
+
+func TestCancelWhileWaitingAndRunning(t *testing.T) {
+	f := newFake(t, 1000)
+	c := newTestController(t, Config{Endpoints: []string{f.srv.URL}, Policy: PolicyFixed, Concurrency: 1})
+	waitFor(t, "endpoint ready", func() bool { return c.Endpoints()[0].Ready })
+	ctx, cancel := context.WithCancel(context.Background())
+	running := doAsync(c, ctx, req("a", 1, 1))
+	waitFor(t, "one running", func() bool { return f.runningNow() == 1 })
+	waiting := doAsync(c, ctx, req("b", 1, 1))
+	waitFor(t, "one waiting", func() bool { return c.Waiting() == 1 })
+	cancel()
+	for _, ch := range []<-chan error{running, waiting} {
+		if err := <-ch; !errors.Is(err, context.Canceled) {
+			t.Fatalf("got %v, want context.Canceled", err)
+		}
+	}
+	if st := c.Endpoints()[0]; st.InFlight != 0 || c.Waiting() != 0 {
+		t.Fatalf("state after cancel: %+v, %d waiting", st, c.Waiting())
+	}
+}
+
+func TestDrainAndReadmit(t *testing.T) {
+	a, b := newFake(t, 10000), newFake(t, 10000)
+	a.release(1000)
+	b.release(1000)
+	c := newTestController(t, Config{Endpoints: []string{a.srv.URL, b.srv.URL}, Policy: PolicyFixed, Concurrency: 4})
+	waitFor(t, "endpoints ready", func() bool { e := c.Endpoints(); return e[0].Ready && e[1].Ready })
+	infos := a.infos.Load()
+
+	a.healthy.Store(false)
+	waitFor(t, "a drained", func() bool { return !c.Endpoints()[0].Ready })
+	for i := range 10 {
+		res, err := c.Do(context.Background(), req(fmt.Sprint("x", i), 5, 5))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Endpoint != b.srv.URL {
+			t.Fatalf("request went to drained endpoint %s", res.Endpoint)
+		}
+	}
+	a.healthy.Store(true)
+	waitFor(t, "a re-admitted", func() bool { return c.Endpoints()[0].Ready })
+	if a.infos.Load() <= infos {
+		t.Fatal("re-admission did not re-read the server's capacity")
+	}
+	// A request that fails on a dying endpoint moves to the other one.
+	a.mu.Lock()
+	a.script = []func(http.ResponseWriter) bool{func(w http.ResponseWriter) bool {
+		a.healthy.Store(false)
+		conn, _, _ := w.(http.Hijacker).Hijack()
+		_ = conn.Close()
+		return true
+	}}
+	a.mu.Unlock()
+	for i := range 4 {
+		if _, err := c.Do(context.Background(), req(fmt.Sprint("y", i), 5, 5)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestBudgetFeedback(t *testing.T) {
+	f := newFake(t, 100000)
+	c := newTestController(t, Config{Endpoints: []string{f.srv.URL}})
+	waitFor(t, "endpoint ready", func() bool { return c.Endpoints()[0].Ready })
+	ep := c.eps[0]
+	budget := func() float64 { c.mu.Lock(); defer c.mu.Unlock(); return ep.budget }
+	setUsed := func(u float64) { c.mu.Lock(); ep.used = u; c.mu.Unlock() }
+	b0 := budget()
+	if b0 != 100000 {
+		t.Fatalf("initial budget %g, want the pool", b0)
+	}
+	load := Load{TokenUsage: 0.5, MaxTokens: 100000}
+
+	// Below target but the budget does not bind: no growth.
+	c.adjust(ep, load, true, 0, true)
+	if budget() != b0 {
+		t.Fatalf("budget grew while not binding: %g", budget())
+	}
+	// Below target and binding: grows, by at most 5%.
+	setUsed(b0)
+	c.adjust(ep, load, true, 0, true)
+	if b := budget(); b <= b0 || b > b0*1.05+1e-6 {
+		t.Fatalf("budget %g after a binding low-usage poll, want (%g, %g]", b, b0, b0*1.05)
+	}
+	// Retractions cut it and hold growth off.
+	b1 := budget()
+	c.adjust(ep, load, true, 3, true)
+	if b := budget(); b != b1*retractCut {
+		t.Fatalf("budget %g after retractions, want %g", b, b1*retractCut)
+	}
+	b2 := budget()
+	setUsed(b2)
+	c.adjust(ep, load, true, 3, true)
+	if budget() != b2 {
+		t.Fatalf("budget grew during the retraction cooldown")
+	}
+	// A growing server queue shrinks it; usage over target shrinks it.
+	c.adjust(ep, Load{TokenUsage: 0.5, Waiting: 50, MaxTokens: 100000}, true, 3, true)
+	if b := budget(); b != b2*queueCut {
+		t.Fatalf("budget %g with a long server queue, want %g", b, b2*queueCut)
+	}
+	b3 := budget()
+	c.adjust(ep, Load{TokenUsage: 0.99, MaxTokens: 100000}, true, 3, true)
+	if b := budget(); b >= b3 {
+		t.Fatalf("budget %g did not shrink at 99%% usage", b)
+	}
+	// Retractions reported only through meta_info count when the server exports no counter.
+	b4 := budget()
+	c.release(&lease{ep: ep, lane: c.order[0]}, 2) // a finished request that was retracted twice
+	setUsed(0)
+	c.adjust(ep, load, true, 0, false)
+	if b := budget(); b != b4*retractCut {
+		t.Fatalf("budget %g after meta_info retractions, want %g", b, b4*retractCut)
+	}
+	// A pool that changed size means a restart: capacity is re-read.
+	if !c.adjust(ep, Load{MaxTokens: 50000}, true, 3, true) {
+		t.Fatal("pool size change not seen as a restart")
+	}
+	// A retraction counter going backwards too.
+	if !c.adjust(ep, load, true, 1, true) {
+		t.Fatal("counter reset not seen as a restart")
+	}
+	// The budget never leaves [0.2, 8] pools.
+	for range 200 {
+		c.adjust(ep, load, true, 1, false)
+		c.mu.Lock()
+		ep.metaRetracts = 1
+		c.mu.Unlock()
+	}
+	if b := budget(); b < 0.2*100000-1e-6 {
+		t.Fatalf("budget %g under its floor", b)
+	}
+}
+
+func TestBudgetFeedbackFromPolls(t *testing.T) {
+	f := newFake(t, 100000)
+	c := newTestController(t, Config{Endpoints: []string{f.srv.URL}, Budget: BudgetConfig{PollInterval: 5 * time.Millisecond}})
+	waitFor(t, "endpoint ready", func() bool { return c.Endpoints()[0].Ready })
+	waitFor(t, "first load poll", func() bool { return c.Endpoints()[0].Load.MaxTokens == 100000 })
+	b0 := c.Endpoints()[0].Budget
+	f.mu.Lock()
+	f.retracted = 5
+	f.mu.Unlock()
+	waitFor(t, "budget cut after the server's retraction counter rose", func() bool { return c.Endpoints()[0].Budget < b0 })
+}
+
+func TestLanesShareTheBudget(t *testing.T) {
+	f := newFake(t, 10000)
+	c := newTestController(t, Config{Endpoints: []string{f.srv.URL}, Policy: PolicyFixed, Concurrency: 4,
+		Lanes: []Lane{{Name: "short", Share: 0.5}, {Name: "long", Share: 0.5, MaxNewTokens: 16384, Datasets: []string{"books"}}}})
+	waitFor(t, "endpoint ready", func() bool { return c.Endpoints()[0].Ready })
+	if l := c.ResolveLane("books", ""); l.Name != "long" || c.MaxNewTokens(0, l) != 16384 || c.MaxNewTokens(99, l) != 99 {
+		t.Fatalf("lane resolution: %+v", l)
+	}
+	if l := c.ResolveLane("chat", ""); l.Name != "short" || c.MaxNewTokens(0, l) != DefaultMaxNewTokens {
+		t.Fatalf("default lane: %+v", l)
+	}
+	mk := func(lane string, i int) *Request {
+		r := req(fmt.Sprint(lane, i), 10, 10)
+		r.Key.Lane = lane
+		return r
+	}
+	// The short lane fills the endpoint while the long lane is idle (work-conserving)...
+	var errs []<-chan error
+	for i := range 8 {
+		errs = append(errs, doAsync(c, context.Background(), mk("short", i)))
+	}
+	waitFor(t, "short lane uses all 4 slots", func() bool { return f.runningNow() == 4 })
+	// ...but once long requests wait, freed slots go to them until they hold their half.
+	for i := range 4 {
+		errs = append(errs, doAsync(c, context.Background(), mk("long", i)))
+	}
+	waitFor(t, "long requests queued", func() bool { return c.Waiting() == 8 })
+	f.release(2)
+	waitFor(t, "two slots freed", func() bool { return c.Waiting() == 6 })
+	c.mu.Lock()
+	long := c.lanes["long"].used
+	c.mu.Unlock()
+	if long != 2 {
+		t.Fatalf("long lane holds %g slots after two were freed, want 2", long)
+	}
+	f.release(100)
+	for _, e := range errs {
+		if err := <-e; err != nil {
+			t.Fatal(err)
+		}
+	}
+}

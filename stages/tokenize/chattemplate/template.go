@@ -1,0 +1,372 @@
+package chattemplate
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/ardanlabs/jinja"
+
+	"github.com/draftflow/draftflow/topics"
+)
+
+// ErrNoChatTemplate is returned by Load for a model directory that has no chat template.
+var ErrNoChatTemplate = errors.New("no chat template")
+
+// Template is a parsed chat template (or the set of named templates a model ships) with the
+// special-token strings transformers passes to it. It is safe for concurrent use.
+type Template struct {
+	named   map[string]*compiled // "default", "tool_use", ...
+	single  *compiled            // the only template, when the model has one
+	special map[string]string    // bos_token, eos_token, ... (absent when unset)
+	now     func() time.Time
+}
+
+type compiled struct {
+	source string
+	tmpl   *jinja.Template
+	base   map[string]jinja.Value // constants and static runtime functions
+}
+
+// Input is one render request: what apply_chat_template receives.
+type Input struct {
+	// Messages is the conversation. Each message reaches the template as a mapping with "role" and
+	// "content" always present and "reasoning_content" (plus its "thinking" alias, as transformers
+	// adds), "tool_calls" (decoded JSON, key order kept), "tool_call_id" and "name" only when set.
+	Messages []topics.Message
+	// Tools is the JSON list of tool schemas, or empty for none (the template then sees tools=None).
+	Tools json.RawMessage
+	// AddGenerationPrompt appends the assistant header.
+	AddGenerationPrompt bool
+	// Kwargs are extra template variables (for example enable_thinking); they override special
+	// tokens of the same name. Values are JSON-like Go values; json.RawMessage values are decoded
+	// keeping key order (Go maps are passed with sorted keys).
+	Kwargs map[string]any
+}
+
+// Parse compiles one chat template. bos and eos are the bos_token and eos_token strings; an empty
+// string leaves the variable undefined, as transformers does for an unset token.
+func Parse(source string, bos, eos string) (*Template, error) {
+	c, err := compileSource(source)
+	if err != nil {
+		return nil, err
+	}
+	special := map[string]string{}
+	if bos != "" {
+		special["bos_token"] = bos
+	}
+	if eos != "" {
+		special["eos_token"] = eos
+	}
+	return &Template{single: c, special: special, now: time.Now}, nil
+}
+
+func compileSource(source string) (*compiled, error) {
+	items, err := lex(source)
+	if err != nil {
+		return nil, err
+	}
+	target, consts, err := compileTemplate(items)
+	if err != nil {
+		return nil, err
+	}
+	tmpl, err := jinja.Compile(target)
+	if err != nil {
+		// The generated source is ours; failing here is a bug in this package, not in the template.
+		return nil, fmt.Errorf("chattemplate: internal compile error: %w", err)
+	}
+	base := make(map[string]jinja.Value, len(consts)+len(staticFuncs)+4)
+	for name, f := range staticFuncs {
+		base[name] = jinja.NewCallable(strings.TrimPrefix(name, rtPrefix), f)
+	}
+	for i, v := range consts {
+		base[fmt.Sprintf("%sk%d", rtPrefix, i)] = v
+	}
+	base[rtPrefix+"one"] = jinja.NewList([]jinja.Value{jinja.NewInt(0)})
+	base[rtPrefix+"undef"] = jinja.Undefined()
+	return &compiled{source: source, tmpl: tmpl, base: base}, nil
+}
+
+// specialTokenKeys are the tokenizer_config.json entries transformers exposes to chat templates.
+var specialTokenKeys = []string{"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"}
+
+// Load reads a model directory's chat template the way transformers' AutoTokenizer does:
+// chat_template.jinja and additional_chat_templates/*.jinja take priority over the chat_template
+// entry of tokenizer_config.json (a string, or a list of {name, template}). The special-token
+// strings come from tokenizer_config.json (plain strings or AddedToken objects).
+func Load(modelDir string) (*Template, error) {
+	cfg := map[string]json.RawMessage{}
+	if data, err := os.ReadFile(filepath.Join(modelDir, "tokenizer_config.json")); err == nil {
+		if err := json.Unmarshal(data, &cfg); err != nil {
+			return nil, fmt.Errorf("chattemplate: %s/tokenizer_config.json: %w", modelDir, err)
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("chattemplate: %w", err)
+	}
+
+	sources := map[string]string{}
+	if data, err := os.ReadFile(filepath.Join(modelDir, "chat_template.jinja")); err == nil {
+		sources["default"] = string(data)
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("chattemplate: %w", err)
+	}
+	extra, _ := filepath.Glob(filepath.Join(modelDir, "additional_chat_templates", "*.jinja"))
+	for _, f := range extra {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("chattemplate: %w", err)
+		}
+		sources[strings.TrimSuffix(filepath.Base(f), ".jinja")] = string(data)
+	}
+	single := ""
+	hasSingle := false
+	if len(sources) == 0 {
+		raw, ok := cfg["chat_template"]
+		if !ok || string(raw) == "null" {
+			return nil, fmt.Errorf("chattemplate: %s: %w (no chat_template.jinja and no chat_template in tokenizer_config.json)", modelDir, ErrNoChatTemplate)
+		}
+		var s string
+		var list []struct {
+			Name     string `json:"name"`
+			Template string `json:"template"`
+		}
+		switch {
+		case json.Unmarshal(raw, &s) == nil:
+			single, hasSingle = s, true
+		case json.Unmarshal(raw, &list) == nil:
+			for _, t := range list {
+				sources[t.Name] = t.Template
+			}
+		default:
+			return nil, fmt.Errorf("chattemplate: %s: chat_template is neither a string nor a list of {name, template}", modelDir)
+		}
+	} else if len(sources) == 1 && sources["default"] != "" {
+		single, hasSingle = sources["default"], true
+		delete(sources, "default")
+	}
+
+	t := &Template{special: map[string]string{}, now: time.Now}
+	if hasSingle {
+		c, err := compileSource(single)
+		if err != nil {
+			return nil, fmt.Errorf("chattemplate: %s: %w", modelDir, err)
+		}
+		t.single = c
+	} else {
+		t.named = map[string]*compiled{}
+		for name, src := range sources {
+			c, err := compileSource(src)
+			if err != nil {
+				return nil, fmt.Errorf("chattemplate: %s: template %q: %w", modelDir, name, err)
+			}
+			t.named[name] = c
+		}
+	}
+	for _, k := range specialTokenKeys {
+		if s, ok := tokenString(cfg[k]); ok {
+			t.special[k] = s
+		}
+	}
+	var extraTokens map[string]json.RawMessage
+	if raw, ok := cfg["extra_special_tokens"]; ok && json.Unmarshal(raw, &extraTokens) == nil {
+		for k, v := range extraTokens {
+			if s, ok := tokenString(v); ok {
+				t.special[k] = s
+			}
+		}
+	}
+	slog.Debug("chat template loaded", "dir", modelDir, "templates", t.Names(), "special_tokens", len(t.special))
+	return t, nil
+}
+
+// tokenString reads a special token given as a string or as an AddedToken object.
+func tokenString(raw json.RawMessage) (string, bool) {
+	if len(raw) == 0 {
+		return "", false
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s, true
+	}
+	var tok struct {
+		Content *string `json:"content"`
+	}
+	if json.Unmarshal(raw, &tok) == nil && tok.Content != nil {
+		return *tok.Content, true
+	}
+	return "", false
+}
+
+// Names lists the template names: ["default"] for a single template.
+func (t *Template) Names() []string {
+	if t.single != nil {
+		return []string{"default"}
+	}
+	names := make([]string, 0, len(t.named))
+	for n := range t.named {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Source returns the template text Render would use with or without tools.
+func (t *Template) Source(withTools bool) (string, error) {
+	c, err := t.pick(withTools)
+	if err != nil {
+		return "", err
+	}
+	return c.source, nil
+}
+
+// SpecialTokens returns the special-token variables passed to the template (bos_token, ...).
+func (t *Template) SpecialTokens() map[string]string {
+	out := make(map[string]string, len(t.special))
+	for k, v := range t.special {
+		out[k] = v
+	}
+	return out
+}
+
+// pick chooses the template as transformers' get_chat_template does.
+func (t *Template) pick(withTools bool) (*compiled, error) {
+	if t.single != nil {
+		return t.single, nil
+	}
+	if withTools {
+		if c, ok := t.named["tool_use"]; ok {
+			return c, nil
+		}
+	}
+	if c, ok := t.named["default"]; ok {
+		return c, nil
+	}
+	return nil, fmt.Errorf("chattemplate: the model has several chat templates (%s) and none is named default", strings.Join(t.Names(), ", "))
+}
+
+// reservedVars are the variables Render sets itself; Kwargs may not name them.
+var reservedVars = map[string]bool{"messages": true, "tools": true, "documents": true, "add_generation_prompt": true}
+
+// Render renders the conversation as apply_chat_template(messages, tools=..., add_generation_prompt=...,
+// tokenize=False, **kwargs) does. A template that calls raise_exception fails with *RaiseError; other
+// template failures are *RenderError.
+func (t *Template) Render(in Input) (string, error) {
+	if len(in.Messages) == 0 {
+		return "", &RenderError{Msg: "cannot apply a chat template to an empty conversation"}
+	}
+	tools := jinja.None()
+	hasTools := false
+	if trimmed := strings.TrimSpace(string(in.Tools)); trimmed != "" && trimmed != "null" {
+		v, err := decodeJSON(in.Tools)
+		if err != nil {
+			return "", fmt.Errorf("chattemplate: tools: %w", err)
+		}
+		if !v.IsList() {
+			return "", fmt.Errorf("chattemplate: tools must be a JSON list, got %s", typeName(v))
+		}
+		for i, tool := range v.AsList().Items {
+			if !tool.IsDict() {
+				return "", fmt.Errorf("chattemplate: tools[%d] is a %s, not a JSON schema object", i, typeName(tool))
+			}
+		}
+		tools, hasTools = v, true
+	}
+	c, err := t.pick(hasTools)
+	if err != nil {
+		return "", err
+	}
+	msgs := make([]jinja.Value, len(in.Messages))
+	for i, m := range in.Messages {
+		v, err := messageValue(m)
+		if err != nil {
+			return "", fmt.Errorf("chattemplate: messages[%d]: %w", i, err)
+		}
+		msgs[i] = v
+	}
+
+	vars := make(map[string]jinja.Value, len(t.special)+len(in.Kwargs)+4)
+	for k, v := range t.special {
+		vars[k] = jinja.NewString(v)
+	}
+	for k, v := range in.Kwargs {
+		if reservedVars[k] || strings.HasPrefix(k, rtPrefix) {
+			return "", fmt.Errorf("chattemplate: template kwarg %q is reserved", k)
+		}
+		val, err := goValue(v)
+		if err != nil {
+			return "", fmt.Errorf("chattemplate: template kwarg %q: %w", k, err)
+		}
+		vars[k] = val
+	}
+	vars["messages"] = jinja.NewList(msgs)
+	vars["tools"] = tools
+	vars["documents"] = jinja.None()
+	vars["add_generation_prompt"] = jinja.NewBool(in.AddGenerationPrompt)
+	return t.renderVars(c, vars)
+}
+
+// renderVars renders c with the given template variables and a fresh runtime.
+func (t *Template) renderVars(c *compiled, vars map[string]jinja.Value) (out string, err error) {
+	defer func() {
+		// A panic here is a bug in this package or the engine; fail the one render, not the process.
+		if r := recover(); r != nil {
+			slog.Error("chat template render panicked", "panic", r)
+			out, err = "", &RenderError{Msg: fmt.Sprintf("internal error: %v", r)}
+		}
+	}()
+	st := &state{namespaces: map[*jinja.Dict]bool{}, now: t.now}
+	data := make(map[string]jinja.Value, len(c.base)+len(vars)+8)
+	for k, v := range c.base {
+		data[k] = v
+	}
+	for name, f := range st.funcs() {
+		data[name] = jinja.NewCallable(strings.TrimPrefix(name, rtPrefix), f)
+	}
+	for k, v := range vars {
+		data[k] = v
+	}
+	out, err = c.tmpl.RenderValues(data)
+	if err != nil {
+		var re *RaiseError
+		var rn *RenderError
+		if errors.As(err, &re) || errors.As(err, &rn) {
+			return "", err
+		}
+		return "", &RenderError{Msg: err.Error()}
+	}
+	return out, nil
+}
+
+// messageValue builds the mapping transformers hands the template for one message.
+func messageValue(m topics.Message) (jinja.Value, error) {
+	d := jinja.NewDict()
+	dd := d.AsDict()
+	if m.ReasoningContent != "" {
+		dd.Set("thinking", jinja.NewString(m.ReasoningContent))
+	}
+	dd.Set("role", jinja.NewString(m.Role))
+	dd.Set("content", jinja.NewString(m.Content))
+	if m.ReasoningContent != "" {
+		dd.Set("reasoning_content", jinja.NewString(m.ReasoningContent))
+	}
+	if tc := strings.TrimSpace(string(m.ToolCalls)); tc != "" && tc != "null" {
+		v, err := decodeJSON(m.ToolCalls)
+		if err != nil {
+			return d, fmt.Errorf("tool_calls: %w", err)
+		}
+		dd.Set("tool_calls", v)
+	}
+	if m.ToolCallID != "" {
+		dd.Set("tool_call_id", jinja.NewString(m.ToolCallID))
+	}
+	if m.Name != "" {
+		dd.Set("name", jinja.NewString(m.Name))
+	}
+	return d, nil
+}

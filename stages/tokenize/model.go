@@ -1,0 +1,163 @@
+package tokenize
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/draftflow/draftflow/stages/tokenize/chattemplate"
+	"github.com/draftflow/draftflow/stages/tokenize/tokenizer"
+	"github.com/draftflow/draftflow/topics"
+)
+
+// Model is a model directory's tokenizer and chat template: what turns a conversation into the exact ids the
+// target model expects.
+type Model struct {
+	// Name identifies the model in records and shard metadata (the directory name unless overridden).
+	Name string
+	// Dir is the model directory.
+	Dir string
+	// ContextLength is the model's context window in tokens (0 if the directory does not say).
+	ContextLength int
+	// Hash fingerprints the tokenizer files and chat template (sha256 of their bytes, 16 hex digits).
+	Hash string
+	// EOSTokenIDs are the ids that end a completion: tokenizer_config.json's eos_token and
+	// generation_config.json's eos_token_id (one id or a list).
+	EOSTokenIDs []uint32
+	// SpecialTokenStart is the first id of the trailing block of special tokens (0 if the vocabulary does not
+	// end with one): ordinary text never encodes to ids at or above it.
+	SpecialTokenStart int
+	// Tokenizer encodes rendered text.
+	Tokenizer *tokenizer.Tokenizer
+	// Template renders conversations.
+	Template *chattemplate.Template
+}
+
+// LoadModel loads tokenizer.json, tokenizer_config.json (chat_template, bos/eos, model_max_length),
+// chat_template.jinja if present, and config.json (max_position_embeddings) from dir.
+func LoadModel(dir string) (*Model, error) {
+	tok, err := tokenizer.Load(filepath.Join(dir, "tokenizer.json"))
+	if err != nil {
+		return nil, fmt.Errorf("model %s: %w", dir, err)
+	}
+	tmpl, err := chattemplate.Load(dir)
+	if err != nil {
+		return nil, fmt.Errorf("model %s: %w", dir, err)
+	}
+	h := sha256.New()
+	for _, f := range []string{"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"} {
+		b, err := os.ReadFile(filepath.Join(dir, f))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		} else if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(h, "%s:%d:", f, len(b))
+		h.Write(b)
+	}
+	abs, _ := filepath.Abs(dir)
+	special := tok.VocabSize()
+	for special > 0 && tok.IsSpecial(uint32(special-1)) {
+		special--
+	}
+	if special == tok.VocabSize() {
+		special = 0
+	}
+	return &Model{
+		Name:              filepath.Base(abs),
+		Dir:               dir,
+		ContextLength:     contextLength(dir),
+		Hash:              hex.EncodeToString(h.Sum(nil))[:16],
+		EOSTokenIDs:       eosTokenIDs(dir, tok),
+		SpecialTokenStart: special,
+		Tokenizer:         tok,
+		Template:          tmpl,
+	}, nil
+}
+
+// eosTokenIDs collects the end-of-sequence ids a model directory declares.
+func eosTokenIDs(dir string, tok *tokenizer.Tokenizer) []uint32 {
+	seen := map[uint32]bool{}
+	var ids []uint32
+	add := func(id uint32) {
+		if !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	var gen struct {
+		EOS json.RawMessage `json:"eos_token_id"`
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "generation_config.json")); err == nil && json.Unmarshal(b, &gen) == nil {
+		var one uint32
+		var many []uint32
+		if json.Unmarshal(gen.EOS, &one) == nil {
+			add(one)
+		} else if json.Unmarshal(gen.EOS, &many) == nil {
+			for _, id := range many {
+				add(id)
+			}
+		}
+	}
+	var tc struct {
+		EOS json.RawMessage `json:"eos_token"`
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json")); err == nil && json.Unmarshal(b, &tc) == nil {
+		var text string
+		var obj struct {
+			Content string `json:"content"`
+		}
+		if json.Unmarshal(tc.EOS, &text) != nil && json.Unmarshal(tc.EOS, &obj) == nil {
+			text = obj.Content
+		}
+		if id, ok := tok.TokenID(text); ok && text != "" {
+			add(id)
+		}
+	}
+	return ids
+}
+
+// contextLength reads the context window from config.json, falling back to tokenizer_config.json's
+// model_max_length when that is a real number (transformers stores 1e30 for "unknown").
+func contextLength(dir string) int {
+	var cfg struct {
+		MaxPositionEmbeddings int     `json:"max_position_embeddings"`
+		MaxSeqLen             int     `json:"max_seq_len"`
+		ModelMaxLength        float64 `json:"model_max_length"`
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "config.json")); err == nil && json.Unmarshal(b, &cfg) == nil {
+		if cfg.MaxPositionEmbeddings > 0 {
+			return cfg.MaxPositionEmbeddings
+		}
+		if cfg.MaxSeqLen > 0 {
+			return cfg.MaxSeqLen
+		}
+	}
+	cfg.ModelMaxLength = 0
+	if b, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json")); err == nil && json.Unmarshal(b, &cfg) == nil {
+		if cfg.ModelMaxLength > 0 && cfg.ModelMaxLength < 1e9 {
+			return int(cfg.ModelMaxLength)
+		}
+	}
+	return 0
+}
+
+// Encode renders a prompt with the chat template (add_generation_prompt=True, the prompt's tools and
+// template kwargs) and tokenizes the result without adding special tokens: the ids Hugging Face
+// apply_chat_template(..., tokenize=True) returns.
+func (m *Model) Encode(p *topics.Prompt) ([]uint32, error) {
+	text, err := m.Template.Render(chattemplate.Input{
+		Messages:            p.Messages,
+		Tools:               p.Tools,
+		AddGenerationPrompt: true,
+		Kwargs:              p.Sampling.TemplateKwargs,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("chat template: %w", err)
+	}
+	return m.Tokenizer.Encode(text), nil
+}

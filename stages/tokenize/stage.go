@@ -1,0 +1,190 @@
+// Package tokenize is the tokenize stage: it consumes Prompts, renders each with the model's chat template,
+// tokenizes the text exactly as Hugging Face would, and produces Tokenized records. Prompts that cannot be
+// rendered, or that leave no room for generation in the model's context, go to the dead-letter topic.
+//
+// The tokenizer (stages/tokenize/tokenizer) and the chat template engine (stages/tokenize/chattemplate) are
+// pure Go; Model joins them for one model directory.
+package tokenize
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/draftflow/draftflow/topics"
+)
+
+// Config configures the tokenize stage. Zero values are documented defaults.
+type Config struct {
+	// Kafka says where the topics are.
+	Kafka topics.Config
+	// Group is the consumer group (default "draftflow-tokenize"); replicas share it.
+	Group string
+	// ModelDir holds tokenizer.json and tokenizer_config.json. Ignored when Model is set.
+	ModelDir string
+	// Model, when set, is used instead of loading ModelDir (the single-process run shares one).
+	Model *Model
+	// ModelName overrides the model name recorded downstream (default: the directory name).
+	ModelName string
+	// ContextLength overrides the model's context window (default: from config.json).
+	ContextLength int
+	// Workers is the number of concurrent encoders (default GOMAXPROCS).
+	Workers int
+	// Logger receives stage logs (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// RegisterFlags binds the stage's flags to c.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.ModelDir, "model", c.ModelDir, "model directory with tokenizer.json and tokenizer_config.json")
+	fs.StringVar(&c.ModelName, "model-name", c.ModelName, "model name recorded in outputs (default: the directory name)")
+	fs.IntVar(&c.ContextLength, "context-length", c.ContextLength, "override the model context window in tokens")
+	fs.IntVar(&c.Workers, "workers", c.Workers, "concurrent encoders (default: number of CPUs)")
+	fs.StringVar(&c.Group, "group", c.Group, "consumer group (default draftflow-tokenize)")
+}
+
+var (
+	tokenizedPrompts = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "draftflow_tokenize_prompts_total", Help: "Prompts tokenized and produced.",
+	})
+	tokenizedTokens = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "draftflow_tokenize_tokens_total", Help: "Prompt tokens produced.",
+	})
+	tokenizeRejected = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "draftflow_tokenize_rejected_total", Help: "Prompts dead-lettered, by reason.",
+	}, []string{"reason"})
+	encodeSeconds = promauto.NewHistogram(prometheus.HistogramOpts{
+		Name: "draftflow_tokenize_encode_seconds", Help: "Time to render and encode one prompt.",
+		Buckets: prometheus.ExponentialBuckets(1e-5, 4, 10),
+	})
+)
+
+// Run consumes prompts until ctx is cancelled.
+func Run(ctx context.Context, cfg Config) error {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("stage", "tokenize")
+	m := cfg.Model
+	if m == nil {
+		var err error
+		if m, err = LoadModel(cfg.ModelDir); err != nil {
+			return err
+		}
+	}
+	name := m.Name
+	if cfg.ModelName != "" {
+		name = cfg.ModelName
+	}
+	ctxLen := m.ContextLength
+	if cfg.ContextLength > 0 {
+		ctxLen = cfg.ContextLength
+	}
+	workers := cfg.Workers
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	group := cfg.Group
+	if group == "" {
+		group = "draftflow-tokenize"
+	}
+	log.Info("tokenize starting", "model", name, "hash", m.Hash, "context_length", ctxLen, "workers", workers)
+
+	out := cfg.Kafka.NewProducer(topics.TopicTokenized, topics.ProducerConfig{})
+	defer out.Close()
+	dead := cfg.Kafka.NewProducer(topics.TopicRejected, topics.ProducerConfig{})
+	defer dead.Close()
+
+	// fatal stops the stage when Kafka refuses a write: the delivery stays unfinished and is redelivered later.
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	fatal := func(err error) { cancel(err) }
+
+	reject := func(d *topics.Delivery, p *topics.Prompt, reason, label string) {
+		tokenizeRejected.WithLabelValues(label).Inc()
+		log.Warn("prompt rejected", "id", p.ID, "where", d.Where(), "reason", reason)
+		rej := &topics.Rejection{ID: p.ID, Dataset: p.Dataset, Stage: "tokenize", Reason: reason, Source: p.Source,
+			Topic: d.Message.Topic, Partition: d.Message.Partition, Offset: d.Message.Offset, Payload: d.Message.Value}
+		if err := dead.Send(runCtx, string(d.Message.Key), rej, func(err error) {
+			if err != nil {
+				d.Abandon()
+				fatal(fmt.Errorf("tokenize: dead-letter %s: %w", d.Where(), err))
+				return
+			}
+			d.Done()
+		}); err != nil {
+			d.Abandon()
+			fatal(err)
+		}
+	}
+
+	work := make(chan *topics.Delivery, workers*4)
+	var wg sync.WaitGroup
+	for i := 0; i < workers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for d := range work {
+				if runCtx.Err() != nil {
+					d.Abandon()
+					continue
+				}
+				var p topics.Prompt
+				if err := topics.Unmarshal(d.Message.Value, &p); err != nil {
+					reject(d, &p, fmt.Sprintf("undecodable prompt at %s: %v", d.Where(), err), "decode")
+					continue
+				}
+				start := time.Now()
+				ids, err := m.Encode(&p)
+				encodeSeconds.Observe(time.Since(start).Seconds())
+				if err != nil {
+					reject(d, &p, fmt.Sprintf("prompt %s (%s line %d): %v", p.ID, p.Source.File, p.Source.Line, err), "template")
+					continue
+				}
+				if ctxLen > 0 && len(ids)+p.Sampling.MaxNewTokens > ctxLen {
+					reject(d, &p, fmt.Sprintf("prompt %s (%s line %d) is %d tokens; with max_new_tokens %d it exceeds the model context of %d tokens",
+						p.ID, p.Source.File, p.Source.Line, len(ids), p.Sampling.MaxNewTokens, ctxLen), "too_long")
+					continue
+				}
+				rec := &topics.Tokenized{ID: p.ID, Dataset: p.Dataset, Turn: p.Turn, Sampling: p.Sampling, Source: p.Source,
+					Model: name, TokenizerHash: m.Hash, InputIDs: ids}
+				n := len(ids)
+				if err := out.Send(runCtx, string(d.Message.Key), rec, func(err error) {
+					if err != nil {
+						d.Abandon()
+						fatal(fmt.Errorf("tokenize: produce %s: %w", p.ID, err))
+						return
+					}
+					tokenizedPrompts.Inc()
+					tokenizedTokens.Add(float64(n))
+					d.Done()
+				}); err != nil {
+					d.Abandon()
+					fatal(err)
+				}
+			}
+		}()
+	}
+	in := cfg.Kafka.NewConsumer(topics.TopicPrompts, topics.ConsumerConfig{Group: group, MaxInFlight: 4096})
+	err := in.Run(runCtx, func(d *topics.Delivery) {
+		select {
+		case work <- d:
+		case <-runCtx.Done():
+			d.Abandon() // redelivered after a restart
+		}
+	})
+	close(work)
+	wg.Wait()
+	if cause := context.Cause(runCtx); cause != nil && cause != context.Canceled && ctx.Err() == nil {
+		return cause
+	}
+	return err
+}
