@@ -28,7 +28,6 @@ deps-go:
 # Reference implementations and real readers the tests compare against (pinned).
 deps-python:
 	@$(PYTHON) -m pip install -q --disable-pip-version-check -r requirements-test.txt
-	@$(PYTHON) -m pip install -q --disable-pip-version-check --no-deps -e python/
 
 ## test: everything — Go unit, contract, conformance and end-to-end tests, then the Python reader tests.
 test: deps vet test-go test-python
@@ -42,12 +41,13 @@ test-go:
 	$(GO) test $(GOTEST_FLAGS) ./...
 
 test-python:
-	$(PYTHON) -m pytest -q python/tests
+	PYTHONPATH=python $(PYTHON) -m pytest -q -p no:cacheprovider python/tests
 
 ## test-integration: the Kafka-facing tests again, against a real Apache Kafka broker started from Maven jars.
 test-integration: deps-go
-	@set -e; addr=$$(bash deploy/kafka/kafka.sh up | tail -n 1); \
+	@set -eo pipefail; addr=$$(bash deploy/kafka/kafka.sh up); \
 	  trap 'bash deploy/kafka/kafka.sh down' EXIT; \
+	  test -n "$$addr" || { echo "kafka.sh up printed no address"; exit 1; }; \
 	  echo "real Kafka at $$addr"; \
 	  DRAFTFLOW_TEST_BROKERS=$$addr $(GO) test $(GOTEST_FLAGS) -count=1 -run 'Kafka|Consumer|Ensure|Pipeline|Stage|Sink|Integration' ./topics/... ./stages/... ./sink/... ./cmd/...
 

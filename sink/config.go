@@ -29,6 +29,9 @@ type Config struct {
 	IdleFlush time.Duration
 	// RowGroupRows is the most rows per Parquet row group (default 1024).
 	RowGroupRows int
+	// ZstdLevel is the zstd level of the shards (default 0: zstd's default, 3). 1 encodes about 20% faster and
+	// writes about 7% more bytes; 7 or more writes 10-20% fewer bytes at a fraction of the speed.
+	ZstdLevel int
 	// MaxBufferedRows bounds the rows buffered over all partitions; past it the largest buffer is flushed
 	// (default 4 × RotateRows). It is also the consumer's in-flight bound.
 	MaxBufferedRows int

@@ -14,11 +14,16 @@
 //	  checkpoint.json                 recovery point: per topic partition, the next offset to write
 //	  Qwen3-8B-3f2a9c1b7d4e/          one run
 //	    manifest.json                 shards (rows, tokens, bytes, sha256, offsets) and totals
-//	    generated+3+000000001200-000000001399.parquet
+//	    generated+3+000000001200-000000001399+5b0c7d1e9a2f.parquet
 //	    ...
 //
-// A shard name holds the topic, the partition and the offset range of the flush that wrote it; the same facts
-// are in the shard's Parquet key-value metadata, with the run metadata and the schema description.
+// A shard name holds the topic, the partition, the offset range of the flush that wrote it and the short
+// topic ID of the topic incarnation those offsets belong to; the same facts are in the shard's Parquet
+// key-value metadata, with the run metadata and the schema description. Offsets are only meaningful within
+// one incarnation of a topic: a topic deleted and recreated, or the in-process broker of a new `draftflow
+// run`, starts again at 0. The recovery point is therefore kept per topic ID (Kafka 2.8+ and the embedded
+// broker report one), and offsets recorded for another incarnation are ignored: its records are then
+// deduplicated by (id, turn) alone. A shard is never overwritten.
 //
 // # Schema
 //

@@ -44,6 +44,8 @@ type ManifestShard struct {
 	Partition   int    `json:"partition"`
 	FirstOffset int64  `json:"first_offset"`
 	LastOffset  int64  `json:"last_offset"`
+	// Log is the short topic ID of the topic incarnation the offsets belong to ("" if the broker reports none).
+	Log string `json:"log,omitempty"`
 }
 
 // Totals sums a run's shards.

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/draftflow/draftflow/sink/internal/topicid"
 	"github.com/draftflow/draftflow/topics"
 )
 
@@ -35,6 +36,13 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	topic := cfg.Kafka.Topic(topics.TopicGenerated)
+	tid, err := lookupTopicID(ctx, cfg.Kafka, topic, log)
+	if err != nil {
+		return err
+	}
+	st.setLog(topic, tid)
+	st.zstd = cfg.ZstdLevel
 	prod := cfg.Kafka.NewProducer(topics.TopicRejected, topics.ProducerConfig{})
 	defer prod.Close()
 
@@ -43,7 +51,7 @@ func Run(ctx context.Context, cfg Config) error {
 	s := &sinker{cfg: cfg, log: log, st: st, prod: prod, cancel: cancel, parts: map[partKey]*partState{}, lastRecv: time.Now()}
 	cons := cfg.Kafka.NewConsumer(topics.TopicGenerated, topics.ConsumerConfig{Group: cfg.Group, MaxInFlight: cfg.MaxBufferedRows + 64})
 	log.Info("sink started", "dir", cfg.Dir, "group", cfg.Group, "runs", len(st.runs), "rotate_rows", cfg.RotateRows,
-		"rotate_interval", cfg.RotateInterval, "idle_flush", cfg.IdleFlush)
+		"rotate_interval", cfg.RotateInterval, "idle_flush", cfg.IdleFlush, "topic_id", tid)
 
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -65,6 +73,33 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	log.Info("sink stopped")
 	return nil
+}
+
+// lookupTopicID returns the ID of the consumed topic, waiting (until ctx ends) for the topic to exist.
+func lookupTopicID(ctx context.Context, kc topics.Config, topic string, log *slog.Logger) (string, error) {
+	clientID := kc.ClientID
+	if clientID == "" {
+		clientID = "draftflow"
+	}
+	for attempt := 1; ; attempt++ {
+		lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		id, err := topicid.Lookup(lctx, kc.Brokers, clientID, topic)
+		cancel()
+		if err == nil {
+			if id == "" {
+				log.Warn("the broker reports no topic IDs; a topic reset cannot be told from old offsets", "topic", topic)
+			}
+			return id, nil
+		}
+		if attempt%10 == 1 {
+			log.Warn("waiting for the topic's metadata", "topic", topic, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("sink: topic ID of %s: %w", topic, err)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 // partState is what the sink holds for one topic partition since its last flush.

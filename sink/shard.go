@@ -33,6 +33,7 @@ const (
 	MetaPartition   = "draftflow.partition"    // partition of that topic
 	MetaFirstOffset = "draftflow.first_offset" // first offset of the flush that wrote the shard
 	MetaLastOffset  = "draftflow.last_offset"  // last offset of that flush (inclusive)
+	MetaLog         = "draftflow.log"          // short topic ID of the topic incarnation the offsets belong to
 	MetaRows        = "draftflow.rows"         // rows in the shard
 	MetaTokens      = "draftflow.tokens"       // total tokens (sum of input_ids lengths)
 )
@@ -102,19 +103,26 @@ func (r *row) memBytes() int64 {
 
 // shardInfo locates a shard in the log it was written from.
 type shardInfo struct {
+	// Log is the short ID of the topic incarnation (see logID), "" when the broker reports none.
+	Log         string
 	Topic       string
 	Partition   int
 	FirstOffset int64
 	LastOffset  int64
 }
 
-// shardName returns the final file name of a shard: topic+partition+first-last.parquet, offsets zero-padded so
-// names sort in offset order. '+' cannot occur in a Kafka topic name.
+// shardName returns the final file name of a shard: topic+partition+first-last+log.parquet, offsets
+// zero-padded so names sort in offset order, log the topic incarnation (omitted when unknown). '+' cannot occur
+// in a Kafka topic name.
 func shardName(si shardInfo) string {
-	return fmt.Sprintf("%s+%d+%012d-%012d.parquet", si.Topic, si.Partition, si.FirstOffset, si.LastOffset)
+	name := fmt.Sprintf("%s+%d+%012d-%012d", si.Topic, si.Partition, si.FirstOffset, si.LastOffset)
+	if si.Log != "" {
+		name += "+" + si.Log
+	}
+	return name + ".parquet"
 }
 
-var shardNameRE = regexp.MustCompile(`^([A-Za-z0-9._-]+)\+([0-9]+)\+([0-9]+)-([0-9]+)\.parquet$`)
+var shardNameRE = regexp.MustCompile(`^([A-Za-z0-9._-]+)\+([0-9]+)\+([0-9]+)-([0-9]+)(?:\+([0-9a-f]{1,32}))?\.parquet$`)
 
 // parseShardName is the inverse of shardName.
 func parseShardName(name string) (shardInfo, bool) {
@@ -131,7 +139,7 @@ func parseShardName(name string) (shardInfo, bool) {
 	if err1 != nil || err2 != nil || err3 != nil || l < f {
 		return shardInfo{}, false
 	}
-	return shardInfo{Topic: m[1], Partition: p, FirstOffset: f, LastOffset: l}, true
+	return shardInfo{Log: m[5], Topic: m[1], Partition: p, FirstOffset: f, LastOffset: l}, true
 }
 
 // shardStats are the counts of a written shard.
@@ -141,9 +149,14 @@ type shardStats struct {
 
 // writerProps are the Parquet settings of every shard: zstd, dictionaries for the string columns, no
 // statistics on the token lists (useless for pruning, and they cost time).
-func writerProps(rowGroupRows int) *parquet.WriterProperties {
+func writerProps(rowGroupRows, zstdLevel int) *parquet.WriterProperties {
+	level := compress.DefaultCompressionLevel
+	if zstdLevel > 0 {
+		level = zstdLevel
+	}
 	return parquet.NewWriterProperties(
 		parquet.WithCompression(compress.Codecs.Zstd),
+		parquet.WithCompressionLevel(level),
 		parquet.WithDictionaryDefault(true),
 		parquet.WithDictionaryFor("input_ids.list.element", false),
 		parquet.WithStatsFor("input_ids.list.element", false),
@@ -157,7 +170,7 @@ func writerProps(rowGroupRows int) *parquet.WriterProperties {
 const maxRowGroupTokens = 16 << 20
 
 // writeShard writes rows as one Parquet file to w, with the given key-value metadata.
-func writeShard(w io.Writer, rows []*row, kv map[string]string, rowGroupRows int) (shardStats, error) {
+func writeShard(w io.Writer, rows []*row, kv map[string]string, rowGroupRows, zstdLevel int) (shardStats, error) {
 	registerZstd()
 	var st shardStats
 	keys, vals := make([]string, 0, len(kv)+1), make([]string, 0, len(kv)+1)
@@ -165,7 +178,7 @@ func writeShard(w io.Writer, rows []*row, kv map[string]string, rowGroupRows int
 		keys, vals = append(keys, k), append(vals, kv[k])
 	}
 	schema := arrow.NewSchema(shardSchema.Fields(), func() *arrow.Metadata { m := arrow.NewMetadata(keys, vals); return &m }())
-	fw, err := pqarrow.NewFileWriter(schema, w, writerProps(rowGroupRows), pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
+	fw, err := pqarrow.NewFileWriter(schema, w, writerProps(rowGroupRows, zstdLevel), pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
 	if err != nil {
 		return st, err
 	}
@@ -183,6 +196,7 @@ func writeShard(w io.Writer, rows []*row, kv map[string]string, rowGroupRows int
 	tn := b.Field(colTurn).(*array.Int32Builder)
 	ep := b.Field(colEndpoint).(*array.StringBuilder)
 
+	zeros, ones := maskRuns(rows)
 	for start := 0; start < len(rows); {
 		end, toks := start, 0
 		for end < len(rows) && end-start < rowGroupRows && (end == start || toks+rows[end].tokens() <= maxRowGroupTokens) {
@@ -197,8 +211,8 @@ func writeShard(w io.Writer, rows []*row, kv map[string]string, rowGroupRows int
 			inVB.AppendValues(asInt32(r.prompt), nil)
 			inVB.AppendValues(asInt32(r.output), nil)
 			maskLB.Append(true)
-			maskVB.AppendValues(zeros(len(r.prompt)), nil)
-			maskVB.AppendValues(ones(len(r.output)), nil)
+			maskVB.AppendValues(zeros[:len(r.prompt)], nil)
+			maskVB.AppendValues(ones[:len(r.output)], nil)
 			pl.Append(int32(len(r.prompt)))
 			cl.Append(int32(len(r.output)))
 			fr.Append(r.finishReason)
@@ -236,24 +250,18 @@ func asInt32(s []uint32) []int32 {
 	return unsafe.Slice((*int32)(unsafe.Pointer(&s[0])), len(s))
 }
 
-var zeroBuf, oneBuf []uint8
-
-func zeros(n int) []uint8 {
-	if n > len(zeroBuf) {
-		zeroBuf = make([]uint8, max(n, 1<<16))
+// maskRuns returns a run of zeros and a run of ones at least as long as any prompt and output in rows, for
+// building loss masks by slicing.
+func maskRuns(rows []*row) (zeros, ones []uint8) {
+	np, no := 0, 0
+	for _, r := range rows {
+		np, no = max(np, len(r.prompt)), max(no, len(r.output))
 	}
-	return zeroBuf[:n]
-}
-
-func ones(n int) []uint8 {
-	if n > len(oneBuf) {
-		b := make([]uint8, max(n, 1<<16))
-		for i := range b {
-			b[i] = 1
-		}
-		oneBuf = b
+	zeros, ones = make([]uint8, np), make([]uint8, no)
+	for i := range ones {
+		ones[i] = 1
 	}
-	return oneBuf[:n]
+	return zeros, ones
 }
 
 // shardKV returns the key-value metadata of a shard (MetaRows and MetaTokens are added by writeShard).
@@ -268,6 +276,7 @@ func shardKV(run RunInfo, si shardInfo) map[string]string {
 		MetaPartition:   strconv.Itoa(si.Partition),
 		MetaFirstOffset: strconv.FormatInt(si.FirstOffset, 10),
 		MetaLastOffset:  strconv.FormatInt(si.LastOffset, 10),
+		MetaLog:         si.Log,
 	}
 }
 

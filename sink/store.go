@@ -24,6 +24,8 @@ type checkpoint struct {
 }
 
 type cpPartition struct {
+	// Log is the short topic ID of the topic incarnation the offsets belong to ("" if unknown).
+	Log       string `json:"log,omitempty"`
 	Topic     string `json:"topic"`
 	Partition int    `json:"partition"`
 	Next      int64  `json:"next"`
@@ -32,6 +34,13 @@ type cpPartition struct {
 }
 
 type partKey struct {
+	topic     string
+	partition int
+}
+
+// cpKey locates offsets: a partition of one incarnation of a topic.
+type cpKey struct {
+	log       string
 	topic     string
 	partition int
 }
@@ -54,13 +63,28 @@ type runState struct {
 type store struct {
 	dir  string
 	log  *slog.Logger
-	cp   map[partKey]*cpPartition
+	cp   map[cpKey]*cpPartition
+	logs map[string]string    // physical topic -> short ID of the incarnation being consumed
+	zstd int                  // zstd level of new shards (0: default)
 	runs map[string]*runState // by fingerprint
 }
 
+// logID is the short form of a topic ID used in names and the checkpoint: 12 hex digits.
+func logID(topicID string) string {
+	if len(topicID) > 12 {
+		return topicID[:12]
+	}
+	return topicID
+}
+
+// setLog records which incarnation of topic this run consumes (its topic ID, "" if unknown).
+func (s *store) setLog(topic, topicID string) { s.logs[topic] = logID(topicID) }
+
+func (s *store) key(pk partKey) cpKey { return cpKey{s.logs[pk.topic], pk.topic, pk.partition} }
+
 // openStore recovers dir as the package documentation describes and returns the store.
 func openStore(ctx context.Context, dir string, log *slog.Logger) (*store, error) {
-	s := &store{dir: dir, log: log, cp: map[partKey]*cpPartition{}, runs: map[string]*runState{}}
+	s := &store{dir: dir, log: log, cp: map[cpKey]*cpPartition{}, logs: map[string]string{}, runs: map[string]*runState{}}
 	if err := s.readCheckpoint(); err != nil {
 		return nil, err
 	}
@@ -117,7 +141,7 @@ func (s *store) readCheckpoint() error {
 	}
 	for i := range cp.Partitions {
 		p := cp.Partitions[i]
-		s.cp[partKey{p.Topic, p.Partition}] = &p
+		s.cp[cpKey{p.Log, p.Topic, p.Partition}] = &p
 	}
 	return nil
 }
@@ -131,6 +155,9 @@ func (s *store) writeCheckpoint() error {
 		a, b := cp.Partitions[i], cp.Partitions[j]
 		if a.Topic != b.Topic {
 			return a.Topic < b.Topic
+		}
+		if a.Log != b.Log {
+			return a.Log < b.Log
 		}
 		return a.Partition < b.Partition
 	})
@@ -221,7 +248,7 @@ func (s *store) loadRun(ctx context.Context, runDir string) error {
 	rs := &runState{info: m.Run, dir: runDir, manifest: *m, written: map[rowKey]struct{}{}, buffered: map[rowKey]struct{}{}}
 	for _, sh := range m.Shards {
 		si := onDisk[sh.File]
-		s.advance(partKey{si.Topic, si.Partition}, si.LastOffset+1)
+		s.advanceKey(cpKey{si.Log, si.Topic, si.Partition}, si.LastOffset+1)
 		sf, err := openShard(filepath.Join(runDir, sh.File))
 		if err != nil {
 			return fmt.Errorf("sink: recover ids: %w", err)
@@ -259,7 +286,7 @@ func describeShard(path string, si shardInfo) (ManifestShard, RunInfo, error) {
 		return ManifestShard{}, RunInfo{}, fmt.Errorf("bad %s metadata: %w", MetaRun, err)
 	}
 	sh := ManifestShard{File: filepath.Base(path), Rows: sf.numRows(), Bytes: size, SHA256: sum,
-		Topic: si.Topic, Partition: si.Partition, FirstOffset: si.FirstOffset, LastOffset: si.LastOffset}
+		Topic: si.Topic, Partition: si.Partition, FirstOffset: si.FirstOffset, LastOffset: si.LastOffset, Log: si.Log}
 	err = sf.scan(context.Background(), []int{colPromptLen, colCompletionLen}, func(r *ShardRow) error {
 		sh.PromptTokens += int64(r.PromptLen)
 		sh.CompletionTokens += int64(r.CompletionLen)
@@ -269,19 +296,21 @@ func describeShard(path string, si shardInfo) (ManifestShard, RunInfo, error) {
 	return sh, info, err
 }
 
-// next returns the first offset of a partition not yet in a shard (0 if none is).
+// next returns the first offset of a partition of the consumed incarnation not yet in a shard (0 if none is).
 func (s *store) next(pk partKey) int64 {
-	if p := s.cp[pk]; p != nil {
+	if p := s.cp[s.key(pk)]; p != nil {
 		return p.Next
 	}
 	return 0
 }
 
-func (s *store) advance(pk partKey, next int64) {
-	p := s.cp[pk]
+func (s *store) advance(pk partKey, next int64) { s.advanceKey(s.key(pk), next) }
+
+func (s *store) advanceKey(k cpKey, next int64) {
+	p := s.cp[k]
 	if p == nil {
-		p = &cpPartition{Topic: pk.topic, Partition: pk.partition}
-		s.cp[pk] = p
+		p = &cpPartition{Log: k.log, Topic: k.topic, Partition: k.partition}
+		s.cp[k] = p
 	}
 	if next > p.Next {
 		p.Next = next
@@ -325,7 +354,8 @@ type committedShard struct {
 // commitFlush makes the rows of one partition's offset range [first, last] durable, one shard per run, and
 // moves the partition's next offset to last+1. See the package documentation for the protocol.
 func (s *store) commitFlush(pk partKey, first, last int64, groups []runRows, rowGroupRows int) ([]committedShard, error) {
-	si := shardInfo{Topic: pk.topic, Partition: pk.partition, FirstOffset: first, LastOffset: last}
+	k := s.key(pk)
+	si := shardInfo{Log: k.log, Topic: pk.topic, Partition: pk.partition, FirstOffset: first, LastOffset: last}
 	name := shardName(si)
 	var out []committedShard
 	var tmps []string
@@ -349,9 +379,14 @@ func (s *store) commitFlush(pk partKey, first, last int64, groups []runRows, row
 				return nil, err
 			}
 		}
+		if _, err := os.Stat(filepath.Join(g.run.dir, name)); err == nil {
+			// Never overwrite: the topic's offsets restarted without a new topic ID (a broker that reports none).
+			cleanup()
+			return nil, fmt.Errorf("sink: shard %s already exists in %s; the topic's offsets were reset on a broker that reports no topic IDs, use a new output directory", name, g.run.dir)
+		}
 		tmp := filepath.Join(g.run.dir, tmpPrefix+name)
 		tmps = append(tmps, tmp)
-		entry, err := writeShardFile(tmp, g.run.info, si, g.rows, rowGroupRows)
+		entry, err := writeShardFile(tmp, g.run.info, si, g.rows, rowGroupRows, s.zstd)
 		if err != nil {
 			cleanup()
 			return nil, fmt.Errorf("sink: write %s: %w", tmp, err)
@@ -377,10 +412,10 @@ func (s *store) commitFlush(pk partKey, first, last int64, groups []runRows, row
 		return nil, errCrashed
 	}
 	// Commit point.
-	p := s.cp[pk]
+	p := s.cp[k]
 	if p == nil {
-		p = &cpPartition{Topic: pk.topic, Partition: pk.partition}
-		s.cp[pk] = p
+		p = &cpPartition{Log: k.log, Topic: pk.topic, Partition: pk.partition}
+		s.cp[k] = p
 	}
 	prev := *p
 	p.Next = last + 1
@@ -423,14 +458,14 @@ func (s *store) commitFlush(pk partKey, first, last int64, groups []runRows, row
 }
 
 // writeShardFile writes rows to path, fsyncs it and returns its manifest entry (without File).
-func writeShardFile(path string, run RunInfo, si shardInfo, rows []*row, rowGroupRows int) (ManifestShard, error) {
+func writeShardFile(path string, run RunInfo, si shardInfo, rows []*row, rowGroupRows, zstdLevel int) (ManifestShard, error) {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return ManifestShard{}, err
 	}
 	bw := bufio.NewWriterSize(f, 1<<20)
 	ch := newCountingHash(bw)
-	st, err := writeShard(ch, rows, shardKV(run, si), rowGroupRows)
+	st, err := writeShard(ch, rows, shardKV(run, si), rowGroupRows, zstdLevel)
 	if err == nil {
 		err = bw.Flush()
 	}
@@ -444,5 +479,6 @@ func writeShardFile(path string, run RunInfo, si shardInfo, rows []*row, rowGrou
 		return ManifestShard{}, err
 	}
 	return ManifestShard{Rows: st.Rows, Tokens: st.Tokens, PromptTokens: st.PromptTokens, CompletionTokens: st.CompletionTokens,
-		Bytes: ch.n, SHA256: ch.sum(), Topic: si.Topic, Partition: si.Partition, FirstOffset: si.FirstOffset, LastOffset: si.LastOffset}, nil
+		Bytes: ch.n, SHA256: ch.sum(), Topic: si.Topic, Partition: si.Partition, FirstOffset: si.FirstOffset, LastOffset: si.LastOffset,
+		Log: si.Log}, nil
 }

@@ -257,7 +257,7 @@ func TestInspectCatchesCorruption(t *testing.T) {
 		p := shardPath(rs)
 		f, _ := os.Create(p)
 		ch := newCountingHash(f)
-		if _, err := writeShard(ch, []*row{bad}, shardKV(rs.info, shardInfo{Topic: "generated"}), 8); err != nil {
+		if _, err := writeShard(ch, []*row{bad}, shardKV(rs.info, shardInfo{Topic: "generated"}), 8, 0); err != nil {
 			t.Fatal(err)
 		}
 		f.Close()

@@ -12,8 +12,12 @@ import (
 )
 
 func cmdBench(ctx context.Context, args []string) error {
+	if len(args) > 0 && args[0] == "pipeline" {
+		return cmdBenchPipeline(ctx, args[1:])
+	}
 	if len(args) == 0 || args[0] != "generate" {
-		return errors.New("usage: draftflow bench generate [--json] [--scenario S,...] [--policy P,...]")
+		return errors.New("usage: draftflow bench generate [--json] [--scenario S,...] [--policy P,...]\n" +
+			"       draftflow bench pipeline [--brokers ADDR] [--records N] [--json]")
 	}
 	fs := newFlagSet("bench generate")
 	var opts bench.BenchOptions

@@ -181,6 +181,28 @@ func (s *stringList) Set(v string) error {
 	return nil
 }
 
+// mergeFlags registers a stage's flags into fs, leaving out the names in skip. A flag every process shares
+// (metrics-addr) keeps the common definition; any other name fs already has is registered as prefix-name.
+func mergeFlags(fs *flag.FlagSet, prefix string, register func(*flag.FlagSet), skip ...string) {
+	tmp := flag.NewFlagSet("", flag.ContinueOnError)
+	register(tmp)
+	tmp.VisitAll(func(f *flag.Flag) {
+		name := f.Name
+		for _, s := range skip {
+			if name == s {
+				return
+			}
+		}
+		if fs.Lookup(name) != nil {
+			if name == "metrics-addr" {
+				return
+			}
+			name = prefix + "-" + name
+		}
+		fs.Var(f.Value, name, f.Usage)
+	})
+}
+
 func newFlagSet(name string) *flag.FlagSet {
 	fs := flag.NewFlagSet("draftflow "+name, flag.ContinueOnError)
 	return fs

@@ -58,20 +58,13 @@ func cmdRun(ctx context.Context, args []string) error {
 	var c common
 	c.register(fs, "")
 	var rc runConfig
-	// Each stage's own flags, merged: the first stage to define a name keeps it.
-	stageFlags := func(register func(*flag.FlagSet)) {
-		tmp := flag.NewFlagSet("", flag.ContinueOnError)
-		register(tmp)
-		tmp.VisitAll(func(f *flag.Flag) {
-			if fs.Lookup(f.Name) == nil && f.Name != "group" {
-				fs.Var(f.Value, f.Name, f.Usage)
-			}
-		})
-	}
-	stageFlags(rc.Ingest.RegisterFlags)
-	stageFlags(rc.Tokenize.RegisterFlags)
-	stageFlags(rc.Generate.RegisterFlags)
-	stageFlags(func(fs *flag.FlagSet) { registerSinkFlags(fs, &rc.Sink) })
+	// Each stage's own flags but its consumer group, merged; a name an earlier stage took gets the stage's
+	// prefix (--generate-lane, --generate-max-new-tokens).
+	stageFlags := func(prefix string, register func(*flag.FlagSet)) { mergeFlags(fs, prefix, register, "group") }
+	stageFlags("ingest", rc.Ingest.RegisterFlags)
+	stageFlags("tokenize", rc.Tokenize.RegisterFlags)
+	stageFlags("generate", rc.Generate.RegisterFlags)
+	stageFlags("sink", func(fs *flag.FlagSet) { registerSinkFlags(fs, &rc.Sink) })
 	fs.Float64Var(&rc.Sim.OutputLenMean, "sim-output-mean", 600, "mean output length of the built-in simulator (tokens)")
 	fs.Float64Var(&rc.Sim.TimeScale, "sim-time-scale", 0, "simulated seconds per wall second of the built-in simulator (0: instant)")
 	fs.DurationVar(&rc.Timeout, "timeout", 0, "give up (exit non-zero) after this long (0: no limit)")

@@ -38,7 +38,7 @@ func cmdIngest(ctx context.Context, args []string) error {
 	var c common
 	c.register(fs, "")
 	var cfg ingest.Config
-	cfg.RegisterFlags(fs)
+	mergeFlags(fs, "ingest", cfg.RegisterFlags)
 	progress := fs.Bool("progress", true, "show a progress bar on stderr")
 	kc, err := prepare(ctx, &c, fs, args)
 	if err != nil {
@@ -62,7 +62,7 @@ func cmdTokenize(ctx context.Context, args []string) error {
 	var c common
 	c.register(fs, ":9090")
 	var cfg tokenize.Config
-	cfg.RegisterFlags(fs)
+	mergeFlags(fs, "tokenize", cfg.RegisterFlags)
 	kc, err := prepare(ctx, &c, fs, args)
 	if err != nil {
 		return err
@@ -79,7 +79,7 @@ func cmdGenerate(ctx context.Context, args []string) error {
 	var c common
 	c.register(fs, ":9090")
 	var cfg generate.Config
-	cfg.RegisterFlags(fs)
+	mergeFlags(fs, "generate", cfg.RegisterFlags)
 	kc, err := prepare(ctx, &c, fs, args)
 	if err != nil {
 		return err
@@ -108,7 +108,7 @@ func cmdSim(ctx context.Context, args []string) error {
 	c.register(fs, "")
 	addr := fs.String("addr", "127.0.0.1:30000", "listen address")
 	var cfg sim.Config
-	cfg.RegisterFlags(fs)
+	mergeFlags(fs, "sim", cfg.RegisterFlags)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -117,7 +117,7 @@ build_ctl() {
 }
 
 ctl() {
-	"$JAVA" -Xshare:auto -XX:TieredStopAtLevel=1 -Xmx128m -cp "$KAFKA_HOME/ctl:$LIB_DIR/*" BrokerCtl "$@"
+	"$JAVA" -Xshare:auto -XX:TieredStopAtLevel=1 -Xmx128m -cp "$KAFKA_HOME/ctl:$LIB_DIR/*" BrokerCtl "$@" 9>&-
 }
 
 # broker_pid: print the pid of the running broker of $STATE_DIR, or fail if there is none.
@@ -229,7 +229,7 @@ start_once() {
 	setsid nohup "$JAVA" $HEAP_OPTS -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 \
 		-XX:+ExplicitGCInvokesConcurrent "${jvm_common[@]}" ${KAFKA_JVM_OPTS:-} \
 		-cp "$LIB_DIR/*" kafka.Kafka "$STATE_DIR/server.properties" \
-		>"$STATE_DIR/broker.log" 2>&1 </dev/null &
+		>"$STATE_DIR/broker.log" 2>&1 </dev/null 9>&- &
 	local pid=$!
 	echo "$pid" >"$STATE_DIR/broker.pid"
 
@@ -307,7 +307,9 @@ running_addr() {
 	cat "$STATE_DIR/bootstrap"
 }
 
-# lock_state: serialise up/down on one state dir (two `up`s at once would share ports and files).
+# lock_state: serialise `up` on one state dir (two at once would share ports and files). `down` does
+# not wait for it: stopping must always work.
+# The broker must not inherit fd 9, or it would hold the lock for its whole life.
 lock_state() {
 	command -v flock >/dev/null 2>&1 || return 0
 	mkdir -p "$(dirname "$STATE_DIR")"
@@ -322,10 +324,7 @@ main() {
 		lock_state
 		cmd_up
 		;;
-	down)
-		lock_state
-		cmd_down
-		;;
+	down) cmd_down ;;
 	env)
 		addr=$(running_addr) || exit 1
 		echo "DRAFTFLOW_TEST_BROKERS=$addr"

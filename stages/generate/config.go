@@ -139,7 +139,7 @@ type BudgetConfig struct {
 	// InitialFactor sets an endpoint's first budget as a multiple of its KV pool (default 1.0).
 	InitialFactor float64
 	// MinServerQueue and MaxServerQueue bound the band of waiting requests the budget keeps on each server
-	// (defaults 2 and 8; both grow with the running batch, to a tenth and a quarter of it): below the band the
+	// (defaults 2 and 8; both grow with the running batch, to a sixth and a third of it): below the band the
 	// budget grows, above it the budget shrinks. A few waiting requests keep the server busy between a
 	// completion and the next arrival; many mean the budget admits more than the server runs.
 	MinServerQueue, MaxServerQueue int
@@ -197,6 +197,9 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Logger receives the stage's logs (default slog.Default()).
 	Logger *slog.Logger
+	// Clock tells the Controller the time (default time.Now). A discrete-event simulation that drives the
+	// Controller through Offer, Finish and Feedback on simulated time injects its own (stages/generate/bench).
+	Clock func() time.Time
 }
 
 // withDefaults returns a copy with zero values replaced by defaults.
@@ -264,6 +267,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
 	}
 	if c.HTTPClient == nil {
 		c.HTTPClient = &http.Client{Transport: &http.Transport{

@@ -58,6 +58,7 @@ const (
 
 // endpoint is one SGLang server and the Controller's view of it. Fields below mu are guarded by Controller.mu.
 type endpoint struct {
+	idx int // position in Config.Endpoints
 	url string
 	cl  *Client
 
@@ -74,6 +75,7 @@ type endpoint struct {
 	metaRetracts   int     // retractions reported in meta_info since the last feedback tick
 	cooldownUntil  time.Time
 	load           Load
+	hot            bool          // KV usage above target at the last poll: admit nothing until it falls
 	drainedSignal  chan struct{} // closed and replaced when the endpoint is drained
 	lastAdmitBlock time.Time     // last time a waiter found no room here
 }
@@ -88,13 +90,14 @@ type lane struct {
 
 // waiter is a request waiting for admission.
 type waiter struct {
-	req    *Request
-	lane   *lane
-	avoid  *endpoint // endpoint that just failed this request: used only when no other is ready
-	ready  chan struct{}
-	ep     *endpoint
-	charge float64
-	since  time.Time
+	req     *Request
+	lane    *lane
+	avoid   *endpoint // endpoint that just failed this request: used only when no other is ready
+	ready   chan struct{}
+	granted func() // called, c.mu held, once admitted (Offer)
+	ep      *endpoint
+	charge  float64
+	since   time.Time
 }
 
 // lease is an admitted request's hold on an endpoint's budget.
@@ -109,6 +112,7 @@ type lease struct {
 // and send requests with Do from any number of goroutines.
 type Controller struct {
 	cfg Config
+	now func() time.Time
 	log *slog.Logger
 	est *LengthEstimator
 	met *metrics
@@ -130,14 +134,15 @@ func NewController(cfg Config) (*Controller, error) {
 	}
 	c := &Controller{
 		cfg:    cfg,
+		now:    cfg.Clock,
 		log:    cfg.Logger.With("stage", "generate"),
 		est:    NewLengthEstimator(cfg.Budget.Quantile, cfg.Budget.Window, cfg.Budget.PriorOutputTokens),
 		met:    newMetrics(cfg.Registerer),
 		lanes:  map[string]*lane{},
 		notify: make(chan struct{}, 1),
 	}
-	for _, u := range cfg.Endpoints {
-		c.eps = append(c.eps, &endpoint{url: u, cl: NewClient(u, cfg.HTTPClient), drainedSignal: make(chan struct{})})
+	for i, u := range cfg.Endpoints {
+		c.eps = append(c.eps, &endpoint{idx: i, url: u, cl: NewClient(u, cfg.HTTPClient), drainedSignal: make(chan struct{})})
 	}
 	lanes := cfg.Lanes
 	if len(lanes) == 0 {
@@ -207,7 +212,10 @@ func (c *Controller) fits(ep *endpoint, charge float64) bool {
 		ep.inflight >= ep.cap.MaxRunningRequests+c.cfg.Budget.MaxServerQueue {
 		return false
 	}
-	return ep.inflight == 0 || ep.used+charge <= ep.budget
+	if ep.inflight == 0 {
+		return true
+	}
+	return !ep.hot && ep.used+charge <= ep.budget
 }
 
 // route picks the endpoint for a request of charge, or nil when none has room.
@@ -288,7 +296,7 @@ func (c *Controller) admit() {
 			charge := c.charge(w.req)
 			ep := c.route(charge, w.avoid)
 			if ep == nil {
-				now := time.Now()
+				now := c.now()
 				for _, e := range c.eps {
 					e.lastAdmitBlock = now
 				}
@@ -302,8 +310,11 @@ func (c *Controller) admit() {
 			ep.used += charge
 			ep.inflight++
 			l.used += charge
-			c.met.admitted(ep, l.cfg.Name, time.Since(w.since))
+			c.met.admitted(ep, l.cfg.Name, c.now().Sub(w.since))
 			close(w.ready)
+			if w.granted != nil {
+				w.granted()
+			}
 			granted = true
 			break
 		}
@@ -313,18 +324,28 @@ func (c *Controller) admit() {
 	}
 }
 
+// laneOf returns the lane state of r.
+func (c *Controller) laneOf(r *Request) *lane {
+	if l := c.lanes[r.Key.Lane]; l != nil {
+		return l
+	}
+	return c.order[0]
+}
+
+// enqueue queues w for admission and admits whatever fits.
+func (c *Controller) enqueue(w *waiter) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w.lane.waiters = append(w.lane.waiters, w)
+	c.met.queue(w.lane.cfg.Name, len(w.lane.waiters))
+	c.admit()
+}
+
 // acquire waits until r is admitted on some endpoint.
 func (c *Controller) acquire(ctx context.Context, r *Request, avoid *endpoint) (*lease, error) {
-	l := c.lanes[r.Key.Lane]
-	if l == nil {
-		l = c.order[0]
-	}
-	w := &waiter{req: r, lane: l, avoid: avoid, ready: make(chan struct{}), since: time.Now()}
-	c.mu.Lock()
-	l.waiters = append(l.waiters, w)
-	c.met.queue(l.cfg.Name, len(l.waiters))
-	c.admit()
-	c.mu.Unlock()
+	l := c.laneOf(r)
+	w := &waiter{req: r, lane: l, avoid: avoid, ready: make(chan struct{}), since: c.now()}
+	c.enqueue(w)
 	select {
 	case <-w.ready:
 		return &lease{ep: w.ep, lane: l, charge: w.charge}, nil
@@ -340,6 +361,15 @@ func (c *Controller) acquire(ctx context.Context, r *Request, avoid *endpoint) (
 	}
 	c.met.queue(l.cfg.Name, len(l.waiters))
 	return nil, ctx.Err()
+}
+
+// finish ends a lease whose request the server answered: the output length is learnt, the retractions count
+// as feedback, and the charge goes back to the budget.
+func (c *Controller) finish(ls *lease, r *Request, outputTokens, retractions int, took time.Duration) {
+	c.est.Observe(r.Key, outputTokens)
+	c.release(ls, retractions)
+	c.met.finished(ls.ep, outputTokens, retractions, took)
+	c.met.estimate(r.Key, c.est.Expected(r.Key, 0))
 }
 
 // release returns a lease's charge and admits whoever now fits.
@@ -422,7 +452,7 @@ func (c *Controller) Do(ctx context.Context, r *Request) (*Result, error) {
 		attempts++
 		ep := ls.ep
 		actx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
-		start := time.Now()
+		start := c.now()
 		rid := AttemptRID(r.RID, attempts)
 		resp, err := ep.cl.Generate(actx, &GenerateRequest{InputIDs: r.InputIDs, RID: rid, SamplingParams: r.Sampling})
 		timedOut := errors.Is(actx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
@@ -432,10 +462,7 @@ func (c *Controller) Do(ctx context.Context, r *Request) (*Result, error) {
 			ep.fails = 0
 			served := ep.cap.ServedModel
 			c.mu.Unlock()
-			c.release(ls, resp.MetaInfo.Retractions())
-			c.est.Observe(r.Key, len(resp.OutputIDs))
-			c.met.finished(ep, len(resp.OutputIDs), resp.MetaInfo.Retractions(), time.Since(start))
-			c.met.estimate(r.Key, c.est.Expected(r.Key, 0))
+			c.finish(ls, r, len(resp.OutputIDs), resp.MetaInfo.Retractions(), c.now().Sub(start))
 			return &Result{Response: resp, Endpoint: ep.url, ServedModel: served, Attempts: attempts}, nil
 		}
 		if ctx.Err() != nil || timedOut {

@@ -16,9 +16,10 @@
 // pool can actually run: it reads the pool size from /get_server_info, charges every in-flight request its
 // prompt tokens plus the output tokens it is expected to produce (a conservative quantile, learnt online per
 // dataset and lane, of the completions seen so far, clipped by max_new_tokens), and admits a request only
-// while the charges fit the endpoint's budget. The budget adapts from live feedback: it shrinks on
-// retractions (reported in meta_info and by the server's metrics) and on a growing server queue, and grows
-// while the pool runs below its target usage. Requests are routed to the endpoint with the most headroom;
+// while the charges fit the endpoint's budget. The budget adapts from live feedback polled from /v1/loads and
+// /metrics: it shrinks on retractions (the server's counter, else meta_info counts), on a server queue above
+// its band and on KV usage above target, and grows while the server's queue runs short (a few waiting
+// requests keep the server busy between a completion and the next arrival). Requests are routed to the endpoint with the most headroom;
 // an endpoint failing health checks is drained and re-admitted, with a fresh capacity read, once it answers
 // again. Lanes (per-dataset or per-length-class settings) get a guaranteed share of the budget so long
 // requests neither starve nor crowd out short ones.

@@ -53,21 +53,7 @@ func (c *Controller) probe(ctx context.Context, ep *endpoint) bool {
 	for logged := false; ; {
 		info, err := c.readCapacity(ctx, ep)
 		if err == nil {
-			c.mu.Lock()
-			ep.cap = info
-			ep.state = stateReady
-			ep.fails = 0
-			ep.haveRetracted = false
-			ep.metaRetracts = 0
-			ep.cooldownUntil = time.Time{}
-			if c.cfg.Policy == PolicyFixed {
-				ep.budget = float64(c.cfg.Concurrency)
-			} else {
-				ep.budget = float64(info.MaxTotalTokens) * c.cfg.Budget.InitialFactor
-			}
-			c.met.endpointState(ep)
-			c.admit()
-			c.mu.Unlock()
+			c.bringUp(ep, info)
 			c.log.Info("endpoint ready", "endpoint", ep.url, "max_total_num_tokens", info.MaxTotalTokens,
 				"max_running_requests", info.MaxRunningRequests, "context_length", info.ContextLength,
 				"budget", ep.budget, "policy", c.cfg.Policy)
@@ -86,6 +72,25 @@ func (c *Controller) probe(ctx context.Context, ep *endpoint) bool {
 		}
 		wait = min(2*wait, c.cfg.HealthInterval)
 	}
+}
+
+// bringUp admits to ep with a fresh budget for the capacity just read.
+func (c *Controller) bringUp(ep *endpoint, info Capacity) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ep.cap = info
+	ep.state = stateReady
+	ep.fails = 0
+	ep.haveRetracted = false
+	ep.metaRetracts = 0
+	ep.cooldownUntil = time.Time{}
+	if c.cfg.Policy == PolicyFixed {
+		ep.budget = float64(c.cfg.Concurrency)
+	} else {
+		ep.budget = float64(info.MaxTotalTokens) * c.cfg.Budget.InitialFactor
+	}
+	c.met.endpointState(ep)
+	c.admit()
 }
 
 // readCapacity checks health and reads the server's capacity. Under the fixed policy a server without
@@ -219,13 +224,16 @@ func (c *Controller) adjust(ep *endpoint, load Load, haveLoad bool, retractedTot
 	ep.metaRetracts = 0
 	c.met.serverLoad(ep, load)
 
-	now := time.Now()
+	now := c.now()
 	cfg := c.cfg.Budget
 	// Keep a few requests waiting on the server, so it never idles between a completion and the next
 	// arrival, and not many more, so admission stays with the budget: the band scales with the batch.
-	qlo := max(cfg.MinServerQueue, load.Running/10)
-	qhi := max(cfg.MaxServerQueue, load.Running/4, 2*qlo)
+	qlo := max(cfg.MinServerQueue, load.Running/6)
+	qhi := max(cfg.MaxServerQueue, load.Running/3, 2*qlo)
 	binding := ep.used >= bindingShare*ep.budget
+	// Above the usage target the endpoint takes nothing new until the next poll: what already waits on the
+	// server is all SGLang may admit, so its own (optimistic) admission cannot push the pool into a retraction.
+	ep.hot = haveLoad && load.TokenUsage > cfg.TargetUsage
 	switch {
 	case retracts > 0:
 		ep.budget *= retractCut
@@ -235,11 +243,9 @@ func (c *Controller) adjust(ep *endpoint, load Load, haveLoad bool, retractedTot
 		if now.After(ep.cooldownUntil) && binding {
 			ep.budget *= 1 + maxGrowStep/5
 		}
-	case load.TokenUsage > cfg.TargetUsage:
-		ep.budget *= 1 - min(0.1, load.TokenUsage-cfg.TargetUsage+0.01)
 	case load.Waiting > qhi:
 		ep.budget *= queueCut
-	case load.Waiting < qlo && binding && now.After(ep.cooldownUntil):
+	case load.Waiting < qlo && binding && !ep.hot && now.After(ep.cooldownUntil):
 		ep.budget *= 1 + maxGrowStep
 	}
 	pool := float64(ep.cap.MaxTotalTokens)

@@ -161,8 +161,10 @@ func (s *stage) handle(d *topics.Delivery) {
 			s.log.Info("request rejected", "id", t.ID, "dataset", t.Dataset, "reason", rej.Reason, "at", d.Where())
 			s.reject(d, &topics.Rejection{ID: t.ID, Dataset: t.Dataset, Source: t.Source, Reason: rej.Reason})
 		default:
-			// Abandoned on shutdown: not Done, so the record is redelivered.
+			// Abandoned on shutdown: its slot is freed at once (the consumer need not wait out its drain
+			// timeout) and its offset is never committed, so the record is redelivered.
 			s.log.Debug("request abandoned", "id", t.ID, "at", d.Where(), "err", err)
+			d.Abandon()
 		}
 	}()
 }
@@ -234,6 +236,7 @@ func (s *stage) retrySend(b backoff.BackOff, p *topics.Producer, d *topics.Deliv
 	wait := b.NextBackOff()
 	if wait == backoff.Stop {
 		s.log.Warn("output not written before shutdown; record will be redelivered", "topic", p.Topic(), "at", d.Where(), "err", err)
+		d.Abandon()
 		return
 	}
 	s.log.Warn("writing output failed; retrying", "topic", p.Topic(), "at", d.Where(), "err", err, "in", wait)

@@ -320,8 +320,13 @@ func TestStageShutdownAbandons(t *testing.T) {
 	if got := s.Stats().Running; got != 5 {
 		t.Fatalf("%d requests running, want 5", got)
 	}
+	stopping := time.Now()
 	if err := stop(); err != nil {
 		t.Fatal(err)
+	}
+	// Abandoned deliveries free their slots: the consumer does not wait out its drain timeout for them.
+	if took := time.Since(stopping); took >= ackDrainTime {
+		t.Errorf("shutdown took %s: the consumer waited for abandoned requests", took)
 	}
 	deadline = time.Now().Add(10 * time.Second)
 	for (s.Stats().Running > 0 || s.Stats().Waiting > 0) && time.Now().Before(deadline) {

@@ -108,25 +108,22 @@ func Parse(file string, line int64, data []byte, dataset string) (topics.Prompt,
 	if !utf8.Valid(data) {
 		return topics.Prompt{}, lineErr(ReasonInvalidUTF8, "invalid UTF-8 at byte %d", invalidUTF8Offset(data))
 	}
-	trimmed := bytes.TrimSpace(data)
+	trimmed := bytes.Trim(data, " \t\r\n") // JSON whitespace only
 	if len(trimmed) == 0 {
 		return topics.Prompt{}, lineErr(ReasonInvalidJSON, "invalid JSON: empty line")
 	}
-	if !json.Valid(trimmed) {
-		var v any
-		err := json.Unmarshal(trimmed, &v)
+	var row wireRow
+	if err := json.Unmarshal(trimmed, &row); err != nil || trimmed[0] != '{' {
 		var se *json.SyntaxError
 		if errors.As(err, &se) {
 			return topics.Prompt{}, lineErr(ReasonInvalidJSON, "invalid JSON at byte %d: %v", se.Offset, se)
 		}
-		return topics.Prompt{}, lineErr(ReasonInvalidJSON, "invalid JSON: %v", err)
-	}
-	if trimmed[0] != '{' {
 		return topics.Prompt{}, lineErr(ReasonInvalidJSON, "invalid row: a JSON %s, want an object", jsonKind(trimmed))
 	}
-	var row wireRow
-	if err := json.Unmarshal(trimmed, &row); err != nil {
-		return topics.Prompt{}, lineErr(ReasonInvalidJSON, "invalid row: %v", err)
+	if off := loneSurrogate(trimmed); off >= 0 {
+		// encoding/json would silently turn it into U+FFFD; Python tokenizers would fail on it.
+		return topics.Prompt{}, lineErr(ReasonInvalidUTF8, "invalid Unicode: a lone UTF-16 surrogate escape %s at byte %d",
+			trimmed[off:off+6], off+len(data)-len(bytes.TrimLeft(data, " \t\r\n")))
 	}
 
 	field, rawMsgs := "messages", row.Messages
@@ -291,7 +288,7 @@ func contentText(raw json.RawMessage, where string) (string, error) {
 			switch typ {
 			case "text", "input_text", "output_text":
 			default:
-				return "", lineErr(ReasonUnsupportedContent, "%s is a %q part; only text content is supported", pw, typ)
+				return "", lineErr(ReasonUnsupportedContent, "%s is a content part of type %q; only text content is supported", pw, typ)
 			}
 			if isNull(part.Text) {
 				return "", lineErr(ReasonBadField, "%s is a text part without \"text\"", pw)
@@ -435,10 +432,16 @@ func parseID(raw json.RawMessage) (string, error) {
 	return id, nil
 }
 
-// ContentID returns the content-derived id of a conversation: HashIDPrefix and 24 hex digits of a SHA-256
-// over a canonical encoding of every message (all of them, not only the prompt) and the tools. It depends
-// only on the conversation, never on the dataset, file, line or input format; JSON objects inside tool calls
-// and tools are hashed with their keys sorted, so a JSONL and a Parquet copy of a conversation agree.
+// ContentID returns the content-derived id of a conversation: HashIDPrefix and the first 24 hex digits of
+// a SHA-256 over a canonical encoding of every normalised message (all of them, not only the prompt) and the
+// tools. It depends only on the conversation, never on the dataset, file, line or input format (JSONL,
+// ShareGPT, Parquet). The encoding (version 1) is compact JSON without HTML escaping,
+//
+//	{"v":1,"m":[{"r":role,"c":content,"rc":reasoning,"tc":tool_calls,"tid":tool_call_id,"n":name},...],"t":tools}
+//
+// with empty rc, tc, tid, n and t omitted, and every JSON object inside tool_calls and tools re-encoded with
+// its keys sorted and number literals kept, so "hello" from a user alone is h-86c9dcad1ff17973e7396ada.
+// Changing any of this changes every id: treat it as part of the data contract.
 func ContentID(msgs []topics.Message, tools json.RawMessage) string {
 	type canonMessage struct {
 		Role       string          `json:"r"`
@@ -591,6 +594,57 @@ func invalidUTF8Offset(b []byte) int {
 			return i
 		}
 		i += n
+	}
+	return -1
+}
+
+// loneSurrogate returns the offset of the first \uXXXX escape in valid JSON that is half of a UTF-16
+// surrogate pair without its other half, or -1.
+func loneSurrogate(b []byte) int {
+	hex4 := func(i int) (rune, bool) {
+		if i+6 > len(b) || b[i] != '\\' || b[i+1] != 'u' {
+			return 0, false
+		}
+		var r rune
+		for _, c := range b[i+2 : i+6] {
+			switch {
+			case c >= '0' && c <= '9':
+				r = r<<4 | rune(c-'0')
+			case c >= 'a' && c <= 'f':
+				r = r<<4 | rune(c-'a'+10)
+			case c >= 'A' && c <= 'F':
+				r = r<<4 | rune(c-'A'+10)
+			default:
+				return 0, false
+			}
+		}
+		return r, true
+	}
+	for i := bytes.IndexByte(b, '\\'); i >= 0 && i < len(b); {
+		if i+1 >= len(b) {
+			break
+		}
+		if b[i+1] != 'u' {
+			i += 2
+		} else {
+			r, _ := hex4(i)
+			switch {
+			case r >= 0xD800 && r <= 0xDBFF:
+				if lo, ok := hex4(i + 6); !ok || lo < 0xDC00 || lo > 0xDFFF {
+					return i
+				}
+				i += 12
+			case r >= 0xDC00 && r <= 0xDFFF:
+				return i
+			default:
+				i += 6
+			}
+		}
+		next := bytes.IndexByte(b[i:], '\\')
+		if next < 0 {
+			break
+		}
+		i += next
 	}
 	return -1
 }

@@ -99,9 +99,9 @@ func TestParseFormats(t *testing.T) {
 		},
 		{
 			name: "unicode and escapes",
-			line: `{"id": "u", "messages": [{"role": "user", "content": "日本語 🚀 \u00e9 \n\t\"q\""}]}`,
+			line: `{"id": "u", "messages": [{"role": "user", "content": "日本語 🚀 \u00e9 \n\t\"q\" \ud83d\ude80 \\ud800"}]}`,
 			id:   "u",
-			msgs: []topics.Message{{Role: "user", Content: "日本語 🚀 é \n\t\"q\""}},
+			msgs: []topics.Message{{Role: "user", Content: "日本語 🚀 é \n\t\"q\" 🚀 \\ud800"}},
 		},
 	}
 	for _, c := range cases {
@@ -234,6 +234,8 @@ func TestParseRejections(t *testing.T) {
 		{`[1, 2]`, ReasonInvalidJSON, "a JSON list, want an object"},
 		{"   ", ReasonInvalidJSON, "empty line"},
 		{"{\"messages\": [{\"role\": \"user\", \"content\": \"caf\xe9\"}]}", ReasonInvalidUTF8, "invalid UTF-8 at byte 46"},
+		{`{"messages": [{"role": "user", "content": "a \ud83d b"}]}`, ReasonInvalidUTF8, `lone UTF-16 surrogate escape \ud83d at byte 45`},
+		{`{"messages": [{"role": "user", "content": "\\ \udc00"}]}`, ReasonInvalidUTF8, `escape \udc00`},
 		{`{"messages": [{"role": "wizard", "content": "x"}]}`, ReasonUnknownRole, `unknown role "wizard" in messages[0]`},
 		{`{"conversations": [{"from": "human", "value": "x"}, {"from": "bot?", "value": "y"}]}`, ReasonUnknownRole, `unknown role "bot?" in conversations[1]`},
 		{`{"messages": [{"content": "x"}]}`, ReasonUnknownRole, "messages[0] has no role"},
@@ -241,7 +243,7 @@ func TestParseRejections(t *testing.T) {
 		{`{"id": 1}`, ReasonEmptyConversation, `no "messages" or "conversations"`},
 		{`{"messages": null, "conversations": null}`, ReasonEmptyConversation, "empty conversation"},
 		{`{"messages": [{"role": "system", "content": "s"}, {"role": "assistant", "content": "a"}]}`, ReasonNoUserMessage, "no user message among the 2 messages"},
-		{`{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}`, ReasonUnsupportedContent, `messages[0].content[0] is a "image_url" part`},
+		{`{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}`, ReasonUnsupportedContent, `messages[0].content[0] is a content part of type "image_url"`},
 		{`{"messages": [{"role": "user", "content": 5}]}`, ReasonBadField, "messages[0].content is a number"},
 		{`{"messages": [{"role": 3, "content": "x"}]}`, ReasonBadField, "messages[0].role is a number, want a string"},
 		{`{"messages": ["hello"]}`, ReasonBadField, "messages[0] is a string, want a message object"},

@@ -100,7 +100,7 @@ func readJSONL(ctx context.Context, path string, r io.Reader, opt readOptions, f
 		if lineNo == 1 {
 			line = bytes.TrimPrefix(line, []byte("\xef\xbb\xbf")) // UTF-8 byte order mark
 		}
-		if len(bytes.TrimSpace(line)) == 0 {
+		if len(bytes.Trim(line, " \t\r")) == 0 {
 			continue // blank lines separate nothing in JSONL; skip them silently
 		}
 		p, perr := Parse(path, lineNo, line, opt.dataset)

@@ -43,13 +43,14 @@ func topicSize(t *testing.T, kc topics.Config, topic string) int {
 	for p := 0; p < n; p++ {
 		reqs = append(reqs, kafka.LastOffsetOf(p))
 	}
+	physical := kc.Topic(topic)
 	client := &kafka.Client{Addr: kafka.TCP(kc.Brokers...)}
-	resp, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
+	resp, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{physical: reqs}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	total := 0
-	for _, po := range resp.Topics[topic] {
+	for _, po := range resp.Topics[physical] {
 		if po.Error != nil {
 			t.Fatal(po.Error)
 		}

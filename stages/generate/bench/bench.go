@@ -1,9 +1,14 @@
 // Package bench measures the generate stage's admission policies against the in-process SGLang simulator
-// (stages/generate/sim): `draftflow bench generate`. Each run starts simulated servers at a fast time scale,
-// drives them through the same Controller and SGLang client the stage uses (no Kafka: the bench hands
-// requests to Controller.Do directly, with a backlog deep enough that the policy, not the feed, is the
-// limit), and measures, in simulated time, output tok/s, retractions, the servers' queue depth and request
-// latency over the steady-state window after a warm-up.
+// (stages/generate/sim): `draftflow bench generate`. Each run is a deterministic discrete-event simulation:
+// the simulated servers' engines run pass by pass on the bench's own clock (sim.NewManual), and the
+// stage's Controller runs on the same clock (generate.Config.Clock), driven through Offer, Finish and
+// Feedback: the admission, output-length estimation, routing and budget code that Controller.Do and
+// Controller.Run use, fed what the stage's client reads over HTTP (/get_server_info, /v1/loads, the
+// /metrics retraction counter, meta_info; TestFeedbackMatchesHTTP checks that the two agree). No Kafka and
+// no HTTP: a backlog of waiting requests is kept deep enough that the policy, not the feed, is the limit.
+// The same seed gives the same figures on a busy or an idle machine. Each run measures, in simulated time,
+// output tok/s, retractions, the servers' queue depth and request latency over the steady-state window
+// after a warm-up.
 //
 // Scenarios: one server (the reference run's 159,277-token pool); a heterogeneous fleet of three servers
 // (pools of 80K, 160K and 320K tokens); and one server whose workload's output lengths shift halfway. The
@@ -14,6 +19,7 @@
 package bench
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -21,13 +27,12 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
-	"net/http"
-	"net/http/httptest"
+	"os"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
@@ -64,17 +69,21 @@ type BenchOptions struct {
 	Scenarios []string
 	// Policies to run (default all). The oracle needs sweeps, the costliest part.
 	Policies []string
-	// SimDuration is the simulated length of one run (default 75 min); the first WarmupFraction is not measured.
+	// SimDuration is the simulated length of one run (default 60 min); the first WarmupFraction is not measured.
 	SimDuration time.Duration
 	// WarmupFraction of SimDuration excluded from the figures (default 0.25).
 	WarmupFraction float64
-	// TimeScale is simulated seconds per wall second (default 300).
+	// TimeScale is ignored: runs are discrete-event simulations that take as long as the CPU needs. (It was
+	// the wall-clock speed-up of an earlier bench; kept so existing callers compile.)
 	TimeScale float64
-	// Parallel runs at once (default 6). Runs sleep most of the time (the simulator follows the wall clock), so
-	// this may exceed the core count.
+	// Parallel runs at once (default: the number of CPUs). It changes the wall time only, never the figures.
 	Parallel int
 	// Seed makes workloads reproducible (default 1).
 	Seed int64
+	// Budget tunes the kv-budget policy (default: the stage's defaults, generate.BudgetConfig{}).
+	Budget generate.BudgetConfig
+	// PlotFile, when set, receives an SVG figure of tok/s and KV usage over time per policy (see WritePlot).
+	PlotFile string
 	// JSON makes Bench print nothing on w (the caller prints the results as JSON).
 	JSON bool
 	// Logger receives progress (default: discard).
@@ -117,10 +126,11 @@ type Sample struct {
 	Queue int
 }
 
-// workload generates the requests of a scenario.
+// workload generates the requests of a scenario: the i-th request's lengths depend on the seed and i only,
+// so every policy works through the same list of requests, as it would through a dataset.
 type workload struct {
 	seed     int64
-	shiftAt  float64 // simulated seconds; 0 = no shift
+	shiftAt  int64 // first request drawn from after; 0 = no shift
 	before   lengthDist
 	after    lengthDist
 	maxNew   int
@@ -131,17 +141,20 @@ type workload struct {
 type lengthDist struct{ mean, sigma float64 }
 
 // draw returns the i-th request's prompt length and natural output length.
-func (w *workload) draw(i int64, simNow float64) (prompt, output int) {
+func (w *workload) draw(i int64) (prompt, output int) {
 	rng := rand.New(rand.NewPCG(uint64(w.seed), uint64(i)))
 	prompt = w.minInput + rng.IntN(w.maxInput-w.minInput+1)
 	d := w.before
-	if w.shiftAt > 0 && simNow >= w.shiftAt {
+	if w.shiftAt > 0 && i >= w.shiftAt {
 		d = w.after
 	}
 	mu := math.Log(d.mean) - d.sigma*d.sigma/2
 	output = max(1, int(math.Exp(mu+d.sigma*rng.NormFloat64())))
 	return prompt, output
 }
+
+// referenceTokPerS is the reference run's server throughput, to place the shift of the shift scenario.
+const referenceTokPerS = 600
 
 type scenario struct {
 	name  string
@@ -154,11 +167,13 @@ func scenarios(opts BenchOptions) map[string]scenario {
 	shift := base
 	shift.before = lengthDist{1200, 0.8}
 	shift.after = lengthDist{4000, 0.8}
-	shift.shiftAt = opts.SimDuration.Seconds() / 2
+	// The shift comes after the requests the reference server (~600 output tok/s) finishes in half the run.
+	shift.shiftAt = int64(opts.SimDuration.Seconds() / 2 * referenceTokPerS / shift.before.mean)
 	return map[string]scenario{
 		ScenarioOneServer: {name: ScenarioOneServer, pools: []int{sim.DefaultMaxTotalTokens}, work: base},
-		ScenarioFleet:     {name: ScenarioFleet, pools: []int{80000, 160000, 320000}, work: base},
-		ScenarioShift:     {name: ScenarioShift, pools: []int{sim.DefaultMaxTotalTokens}, work: shift},
+		// The fleet's middle server is the reference pool (~160K), so its oracle sweep is the one-server one.
+		ScenarioFleet: {name: ScenarioFleet, pools: []int{80000, sim.DefaultMaxTotalTokens, 320000}, work: base},
+		ScenarioShift: {name: ScenarioShift, pools: []int{sim.DefaultMaxTotalTokens}, work: shift},
 	}
 }
 
@@ -180,16 +195,13 @@ func Bench(ctx context.Context, opts BenchOptions, w io.Writer) ([]BenchResult, 
 		opts.Policies = Policies
 	}
 	if opts.SimDuration <= 0 {
-		opts.SimDuration = 75 * time.Minute
+		opts.SimDuration = 60 * time.Minute
 	}
 	if opts.WarmupFraction <= 0 || opts.WarmupFraction >= 1 {
 		opts.WarmupFraction = 0.25
 	}
-	if opts.TimeScale <= 0 {
-		opts.TimeScale = 300
-	}
 	if opts.Parallel <= 0 {
-		opts.Parallel = 6
+		opts.Parallel = runtime.NumCPU()
 	}
 	if opts.Seed == 0 {
 		opts.Seed = 1
@@ -208,7 +220,7 @@ func Bench(ctx context.Context, opts BenchOptions, w io.Writer) ([]BenchResult, 
 			return nil, fmt.Errorf("bench: unknown policy %q (want %s)", p, strings.Join(Policies, ", "))
 		}
 	}
-	b := &bencher{opts: opts, sem: make(chan struct{}, opts.Parallel)}
+	b := &bencher{opts: opts, sem: make(chan struct{}, opts.Parallel), sweeps: map[string]*sweepOnce{}}
 
 	type job struct {
 		sc     scenario
@@ -251,6 +263,19 @@ func Bench(ctx context.Context, opts BenchOptions, w io.Writer) ([]BenchResult, 
 	if !opts.JSON && w != nil {
 		WriteTable(w, results)
 	}
+	if opts.PlotFile != "" {
+		f, err := os.Create(opts.PlotFile)
+		if err != nil {
+			return results, fmt.Errorf("bench: plot: %w", err)
+		}
+		err = WritePlot(f, results)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return results, fmt.Errorf("bench: plot: %w", err)
+		}
+	}
 	return results, ctx.Err()
 }
 
@@ -276,6 +301,15 @@ func WriteTable(w io.Writer, results []BenchResult) {
 type bencher struct {
 	opts BenchOptions
 	sem  chan struct{}
+
+	mu     sync.Mutex
+	sweeps map[string]*sweepOnce // by pool and workload
+}
+
+type sweepOnce struct {
+	once sync.Once
+	res  *BenchResult
+	err  error
 }
 
 // policyResult runs one policy in one scenario (the oracle: sweeps, per server on a fleet).
@@ -317,7 +351,7 @@ func (b *bencher) oracle(ctx context.Context, sc scenario) (*BenchResult, error)
 			defer wg.Done()
 			one := sc
 			one.pools = []int{pool}
-			best, err := b.sweep(ctx, one)
+			best, err := b.sweepCached(ctx, one)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil && firstErr == nil {
@@ -348,6 +382,25 @@ func (b *bencher) oracle(ctx context.Context, sc scenario) (*BenchResult, error)
 	// On a fleet the oracle's latencies are the worst server's (its servers ran separately).
 	total.P50LatencyS, total.P99LatencyS = lat50, lat99
 	return total, nil
+}
+
+// sweepCached runs each distinct (pool, workload) sweep once, whichever scenario asks first.
+func (b *bencher) sweepCached(ctx context.Context, sc scenario) (*BenchResult, error) {
+	key := fmt.Sprintf("%d/%+v", sc.pools[0], sc.work)
+	b.mu.Lock()
+	s := b.sweeps[key]
+	if s == nil {
+		s = &sweepOnce{}
+		b.sweeps[key] = s
+	}
+	b.mu.Unlock()
+	s.once.Do(func() { s.res, s.err = b.sweep(ctx, sc) })
+	if s.err != nil {
+		return nil, s.err
+	}
+	r := *s.res
+	r.Scenario = sc.name
+	return &r, nil
 }
 
 // sweep finds the best fixed concurrency for a one-server scenario: a coarse geometric grid around the
@@ -388,15 +441,17 @@ func (b *bencher) sweep(ctx context.Context, sc scenario) (*BenchResult, error) 
 		wg.Wait()
 		return firstErr
 	}
+	// Throughput rises with concurrency until the server's own admission holds the rest in its queue, then
+	// plateaus (or falls, once retractions set in): sweep from the average fit to four times it.
 	var grid []int
-	for f := 0.7; f <= 2.0; f *= 1.15 {
+	for _, f := range []float64{1, 1.5, 2.2, 3.2, 4.5} {
 		grid = append(grid, int(math.Round(fit*f)))
 	}
 	if err := try(grid); err != nil {
 		return nil, err
 	}
 	best := bestOf(tried)
-	step := max(1, int(math.Round(float64(best.Concurrency[0])*0.07)))
+	step := max(1, int(math.Round(float64(best.Concurrency[0])*0.15)))
 	if err := try([]int{best.Concurrency[0] - step, best.Concurrency[0] + step}); err != nil {
 		return nil, err
 	}
@@ -432,7 +487,73 @@ func mergeSeries(a, b []Sample) []Sample {
 	return out
 }
 
-// run executes one run and returns its figures (Policy left for the caller).
+// Client-side delays of the simulated network, in simulated seconds: from admission to the server's queue,
+// and from the server's answer to the client's release of the request (HTTP, tokenizer manager, detokenizer).
+const (
+	sendDelay  = 0.005
+	replyDelay = 0.005
+	// sampleEvery is the simulated interval between samples of the time series.
+	sampleEvery = 10.0
+	// backlogDepth is how many requests wait for admission at all times: the feed is never the limit.
+	backlogDepth = 64
+)
+
+// event kinds of the discrete-event simulation.
+const (
+	evPassEnd = iota // a server's forward pass ends
+	evArrive         // an admitted request reaches its server
+	evReply          // a finished request's answer reaches the client
+	evPoll           // the controller polls a server's load (kv-budget)
+	evSample         // the bench samples the servers
+)
+
+type event struct {
+	t    float64
+	seq  int64 // FIFO among simultaneous events
+	kind int
+	srv  int
+	tk   *generate.Ticket
+	fin  sim.Finished
+}
+
+type eventQueue []*event
+
+func (q eventQueue) Len() int { return len(q) }
+func (q eventQueue) Less(i, j int) bool {
+	if q[i].t != q[j].t {
+		return q[i].t < q[j].t
+	}
+	return q[i].seq < q[j].seq
+}
+func (q eventQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *eventQueue) Push(x any)   { *q = append(*q, x.(*event)) }
+func (q *eventQueue) Pop() any {
+	old := *q
+	e := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return e
+}
+
+// capacityOf is what the stage's client reads from the server's /get_server_info.
+func capacityOf(s *sim.Server) generate.Capacity {
+	c := s.Config()
+	return generate.Capacity{MaxTotalTokens: c.MaxTotalTokens, MaxRunningRequests: c.MaxRunningRequests,
+		ContextLength: c.ContextLength, ServedModel: c.ModelPath}
+}
+
+// loadOf is what the stage's client reads from the server's /v1/loads, and the retraction counter it reads
+// from /metrics (sglang:num_retracted_requests_total).
+func loadOf(s *sim.Server) (generate.Load, float64) {
+	st := s.Stats()
+	return generate.Load{Running: st.Running, Waiting: st.Waiting, UsedTokens: st.UsedTokens, MaxTokens: st.MaxTotalTokens,
+		TokenUsage: st.TokenUsage, GenThroughput: st.GenThroughput}, float64(st.RetractionsTotal)
+}
+
+// run executes one run as a discrete-event simulation and returns its figures (Policy left for the caller).
+// Simulated time is the bench's own: the servers' engines are driven pass by pass (sim.NewManual), the
+// Controller runs on the same clock (Config.Clock) through Offer, Finish and Feedback, the same admission,
+// estimation, routing and budget code Do and Run use, fed what the stage's client reads over HTTP. A run's
+// figures depend on its inputs only, not on the machine or its load.
 func (b *bencher) run(ctx context.Context, spec runSpec) (*BenchResult, error) {
 	select {
 	case b.sem <- struct{}{}:
@@ -441,169 +562,221 @@ func (b *bencher) run(ctx context.Context, spec runSpec) (*BenchResult, error) {
 	}
 	defer func() { <-b.sem }()
 	opts := b.opts
-	scale := opts.TimeScale
-	simSeconds := func(d time.Duration) time.Duration { return time.Duration(float64(d) / scale) }
+	duration := opts.SimDuration.Seconds()
+	warmup := duration * opts.WarmupFraction
 
 	var servers []*sim.Server
 	var urls []string
-	var https []*httptest.Server
 	defer func() {
-		for _, h := range https {
-			h.CloseClientConnections()
-			h.Close()
-		}
 		for _, s := range servers {
 			_ = s.Close()
 		}
 	}()
 	for i, pool := range spec.sc.pools {
-		s, err := sim.New(sim.Config{MaxTotalTokens: pool, TimeScale: scale, OutputLenDistribution: sim.DistFixed,
-			OutputLenMean: 1, Seed: opts.Seed + int64(i)})
+		s, err := sim.NewManual(sim.Config{MaxTotalTokens: pool, OutputLenDistribution: sim.DistFixed,
+			OutputLenMean: 1, Seed: opts.Seed + int64(i), Logger: opts.Logger})
 		if err != nil {
 			return nil, err
 		}
 		servers = append(servers, s)
-		h := httptest.NewServer(s)
-		https = append(https, h)
-		urls = append(urls, h.URL)
+		urls = append(urls, fmt.Sprintf("http://sim-%d.invalid:30000", i))
 	}
-	quiet := opts.Logger
+	var now float64 // simulated seconds
+	epoch := time.Unix(0, 0)
 	ctl, err := generate.NewController(generate.Config{
-		Endpoints:      urls,
-		Policy:         spec.policy,
-		Concurrency:    spec.concurrency,
-		Routing:        spec.routing,
-		RequestTimeout: time.Hour,
-		RetryInitial:   time.Millisecond,
-		RetryMax:       50 * time.Millisecond,
-		HealthInterval: simSeconds(30 * time.Second),
-		Budget:         generate.BudgetConfig{PollInterval: simSeconds(2 * time.Second)},
-		Registerer:     prometheus.NewRegistry(),
-		Logger:         quiet,
-		HTTPClient: &http.Client{Transport: &http.Transport{MaxIdleConns: 8192, MaxIdleConnsPerHost: 8192,
-			IdleConnTimeout: time.Minute}},
+		Endpoints:   urls,
+		Policy:      spec.policy,
+		Concurrency: spec.concurrency,
+		Routing:     spec.routing,
+		Budget:      opts.Budget,
+		Registerer:  prometheus.NewRegistry(),
+		Logger:      opts.Logger,
+		Clock:       func() time.Time { return epoch.Add(time.Duration(now * float64(time.Second))) },
 	})
 	if err != nil {
 		return nil, err
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	ctlDone := make(chan struct{})
-	go func() { defer close(ctlDone); _ = ctl.Run(runCtx) }()
-	defer func() { stop(); <-ctlDone }()
+	pollEvery := generate.DefaultPollInterval.Seconds()
 
-	simNow := func() float64 { return servers[0].Stats().SimTime.Seconds() }
-	duration := opts.SimDuration.Seconds()
-	warmup := duration * opts.WarmupFraction
-
-	// Backlog: enough concurrent callers that admission, not the feed, is the limit.
-	backlog := 0
-	for _, p := range spec.sc.pools {
-		backlog += p/1000 + 200
+	var q eventQueue
+	var seq int64
+	push := func(e *event) {
+		seq++
+		e.seq = seq
+		heap.Push(&q, e)
 	}
-	var next atomic.Int64
-	var latMu sync.Mutex
-	var latencies []float64
-	var workers sync.WaitGroup
-	for range backlog {
-		workers.Add(1)
-		go func() {
-			defer workers.Done()
-			for runCtx.Err() == nil {
-				i := next.Add(1)
-				prompt, out := spec.sc.work.draw(i, simNow())
-				req := &generate.Request{
-					RID:      fmt.Sprintf("req-%d", i),
-					Key:      generate.LengthKey{Dataset: "bench", Lane: generate.DefaultLane},
-					InputIDs: promptIDs(i, prompt),
-					Sampling: generate.SamplingParams{MaxNewTokens: spec.sc.work.maxNew, MinNewTokens: min(out-1, spec.sc.work.maxNew)},
-				}
-				res, err := ctl.Do(runCtx, req)
-				if err != nil {
-					continue
-				}
-				if t := simNow(); t >= warmup {
-					latMu.Lock()
-					latencies = append(latencies, res.Response.MetaInfo.E2ELatency)
-					latMu.Unlock()
-				}
+	// Admissions happen inside Controller calls; the hook records them and the loop sends them afterwards.
+	var granted []*generate.Ticket
+	onGrant := func(t *generate.Ticket) { granted = append(granted, t) }
+	var offered, admitted int64
+	waiting := 0
+	refill := func() {
+		for waiting < backlogDepth {
+			offered++
+			i := offered
+			prompt, out := spec.sc.work.draw(i)
+			waiting++
+			ctl.Offer(&generate.Request{
+				RID:      fmt.Sprintf("req-%d", i),
+				Key:      generate.LengthKey{Dataset: "bench", Lane: generate.DefaultLane},
+				InputIDs: promptIDs(i, prompt),
+				Sampling: generate.SamplingParams{MaxNewTokens: spec.sc.work.maxNew, MinNewTokens: min(out-1, spec.sc.work.maxNew)},
+			}, onGrant)
+		}
+	}
+	send := func() {
+		for len(granted) > 0 {
+			g := granted
+			granted = nil
+			for _, t := range g {
+				waiting--
+				admitted++
+				push(&event{t: now + sendDelay, kind: evArrive, srv: t.Endpoint(), tk: t})
 			}
-		}()
+			refill()
+		}
 	}
+	for i, s := range servers {
+		ctl.EndpointUp(i, capacityOf(s))
+		if spec.policy == generate.PolicyKVBudget {
+			push(&event{t: pollEvery, kind: evPoll, srv: i})
+		}
+	}
+	refill()
+	send()
+	push(&event{t: sampleEvery, kind: evSample})
 
-	// Sample the servers every 10 simulated seconds until the run's simulated duration passed.
+	tickets := map[string]*generate.Ticket{}
+	busy := make([]bool, len(servers))
+	dirty := make([]bool, len(servers))
+
 	type snap struct {
-		t                []float64
-		gen, retr, queue []int64
-		used, pool       []int64
+		gen, retr []int64
 	}
 	take := func() snap {
 		var s snap
 		for _, srv := range servers {
 			st := srv.Stats()
-			s.t = append(s.t, st.SimTime.Seconds())
 			s.gen = append(s.gen, st.GeneratedTokens)
 			s.retr = append(s.retr, st.RetractionsTotal)
-			s.queue = append(s.queue, int64(st.Waiting))
-			s.used = append(s.used, int64(st.UsedTokens))
-			s.pool = append(s.pool, int64(st.MaxTotalTokens))
 		}
 		return s
 	}
 	res := &BenchResult{Scenario: spec.sc.name}
-	tick := time.NewTicker(simSeconds(10 * time.Second))
-	defer tick.Stop()
 	prev := take()
 	var atWarmup *snap
 	var queueSum float64
 	var queueN int
-	for {
-		select {
-		case <-ctx.Done():
+	var latencies []float64
+
+	for q.Len() > 0 {
+		if ctx.Err() != nil {
 			return nil, ctx.Err()
-		case <-tick.C:
 		}
-		cur := take()
-		smp := Sample{T: cur.t[0]}
-		var used, pool int64
-		for i := range servers {
-			if dt := cur.t[i] - prev.t[i]; dt > 0 {
-				smp.TokPerS += float64(cur.gen[i]-prev.gen[i]) / dt
-			}
-			smp.Queue += int(cur.queue[i])
-			used += cur.used[i]
-			pool += cur.pool[i]
-		}
-		smp.KVUsage = float64(used) / float64(pool)
-		res.Series = append(res.Series, smp)
-		if opts.Logger.Enabled(ctx, slog.LevelDebug) {
-			for _, e := range ctl.Endpoints() {
-				opts.Logger.Debug("sample", "policy", spec.policy, "t", int(smp.T), "tok_s", int(smp.TokPerS), "kv", fmt.Sprintf("%.2f", smp.KVUsage),
-					"queue", smp.Queue, "budget", int(e.Budget), "charged", int(e.Used), "inflight", e.InFlight, "waiting", ctl.Waiting(),
-					"est", ctl.Estimator().Expected(generate.LengthKey{Dataset: "bench", Lane: generate.DefaultLane}, 10240))
-			}
-		}
-		if cur.t[0] >= warmup {
-			if atWarmup == nil {
-				c := cur
-				atWarmup = &c
-			} else {
-				queueSum += float64(smp.Queue)
-				queueN++
-			}
-		}
-		prev = cur
-		if cur.t[0] >= duration {
+		e := heap.Pop(&q).(*event)
+		now = e.t
+		if now > duration {
 			break
+		}
+		switch e.kind {
+		case evPassEnd:
+			busy[e.srv] = false
+			for _, f := range servers[e.srv].Finish() {
+				t := tickets[f.RID]
+				delete(tickets, f.RID)
+				push(&event{t: now + replyDelay, kind: evReply, tk: t, fin: f})
+			}
+			dirty[e.srv] = true
+		case evArrive:
+			t := e.tk
+			tickets[t.Request.RID] = t
+			ids := make([]int32, len(t.Request.InputIDs))
+			for j, id := range t.Request.InputIDs {
+				ids[j] = int32(id)
+			}
+			maxNew, minNew := t.Request.Sampling.MaxNewTokens, t.Request.Sampling.MinNewTokens
+			if err := servers[e.srv].Submit(now, sim.Prompt{RID: t.Request.RID, InputIDs: ids,
+				Sampling: sim.SamplingParams{MaxNewTokens: &maxNew, MinNewTokens: minNew}}); err != nil {
+				return nil, fmt.Errorf("bench: submit: %w", err)
+			}
+			dirty[e.srv] = true
+		case evReply:
+			if e.fin.FinishReason == "abort" {
+				return nil, fmt.Errorf("bench: request %s aborted by the simulator", e.fin.RID)
+			}
+			if err := ctl.Finish(e.tk, e.fin.CompletionTokens, e.fin.Retractions,
+				time.Duration(e.fin.E2ELatency*float64(time.Second))); err != nil {
+				return nil, err
+			}
+			if now >= warmup {
+				latencies = append(latencies, e.fin.E2ELatency)
+			}
+		case evPoll:
+			load, retracted := loadOf(servers[e.srv])
+			if opts.Logger.Enabled(ctx, slog.LevelDebug-4) {
+				ep := ctl.Endpoints()[e.srv]
+				opts.Logger.Log(ctx, slog.LevelDebug-4, "poll", "t", now, "ep", e.srv, "kv", load.TokenUsage, "running", load.Running,
+					"queue", load.Waiting, "retracted", retracted, "budget", int(ep.Budget), "charged", int(ep.Used), "inflight", ep.InFlight)
+			}
+			ctl.Feedback(e.srv, load, retracted, true)
+			push(&event{t: now + pollEvery, kind: evPoll, srv: e.srv})
+		case evSample:
+			cur := take()
+			smp := Sample{T: now}
+			var used, pool int64
+			for i, srv := range servers {
+				st := srv.Stats()
+				smp.TokPerS += float64(cur.gen[i]-prev.gen[i]) / sampleEvery
+				smp.Queue += st.Waiting
+				used += int64(st.UsedTokens)
+				pool += int64(st.MaxTotalTokens)
+			}
+			smp.KVUsage = float64(used) / float64(pool)
+			res.Series = append(res.Series, smp)
+			if opts.Logger.Enabled(ctx, slog.LevelDebug) {
+				for i, ep := range ctl.Endpoints() {
+					st := servers[i].Stats()
+					opts.Logger.Debug("sample", "policy", spec.policy, "t", int(now), "ep", i, "tok_s", int(smp.TokPerS),
+						"kv", fmt.Sprintf("%.3f", st.TokenUsage), "running", st.Running, "queue", st.Waiting,
+						"budget", int(ep.Budget), "charged", int(ep.Used), "inflight", ep.InFlight, "retracted", st.RetractionsTotal,
+						"est", ctl.Estimator().Expected(generate.LengthKey{Dataset: "bench", Lane: generate.DefaultLane}, 10240))
+				}
+			}
+			if now >= warmup {
+				if atWarmup == nil {
+					c := cur
+					atWarmup = &c
+				} else {
+					queueSum += float64(smp.Queue)
+					queueN++
+				}
+			}
+			prev = cur
+			push(&event{t: now + sampleEvery, kind: evSample})
+		}
+		send()
+		// Plan the servers' next passes once every event of this instant is in, as the scheduler receives
+		// everything queued before it plans.
+		if q.Len() == 0 || q[0].t > now {
+			for i, s := range servers {
+				if dirty[i] && !busy[i] {
+					if end, ok := s.Poll(now); ok {
+						busy[i] = true
+						push(&event{t: end, kind: evPassEnd, srv: i})
+					}
+				}
+				dirty[i] = false
+			}
 		}
 	}
 	end := prev
 	if atWarmup == nil {
 		return nil, errors.New("bench: run ended before its warm-up")
 	}
+	span := res.Series[len(res.Series)-1].T - warmupSampleT(res.Series, warmup)
 	for i := range servers {
-		if dt := end.t[i] - atWarmup.t[i]; dt > 0 {
-			res.TokPerS += float64(end.gen[i]-atWarmup.gen[i]) / dt
+		if span > 0 {
+			res.TokPerS += float64(end.gen[i]-atWarmup.gen[i]) / span
 		}
 		res.Retractions += end.retr[i] - atWarmup.retr[i]
 		res.RetractionsTotal += end.retr[i]
@@ -611,16 +784,22 @@ func (b *bencher) run(ctx context.Context, spec runSpec) (*BenchResult, error) {
 	if queueN > 0 {
 		res.MeanQueue = queueSum / float64(queueN)
 	}
-	stop()
-	workers.Wait()
-	latMu.Lock()
 	slices.Sort(latencies)
 	res.P50LatencyS, res.P99LatencyS = quantile(latencies, 0.5), quantile(latencies, 0.99)
-	latMu.Unlock()
 	opts.Logger.Info("run", "scenario", spec.sc.name, "policy", spec.policy, "routing", spec.routing,
 		"concurrency", spec.concurrency, "pools", spec.sc.pools, "tok_per_s", math.Round(res.TokPerS),
 		"retractions", res.Retractions, "mean_queue", res.MeanQueue)
 	return res, nil
+}
+
+// warmupSampleT is the time of the first sample at or after the warm-up.
+func warmupSampleT(series []Sample, warmup float64) float64 {
+	for _, s := range series {
+		if s.T >= warmup {
+			return s.T
+		}
+	}
+	return 0
 }
 
 func quantile(sorted []float64, q float64) float64 {

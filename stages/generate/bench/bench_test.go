@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/xml"
 	"log/slog"
 	"os"
 	"strings"
@@ -33,6 +34,23 @@ func TestBenchSmoke(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "kv-budget") {
 		t.Errorf("table lacks the policy:\n%s", out.String())
+	}
+	var svg strings.Builder
+	if err := WritePlot(&svg, res); err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		XMLName  xml.Name
+		Polyline []struct {
+			Points string `xml:"points,attr"`
+		} `xml:"polyline"`
+	}
+	if err := xml.Unmarshal([]byte(svg.String()), &doc); err != nil {
+		t.Fatalf("plot is not valid SVG: %v", err)
+	}
+	// Two panels (tok/s, KV usage) per policy.
+	if doc.XMLName.Local != "svg" || len(doc.Polyline) != 4 || !strings.Contains(svg.String(), ">kv-budget<") {
+		t.Fatalf("plot has %d lines:\n%.500s", len(doc.Polyline), svg.String())
 	}
 }
 

@@ -36,6 +36,11 @@ type Server struct {
 	met    *metrics
 	faults *faultInjector
 	mux    *http.ServeMux
+
+	// manual mode (NewManual): no loop; the owner drives the engine. Guarded by mu.
+	manual  bool
+	current *batch     // the forward pass in progress
+	early   []*request // requests the scheduler ended at submission (reported by the next Finish)
 }
 
 // Stats is a point-in-time view of the engine, read live (unlike the

@@ -116,10 +116,12 @@ type refRequest struct {
 }
 
 type refResult struct {
-	ID    string   `json:"id"`
-	Text  *string  `json:"text,omitempty"`
-	IDs   []uint32 `json:"ids,omitempty"`
-	Error string   `json:"error,omitempty"`
+	ID   string   `json:"id"`
+	Text *string  `json:"text,omitempty"`
+	IDs  []uint32 `json:"ids,omitempty"`
+	// RawIDs are the tokenizers library's ids for Text from tokenizer.json alone.
+	RawIDs []uint32 `json:"raw_ids,omitempty"`
+	Error  string   `json:"error,omitempty"`
 }
 
 // reference runs testdata/reference.py (or reuses its cached answer) and returns results by case id.

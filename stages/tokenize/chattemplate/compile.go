@@ -2,6 +2,7 @@ package chattemplate
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -49,12 +50,13 @@ type compiler struct {
 	aliases  []string // loop alias per enclosing user loop, innermost last
 	nextID   int
 	inMacro  int
-	condExpr int             // depth of conditional expressions being compiled
-	pending  strings.Builder // coalesced text awaiting emission
+	condExpr int                 // depth of conditional expressions being compiled
+	macros   map[string][]string // parameter names of the macros defined so far
+	pending  strings.Builder     // coalesced text awaiting emission
 }
 
 func compileTemplate(items []item) (string, []jinja.Value, error) {
-	c := &compiler{strConst: map[string]string{}}
+	c := &compiler{strConst: map[string]string{}, macros: map[string][]string{}}
 	for _, it := range items {
 		var err error
 		switch it.kind {
@@ -432,7 +434,7 @@ func (c *compiler) forStmt(p *parser, line int) error {
 	alias := fmt.Sprintf("%sloop%d", rtPrefix, b.id)
 	c.emit(fmt.Sprintf("{%%set %sctl%d = %sns()%%}", rtPrefix, b.id, rtPrefix))
 	c.emit(head + "%}")
-	c.emit(fmt.Sprintf("{%%set %s = loop%%}{%%for %sonce in %sone%%}", alias, rtPrefix, rtPrefix))
+	c.emit(fmt.Sprintf("{%%set %s = %sloopx(loop)%%}{%%for %sonce in %sone%%}", alias, rtPrefix, rtPrefix, rtPrefix))
 	c.push(b)
 	c.aliases = append(c.aliases, alias)
 	return nil
@@ -507,13 +509,14 @@ func (c *compiler) macroStmt(p *parser, line int) error {
 	if err := checkName(name, line); err != nil {
 		return err
 	}
-	params, err := c.signature(p, line)
+	params, names, err := c.signature(p, line)
 	if err != nil {
 		return err
 	}
 	if err := p.expectEnd(); err != nil {
 		return err
 	}
+	c.macros[name] = names
 	c.push(&block{kind: blkMacro, line: line, aliases: c.aliases})
 	c.aliases = nil
 	c.inMacro++
@@ -522,50 +525,69 @@ func (c *compiler) macroStmt(p *parser, line int) error {
 }
 
 // signature parses "(a, b=default)" of a macro or call block; defaults must be literals.
-func (c *compiler) signature(p *parser, line int) (string, error) {
+func (c *compiler) signature(p *parser, line int) (string, []string, error) {
 	if err := p.expectOp("("); err != nil {
-		return "", err
+		return "", nil, err
 	}
-	var parts []string
+	var parts, names []string
 	seenDefault := false
 	for !p.isOp(")") {
 		if len(parts) > 0 {
 			if err := p.expectOp(","); err != nil {
-				return "", err
+				return "", nil, err
 			}
 		}
 		n, err := p.expectName()
 		if err != nil {
-			return "", err
+			return "", nil, err
 		}
 		if err := checkName(n, line); err != nil {
-			return "", err
+			return "", nil, err
 		}
+		names = append(names, n)
 		if p.skipOp("=") {
 			d, err := p.parseExpression()
 			if err != nil {
-				return "", err
+				return "", nil, err
 			}
 			v, ok := constFold(d)
 			if !ok {
-				return "", syntaxErr(line, "macro argument defaults must be literals")
+				return "", nil, syntaxErr(line, "macro argument defaults must be literals")
 			}
 			parts = append(parts, n+"="+c.constValue(v))
 			seenDefault = true
 		} else {
 			if seenDefault {
-				return "", syntaxErr(line, "non-default argument follows default argument")
+				return "", nil, syntaxErr(line, "non-default argument follows default argument")
 			}
 			parts = append(parts, n)
 		}
 	}
-	return strings.Join(parts, ", "), p.expectOp(")")
+	return strings.Join(parts, ", "), names, p.expectOp(")")
+}
+
+// macroCallError reports a call Jinja2 would reject when it runs: too many positional arguments or an
+// unknown keyword for a macro defined in this template.
+func (c *compiler) macroCallError(name string, args []expr, kwargs []kwarg, caller bool) string {
+	params, ok := c.macros[name]
+	if !ok {
+		return ""
+	}
+	if len(args) > len(params) {
+		return fmt.Sprintf("TypeError: macro '%s' takes not more than %d argument(s)", name, len(params))
+	}
+	for _, kw := range kwargs {
+		if !slices.Contains(params, kw.name) && !(caller && kw.name == "caller") {
+			return fmt.Sprintf("TypeError: macro '%s' takes no keyword argument '%s'", name, kw.name)
+		}
+	}
+	return ""
 }
 
 func (c *compiler) callStmt(p *parser, line int) error {
 	callerArgs := ""
 	if p.isOp("(") {
-		sig, err := c.signature(p, line)
+		sig, _, err := c.signature(p, line)
 		if err != nil {
 			return err
 		}
@@ -588,6 +610,9 @@ func (c *compiler) callStmt(p *parser, line int) error {
 	fn, ok := call.fn.(*nameExpr)
 	if !ok {
 		return syntaxErr(line, "call blocks are supported only for macros called by name")
+	}
+	if msg := c.macroCallError(fn.name, call.args, call.kwargs, true); msg != "" {
+		return syntaxErr(line, "%s", msg)
 	}
 	args, err := c.args(call.args, call.kwargs, line)
 	if err != nil {
@@ -891,6 +916,9 @@ func (c *compiler) callExpr(x *callExpr, line int) (string, error) {
 				s += ", " + pos
 			}
 			return s + ", " + kv + ")", nil
+		}
+		if msg := c.macroCallError(fn.name, x.args, x.kwargs, false); msg != "" {
+			return rtPrefix + "fail(" + c.constString(msg) + ")", nil
 		}
 		args, err := c.args(x.args, x.kwargs, line)
 		if err != nil {

@@ -142,6 +142,26 @@ func init() {
 		}
 		return d, nil
 	})
+	reg("loopx", func(a []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+		// Complete the engine's loop object with Jinja2's depth, depth0 and changed().
+		d := a[0].AsDict()
+		if !d.Has("depth") {
+			d.Set("depth", jinja.NewInt(1))
+			d.Set("depth0", jinja.NewInt(0))
+			var last []jinja.Value
+			first := true
+			d.Set("changed", jinja.NewCallable("loop.changed", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+				same := !first && len(args) == len(last)
+				for i := 0; same && i < len(args); i++ {
+					same = pyEqual(args[i], last[i])
+				}
+				first = false
+				last = append(last[:0], args...)
+				return boolV(!same), nil
+			}))
+		}
+		return a[0], nil
+	})
 	reg("fail", func(a []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
 		return vUndef, rerr("%s", a[0].AsString())
 	})
@@ -384,9 +404,6 @@ func (st *state) funcs() map[string]fn {
 			if !a[0].IsDict() || !st.namespaces[a[0].AsDict()] {
 				return vUndef, rerr("TemplateRuntimeError: cannot assign attribute on non-namespace object")
 			}
-			if strings.HasPrefix(a[1].AsString(), "_") {
-				return vUndef, rerr("SecurityError: chat templates cannot store underscore-prefixed attributes on a namespace")
-			}
 			return vNone, nil
 		},
 		"strftime_now": func(a []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
@@ -410,11 +427,6 @@ func (st *state) namespace(pos, names, vals []jinja.Value, kw map[string]jinja.V
 	}
 	for k, v := range kw {
 		d.AsDict().Set(k, v)
-	}
-	for _, k := range d.AsDict().Keys {
-		if strings.HasPrefix(k, "_") {
-			return vUndef, rerr("SecurityError: chat templates cannot store underscore-prefixed attributes on a namespace, but got '%s'", k)
-		}
 	}
 	if len(kw) > 1 {
 		return vUndef, rerr("namespace() with several keyword arguments must be called by name")
@@ -464,6 +476,10 @@ func getAttr(obj jinja.Value, name string, st *state) (jinja.Value, error) {
 	case obj.IsUndefined():
 		return vUndef, undefErr(fmt.Sprintf("attribute '%s'", name))
 	case obj.IsDict():
+		if st.objectLike(obj) && strings.HasPrefix(name, "_") {
+			// The sandbox hides underscore attributes of objects (namespaces, loop).
+			return vUndef, nil
+		}
 		if m, ok := dictMethods[name]; ok && !st.objectLike(obj) {
 			return boundMethod(obj, name, m), nil
 		}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -31,14 +32,15 @@ type Template struct {
 type compiled struct {
 	source string
 	tmpl   *jinja.Template
-	base   map[string]jinja.Value // constants and static runtime functions
+	base   map[string]jinja.Value // constants and the static runtime functions the template uses
+	used   map[string]bool        // identifiers the compiled template mentions
 }
 
 // Input is one render request: what apply_chat_template receives.
 type Input struct {
 	// Messages is the conversation. Each message reaches the template as a mapping with "role" and
-	// "content" always present and "reasoning_content" (plus its "thinking" alias, as transformers
-	// adds), "tool_calls" (decoded JSON, key order kept), "tool_call_id" and "name" only when set.
+	// "content" always present and "reasoning_content", "tool_calls" (decoded JSON, key order kept),
+	// "tool_call_id" and "name" only when set.
 	Messages []topics.Message
 	// Tools is the JSON list of tool schemas, or empty for none (the template then sees tools=None).
 	Tools json.RawMessage
@@ -81,17 +83,25 @@ func compileSource(source string) (*compiled, error) {
 		// The generated source is ours; failing here is a bug in this package, not in the template.
 		return nil, fmt.Errorf("chattemplate: internal compile error: %w", err)
 	}
-	base := make(map[string]jinja.Value, len(consts)+len(staticFuncs)+4)
+	used := map[string]bool{}
+	for _, id := range identRe.FindAllString(target, -1) {
+		used[id] = true
+	}
+	base := make(map[string]jinja.Value, len(consts)+len(used))
 	for name, f := range staticFuncs {
-		base[name] = jinja.NewCallable(strings.TrimPrefix(name, rtPrefix), f)
+		if used[name] {
+			base[name] = jinja.NewCallable(strings.TrimPrefix(name, rtPrefix), f)
+		}
 	}
 	for i, v := range consts {
 		base[fmt.Sprintf("%sk%d", rtPrefix, i)] = v
 	}
 	base[rtPrefix+"one"] = jinja.NewList([]jinja.Value{jinja.NewInt(0)})
 	base[rtPrefix+"undef"] = jinja.Undefined()
-	return &compiled{source: source, tmpl: tmpl, base: base}, nil
+	return &compiled{source: source, tmpl: tmpl, base: base, used: used}, nil
 }
+
+var identRe = regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_]*`)
 
 // specialTokenKeys are the tokenizer_config.json entries transformers exposes to chat templates.
 var specialTokenKeys = []string{"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"}
@@ -326,7 +336,9 @@ func (t *Template) renderVars(c *compiled, vars map[string]jinja.Value) (out str
 		data[k] = v
 	}
 	for name, f := range st.funcs() {
-		data[name] = jinja.NewCallable(strings.TrimPrefix(name, rtPrefix), f)
+		if c.used[name] {
+			data[name] = jinja.NewCallable(strings.TrimPrefix(name, rtPrefix), f)
+		}
 	}
 	for k, v := range vars {
 		data[k] = v
@@ -343,13 +355,12 @@ func (t *Template) renderVars(c *compiled, vars map[string]jinja.Value) (out str
 	return out, nil
 }
 
-// messageValue builds the mapping transformers hands the template for one message.
+// messageValue builds the mapping transformers hands the template for one message. It follows the
+// transformers release pinned in requirements-test.txt (5.20.x), which passes messages as given;
+// releases from 5.25 on also copy reasoning_content to a "thinking" key in front of the others.
 func messageValue(m topics.Message) (jinja.Value, error) {
 	d := jinja.NewDict()
 	dd := d.AsDict()
-	if m.ReasoningContent != "" {
-		dd.Set("thinking", jinja.NewString(m.ReasoningContent))
-	}
 	dd.Set("role", jinja.NewString(m.Role))
 	dd.Set("content", jinja.NewString(m.Content))
 	if m.ReasoningContent != "" {

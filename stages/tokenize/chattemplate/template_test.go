@@ -88,7 +88,7 @@ func TestMessageMappingLikeTransformers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"thinking": "think", "role": "assistant", "content": "", "reasoning_content": "think", "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": {"b": 1, "a": 2.0}}}]}` + "\n" +
+	want := `{"role": "assistant", "content": "", "reasoning_content": "think", "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": {"b": 1, "a": 2.0}}}]}` + "\n" +
 		`{"role": "tool", "content": "r", "tool_call_id": "c1", "name": "f"}` + "\n"
 	if got != want {
 		t.Fatalf("%s", diffExcerpt(want, got))

@@ -4,13 +4,14 @@ import "unicode/utf8"
 
 // AddedToken is one entry of a tokenizer.json "added_tokens" list.
 type AddedToken struct {
-	ID         uint32 `json:"id"`
-	Content    string `json:"content"`
-	SingleWord bool   `json:"single_word"`
-	LStrip     bool   `json:"lstrip"`
-	RStrip     bool   `json:"rstrip"`
-	Normalized bool   `json:"normalized"`
-	Special    bool   `json:"special"`
+	ID      uint32 `json:"id"`      // id (HF re-derives it; see Parse)
+	Content string `json:"content"` // text matched in the input
+	// SingleWord: match only when not adjacent to word characters.
+	SingleWord bool `json:"single_word"`
+	LStrip     bool `json:"lstrip"`     // absorb whitespace before the token
+	RStrip     bool `json:"rstrip"`     // absorb whitespace after the token
+	Normalized bool `json:"normalized"` // match on normalized text instead of the raw input
+	Special    bool `json:"special"`    // dropped by DecodeSkipSpecial
 }
 
 // tokenTrie finds added tokens with Aho-Corasick LeftmostLongest semantics: the match starting

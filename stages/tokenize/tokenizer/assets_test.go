@@ -183,14 +183,24 @@ var fuzzAtoms = []string{
 	"<tool_call>", "▁", "Ġ", "\u2581\u2581",
 }
 
+// spaceAtoms stress whitespace runs next to digits, letters and punctuation, where split regexes
+// with lookahead (\s+(?!\S)) differ most easily.
+var spaceAtoms = []string{" ", " ", "  ", "   ", "\t", "\n", "\n\n", "\r\n", "\u00a0", "\u3000", "x", "foo",
+	"Bar", "1", "23", "456", "7890", ".", "!", "'s", "(", "-", "你", "é", "\u0301", "😀"}
+
 // randomTexts generates n strings from fuzzAtoms with a fixed seed.
-func randomTexts(seed uint64, n int) []string {
+func randomTexts(seed uint64, n int) []string { return randomFrom(fuzzAtoms, seed, n, 24) }
+
+// randomSpaceTexts generates n whitespace-heavy strings with a fixed seed.
+func randomSpaceTexts(seed uint64, n int) []string { return randomFrom(spaceAtoms, seed, n, 40) }
+
+func randomFrom(atoms []string, seed uint64, n, maxAtoms int) []string {
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	out := make([]string, n)
 	for i := range out {
 		var b strings.Builder
-		for k := r.IntN(24) + 1; k > 0; k-- {
-			b.WriteString(fuzzAtoms[r.IntN(len(fuzzAtoms))])
+		for k := r.IntN(maxAtoms) + 1; k > 0; k-- {
+			b.WriteString(atoms[r.IntN(len(atoms))])
 		}
 		out[i] = b.String()
 	}

@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"fmt"
 	"hash/maphash"
+	"slices"
 	"sync"
 	"unicode/utf8"
 )
@@ -25,6 +26,8 @@ type bpeModel struct {
 	ignoreMerges bool
 	cache        *wordCache
 	vocabLen     int // entries in the tokenizer.json vocabulary
+	// runeID[r] is the id of the one-rune token r (BMP only) in char mode, or -1.
+	runeID []int32
 	// extraVocab holds byte-level-mode tokens whose text is outside the byte-level alphabet: BPE
 	// never produces them, but token_to_id finds them.
 	extraVocab map[string]uint32
@@ -55,7 +58,8 @@ func (m *bpeModel) encodeWord(st *scratch, w string, dst []uint32) []uint32 {
 	return append(dst, syms...)
 }
 
-// unitString returns the HF (pre-mapping) text of one unit, for byte fallback.
+// unitText returns the text HF's BPE sees for one unit (the byte-level rune in byte-level mode),
+// whose UTF-8 bytes byte fallback looks up.
 func (m *bpeModel) unitText(u string) string {
 	if m.byteLevel {
 		return byteToStr[u[0]]
@@ -71,6 +75,19 @@ func (m *bpeModel) initialSymbols(w string, syms []uint32) []uint32 {
 		n := 1
 		if !m.byteLevel {
 			_, n = utf8.DecodeRuneInString(w[i:])
+		}
+		if !m.byteLevel && m.prefix == "" && m.suffix == "" && m.runeID != nil {
+			if r, _ := utf8.DecodeRuneInString(w[i:]); r < rune(len(m.runeID)) {
+				if id := m.runeID[r]; id >= 0 {
+					if unkPending {
+						syms = append(syms, uint32(m.unkID))
+						unkPending = false
+					}
+					syms = append(syms, uint32(id))
+					i += n
+					continue
+				}
+			}
 		}
 		if m.byteLevel && m.prefix == "" && m.suffix == "" {
 			if id := m.byteID[w[i]]; id >= 0 {
@@ -146,8 +163,13 @@ func (m *bpeModel) mergeAll(st *scratch, syms []uint32) []uint32 {
 		return syms
 	}
 	if len(syms) > longWord {
-		return m.mergeHeap(syms)
+		return m.mergeHeap(st, syms)
 	}
+	return m.mergeQuadratic(st, syms)
+}
+
+// mergeQuadratic is mergeAll for short words: rescan the pair ranks for the best merge each time.
+func (m *bpeModel) mergeQuadratic(st *scratch, syms []uint32) []uint32 {
 	ranks := st.ranks[:0]
 	for i := 0; i+1 < len(syms); i++ {
 		r, _ := m.pair(syms[i], syms[i+1])
@@ -236,11 +258,12 @@ func (h *candHeap) pop() mergeCand {
 
 // mergeHeap is the O(n log n) merge for long words: a doubly linked list of symbols and a heap of
 // candidate merges keyed by (rank, position), validated when popped (HF Word::merge_all).
-func (m *bpeModel) mergeHeap(syms []uint32) []uint32 {
+func (m *bpeModel) mergeHeap(st *scratch, syms []uint32) []uint32 {
 	n := len(syms)
-	prev := make([]int32, n)
-	next := make([]int32, n)
-	h := make(candHeap, 0, n)
+	prev := slices.Grow(st.prev[:0], n)[:n]
+	next := slices.Grow(st.next[:0], n)[:n]
+	h := st.heap[:0]
+	defer func() { st.prev, st.next, st.heap = prev, next, h }()
 	for i := range syms {
 		prev[i], next[i] = int32(i-1), int32(i+1)
 		if i+1 < n {

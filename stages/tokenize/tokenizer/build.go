@@ -22,9 +22,10 @@ type component struct {
 	Content  *string      `json:"content"`
 	// Prepend.
 	Prepend string `json:"prepend"`
-	// ByteLevel.
-	AddPrefixSpace bool  `json:"add_prefix_space"`
-	UseRegex       *bool `json:"use_regex"`
+	// ByteLevel; Metaspace in legacy files.
+	AddPrefixSpace       bool  `json:"add_prefix_space"`
+	LegacyAddPrefixSpace *bool `json:"-"`
+	UseRegex             *bool `json:"use_regex"`
 	// Digits.
 	IndividualDigits bool `json:"individual_digits"`
 	// Metaspace.
@@ -69,6 +70,12 @@ func parseComponent(raw json.RawMessage, kind string) (*component, error) {
 	var c component
 	if err := json.Unmarshal(raw, &c); err != nil {
 		return nil, fmt.Errorf("tokenizer: parse %s: %w", kind, err)
+	}
+	var legacy struct {
+		AddPrefixSpace *bool `json:"add_prefix_space"`
+	}
+	if json.Unmarshal(raw, &legacy) == nil {
+		c.LegacyAddPrefixSpace = legacy.AddPrefixSpace
 	}
 	return &c, nil
 }
@@ -183,6 +190,9 @@ func buildPreTokenizer(raw json.RawMessage, last bool) (pt preTokenizer, byteLev
 			return nil, false, fmt.Errorf("tokenizer: Metaspace replacement %q is not one character", c.Replacement)
 		}
 		ms := &metaspacePreTokenizer{replacement: c.Replacement, prepend: c.PrependScheme, split: c.Split == nil || *c.Split}
+		if err := checkMetaspaceLegacy(c); err != nil {
+			return nil, false, err
+		}
 		switch ms.prepend {
 		case "":
 			ms.prepend = "always"
@@ -198,6 +208,15 @@ func buildPreTokenizer(raw json.RawMessage, last bool) (pt preTokenizer, byteLev
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// checkMetaspaceLegacy applies HF's rule for the legacy add_prefix_space field of Metaspace:
+// false is only accepted together with prepend_scheme "never" (the default scheme is "always").
+func checkMetaspaceLegacy(c *component) error {
+	if c.LegacyAddPrefixSpace != nil && !*c.LegacyAddPrefixSpace && c.PrependScheme != "never" {
+		return fmt.Errorf("tokenizer: Metaspace add_prefix_space does not match declared prepend_scheme")
+	}
+	return nil
+}
 
 func buildDecoder(raw json.RawMessage) (decoder, error) {
 	c, err := parseComponent(raw, "decoder")
@@ -236,6 +255,9 @@ func buildDecoder(raw json.RawMessage) (decoder, error) {
 		return stripDecoder{r, c.Start, c.Stop}, nil
 	case "Metaspace":
 		r, _ := utf8.DecodeRuneInString(c.Replacement)
+		if err := checkMetaspaceLegacy(c); err != nil {
+			return nil, err
+		}
 		return metaspaceDecoder{r, c.PrependScheme != "never"}, nil
 	}
 	return nil, errUnsupported("decoder", c.Type)

@@ -6,7 +6,6 @@ import "unicode/utf8"
 // themselves, the others to U+0100 onwards in byte order.
 var (
 	byteToRune [256]rune
-	runeToByte = map[rune]byte{}
 	byteToStr  [256]string
 	// runeByte[r] is 1+the byte of alphabet rune r (< 0x144), 0 when r is not in the alphabet.
 	runeByte [0x144]uint16
@@ -21,7 +20,6 @@ func init() {
 			byteToRune[b] = rune(256 + n)
 			n++
 		}
-		runeToByte[byteToRune[b]] = byte(b)
 		runeByte[byteToRune[b]] = uint16(b) + 1
 		byteToStr[b] = string(byteToRune[b])
 	}
@@ -36,16 +34,25 @@ func byteLevelEncode(s string) string {
 	return string(out)
 }
 
+// runeToByte returns the byte of a byte-level alphabet rune.
+func runeToByte(r rune) (byte, bool) {
+	if r < 0 || r >= 0x144 || runeByte[r] == 0 {
+		return 0, false
+	}
+	return byte(runeByte[r] - 1), true
+}
+
 // byteLevelDecode maps a byte-level alphabet string back to raw bytes; ok is false when s holds a
 // rune outside the alphabet.
 func byteLevelDecode(s string) (raw string, ok bool) {
 	var stack [64]byte
 	out := stack[:0]
 	for _, r := range s {
-		if r >= 0x144 || runeByte[r] == 0 {
+		b, ok := runeToByte(r)
+		if !ok {
 			return "", false
 		}
-		out = append(out, byte(runeByte[r]-1))
+		out = append(out, b)
 	}
 	return string(out), true
 }

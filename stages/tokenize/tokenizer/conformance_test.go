@@ -61,7 +61,7 @@ func TestFuzzAgainstReference(t *testing.T) {
 	if testing.Short() {
 		n = 300
 	}
-	texts := randomTexts(20240601, n)
+	texts := append(randomTexts(20240601, n), randomSpaceTexts(77, n*2/3)...)
 	for _, name := range conformanceModels {
 		t.Run(name, func(t *testing.T) {
 			checkAgainstReference(t, name, texts, true)

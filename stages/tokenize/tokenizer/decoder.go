@@ -27,7 +27,7 @@ func (byteLevelDecoder) decodeChain(tokens []string) []string {
 		mark := len(buf)
 		ok := true
 		for _, r := range t {
-			b, in := runeToByte[r]
+			b, in := runeToByte(r)
 			if !in {
 				ok = false
 				break

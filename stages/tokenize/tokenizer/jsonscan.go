@@ -336,9 +336,10 @@ func parseModelJSON(s *jsonScanner, jm *jsonModel) error {
 		switch key {
 		case "vocab":
 			if s.peek() != '{' {
-				return s.errorf("vocab must be an object")
+				_, err := s.skip() // another model's vocab format: the model type check reports it
+				return err
 			}
-			jm.Vocab = map[string]uint32{}
+			jm.Vocab = make(map[string]uint32, len(s.b)/200)
 			return s.object(func(tok string) error {
 				id, err := s.uint32()
 				jm.Vocab[tok] = id
@@ -348,7 +349,7 @@ func parseModelJSON(s *jsonScanner, jm *jsonModel) error {
 			if s.peek() != '[' {
 				return s.errorf("merges must be an array")
 			}
-			jm.MergePairs = [][2]string{}
+			jm.MergePairs = make([][2]string, 0, len(s.b)/100)
 			return s.array(func() error {
 				if s.peek() == '"' {
 					m, err := s.str()

@@ -24,6 +24,9 @@ type scratch struct {
 	spans   []span
 	syms    []uint32
 	ranks   []uint32
+	prev    []int32
+	next    []int32
+	heap    candHeap
 }
 
 type span struct {

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unicode/utf8"
 )
 
@@ -70,7 +72,9 @@ type jsonModel struct {
 }
 
 // Parse builds a Tokenizer from the contents of a tokenizer.json file. Any component it does not
-// implement is an error naming that component.
+// implement is an error naming that component. Added token ids are assigned as HF assigns them when
+// it loads the file (a token already in the vocabulary keeps its id, others are numbered after the
+// vocabulary in file order); a mismatch with the ids written in the file is logged.
 func Parse(data []byte) (*Tokenizer, error) {
 	ensureUnicode()
 	j, jm, err := parseTokenizerJSON(data)
@@ -173,8 +177,14 @@ func (c *bpeConfig) build() (*bpeModel, error) {
 		}
 		return byteLevelDecode(tok)
 	}
-	m.vocab = make(map[string]uint32, len(c.vocab))
+	m.vocab = c.vocab
+	if c.byteLevel {
+		m.vocab = make(map[string]uint32, len(c.vocab))
+	}
 	for tok, id := range c.vocab {
+		if !c.byteLevel {
+			break
+		}
 		if k, ok := toModel(tok); ok {
 			m.vocab[k] = id
 		} else {
@@ -191,6 +201,17 @@ func (c *bpeConfig) build() (*bpeModel, error) {
 		}
 		if id, ok := c.vocab[fmt.Sprintf("<0x%02X>", b)]; ok {
 			m.fallbackID[b] = int32(id)
+		}
+	}
+	if !c.byteLevel {
+		m.runeID = make([]int32, 0x10000)
+		for i := range m.runeID {
+			m.runeID[i] = -1
+		}
+		for tok, id := range m.vocab {
+			if r, n := utf8.DecodeRuneInString(tok); n == len(tok) && r < 0x10000 && r != utf8.RuneError {
+				m.runeID[r] = int32(id)
+			}
 		}
 	}
 	if c.unk != "" {
@@ -496,4 +517,31 @@ func (t *Tokenizer) decode(ids []uint32, skipSpecial bool) string {
 		return strings.Join(tokens, " ")
 	}
 	return strings.Join(t.dec.decodeChain(tokens), "")
+}
+
+// EncodeBatch encodes texts concurrently on up to workers goroutines (GOMAXPROCS when workers <= 0);
+// result i is Encode(texts[i]).
+func (t *Tokenizer) EncodeBatch(texts []string, workers int) [][]uint32 {
+	out := make([][]uint32, len(texts))
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	workers = min(workers, len(texts))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(texts) {
+					return
+				}
+				out[i] = t.Encode(texts[i])
+			}
+		}()
+	}
+	wg.Wait()
+	return out
 }

@@ -110,6 +110,16 @@ var variants = map[string]func(m map[string]any){
 		m["normalizer"] = raw(`{"type": "ByteLevel"}`)
 		m["pre_tokenizer"] = raw(`{"type": "Sequence", "pretokenizers": [{"type": "WhitespaceSplit"}, {"type": "Metaspace", "replacement": "Ġ", "prepend_scheme": "always", "split": false}]}`)
 	},
+	"metaspace_legacy_no_prefix": func(m map[string]any) {
+		m["normalizer"] = raw(`{"type": "ByteLevel"}`)
+		m["pre_tokenizer"] = raw(`{"type": "Metaspace", "replacement": "Ġ", "add_prefix_space": false, "prepend_scheme": "never", "split": false}`)
+		m["decoder"] = raw(`{"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true}`)
+	},
+	"metaspace_decoder_first": func(m map[string]any) {
+		m["normalizer"] = raw(`{"type": "ByteLevel"}`)
+		m["pre_tokenizer"] = raw(`{"type": "Metaspace", "replacement": "Ġ", "prepend_scheme": "always", "split": true}`)
+		m["decoder"] = raw(`{"type": "Sequence", "decoders": [{"type": "Metaspace", "replacement": "Ġ", "prepend_scheme": "first", "split": true}, {"type": "Strip", "content": "x", "start": 2, "stop": 0}]}`)
+	},
 	"no_ignore_merges": func(m map[string]any) {
 		m["model"].(map[string]any)["ignore_merges"] = false
 	},

@@ -5,9 +5,11 @@ Reads one JSON request on stdin, writes one JSON response on stdout.
 
   {"mode": "chat", "model_dir": DIR, "want_transformers": "5.25.0", "tokenize": bool,
    "cases": [{"id", "messages", "tools", "kwargs", "add_generation_prompt"}]}
-    -> {"results": [{"id", "text"?, "ids"?, "error"?}]}
+    -> {"results": [{"id", "text"?, "ids"?, "raw_ids"?, "error"?}]}
     Renders with AutoTokenizer.from_pretrained(DIR).apply_chat_template(messages, tools=...,
-    add_generation_prompt=..., tokenize=False, **kwargs), and with tokenize=True when asked.
+    add_generation_prompt=..., tokenize=False, **kwargs), and with tokenize=True when asked; raw_ids
+    are the `tokenizers` library's ids for the rendered text straight from DIR/tokenizer.json, to tell
+    a transformers loading quirk from a real mismatch.
     Messages arrive in draftflow's topics.Message JSON shape and are turned into the dicts the tokenize
     stage stands for: role and content always, other keys only when non-empty, tool_calls decoded.
 
@@ -83,6 +85,11 @@ def main():
         from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(req["model_dir"])
+        raw = None
+        if req.get("tokenize"):
+            from tokenizers import Tokenizer
+
+            raw = Tokenizer.from_file(req["model_dir"] + "/tokenizer.json")
         for case in req["cases"]:
             r = {"id": case["id"]}
             kwargs = dict(case.get("kwargs") or {})
@@ -98,6 +105,7 @@ def main():
                     )
                     ids = out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out
                     r["ids"] = list(ids)
+                    r["raw_ids"] = raw.encode(r["text"], add_special_tokens=False).ids
             except Exception as e:  # noqa: BLE001
                 r["error"] = error_text(e)
             results.append(r)

@@ -1,0 +1,324 @@
+package main
+
+// `draftflow bench pipeline`: the whole pipeline, in process, against the embedded broker and (optionally) a
+// real Kafka cluster, side by side on the same synthetic dataset, with an instant simulated engine so that the
+// broker hops, the tokenizer and the sink are what is measured.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/draftflow/draftflow/topics"
+)
+
+// pipelineBenchOptions configures benchPipeline; zero values are documented defaults.
+type pipelineBenchOptions struct {
+	// Brokers is a real cluster to measure next to the embedded broker (nil: embedded only).
+	Brokers []string
+	// Records is the number of synthetic conversations (default 20000).
+	Records int
+	// Partitions of the benchmark topics (default topics.DefaultPartitions).
+	Partitions int
+	// PromptWords is the mean length of a conversation in words (default 120).
+	PromptWords int
+	// OutputTokens is the simulated engine's fixed completion length (default 32).
+	OutputTokens int
+	// Seed of the synthetic dataset (default 1).
+	Seed uint64
+	// Timeout bounds each pipeline run (default 10 min).
+	Timeout time.Duration
+	// Logger receives the pipeline's logs (default: warnings and errors on stderr).
+	Logger *slog.Logger
+}
+
+func (o pipelineBenchOptions) withDefaults() pipelineBenchOptions {
+	if o.Records <= 0 {
+		o.Records = 20000
+	}
+	if o.Partitions <= 0 {
+		o.Partitions = topics.DefaultPartitions
+	}
+	if o.PromptWords <= 0 {
+		o.PromptWords = 120
+	}
+	if o.OutputTokens <= 0 {
+		o.OutputTokens = 32
+	}
+	if o.Seed == 0 {
+		o.Seed = 1
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 10 * time.Minute
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	return o
+}
+
+// pipelineBenchResult is the throughput of one pipeline run.
+type pipelineBenchResult struct {
+	// Broker is "embedded" or "kafka" (a real cluster).
+	Broker string `json:"broker"`
+	// Addr is the bootstrap address the run used.
+	Addr string `json:"addr"`
+	// Records is the number of rows in the shards at the end (every prompt, exactly once).
+	Records int `json:"records"`
+	// Tokens is the number of tokens (prompt + completion) in the shards.
+	Tokens int64 `json:"tokens"`
+	// Seconds is the wall time from the first stage starting to the last row being durable.
+	Seconds float64 `json:"seconds"`
+	// RecordsPerSecond and TokensPerSecond are Records and Tokens over Seconds.
+	RecordsPerSecond float64 `json:"records_per_s"`
+	TokensPerSecond  float64 `json:"tokens_per_s"`
+}
+
+// pipelineBenchReport is what `draftflow bench pipeline --json` prints.
+type pipelineBenchReport struct {
+	Records      int                   `json:"records"`
+	Partitions   int                   `json:"partitions"`
+	OutputTokens int                   `json:"output_tokens"`
+	Results      []pipelineBenchResult `json:"results"`
+	// Ratio is the real cluster's records/s over the embedded broker's (0 without a real cluster).
+	Ratio float64 `json:"ratio,omitempty"`
+}
+
+func cmdBenchPipeline(ctx context.Context, args []string) error {
+	fs := newFlagSet("bench pipeline")
+	var o pipelineBenchOptions
+	brokers := fs.String("brokers", "", "a real Kafka cluster to measure next to the embedded broker (host:port,...)")
+	asJSON := fs.Bool("json", false, "print the report as JSON on stdout instead of a table")
+	fs.IntVar(&o.Records, "records", 20000, "synthetic conversations to push through the pipeline")
+	fs.IntVar(&o.Partitions, "partitions", topics.DefaultPartitions, "partitions of the benchmark topics")
+	fs.IntVar(&o.PromptWords, "prompt-words", 120, "mean conversation length in words")
+	fs.IntVar(&o.OutputTokens, "output-tokens", 32, "completion length of the instant simulated engine")
+	fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up on a run after this long")
+	logLevel := fs.String("log-level", "warn", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("bench pipeline: unexpected argument %q", fs.Arg(0))
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("bench pipeline: --log-level: %w", err)
+	}
+	o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if *brokers != "" {
+		o.Brokers = topics.ParseBrokers(*brokers)
+	}
+	rep, err := benchPipeline(ctx, o)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	printPipelineBench(os.Stdout, rep)
+	return nil
+}
+
+// benchPipeline generates the synthetic dataset once, then runs the whole pipeline on it against the embedded
+// broker and, when o.Brokers is set, against that cluster.
+func benchPipeline(ctx context.Context, o pipelineBenchOptions) (*pipelineBenchReport, error) {
+	o = o.withDefaults()
+	tmp, err := os.MkdirTemp("", "draftflow-bench-pipeline-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	input := filepath.Join(tmp, "synthetic.jsonl")
+	if err := writeSyntheticDataset(input, o.Records, o.PromptWords, o.Seed); err != nil {
+		return nil, err
+	}
+	model, cleanup, err := loadModelOrBundled("")
+	defer cleanup()
+	if err != nil {
+		return nil, err
+	}
+
+	rep := &pipelineBenchReport{Records: o.Records, Partitions: o.Partitions, OutputTokens: o.OutputTokens}
+	targets := []string{"embedded"}
+	if len(o.Brokers) > 0 {
+		targets = append(targets, "kafka")
+	}
+	for i, target := range targets {
+		var brokers []string
+		if target == "embedded" {
+			e, err := topics.StartEmbedded(topics.EmbeddedConfig{})
+			if err != nil {
+				return nil, err
+			}
+			defer e.Close()
+			brokers = e.Brokers()
+		} else {
+			brokers = o.Brokers
+		}
+		kc := topics.Config{
+			Brokers:    brokers,
+			Partitions: o.Partitions,
+			Namespace:  fmt.Sprintf("draftflow-bench-%x", rand.Uint64()),
+			Logger:     o.Logger,
+		}
+		// Topics are created before the clock starts; the run then reuses them.
+		tctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		err := kc.EnsureTopics(tctx, topics.All...)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("bench pipeline: %s: %w", target, err)
+		}
+		var rc runConfig
+		rc.Kafka = kc
+		rc.Ingest.Inputs = []string{input}
+		rc.Ingest.Dataset = "synthetic"
+		rc.Ingest.Defaults.MaxNewTokens = o.OutputTokens
+		rc.Tokenize.Model = model
+		rc.Sink.Dir = filepath.Join(tmp, fmt.Sprintf("out-%d-%s", i, target))
+		// The tail of a finite input lands once the sink sees no record for IdleFlush: keep that short so
+		// the figure is the pipeline's rate, not the sink's idle timer.
+		rc.Sink.IdleFlush = 100 * time.Millisecond
+		rc.Sim.Instant = true
+		rc.Sim.OutputLenDistribution = "fixed"
+		rc.Sim.OutputLenMean = float64(o.OutputTokens)
+		rc.Timeout = o.Timeout
+		rc.Logger = o.Logger
+		o.Logger.Warn("bench pipeline: running", "broker", target, "addr", strings.Join(brokers, ","), "records", o.Records)
+		res, err := runPipeline(ctx, rc)
+		if target == "kafka" {
+			deleteTopics(kc, o.Logger)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("bench pipeline: %s: %w", target, err)
+		}
+		if len(res.Missing) > 0 || res.Written != o.Records {
+			return nil, fmt.Errorf("bench pipeline: %s: %d of %d records written, %d missing, %d rejected",
+				target, res.Written, o.Records, len(res.Missing), res.PipelineRejected+res.IngestRejected)
+		}
+		secs := res.Elapsed.Seconds()
+		rep.Results = append(rep.Results, pipelineBenchResult{
+			Broker: target, Addr: strings.Join(brokers, ","), Records: res.Written, Tokens: res.Tokens, Seconds: secs,
+			RecordsPerSecond: float64(res.Written) / secs, TokensPerSecond: float64(res.Tokens) / secs,
+		})
+		os.RemoveAll(rc.Sink.Dir)
+	}
+	if len(rep.Results) == 2 && rep.Results[0].RecordsPerSecond > 0 {
+		rep.Ratio = rep.Results[1].RecordsPerSecond / rep.Results[0].RecordsPerSecond
+	}
+	return rep, nil
+}
+
+// deleteTopics removes a benchmark's namespaced topics from a real cluster, so repeated runs leave nothing behind.
+func deleteTopics(kc topics.Config, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	names := make([]string, len(topics.All))
+	for i, n := range topics.All {
+		names[i] = kc.Topic(n)
+	}
+	client := &kafka.Client{Addr: kafka.TCP(kc.Brokers...), Timeout: 30 * time.Second}
+	resp, err := client.DeleteTopics(ctx, &kafka.DeleteTopicsRequest{Topics: names})
+	if err == nil {
+		for _, e := range resp.Errors {
+			err = errors.Join(err, e)
+		}
+	}
+	if err != nil {
+		log.Warn("bench pipeline: could not delete the benchmark topics", "topics", names, "err", err)
+	}
+}
+
+func printPipelineBench(w io.Writer, rep *pipelineBenchReport) {
+	fmt.Fprintf(w, "pipeline throughput: %d synthetic conversations, %d partitions, instant engine with %d-token completions\n\n",
+		rep.Records, rep.Partitions, rep.OutputTokens)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "broker\taddress\trecords\ttokens\tseconds\trecords/s\ttokens/s\t")
+	for _, r := range rep.Results {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.2f\t%.0f\t%.0f\t\n", r.Broker, r.Addr, r.Records, r.Tokens, r.Seconds,
+			r.RecordsPerSecond, r.TokensPerSecond)
+	}
+	tw.Flush()
+	if rep.Ratio > 0 {
+		fmt.Fprintf(w, "\nreal Kafka / embedded: %.2fx\n", rep.Ratio)
+	}
+}
+
+// syntheticWords is the vocabulary of synthetic conversations: plain English, so the bundled BPE tokenizer
+// splits it the way it splits real text.
+var syntheticWords = strings.Fields(`the a of to and in is that for it as with was on be by this are from at or an
+have not which but can has more one all their they there been will would about into these other some when what
+time only its also over after than first new most two used such between many through during system data model
+token stream broker partition record offset group replica shard engine request batch prompt answer reason
+explain describe compare why how simple careful quick long short history science music river mountain garden
+kitchen network protocol memory cache queue worker signal market health energy travel language library window`)
+
+// syntheticText returns n words drawn from syntheticWords, ending with a period.
+func syntheticText(r *rand.Rand, n int) string {
+	var b strings.Builder
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(syntheticWords[r.IntN(len(syntheticWords))])
+	}
+	b.WriteByte('.')
+	return b.String()
+}
+
+// writeSyntheticDataset writes n deterministic conversations ("synth-000000", ...) to path as JSONL: some with a
+// system prompt, some multi-turn, about meanWords words each.
+func writeSyntheticDataset(path string, n, meanWords int, seed uint64) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(f)
+	enc := json.NewEncoder(w)
+	r := rand.New(rand.NewPCG(seed, 0x5eed))
+	type msg struct {
+		Role    string `json:"role"`
+		Content string `json:"content"`
+	}
+	for i := 0; i < n; i++ {
+		words := max(4, meanWords/2+r.IntN(meanWords+1))
+		var msgs []msg
+		if r.IntN(4) == 0 {
+			msgs = append(msgs, msg{"system", syntheticText(r, 12)})
+		}
+		turns := 1 + r.IntN(3)
+		for t := 0; t < turns; t++ {
+			share := max(1, words/(2*turns-1))
+			if t > 0 {
+				msgs = append(msgs, msg{"assistant", syntheticText(r, share)})
+			}
+			msgs = append(msgs, msg{"user", syntheticText(r, share)})
+		}
+		if err := enc.Encode(struct {
+			ID       string `json:"id"`
+			Messages []msg  `json:"messages"`
+		}{fmt.Sprintf("synth-%06d", i), msgs}); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

@@ -1,0 +1,44 @@
+package topicid
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/draftflow/draftflow/topics"
+)
+
+func TestLookupDistinguishesIncarnations(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var ids []string
+	for i := 0; i < 2; i++ {
+		e, err := topics.StartEmbedded(topics.EmbeddedConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		kc := topics.Config{Brokers: e.Brokers(), Partitions: 1}
+		if err := kc.EnsureTopics(ctx, topics.TopicGenerated); err != nil {
+			t.Fatal(err)
+		}
+		id, err := Lookup(ctx, kc.Brokers, "test", topics.TopicGenerated)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := Lookup(ctx, kc.Brokers, "test", topics.TopicGenerated)
+		if err != nil || again != id {
+			t.Fatalf("second lookup %q, %v; want %q", again, err, id)
+		}
+		if len(id) != 32 {
+			t.Fatalf("topic id %q, want 32 hex digits", id)
+		}
+		ids = append(ids, id)
+		e.Close()
+	}
+	if ids[0] == ids[1] {
+		t.Fatalf("two brokers gave the same topic id %s", ids[0])
+	}
+	if _, err := Lookup(ctx, []string{"127.0.0.1:1"}, "test", "x"); err == nil {
+		t.Fatal("lookup against no broker succeeded")
+	}
+}
