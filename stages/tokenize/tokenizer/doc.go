@@ -7,7 +7,7 @@
 // semantics, ByteLevel, Digits, Metaspace), the BPE model (merges, ignore_merges, byte_fallback,
 // unknown-token fusing) and the decoders used by the supported model families: byte-level BPE
 // (Llama 3.x, Qwen2.5/3, DeepSeek-V3/R1, gpt-oss), sentencepiece-style BPE with byte fallback
-// (Llama 2, Mistral, Gemma 3) and tiktoken rank files (Kimi-K2).
+// (Llama 2, Mistral, Gemma 3) and tiktoken rank files (Kimi-K2, o200k/cl100k, Tekken).
 //
 // Exactness rules: any component of a tokenizer.json this package does not implement makes Load
 // fail with an error naming it; there is no silent fallback. Regex pre-tokenizers use hand-written

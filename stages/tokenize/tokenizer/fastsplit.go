@@ -12,6 +12,7 @@ const (
 	patQwen2     = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
 	patO200K     = `[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`
 	patKimi      = `[\p{Han}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+	patTekken    = `[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`
 	patDigits3   = `\p{N}{1,3}`
 	patDSCJK     = "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+"
 	patDSMain    = "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"
@@ -20,11 +21,16 @@ const (
 
 // fastMatchers maps known patterns to their hand-written matchAt functions.
 var fastMatchers = map[string]func(s string, i int) int{
-	patGPT2:      matchGPT2,
-	patCL100K:    func(s string, i int) int { return matchCL100K(s, i, 3) },
-	patQwen2:     func(s string, i int) int { return matchCL100K(s, i, 1) },
-	patO200K:     func(s string, i int) int { return matchO200K(s, i, false) },
-	patKimi:      func(s string, i int) int { return matchO200K(s, i, true) },
+	patGPT2:   matchGPT2,
+	patCL100K: func(s string, i int) int { return matchCL100K(s, i, 3) },
+	patQwen2:  func(s string, i int) int { return matchCL100K(s, i, 1) },
+	patO200K: func(s string, i int) int {
+		return matchO200K(s, i, o200kOpts{contractions: true, digits: 3, slash: true})
+	},
+	patKimi: func(s string, i int) int {
+		return matchO200K(s, i, o200kOpts{han: true, contractions: true, digits: 3})
+	},
+	patTekken:    func(s string, i int) int { return matchO200K(s, i, o200kOpts{digits: 1, slash: true}) },
 	patDigits3:   matchDigits3,
 	patDSCJK:     matchDSCJK,
 	patDSMain:    matchDSMain,
@@ -151,9 +157,9 @@ func contraction(s string, i int, ci bool) int {
 	return -1
 }
 
-// optContraction extends a match ending at e by an optional (?i:'s|...) suffix.
-func optContraction(s string, e int) int {
-	if e < len(s) && s[e] == '\'' {
+// optContraction extends a match ending at e by an optional (?i:'s|...) suffix when on.
+func optContraction(s string, e int, on bool) int {
+	if on && e < len(s) && s[e] == '\'' {
 		if c := contraction(s, e+1, true); c > 0 {
 			return c
 		}
@@ -232,8 +238,16 @@ const (
 	lowerMask = clLl | clLm | clLo | clM
 )
 
+// o200kOpts selects the variant of the o200k-style pattern family.
+type o200kOpts struct {
+	han          bool // Kimi-K2: leading [\p{Han}]+ alternative, Han excluded from the letter classes
+	contractions bool // optional (?i:'s|'t|...) suffix after letters
+	digits       int  // \p{N}{1,digits}
+	slash        bool // [\r\n/]* after punctuation (else [\r\n]*)
+}
+
 // o200kUpperLower matches [U]*[W]+ contraction? at p (U, W minus Han when noHan).
-func o200kUpperLower(s string, p int, noHan bool) int {
+func o200kUpperLower(s string, p int, noHan, contr bool) int {
 	q, lastW := p, -1
 	for q < len(s) {
 		r, n := decodeRune(s, q)
@@ -249,11 +263,11 @@ func o200kUpperLower(s string, p int, noHan bool) int {
 	if q < len(s) {
 		r, _ := decodeRune(s, q)
 		if c := uclass(r); c&lowerMask != 0 && !(noHan && c&clHan != 0) {
-			return optContraction(s, spanLower(s, q, noHan))
+			return optContraction(s, spanLower(s, q, noHan), contr)
 		}
 	}
 	if lastW > 0 {
-		return optContraction(s, lastW)
+		return optContraction(s, lastW, contr)
 	}
 	return -1
 }
@@ -271,7 +285,7 @@ func spanLower(s string, q int, noHan bool) int {
 }
 
 // o200kUpperThenLower matches [U]+[W]* contraction? at p.
-func o200kUpperThenLower(s string, p int, noHan bool) int {
+func o200kUpperThenLower(s string, p int, noHan, contr bool) int {
 	q := p
 	for q < len(s) {
 		r, n := decodeRune(s, q)
@@ -284,43 +298,42 @@ func o200kUpperThenLower(s string, p int, noHan bool) int {
 	if q == p {
 		return -1
 	}
-	return optContraction(s, spanLower(s, q, noHan))
+	return optContraction(s, spanLower(s, q, noHan), contr)
 }
 
-// matchO200K implements the gpt-oss (o200k) pattern, and Kimi-K2's when kimi is set (a leading
-// [\p{Han}]+ alternative, Han excluded from the letter classes, no '/' after punctuation).
-func matchO200K(s string, i int, kimi bool) int {
+// matchO200K implements the gpt-oss (o200k) pattern and its relatives (Kimi-K2, Mistral Tekken).
+func matchO200K(s string, i int, o o200kOpts) int {
 	r, n := decodeRune(s, i)
 	c := uclass(r)
-	if kimi && c&clHan != 0 {
+	if o.han && c&clHan != 0 {
 		return spanClass(s, i, clHan)
 	}
 	prefix := c&(clL|clN) == 0 && r != '\r' && r != '\n'
 	if prefix {
-		if e := o200kUpperLower(s, i+n, kimi); e > 0 {
+		if e := o200kUpperLower(s, i+n, o.han, o.contractions); e > 0 {
 			return e
 		}
 	}
-	if e := o200kUpperLower(s, i, kimi); e > 0 {
+	if e := o200kUpperLower(s, i, o.han, o.contractions); e > 0 {
 		return e
 	}
 	if prefix {
-		if e := o200kUpperThenLower(s, i+n, kimi); e > 0 {
+		if e := o200kUpperThenLower(s, i+n, o.han, o.contractions); e > 0 {
 			return e
 		}
 	}
-	if e := o200kUpperThenLower(s, i, kimi); e > 0 {
+	if e := o200kUpperThenLower(s, i, o.han, o.contractions); e > 0 {
 		return e
 	}
 	if c&clN != 0 {
-		return spanClassMax(s, i, clN, 3)
+		return spanClassMax(s, i, clN, o.digits)
 	}
 	j := i
 	if r == ' ' {
 		j = i + 1
 	}
 	if e := spanNotClass(s, j, clSpace|clL|clN); e > j {
-		return spanNewlines(s, e, !kimi)
+		return spanNewlines(s, e, o.slash)
 	}
 	if c&clSpace != 0 {
 		return matchWS(s, i, true)

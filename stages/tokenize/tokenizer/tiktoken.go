@@ -21,6 +21,8 @@ const (
 	// ([X&&[^\p{Han}]]), which regexp2 lacks: the hand-written matcher implements it directly and the
 	// general regex path rewrites it to .NET class subtraction ([X-[\p{Han}]]), which is equivalent.
 	PatternKimiK2 = patKimi
+	// PatternTekken is Mistral's Tekken pattern.
+	PatternTekken = patTekken
 )
 
 // LoadTiktoken loads a tiktoken-format vocabulary: one "base64(token bytes) rank" per line, the rank

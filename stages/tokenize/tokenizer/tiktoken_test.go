@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -85,6 +86,62 @@ func TestTiktokenAgainstReference(t *testing.T) {
 		if got := k.Decode(k.Encode(text)); got != text {
 			t.Errorf("Kimi pattern round trip (fast=%v) = %q", fast, got)
 		}
+	}
+}
+
+// tiktokenPinned reports whether requirements-test.txt pins tiktoken (then the tiktoken reference
+// test is an asset test like the others; until then it runs only where tiktoken happens to exist).
+func tiktokenPinned() bool {
+	data, err := os.ReadFile("../../../requirements-test.txt")
+	return err == nil && strings.Contains(string(data), "\ntiktoken")
+}
+
+// TestTiktokenLibraryReference compares LoadTiktoken with the tiktoken library itself (Rust,
+// fancy-regex) for the o200k, cl100k and Kimi-K2 patterns over gpt-oss's rank file.
+func TestTiktokenLibraryReference(t *testing.T) {
+	if out, err := exec.Command("python3", "-c", "import tiktoken").CombinedOutput(); err != nil {
+		if tiktokenPinned() && requireAssets() {
+			t.Fatalf("python3 with tiktoken unavailable: %v %s", err, out)
+		}
+		t.Skipf("python3 with tiktoken unavailable (not pinned in requirements-test.txt): %v", err)
+	}
+	tokPath := fetchTokenizer(t, "gptoss")
+	path, specials := writeTiktokenFromHF(t, tokPath)
+	texts := append(corpusTexts(t), randomTexts(41, 1500)...)
+	texts = append(texts, randomSpaceTexts(42, 500)...)
+	for _, pat := range []struct{ name, pattern string }{
+		{"o200k", PatternO200K}, {"cl100k", PatternCL100K}, {"kimi", PatternKimiK2}, {"tekken", PatternTekken},
+	} {
+		t.Run(pat.name, func(t *testing.T) {
+			tk, err := LoadTiktoken(path, pat.pattern, specials)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req, _ := json.Marshal(map[string]any{"ranks": path, "pattern": pat.pattern, "specials": specials, "texts": texts})
+			reqPath := filepath.Join(t.TempDir(), "req.json")
+			outPath := filepath.Join(t.TempDir(), "out.json")
+			if err := os.WriteFile(reqPath, req, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if out, err := exec.Command("python3", "testdata/tiktoken_golden.py", reqPath, outPath).CombinedOutput(); err != nil {
+				t.Fatalf("tiktoken_golden.py: %v\n%s", err, out)
+			}
+			var want struct {
+				IDs [][]uint32 `json:"ids"`
+			}
+			data, err := os.ReadFile(outPath)
+			if err != nil || json.Unmarshal(data, &want) != nil || len(want.IDs) != len(texts) {
+				t.Fatalf("tiktoken_golden.py output: %v", err)
+			}
+			bad := 0
+			for i, text := range texts {
+				if !compareIDs(t, fmt.Sprintf("tiktoken %s text %d", pat.name, i), text, tk.Encode(text), want.IDs[i]) {
+					if bad++; bad > 5 {
+						t.FailNow()
+					}
+				}
+			}
+		})
 	}
 }
 

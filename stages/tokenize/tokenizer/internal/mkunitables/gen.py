@@ -5,7 +5,8 @@ Hugging Face `tokenizers` matches pre-tokenizer regexes with Oniguruma, whose Un
 than Go's `unicode` package (Go 1.26 ships Unicode 15.0, Oniguruma 6.9.10 Unicode 16.0). This script asks
 the pinned Python `tokenizers` which code points each class matches and writes them as range tables.
 
-Usage (from the tokenizer package directory): python3 internal/mkunitables/gen.py > unitables.go
+Usage (from the tokenizer package directory):
+    python3 internal/mkunitables/gen.py | gofmt > unitables.go
 """
 import tokenizers
 from tokenizers import Regex, normalizers, pre_tokenizers
