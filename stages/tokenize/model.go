@@ -49,7 +49,12 @@ func LoadModel(dir string) (*Model, error) {
 		return nil, fmt.Errorf("model %s: %w", dir, err)
 	}
 	h := sha256.New()
-	for _, f := range []string{"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"} {
+	files := []string{"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"}
+	extra, _ := filepath.Glob(filepath.Join(dir, "additional_chat_templates", "*.jinja"))
+	for _, e := range extra {
+		files = append(files, filepath.Join("additional_chat_templates", filepath.Base(e)))
+	}
+	for _, f := range files {
 		b, err := os.ReadFile(filepath.Join(dir, f))
 		if errors.Is(err, os.ErrNotExist) {
 			continue

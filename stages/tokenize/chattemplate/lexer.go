@@ -65,8 +65,10 @@ type item struct {
 // SyntaxError reports a template that does not lex or parse, or uses a construct this package does
 // not implement.
 type SyntaxError struct {
+	// Line is the 1-based template line of the offending tag.
 	Line int
-	Msg  string
+	// Msg says what is wrong.
+	Msg string
 }
 
 func (e *SyntaxError) Error() string {

@@ -14,6 +14,7 @@ import (
 // RaiseError is the error a template raises on purpose with raise_exception(message), for example to
 // refuse a role it does not support. Python raises jinja2.TemplateError with the same message.
 type RaiseError struct {
+	// Message is the text passed to raise_exception.
 	Message string
 }
 
@@ -22,6 +23,7 @@ func (e *RaiseError) Error() string { return "chat template raised: " + e.Messag
 // RenderError is any other failure while rendering: what Python reports as UndefinedError,
 // TypeError, SecurityError and the like.
 type RenderError struct {
+	// Msg describes the failure, starting with the Python exception name where there is one.
 	Msg string
 }
 

@@ -237,3 +237,40 @@ func TestGoValueKwargs(t *testing.T) {
 		t.Fatal("engine truthiness")
 	}
 }
+
+func TestConcurrentRenders(t *testing.T) {
+	src := "{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}{{ loop.index }}{{ m.content|upper }}{{ (m.role, 1) }}{% endfor %}{{ ns.n }}{{ [1, 2]|tojson }}"
+	tmpl, err := Parse(src, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := Input{Messages: []topics.Message{{Role: "user", Content: "a"}, {Role: "assistant", Content: "b"}}}
+	want, err := tmpl.Render(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 8)
+	for range 8 {
+		go func() {
+			for range 50 {
+				got, err := tmpl.Render(in)
+				if err == nil && got != want {
+					err = errors.New("concurrent render differs: " + got)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want != "1A('user', 1)2B('assistant', 1)2[1, 2]" {
+		t.Fatalf("got %q", want)
+	}
+}
