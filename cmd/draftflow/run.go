@@ -212,6 +212,17 @@ func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
 			scfg.EOSTokenIDs = append(scfg.EOSTokenIDs, int(id))
 		}
 		scfg.SpecialTokenStart = model.SpecialTokenStart
+		// Reasoning and tool-call segments, when the model has the tokens, as a thinking model emits them.
+		if a, ok := model.Tokenizer.TokenID("<think>"); ok && scfg.ReasoningTokenIDs == nil {
+			if b, ok := model.Tokenizer.TokenID("</think>"); ok {
+				scfg.ReasoningTokenIDs = []int{int(a), int(b)}
+			}
+		}
+		if a, ok := model.Tokenizer.TokenID("<tool_call>"); ok && scfg.ToolCallTokenIDs == nil {
+			if b, ok := model.Tokenizer.TokenID("</tool_call>"); ok {
+				scfg.ToolCallTokenIDs, scfg.ToolCallRate = []int{int(a), int(b)}, 0.1
+			}
+		}
 		if model.ContextLength > 0 {
 			scfg.ContextLength = model.ContextLength
 		}

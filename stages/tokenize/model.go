@@ -28,8 +28,8 @@ type Model struct {
 	// EOSTokenIDs are the ids that end a completion: tokenizer_config.json's eos_token and
 	// generation_config.json's eos_token_id (one id or a list).
 	EOSTokenIDs []uint32
-	// SpecialTokenStart is the first id of the trailing block of special tokens (0 if the vocabulary does not
-	// end with one): ordinary text never encodes to ids at or above it.
+	// SpecialTokenStart is the first id of the trailing block of added tokens (special or not, like Qwen's
+	// <think>), 0 if the vocabulary does not end with one: ordinary text never encodes to ids at or above it.
 	SpecialTokenStart int
 	// Tokenizer encodes rendered text.
 	Tokenizer *tokenizer.Tokenizer
@@ -65,12 +65,9 @@ func LoadModel(dir string) (*Model, error) {
 		h.Write(b)
 	}
 	abs, _ := filepath.Abs(dir)
-	special := tok.VocabSize()
-	for special > 0 && tok.IsSpecial(uint32(special-1)) {
-		special--
-	}
-	if special == tok.VocabSize() {
-		special = 0
+	special, err := addedTokenStart(filepath.Join(dir, "tokenizer.json"), tok.VocabSize())
+	if err != nil {
+		return nil, fmt.Errorf("model %s: %w", dir, err)
 	}
 	return &Model{
 		Name:              filepath.Base(abs),
@@ -82,6 +79,34 @@ func LoadModel(dir string) (*Model, error) {
 		Tokenizer:         tok,
 		Template:          tmpl,
 	}, nil
+}
+
+// addedTokenStart returns the first id of the contiguous block of added tokens that ends the vocabulary, or 0.
+func addedTokenStart(path string, vocabSize int) (int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	var tj struct {
+		AddedTokens []struct {
+			ID int `json:"id"`
+		} `json:"added_tokens"`
+	}
+	if err := json.Unmarshal(b, &tj); err != nil {
+		return 0, fmt.Errorf("%s: %w", path, err)
+	}
+	added := make(map[int]bool, len(tj.AddedTokens))
+	for _, t := range tj.AddedTokens {
+		added[t.ID] = true
+	}
+	start := vocabSize
+	for start > 0 && added[start-1] {
+		start--
+	}
+	if start == vocabSize {
+		return 0, nil
+	}
+	return start, nil
 }
 
 // eosTokenIDs collects the end-of-sequence ids a model directory declares.

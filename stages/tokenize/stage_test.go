@@ -1,0 +1,148 @@
+package tokenize
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/draftflow/draftflow/stages/tokenize/tokenizer/bundled"
+	"github.com/draftflow/draftflow/topics"
+	"github.com/draftflow/draftflow/topics/topictest"
+)
+
+func bundledModel(t *testing.T) *Model {
+	t.Helper()
+	dir := t.TempDir()
+	if err := bundled.WriteDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	m, err := LoadModel(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestLoadModelBundled(t *testing.T) {
+	m := bundledModel(t)
+	if m.ContextLength != 32768 {
+		t.Errorf("context length %d", m.ContextLength)
+	}
+	if len(m.EOSTokenIDs) == 0 {
+		t.Error("no EOS ids")
+	}
+	for _, id := range m.EOSTokenIDs {
+		if !m.Tokenizer.IsSpecial(id) {
+			t.Errorf("EOS id %d is not a special token", id)
+		}
+	}
+	if m.SpecialTokenStart <= 0 || m.SpecialTokenStart >= m.Tokenizer.VocabSize() {
+		t.Errorf("special token start %d of %d", m.SpecialTokenStart, m.Tokenizer.VocabSize())
+	}
+	ids, err := m.Encode(&topics.Prompt{Messages: []topics.Message{{Role: "user", Content: "hello"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The rendered prompt must end with the generation prompt (assistant header), tokenized exactly.
+	text := m.Tokenizer.Decode(ids)
+	if !strings.Contains(text, "hello") || !strings.HasSuffix(text, "<|im_start|>assistant\n") {
+		t.Fatalf("rendered prompt %q", text)
+	}
+}
+
+// The stage produces exactly the model's ids, and dead-letters over-long and undecodable prompts with reasons.
+func TestStageTokenizesAndRejects(t *testing.T) {
+	kc := topictest.Config(t, 3)
+	m := bundledModel(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	in := kc.NewProducer(topics.TopicPrompts, topics.ProducerConfig{})
+	prompts := map[string]*topics.Prompt{}
+	for i := 0; i < 40; i++ {
+		p := &topics.Prompt{ID: fmt.Sprintf("p%d", i), Dataset: "d", Sampling: topics.Sampling{MaxNewTokens: 100},
+			Messages: []topics.Message{{Role: "user", Content: strings.Repeat("word ", i)}}}
+		if i == 39 {
+			p.Messages[0].Content = strings.Repeat("long text ", 200) // over the 256-token test context
+		}
+		prompts[p.ID] = p
+		if err := in.SendSync(ctx, p.ID, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := in.SendRaw(ctx, "junk", []byte("not a record"), nil); err != nil {
+		t.Fatal(err)
+	}
+	in.Close()
+
+	stageCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- Run(stageCtx, Config{Kafka: kc, Model: m, ContextLength: 256, Workers: 2}) }()
+
+	var mu sync.Mutex
+	got := map[string][]uint32{}
+	var rejected []topics.Rejection
+	check := func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 39 && len(rejected) == 2 }
+	readAll := func(topic string, fn func(*topics.Delivery)) {
+		c := kc.NewConsumer(topic, topics.ConsumerConfig{Group: "reader-" + topic})
+		go c.Run(stageCtx, func(d *topics.Delivery) { fn(d); d.Done() })
+	}
+	readAll(topics.TopicTokenized, func(d *topics.Delivery) {
+		var r topics.Tokenized
+		if err := topics.Unmarshal(d.Message.Value, &r); err != nil {
+			t.Error(err)
+		}
+		mu.Lock()
+		got[r.ID] = r.InputIDs
+		mu.Unlock()
+		if r.Model != m.Name || r.TokenizerHash != m.Hash || r.Dataset != "d" || r.Sampling.MaxNewTokens != 100 {
+			t.Errorf("record %s lost fields: %+v", r.ID, r)
+		}
+	})
+	readAll(topics.TopicRejected, func(d *topics.Delivery) {
+		var r topics.Rejection
+		if err := topics.Unmarshal(d.Message.Value, &r); err != nil {
+			t.Error(err)
+		}
+		mu.Lock()
+		rejected = append(rejected, r)
+		mu.Unlock()
+	})
+	for !check() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("timed out: %d tokenized, %d rejected", len(got), len(rejected))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for id, ids := range got {
+		want, err := m.Encode(prompts[id])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(ids) != fmt.Sprint(want) {
+			t.Errorf("%s: stage ids %v, model ids %v", id, ids, want)
+		}
+	}
+	var reasons []string
+	for _, r := range rejected {
+		if r.Stage != "tokenize" || r.Topic == "" {
+			t.Errorf("rejection without stage/location: %+v", r)
+		}
+		reasons = append(reasons, r.ID+": "+r.Reason)
+	}
+	joined := strings.Join(reasons, "\n")
+	if !strings.Contains(joined, "p39: prompt p39") || !strings.Contains(joined, "exceeds the model context of 256 tokens") {
+		t.Errorf("over-long prompt not rejected with its reason:\n%s", joined)
+	}
+	if !strings.Contains(joined, "undecodable prompt") {
+		t.Errorf("junk record not rejected as undecodable:\n%s", joined)
+	}
+}
