@@ -165,7 +165,7 @@ func (c Config) EnsureTopics(ctx context.Context, names ...string) error {
 					ready++
 				}
 			}
-			if ready == len(names) {
+			if ready == len(names) && c.partitionsServing(ctx, client, meta) {
 				return nil
 			}
 		}
@@ -175,6 +175,29 @@ func (c Config) EnsureTopics(ctx context.Context, names ...string) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// partitionsServing reports whether every partition of the topics in meta answers ListOffsets: a new topic's
+// partitions are listed with a leader a second or more before Apache Kafka serves them.
+func (c Config) partitionsServing(ctx context.Context, client *kafka.Client, meta *kafka.MetadataResponse) bool {
+	req := &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{}}
+	for _, t := range meta.Topics {
+		for _, p := range t.Partitions {
+			req.Topics[t.Name] = append(req.Topics[t.Name], kafka.FirstOffsetOf(p.ID))
+		}
+	}
+	resp, err := client.ListOffsets(ctx, req)
+	if err != nil {
+		return false
+	}
+	for _, parts := range resp.Topics {
+		for _, p := range parts {
+			if p.Error != nil {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // PartitionCount returns the number of partitions of an existing (logical) topic.

@@ -155,6 +155,17 @@ func (c *Consumer) Run(ctx context.Context, handle func(*Delivery)) error {
 		m, err := c.r.FetchMessage(ctx)
 		if err != nil {
 			<-c.slots
+			var kerr kafka.Error
+			if ctx.Err() == nil && errors.As(err, &kerr) && kerr.Temporary() {
+				// A partition moving or not yet served (NOT_LEADER_FOR_PARTITION right after a topic is
+				// created, a leader election): kafka-go's partition reader keeps retrying; so do we.
+				log.Info("fetch failed; retrying", "err", err)
+				select {
+				case <-ctx.Done():
+				case <-time.After(250 * time.Millisecond):
+				}
+				continue
+			}
 			if ctx.Err() == nil && !errors.Is(err, io.EOF) {
 				runErr = fmt.Errorf("topics: fetch %s: %w", c.topic, err)
 			}

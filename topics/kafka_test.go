@@ -6,6 +6,7 @@ import (
 	"math/rand"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -69,16 +70,20 @@ func consume(ctx context.Context, t *testing.T, cfg topics.Config, group string,
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	c := cfg.NewConsumer(topics.TopicTokenized, topics.ConsumerConfig{Group: group, MaxInFlight: 64, SessionTimeout: 6 * time.Second})
-	seen := 0
+	var seen atomic.Int64
 	go func() {
+		// Several consumers share tr.change, so also poll: a wake-up may go to the other one.
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-tr.change:
-				if stop(seen) {
-					cancel()
-				}
+			case <-tick.C:
+			}
+			if stop(int(seen.Load())) {
+				cancel()
 			}
 		}
 	}()
@@ -87,8 +92,7 @@ func consume(ctx context.Context, t *testing.T, cfg topics.Config, group string,
 		if err := topics.Unmarshal(d.Message.Value, &rec); err != nil {
 			t.Error(err)
 		}
-		seen++
-		if stop(seen) {
+		if stop(int(seen.Add(1))) {
 			cancel()
 		}
 		go func() {

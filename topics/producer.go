@@ -51,7 +51,8 @@ func (c Config) NewProducer(topic string, pc ProducerConfig) *Producer {
 		MaxAttempts:  10,
 		Async:        true,
 		Transport:    &kafka.Transport{ClientID: c.clientID(), DialTimeout: 10 * time.Second},
-		ErrorLogger:  kafka.LoggerFunc(func(msg string, args ...any) { c.logger().Warn(fmt.Sprintf(msg, args...), "topic", topic) }),
+		// Each failed attempt is retried (MaxAttempts); a record that fails for good reaches its done callback.
+		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) { c.logger().Debug(fmt.Sprintf(msg, args...), "topic", topic) }),
 	}
 	if !pc.NoCompression {
 		w.Compression = compress.Zstd

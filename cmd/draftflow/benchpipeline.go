@@ -6,6 +6,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,12 +16,15 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/draftflow/draftflow/stages/tokenize"
 	"github.com/draftflow/draftflow/topics"
 )
 
@@ -28,7 +32,7 @@ import (
 type pipelineBenchOptions struct {
 	// Brokers is a real cluster to measure next to the embedded broker (nil: embedded only).
 	Brokers []string
-	// Records is the number of synthetic conversations (default 20000).
+	// Records is the number of synthetic conversations (default 10000).
 	Records int
 	// Partitions of the benchmark topics (default topics.DefaultPartitions).
 	Partitions int
@@ -38,6 +42,9 @@ type pipelineBenchOptions struct {
 	OutputTokens int
 	// Seed of the synthetic dataset (default 1).
 	Seed uint64
+	// Repeat runs the pipeline this many times on each broker, alternating brokers, and summarises each by
+	// its median run (default 1). On a shared machine, several interleaved runs keep the comparison fair.
+	Repeat int
 	// Timeout bounds each pipeline run (default 10 min).
 	Timeout time.Duration
 	// Logger receives the pipeline's logs (default: warnings and errors on stderr).
@@ -46,7 +53,7 @@ type pipelineBenchOptions struct {
 
 func (o pipelineBenchOptions) withDefaults() pipelineBenchOptions {
 	if o.Records <= 0 {
-		o.Records = 20000
+		o.Records = 10000
 	}
 	if o.Partitions <= 0 {
 		o.Partitions = topics.DefaultPartitions
@@ -59,6 +66,9 @@ func (o pipelineBenchOptions) withDefaults() pipelineBenchOptions {
 	}
 	if o.Seed == 0 {
 		o.Seed = 1
+	}
+	if o.Repeat <= 0 {
+		o.Repeat = 1
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = 10 * time.Minute
@@ -75,6 +85,8 @@ type pipelineBenchResult struct {
 	Broker string `json:"broker"`
 	// Addr is the bootstrap address the run used.
 	Addr string `json:"addr"`
+	// Run numbers the repetitions of one broker from 1.
+	Run int `json:"run"`
 	// Records is the number of rows in the shards at the end (every prompt, exactly once).
 	Records int `json:"records"`
 	// Tokens is the number of tokens (prompt + completion) in the shards.
@@ -86,13 +98,25 @@ type pipelineBenchResult struct {
 	TokensPerSecond  float64 `json:"tokens_per_s"`
 }
 
+// pipelineBenchSummary is one broker's runs in short: its median run by records/s, and its best.
+type pipelineBenchSummary struct {
+	Broker string `json:"broker"`
+	Addr   string `json:"addr"`
+	Runs   int    `json:"runs"`
+	// Median is the run with the median records/s; Best the fastest.
+	Median pipelineBenchResult `json:"median"`
+	Best   pipelineBenchResult `json:"best"`
+}
+
 // pipelineBenchReport is what `draftflow bench pipeline --json` prints.
 type pipelineBenchReport struct {
-	Records      int                   `json:"records"`
-	Partitions   int                   `json:"partitions"`
-	OutputTokens int                   `json:"output_tokens"`
-	Results      []pipelineBenchResult `json:"results"`
-	// Ratio is the real cluster's records/s over the embedded broker's (0 without a real cluster).
+	Records      int                    `json:"records"`
+	Partitions   int                    `json:"partitions"`
+	OutputTokens int                    `json:"output_tokens"`
+	Repeat       int                    `json:"repeat"`
+	Runs         []pipelineBenchResult  `json:"runs"`
+	Summary      []pipelineBenchSummary `json:"summary"`
+	// Ratio is the real cluster's median records/s over the embedded broker's (0 without a real cluster).
 	Ratio float64 `json:"ratio,omitempty"`
 }
 
@@ -101,12 +125,14 @@ func cmdBenchPipeline(ctx context.Context, args []string) error {
 	var o pipelineBenchOptions
 	brokers := fs.String("brokers", "", "a real Kafka cluster to measure next to the embedded broker (host:port,...)")
 	asJSON := fs.Bool("json", false, "print the report as JSON on stdout instead of a table")
-	fs.IntVar(&o.Records, "records", 20000, "synthetic conversations to push through the pipeline")
+	fs.IntVar(&o.Records, "records", 10000, "synthetic conversations to push through the pipeline")
 	fs.IntVar(&o.Partitions, "partitions", topics.DefaultPartitions, "partitions of the benchmark topics")
 	fs.IntVar(&o.PromptWords, "prompt-words", 120, "mean conversation length in words")
 	fs.IntVar(&o.OutputTokens, "output-tokens", 32, "completion length of the instant simulated engine")
+	fs.IntVar(&o.Repeat, "repeat", 1, "runs per broker, interleaved; each broker is summarised by its median run")
 	fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up on a run after this long")
 	logLevel := fs.String("log-level", "warn", "debug, info, warn or error")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole benchmark to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -120,6 +146,17 @@ func cmdBenchPipeline(ctx context.Context, args []string) error {
 	o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	if *brokers != "" {
 		o.Brokers = topics.ParseBrokers(*brokers)
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	rep, err := benchPipeline(ctx, o)
 	if err != nil {
@@ -153,74 +190,136 @@ func benchPipeline(ctx context.Context, o pipelineBenchOptions) (*pipelineBenchR
 		return nil, err
 	}
 
-	rep := &pipelineBenchReport{Records: o.Records, Partitions: o.Partitions, OutputTokens: o.OutputTokens}
+	rep := &pipelineBenchReport{Records: o.Records, Partitions: o.Partitions, OutputTokens: o.OutputTokens, Repeat: o.Repeat}
 	targets := []string{"embedded"}
 	if len(o.Brokers) > 0 {
 		targets = append(targets, "kafka")
 	}
-	for i, target := range targets {
-		var brokers []string
-		if target == "embedded" {
-			e, err := topics.StartEmbedded(topics.EmbeddedConfig{})
+	for run := 1; run <= o.Repeat; run++ {
+		for _, target := range targets {
+			res, err := benchPipelineOnce(ctx, o, target, input, filepath.Join(tmp, fmt.Sprintf("out-%s-%d", target, run)), model)
 			if err != nil {
-				return nil, err
+				return nil, fmt.Errorf("bench pipeline: %s (run %d): %w", target, run, err)
 			}
-			defer e.Close()
-			brokers = e.Brokers()
-		} else {
-			brokers = o.Brokers
+			res.Run = run
+			rep.Runs = append(rep.Runs, *res)
 		}
-		kc := topics.Config{
-			Brokers:    brokers,
-			Partitions: o.Partitions,
-			Namespace:  fmt.Sprintf("draftflow-bench-%x", rand.Uint64()),
-			Logger:     o.Logger,
-		}
-		// Topics are created before the clock starts; the run then reuses them.
-		tctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		err := kc.EnsureTopics(tctx, topics.All...)
-		cancel()
-		if err != nil {
-			return nil, fmt.Errorf("bench pipeline: %s: %w", target, err)
-		}
-		var rc runConfig
-		rc.Kafka = kc
-		rc.Ingest.Inputs = []string{input}
-		rc.Ingest.Dataset = "synthetic"
-		rc.Ingest.Defaults.MaxNewTokens = o.OutputTokens
-		rc.Tokenize.Model = model
-		rc.Sink.Dir = filepath.Join(tmp, fmt.Sprintf("out-%d-%s", i, target))
-		// The tail of a finite input lands once the sink sees no record for IdleFlush: keep that short so
-		// the figure is the pipeline's rate, not the sink's idle timer.
-		rc.Sink.IdleFlush = 100 * time.Millisecond
-		rc.Sim.Instant = true
-		rc.Sim.OutputLenDistribution = "fixed"
-		rc.Sim.OutputLenMean = float64(o.OutputTokens)
-		rc.Timeout = o.Timeout
-		rc.Logger = o.Logger
-		o.Logger.Warn("bench pipeline: running", "broker", target, "addr", strings.Join(brokers, ","), "records", o.Records)
-		res, err := runPipeline(ctx, rc)
-		if target == "kafka" {
-			deleteTopics(kc, o.Logger)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("bench pipeline: %s: %w", target, err)
-		}
-		if len(res.Missing) > 0 || res.Written != o.Records {
-			return nil, fmt.Errorf("bench pipeline: %s: %d of %d records written, %d missing, %d rejected",
-				target, res.Written, o.Records, len(res.Missing), res.PipelineRejected+res.IngestRejected)
-		}
-		secs := res.Elapsed.Seconds()
-		rep.Results = append(rep.Results, pipelineBenchResult{
-			Broker: target, Addr: strings.Join(brokers, ","), Records: res.Written, Tokens: res.Tokens, Seconds: secs,
-			RecordsPerSecond: float64(res.Written) / secs, TokensPerSecond: float64(res.Tokens) / secs,
-		})
-		os.RemoveAll(rc.Sink.Dir)
 	}
-	if len(rep.Results) == 2 && rep.Results[0].RecordsPerSecond > 0 {
-		rep.Ratio = rep.Results[1].RecordsPerSecond / rep.Results[0].RecordsPerSecond
+	for _, target := range targets {
+		var runs []pipelineBenchResult
+		for _, r := range rep.Runs {
+			if r.Broker == target {
+				runs = append(runs, r)
+			}
+		}
+		slices.SortFunc(runs, func(a, b pipelineBenchResult) int { return cmp.Compare(a.RecordsPerSecond, b.RecordsPerSecond) })
+		rep.Summary = append(rep.Summary, pipelineBenchSummary{Broker: target, Addr: runs[0].Addr, Runs: len(runs),
+			Median: runs[len(runs)/2], Best: runs[len(runs)-1]})
+	}
+	if len(rep.Summary) == 2 && rep.Summary[0].Median.RecordsPerSecond > 0 {
+		rep.Ratio = rep.Summary[1].Median.RecordsPerSecond / rep.Summary[0].Median.RecordsPerSecond
 	}
 	return rep, nil
+}
+
+// benchPipelineOnce runs the pipeline once on target ("embedded": a fresh embedded broker; "kafka": o.Brokers)
+// in a namespace of its own, writing shards under out (removed afterwards).
+func benchPipelineOnce(ctx context.Context, o pipelineBenchOptions, target, input, out string, model *tokenize.Model) (*pipelineBenchResult, error) {
+	brokers := o.Brokers
+	if target == "embedded" {
+		e, err := topics.StartEmbedded(topics.EmbeddedConfig{})
+		if err != nil {
+			return nil, err
+		}
+		defer e.Close()
+		brokers = e.Brokers()
+	}
+	kc := topics.Config{
+		Brokers:    brokers,
+		Partitions: o.Partitions,
+		Namespace:  fmt.Sprintf("draftflow-bench-%x", rand.Uint64()),
+		Logger:     o.Logger,
+	}
+	// Topics are created, and their partitions serving, before the clock starts; the run then reuses them.
+	tctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	err := kc.EnsureTopics(tctx, topics.All...)
+	if err == nil {
+		err = waitPartitionsServing(tctx, kc, topics.All...)
+	}
+	cancel()
+	if target == "kafka" {
+		defer deleteTopics(kc, o.Logger)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var rc runConfig
+	rc.Kafka = kc
+	rc.Ingest.Inputs = []string{input}
+	rc.Ingest.Dataset = "synthetic"
+	rc.Ingest.Defaults.MaxNewTokens = o.OutputTokens
+	rc.Tokenize.Model = model
+	rc.Sink.Dir = out
+	defer os.RemoveAll(out)
+	// The tail of a finite input lands once the sink sees no record for IdleFlush: keep that short so the
+	// figure is the pipeline's rate, not the sink's idle timer.
+	rc.Sink.IdleFlush = 100 * time.Millisecond
+	rc.Sim.Instant = true
+	rc.Sim.OutputLenDistribution = "fixed"
+	rc.Sim.OutputLenMean = float64(o.OutputTokens)
+	rc.Timeout = o.Timeout
+	rc.Logger = o.Logger
+	o.Logger.Info("bench pipeline: running", "broker", target, "addr", strings.Join(brokers, ","), "records", o.Records)
+	res, err := runPipeline(ctx, rc)
+	if err != nil {
+		return nil, err
+	}
+	if len(res.Missing) > 0 || res.Written != o.Records {
+		return nil, fmt.Errorf("%d of %d records written, %d missing, %d rejected",
+			res.Written, o.Records, len(res.Missing), res.PipelineRejected+res.IngestRejected)
+	}
+	secs := res.Elapsed.Seconds()
+	return &pipelineBenchResult{
+		Broker: target, Addr: strings.Join(brokers, ","), Records: res.Written, Tokens: res.Tokens, Seconds: secs,
+		RecordsPerSecond: float64(res.Written) / secs, TokensPerSecond: float64(res.Tokens) / secs,
+	}, nil
+}
+
+// waitPartitionsServing waits until every partition of the (logical) topics answers ListOffsets without an
+// error. Apache Kafka lists a new topic's leaders in its metadata a moment before the partitions accept
+// requests, and a run started in that window measures client retries rather than the pipeline.
+func waitPartitionsServing(ctx context.Context, kc topics.Config, names ...string) error {
+	client := &kafka.Client{Addr: kafka.TCP(kc.Brokers...), Timeout: 10 * time.Second}
+	req := &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{}}
+	for _, n := range names {
+		parts, err := kc.PartitionCount(ctx, n)
+		if err != nil {
+			return err
+		}
+		for p := 0; p < parts; p++ {
+			req.Topics[kc.Topic(n)] = append(req.Topics[kc.Topic(n)], kafka.LastOffsetOf(p))
+		}
+	}
+	for {
+		resp, err := client.ListOffsets(ctx, req)
+		if err == nil {
+			for topic, ps := range resp.Topics {
+				for _, p := range ps {
+					if p.Error != nil && err == nil {
+						err = fmt.Errorf("partition %s/%d: %w", topic, p.Partition, p.Error)
+					}
+				}
+			}
+		}
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for partitions to serve: %w (last: %v)", ctx.Err(), err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // deleteTopics removes a benchmark's namespaced topics from a real cluster, so repeated runs leave nothing behind.
@@ -247,14 +346,24 @@ func printPipelineBench(w io.Writer, rep *pipelineBenchReport) {
 	fmt.Fprintf(w, "pipeline throughput: %d synthetic conversations, %d partitions, instant engine with %d-token completions\n\n",
 		rep.Records, rep.Partitions, rep.OutputTokens)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "broker\taddress\trecords\ttokens\tseconds\trecords/s\ttokens/s\t")
-	for _, r := range rep.Results {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.2f\t%.0f\t%.0f\t\n", r.Broker, r.Addr, r.Records, r.Tokens, r.Seconds,
+	fmt.Fprintln(tw, "broker\taddress\trun\trecords\ttokens\tseconds\trecords/s\ttokens/s\t")
+	for _, r := range rep.Runs {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%.2f\t%.0f\t%.0f\t\n", r.Broker, r.Addr, r.Run, r.Records, r.Tokens, r.Seconds,
 			r.RecordsPerSecond, r.TokensPerSecond)
 	}
 	tw.Flush()
+	if rep.Repeat > 1 {
+		fmt.Fprintf(w, "\nmedian of %d runs each:\n", rep.Repeat)
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "broker\trecords/s\ttokens/s\tbest records/s\tbest tokens/s\t")
+		for _, s := range rep.Summary {
+			fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.0f\t%.0f\t\n", s.Broker, s.Median.RecordsPerSecond, s.Median.TokensPerSecond,
+				s.Best.RecordsPerSecond, s.Best.TokensPerSecond)
+		}
+		tw.Flush()
+	}
 	if rep.Ratio > 0 {
-		fmt.Fprintf(w, "\nreal Kafka / embedded: %.2fx\n", rep.Ratio)
+		fmt.Fprintf(w, "\nreal Kafka / embedded (records/s): %.2fx\n", rep.Ratio)
 	}
 }
 

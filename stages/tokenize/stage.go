@@ -149,8 +149,9 @@ func Run(ctx context.Context, cfg Config) error {
 					reject(d, &p, fmt.Sprintf("prompt %s (%s line %d): %v", p.ID, p.Source.File, p.Source.Line, err), "template")
 					continue
 				}
-				if ctxLen > 0 && len(ids)+p.Sampling.MaxNewTokens > ctxLen {
-					reject(d, &p, fmt.Sprintf("prompt %s (%s line %d) is %d tokens; with max_new_tokens %d it exceeds the model context of %d tokens",
+				// SGLang refuses input + max_new_tokens >= context length, so the boundary case is rejected here.
+				if ctxLen > 0 && len(ids)+p.Sampling.MaxNewTokens >= ctxLen {
+					reject(d, &p, fmt.Sprintf("prompt %s (%s line %d) is %d tokens; with max_new_tokens %d it does not fit the model context of %d tokens",
 						p.ID, p.Source.File, p.Source.Line, len(ids), p.Sampling.MaxNewTokens, ctxLen), "too_long")
 					continue
 				}

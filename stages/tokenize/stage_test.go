@@ -139,7 +139,7 @@ func TestStageTokenizesAndRejects(t *testing.T) {
 		reasons = append(reasons, r.ID+": "+r.Reason)
 	}
 	joined := strings.Join(reasons, "\n")
-	if !strings.Contains(joined, "p39: prompt p39") || !strings.Contains(joined, "exceeds the model context of 256 tokens") {
+	if !strings.Contains(joined, "p39: prompt p39") || !strings.Contains(joined, "does not fit the model context of 256 tokens") {
 		t.Errorf("over-long prompt not rejected with its reason:\n%s", joined)
 	}
 	if !strings.Contains(joined, "undecodable prompt") {
