@@ -9,7 +9,7 @@ DEMO_OUT ?= out/demo
 export DRAFTFLOW_CACHE ?= $(HOME)/.cache/draftflow
 GOTEST_FLAGS ?= -timeout 45m
 
-.PHONY: all build demo test test-go test-python test-integration deps deps-go deps-python bench vet fmt kafka-up kafka-down clean
+.PHONY: all build demo test test-go test-python test-integration deps deps-go deps-python bench bench-kafka vet fmt kafka-up kafka-down clean
 
 all: build
 
@@ -57,11 +57,17 @@ kafka-up:
 kafka-down:
 	@bash deploy/kafka/kafka.sh down
 
-## bench: the benchmarks whose figures the README reports.
+## bench: the benchmarks whose figures the README reports (bench-kafka adds the real-broker side).
 bench: build
-	$(BIN) bench generate
-	$(GO) test -run '^$$' -bench . -benchtime 2x ./sink/ ./topics/
+	$(BIN) bench generate --plot bench-generate.svg
+	$(BIN) bench pipeline $(if $(DRAFTFLOW_TEST_BROKERS),--brokers $(DRAFTFLOW_TEST_BROKERS))
+	$(GO) test -run '^$$' -bench 'ShardEncode|JSONLZstd|Flush' -cpu 1 -benchtime 5x ./sink/
 	bash stages/tokenize/tokenizer/bench.sh
+
+bench-kafka: build
+	@set -eo pipefail; addr=$$(bash deploy/kafka/kafka.sh up); \
+	  trap 'bash deploy/kafka/kafka.sh down' EXIT; \
+	  $(BIN) bench pipeline --brokers $$addr --records 10000 --repeat 3
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

@@ -27,6 +27,7 @@ func cmdBench(ctx context.Context, args []string) error {
 	fs.DurationVar(&opts.SimDuration, "sim-duration", 0, "simulated length of each run (default 75m)")
 	fs.Float64Var(&opts.TimeScale, "time-scale", 0, "simulated seconds per wall second (default 300)")
 	fs.Int64Var(&opts.Seed, "seed", 0, "workload seed (default 1)")
+	fs.StringVar(&opts.PlotFile, "plot", "bench-generate.svg", "write an SVG of tok/s and KV usage over time per policy here (empty: none)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}

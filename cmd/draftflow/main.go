@@ -43,7 +43,7 @@ func commands() []command {
 		{"encode", "print the token ids the tokenize stage would produce for JSONL conversations on stdin", cmdEncode},
 		{"inspect", "validate shards against their manifest and print totals", cmdInspect},
 		{"export", "export shards as SpecForge or speculators JSONL", cmdExport},
-		{"bench", "benchmarks (bench generate)", cmdBench},
+		{"bench", "benchmarks: bench generate (serving policies), bench pipeline (Kafka throughput)", cmdBench},
 	}
 }
 
