@@ -84,13 +84,37 @@ func (p *Producer) Send(ctx context.Context, key string, rec any, done func(erro
 	if err != nil {
 		return err
 	}
+	if r, ok := rec.(*Rejection); ok && p.tooLarge(key, value) {
+		// A dead letter must always fit: keep as much of the offending payload as the limit allows.
+		c := *r
+		c.Payload = nil
+		if value, err = Marshal(&c); err != nil {
+			return err
+		}
+		room := (int(p.w.BatchBytes)-len(value)-len(key)-128)*3/4 - 16 // the payload travels as base64 in JSON
+		if room > 0 {
+			c.Payload = r.Payload[:min(room, len(r.Payload))]
+			if value, err = Marshal(&c); err != nil {
+				return err
+			}
+		}
+	}
 	return p.SendRaw(ctx, key, value, done)
 }
 
+func (p *Producer) tooLarge(key string, value []byte) bool {
+	return int64(len(value)+len(key)+64) > p.w.BatchBytes
+}
+
+// ErrRecordTooLarge is wrapped by the error of a Send whose record exceeds the message limit
+// (Config.MaxMessageBytes). It is permanent for that record: dead-letter it rather than retry.
+var ErrRecordTooLarge = errors.New("record over the message size limit")
+
 // SendRaw writes an already encoded value; see Send.
 func (p *Producer) SendRaw(ctx context.Context, key string, value []byte, done func(error)) error {
-	if int64(len(value)+len(key)+64) > p.w.BatchBytes {
-		return fmt.Errorf("topics: record %q is %d bytes, over the %d-byte message limit of %s", key, len(value), p.w.BatchBytes, p.topic)
+	if p.tooLarge(key, value) {
+		return fmt.Errorf("topics: record %q is %d bytes, over the %d-byte limit of %s (raise --max-message-bytes): %w",
+			key, len(value), p.w.BatchBytes, p.topic, ErrRecordTooLarge)
 	}
 	msg := kafka.Message{Key: []byte(key), Value: value}
 	if done != nil {

@@ -24,8 +24,7 @@ func cmdBench(ctx context.Context, args []string) error {
 	asJSON := fs.Bool("json", false, "print the results as a JSON list on stdout instead of a table")
 	scenarios := fs.String("scenario", "", "comma-separated scenarios (default all: "+strings.Join(bench.Scenarios, ",")+")")
 	policies := fs.String("policy", "", "comma-separated policies (default all: "+strings.Join(bench.Policies, ",")+")")
-	fs.DurationVar(&opts.SimDuration, "sim-duration", 0, "simulated length of each run (default 75m)")
-	fs.Float64Var(&opts.TimeScale, "time-scale", 0, "simulated seconds per wall second (default 300)")
+	fs.DurationVar(&opts.SimDuration, "sim-duration", 0, "simulated length of each run (default 60m; runs are discrete-event, not wall-clock)")
 	fs.Int64Var(&opts.Seed, "seed", 0, "workload seed (default 1)")
 	fs.StringVar(&opts.PlotFile, "plot", "bench-generate.svg", "write an SVG of tok/s and KV usage over time per policy here (empty: none)")
 	if err := fs.Parse(args[1:]); err != nil {

@@ -51,6 +51,8 @@ const (
 	DefaultMinServerQueue      = 2
 	DefaultMaxServerQueue      = 8
 	DefaultInitialBudgetFactor = 1.0
+	DefaultSafeCompletions     = 10
+	DefaultHeadroomOutputs     = 6
 )
 
 // DefaultLane is the lane of records that name none and match no configured lane.
@@ -133,8 +135,8 @@ type BudgetConfig struct {
 	// PriorOutputTokens is the expected output length before any completion of a dataset/lane was seen
 	// (default: the request's max_new_tokens, the safe choice).
 	PriorOutputTokens int
-	// TargetUsage is the KV token usage above which the budget shrinks (default 0.96): the pool must keep room
-	// for the running requests' next tokens, or the server retracts.
+	// TargetUsage is the KV token usage above which no request goes to an endpoint (default 0.96): the pool
+	// must keep room for the running requests' next tokens, or the server retracts.
 	TargetUsage float64
 	// InitialFactor sets an endpoint's first budget as a multiple of its KV pool (default 1.0).
 	InitialFactor float64
@@ -145,6 +147,13 @@ type BudgetConfig struct {
 	MinServerQueue, MaxServerQueue int
 	// PollInterval is how often /v1/loads and /metrics are polled for feedback (default 1 s).
 	PollInterval time.Duration
+	// SafeCompletions is how many of an endpoint's running requests must be expected to finish before their
+	// growth fills the KV pool for another request to go to it (default 10; see Controller's KV gate). Higher
+	// is safer against retractions and runs the pool emptier.
+	SafeCompletions float64
+	// HeadroomOutputs is the gate's backstop: once an endpoint's pool is half full, a request goes to it only
+	// while the KV of this many recent mean output lengths stays free (default 6).
+	HeadroomOutputs float64
 }
 
 // Config configures the generate stage and its Controller. The zero value of every field but Kafka and
@@ -262,6 +271,12 @@ func (c Config) withDefaults() Config {
 	if b.PollInterval <= 0 {
 		b.PollInterval = DefaultPollInterval
 	}
+	if b.SafeCompletions <= 0 {
+		b.SafeCompletions = DefaultSafeCompletions
+	}
+	if b.HeadroomOutputs <= 0 {
+		b.HeadroomOutputs = DefaultHeadroomOutputs
+	}
 	if c.Registerer == nil {
 		c.Registerer = prometheus.DefaultRegisterer
 	}
@@ -327,7 +342,7 @@ func (c Config) validate() error {
 // RegisterFlags binds the stage's settings to flags: --sglang (repeatable), --sglang-file, --policy,
 // --concurrency, --routing, --max-new-tokens, --lane (repeatable), --request-timeout, --group,
 // --max-in-flight, --shutdown-grace, --health-interval, --kv-quantile, --kv-target-usage, --kv-poll-interval,
-// --metrics-addr. Kafka settings are the caller's.
+// --kv-safe-completions, --kv-headroom-outputs, --metrics-addr. Kafka settings are the caller's.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Func("sglang", "SGLang base URL, e.g. http://host:30000 (repeatable)", func(s string) error {
 		for _, u := range strings.Split(s, ",") {
@@ -365,6 +380,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.Budget.Quantile, "kv-quantile", DefaultQuantile, "quantile of learnt output lengths charged per request (kv-budget)")
 	fs.Float64Var(&c.Budget.TargetUsage, "kv-target-usage", DefaultTargetUsage, "KV token usage the budget steers to (kv-budget)")
 	fs.DurationVar(&c.Budget.PollInterval, "kv-poll-interval", DefaultPollInterval, "server load polling interval (kv-budget)")
+	fs.Float64Var(&c.Budget.SafeCompletions, "kv-safe-completions", DefaultSafeCompletions,
+		"running requests expected to finish before the pool fills, for another request to go (kv-budget; higher: fewer retractions, emptier pool)")
+	fs.Float64Var(&c.Budget.HeadroomOutputs, "kv-headroom-outputs", DefaultHeadroomOutputs,
+		"mean output lengths of KV kept free once the pool is half full (kv-budget)")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address")
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -67,15 +68,19 @@ type endpoint struct {
 	budget   float64 // admission budget in charge units (tokens for kv-budget, requests for fixed)
 	used     float64 // sum of the charges of in-flight requests
 	inflight int
-	fails    int // consecutive health/connection failures
+	leases   []*lease // in flight, in a deterministic order (see lease.pos)
+	fails    int      // consecutive health/connection failures
 
 	// feedback state (kv-budget)
-	retracted      float64 // last value of the server's retraction counter
-	haveRetracted  bool    // the server exports that counter
-	metaRetracts   int     // retractions reported in meta_info since the last feedback tick
-	cooldownUntil  time.Time
-	load           Load
-	hot            bool          // KV usage above target at the last poll: admit nothing until it falls
+	retracted     float64 // last value of the server's retraction counter
+	haveRetracted bool    // the server exports that counter
+	metaRetracts  int     // retractions reported in meta_info since the last feedback tick
+	cooldownUntil time.Time
+	load          Load
+	// KV gate (kv-budget with load data): the server's used KV tokens predicted from the last poll.
+	gated          bool          // a poll gave load data: the gate applies
+	polled         time.Time     // time of the last poll
+	sinceTok       float64       // prompt tokens admitted minus tokens freed by answers since the last poll
 	drainedSignal  chan struct{} // closed and replaced when the endpoint is drained
 	lastAdmitBlock time.Time     // last time a waiter found no room here
 }
@@ -95,16 +100,19 @@ type waiter struct {
 	avoid   *endpoint // endpoint that just failed this request: used only when no other is ready
 	ready   chan struct{}
 	granted func() // called, c.mu held, once admitted (Offer)
-	ep      *endpoint
-	charge  float64
+	lease   *lease // set on admission
 	since   time.Time
 }
 
-// lease is an admitted request's hold on an endpoint's budget.
+// lease is an admitted request's hold on an endpoint's budget. Its charge is re-estimated as the request
+// ages (see recharge). Fields are guarded by Controller.mu.
 type lease struct {
 	ep     *endpoint
 	lane   *lane
+	req    *Request
+	start  time.Time // admission
 	charge float64
+	pos    int // index in ep.leases
 }
 
 // Controller admits requests to SGLang endpoints under the configured policy, routes them, sends them with
@@ -204,7 +212,7 @@ func (c *Controller) charge(r *Request) float64 {
 }
 
 // fits reports whether ep can take a request of charge now.
-func (c *Controller) fits(ep *endpoint, charge float64) bool {
+func (c *Controller) fits(ep *endpoint, charge float64, prompt, maxNew int) bool {
 	if ep.state != stateReady {
 		return false
 	}
@@ -215,11 +223,76 @@ func (c *Controller) fits(ep *endpoint, charge float64) bool {
 	if ep.inflight == 0 {
 		return true
 	}
-	return !ep.hot && ep.used+charge <= ep.budget
+	return ep.used+charge <= ep.budget && c.gateOpen(ep, prompt, maxNew)
+}
+
+// recentMeanWindow is how many recent completions the gate's backstop averages: few enough to follow a
+// workload whose lengths shift within minutes.
+const recentMeanWindow = 128
+
+// maxFinishShare caps one request's chance to finish in the gate's sum, so a request sure to end counts as
+// a large but finite term.
+const maxFinishShare = 0.9
+
+// gateOpen is the KV gate of the kv-budget policy: whether a request with a prompt of prompt tokens may go
+// to ep now, judged by the KV tokens the server is predicted to hold (predictedUsed) and the running
+// batch's ages. The server retracts when its running requests grow into a full pool before enough of them
+// finish; SGLang's own admission counts on them needing only a fraction of their max_new_tokens and fills
+// the pool. So a request goes only while the headroom left after its prompt, shared by the batch (each
+// request may grow headroom/n tokens before the pool is full), is expected to see at least
+// BudgetConfig.SafeCompletions of the running requests finish, each with the chance that a request still
+// running after the tokens it produced so far ends within that much more (LengthEstimator.FinishShare),
+// and while usage stays under TargetUsage. Young batches of short requests run close to the pool; old
+// batches of long ones keep more room. c.mu must be held.
+func (c *Controller) gateOpen(ep *endpoint, prompt, maxNew int) bool {
+	if !ep.gated {
+		return true
+	}
+	pool := float64(ep.cap.MaxTotalTokens)
+	used := c.predictedUsed(ep) + float64(prompt)
+	if used > c.cfg.Budget.TargetUsage*pool {
+		return false
+	}
+	// Backstop against a length estimate the batch has outgrown: past half the pool, keep free the KV of
+	// HeadroomOutputs recent mean outputs.
+	if used > pool/2 && pool-used < c.cfg.Budget.HeadroomOutputs*c.est.RecentMean(recentMeanWindow) {
+		return false
+	}
+	want := c.cfg.Budget.SafeCompletions
+	if want <= 0 {
+		return true
+	}
+	share := (pool - used) / float64(len(ep.leases)+1)
+	rate := 0.0
+	if ep.load.Running > 0 {
+		rate = ep.load.GenThroughput / float64(ep.load.Running)
+	}
+	now := c.now()
+	hazard, worst := 0.0, float64(maxNew)
+	for _, ls := range ep.leases {
+		produced := int(rate * now.Sub(ls.start).Seconds())
+		worst += float64(max(0, ls.req.Sampling.MaxNewTokens-produced))
+		p := c.est.FinishShare(ls.req.Key, produced, int(share), ls.req.Sampling.MaxNewTokens)
+		hazard -= math.Log(1 - min(p, maxFinishShare))
+		if hazard >= want {
+			return true
+		}
+	}
+	// A batch that cannot overflow the pool even if every request runs to max_new_tokens is safe.
+	return worst <= pool-used
+}
+
+// predictedUsed is the KV tokens the server is predicted to hold now: the last poll's num_used_tokens,
+// plus the prompts of the requests waiting on the server then and of those sent since, less what answers
+// received since freed, plus what the running batch decoded since (gen_throughput times the time
+// elapsed). c.mu must be held.
+func (c *Controller) predictedUsed(ep *endpoint) float64 {
+	grown := ep.load.GenThroughput * c.now().Sub(ep.polled).Seconds()
+	return float64(ep.load.UsedTokens) + ep.sinceTok + grown
 }
 
 // route picks the endpoint for a request of charge, or nil when none has room.
-func (c *Controller) route(charge float64, avoid *endpoint) *endpoint {
+func (c *Controller) route(charge float64, prompt, maxNew int, avoid *endpoint) *endpoint {
 	if avoid != nil {
 		others := false
 		for _, ep := range c.eps {
@@ -232,7 +305,7 @@ func (c *Controller) route(charge float64, avoid *endpoint) *endpoint {
 	if c.cfg.Routing == RouteRoundRobin {
 		for i := range c.eps {
 			ep := c.eps[(c.rr+i)%len(c.eps)]
-			if ep != avoid && c.fits(ep, charge) {
+			if ep != avoid && c.fits(ep, charge, prompt, maxNew) {
 				c.rr = (c.rr + i + 1) % len(c.eps)
 				return ep
 			}
@@ -242,11 +315,16 @@ func (c *Controller) route(charge float64, avoid *endpoint) *endpoint {
 	var best *endpoint
 	bestRoom := 0.0
 	for _, ep := range c.eps {
-		if ep == avoid || !c.fits(ep, charge) {
+		if ep == avoid || !c.fits(ep, charge, prompt, maxNew) {
 			continue
 		}
 		room := 1.0
-		if ep.budget > 0 {
+		switch {
+		case ep.gated:
+			// KV headroom the server is predicted to have, relative to its pool.
+			pool := float64(ep.cap.MaxTotalTokens)
+			room = (pool - c.predictedUsed(ep) - float64(prompt)) / pool
+		case ep.budget > 0:
 			room = (ep.budget - ep.used - charge) / ep.budget
 		}
 		if best == nil || room > bestRoom {
@@ -294,7 +372,7 @@ func (c *Controller) admit() {
 			}
 			w := l.waiters[0]
 			charge := c.charge(w.req)
-			ep := c.route(charge, w.avoid)
+			ep := c.route(charge, len(w.req.InputIDs), w.req.Sampling.MaxNewTokens, w.avoid)
 			if ep == nil {
 				now := c.now()
 				for _, e := range c.eps {
@@ -306,7 +384,10 @@ func (c *Controller) admit() {
 				continue
 			}
 			l.waiters = l.waiters[1:]
-			w.ep, w.charge = ep, charge
+			w.lease = &lease{ep: ep, lane: l, req: w.req, start: c.now(), charge: charge}
+			w.lease.pos = len(ep.leases)
+			ep.leases = append(ep.leases, w.lease)
+			ep.sinceTok += float64(len(w.req.InputIDs))
 			ep.used += charge
 			ep.inflight++
 			l.used += charge
@@ -348,14 +429,14 @@ func (c *Controller) acquire(ctx context.Context, r *Request, avoid *endpoint) (
 	c.enqueue(w)
 	select {
 	case <-w.ready:
-		return &lease{ep: w.ep, lane: l, charge: w.charge}, nil
+		return w.lease, nil
 	case <-ctx.Done():
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	select {
 	case <-w.ready: // granted while we were giving up: hand it back
-		c.releaseLocked(&lease{ep: w.ep, lane: l, charge: w.charge})
+		c.releaseLocked(w.lease)
 	default:
 		l.waiters = slices.DeleteFunc(l.waiters, func(x *waiter) bool { return x == w })
 	}
@@ -367,6 +448,9 @@ func (c *Controller) acquire(ctx context.Context, r *Request, avoid *endpoint) (
 // as feedback, and the charge goes back to the budget.
 func (c *Controller) finish(ls *lease, r *Request, outputTokens, retractions int, took time.Duration) {
 	c.est.Observe(r.Key, outputTokens)
+	c.mu.Lock()
+	ls.ep.sinceTok -= float64(len(r.InputIDs) + outputTokens)
+	c.mu.Unlock()
 	c.release(ls, retractions)
 	c.met.finished(ls.ep, outputTokens, retractions, took)
 	c.met.estimate(r.Key, c.est.Expected(r.Key, 0))
@@ -381,6 +465,11 @@ func (c *Controller) release(ls *lease, retractions int) {
 }
 
 func (c *Controller) releaseLocked(ls *lease) {
+	if l := ls.ep.leases; ls.pos < len(l) && l[ls.pos] == ls {
+		last := l[len(l)-1]
+		l[ls.pos], last.pos = last, ls.pos
+		ls.ep.leases = l[:len(l)-1]
+	}
 	ls.ep.used -= ls.charge
 	ls.ep.inflight--
 	ls.lane.used -= ls.charge

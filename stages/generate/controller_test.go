@@ -381,15 +381,16 @@ func TestBudgetFeedback(t *testing.T) {
 	if budget() != b2 {
 		t.Fatalf("budget grew during the retraction cooldown")
 	}
-	// A growing server queue shrinks it; usage over target shrinks it.
+	// A growing server queue shrinks it.
 	c.adjust(ep, Load{TokenUsage: 0.5, Waiting: 50, MaxTokens: 100000}, true, 3, true)
 	if b := budget(); b != b2*queueCut {
 		t.Fatalf("budget %g with a long server queue, want %g", b, b2*queueCut)
 	}
+	// Usage over target does not cut the budget (the KV gate holds admissions instead; see gate_test.go).
 	b3 := budget()
 	c.adjust(ep, Load{TokenUsage: 0.99, MaxTokens: 100000}, true, 3, true)
-	if b := budget(); b >= b3 {
-		t.Fatalf("budget %g did not shrink at 99%% usage", b)
+	if b := budget(); b != b3 {
+		t.Fatalf("budget %g changed at 99%% usage, want %g", b, b3)
 	}
 	// Retractions reported only through meta_info count when the server exports no counter.
 	b4 := budget()

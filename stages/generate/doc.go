@@ -9,23 +9,45 @@
 // server refused with HTTP 400 or answered with an abort or an invalid body, a topics.Rejection) and marks
 // the delivery Done from the producer's acknowledgement callback, so a committed offset always means the
 // output is durable in Kafka. On shutdown the stage stops fetching, aborts requests still running on the
-// servers (/abort_request) and leaves their deliveries unfinished, so they are redelivered.
+// servers (/abort_request) and abandons their deliveries (topics.Delivery.Abandon: the slot is freed at
+// once, the offset never committed), so the consumer stops without waiting them out and they are
+// redelivered.
 //
 // The Controller owns the admission policy. Policy "fixed" keeps at most Concurrency requests in flight per
 // endpoint. Policy "kv-budget" (the default) keeps, per endpoint, as much work in flight as that server's KV
-// pool can actually run: it reads the pool size from /get_server_info, charges every in-flight request its
-// prompt tokens plus the output tokens it is expected to produce (a conservative quantile, learnt online per
-// dataset and lane, of the completions seen so far, clipped by max_new_tokens), and admits a request only
-// while the charges fit the endpoint's budget. The budget adapts from live feedback polled from /v1/loads and
-// /metrics: it shrinks on retractions (the server's counter, else meta_info counts), on a server queue above
-// its band and on KV usage above target, and grows while the server's queue runs short (a few waiting
-// requests keep the server busy between a completion and the next arrival). Requests are routed to the endpoint with the most headroom;
-// an endpoint failing health checks is drained and re-admitted, with a fresh capacity read, once it answers
-// again. Lanes (per-dataset or per-length-class settings) get a guaranteed share of the budget so long
+// pool can actually run, without letting it retract:
+//
+//   - Budget. It reads the pool size from /get_server_info and charges every in-flight request its prompt
+//     tokens plus the output tokens it is expected to produce: a conservative quantile, learnt online per
+//     dataset and lane, of the completions seen so far, clipped by max_new_tokens; as a request ages (tokens
+//     produced ~ its age times the server's decode rate per request) it is re-charged the quantile of the
+//     completions longer than what it produced, so long requests do not pile up unnoticed. A request is
+//     admitted only while the charges fit the endpoint's budget. The budget adapts from live feedback
+//     polled from /v1/loads and /metrics: it shrinks on retractions (the server's counter, else meta_info
+//     counts) and on a server queue above its band, and grows while the server's queue runs short and the
+//     budget is what limits.
+//   - KV gate. Between polls the Controller predicts the server's used KV tokens (the last num_used_tokens,
+//     plus prompts sent and waiting, less what answers freed, plus the decode rate times the time since).
+//     A request goes only while usage stays under TargetUsage and the headroom left, shared by the batch,
+//     is expected to see SafeCompletions running requests finish before the rest fill it (each request's
+//     chance to end within its share, from the learnt lengths of requests that ran as long), unless even
+//     every request running to max_new_tokens fits; past half the pool, HeadroomOutputs recent mean
+//     outputs stay free. SGLang's own admission counts on running requests needing a fraction of their
+//     max_new_tokens and fills the pool until it retracts; the gate keeps its queue near empty while the
+//     pool is tight, so admission stays with the client.
+//
+// Requests are routed to the endpoint with the most headroom (predicted free KV relative to its pool where
+// the gate applies, else free budget relative to the budget); an endpoint failing health checks is drained
+// and re-admitted, with a fresh capacity read, once it answers again. Lanes (per-dataset or per-length-class settings) get a guaranteed share of the budget so long
 // requests neither starve nor crowd out short ones.
 //
+// Offer, Finish, EndpointUp and Feedback expose that logic without the I/O, on an injected clock
+// (Config.Clock): the benchmark (stages/generate/bench) drives the Controller through them in a
+// deterministic discrete-event simulation.
+//
 // Files: config.go (Config and flags), sglang.go (the HTTP client of one server), estimate.go (output
-// length learning), controller.go (admission, routing, retries), feedback.go (capacity reads, load polling,
-// health checks), metrics.go (Prometheus), stage.go (the Kafka loop). The bench subpackage measures the
-// policies against the simulator in stages/generate/sim.
+// length learning), controller.go (admission, the KV gate, routing, retries), feedback.go (capacity reads,
+// load polling, budget adaptation, health checks), driver.go (the I/O-free API), metrics.go (Prometheus),
+// stage.go (the Kafka loop). The bench subpackage measures the policies against the simulator in
+// stages/generate/sim.
 package generate

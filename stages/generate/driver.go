@@ -8,7 +8,8 @@ import (
 // Ticket is a request offered with Offer. Offer, Finish, EndpointUp and Feedback are the Controller's
 // admission, routing and budget logic without its I/O and goroutines, for a caller that sends requests
 // itself on its own clock (Config.Clock): the benchmark's discrete-event simulation drives every policy
-// this way. Do and Run are the same logic with HTTP, retries and timers around it.
+// this way. Do and Run are the same logic with HTTP, retries and timers around it. A Ticket belongs to one
+// goroutine: finish it from the goroutine that offered it (or synchronise).
 type Ticket struct {
 	// Request is the offered request.
 	Request *Request
@@ -35,7 +36,7 @@ func (c *Controller) Offer(r *Request, granted func(*Ticket)) *Ticket {
 func (t *Ticket) Endpoint() int {
 	select {
 	case <-t.w.ready:
-		return t.w.ep.idx
+		return t.w.lease.ep.idx
 	default:
 		return -1
 	}
@@ -52,7 +53,7 @@ func (c *Controller) Finish(t *Ticket, completionTokens, retractions int, took t
 		return fmt.Errorf("generate: request %q finished twice", t.Request.RID)
 	}
 	t.done = true
-	c.finish(&lease{ep: t.w.ep, lane: t.w.lane, charge: t.w.charge}, t.Request, completionTokens, retractions, took)
+	c.finish(t.w.lease, t.Request, completionTokens, retractions, took)
 	return nil
 }
 

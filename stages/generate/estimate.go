@@ -41,11 +41,12 @@ func NewLengthEstimator(q float64, window, prior int) *LengthEstimator {
 }
 
 type lengthWindow struct {
-	ring  []int
-	next  int
-	total int64 // completions ever observed
-	dirty bool
-	quant int
+	ring   []int
+	next   int
+	total  int64 // completions ever observed
+	dirty  bool
+	sorted []int // ring, sorted (valid when !dirty)
+	quant  int
 }
 
 func (w *lengthWindow) add(n, size int) {
@@ -60,15 +61,28 @@ func (w *lengthWindow) add(n, size int) {
 }
 
 func (w *lengthWindow) q(q float64) int {
-	if w.dirty {
-		s := slices.Clone(w.ring)
-		slices.Sort(s)
-		i := int(q*float64(len(s))+0.5) - 1
-		w.quant = s[min(max(i, 0), len(s)-1)]
-		w.dirty = false
-	}
+	w.sort(q)
 	return w.quant
 }
+
+func (w *lengthWindow) sort(q float64) {
+	if w.dirty {
+		w.sorted = append(w.sorted[:0], w.ring...)
+		slices.Sort(w.sorted)
+		w.quant = quantileOf(w.sorted, q)
+		w.dirty = false
+	}
+}
+
+// quantileOf returns the q-quantile of sorted (not empty).
+func quantileOf(sorted []int, q float64) int {
+	i := int(q*float64(len(sorted))+0.5) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// minTailSamples is how many completions longer than a running request's output so far ExpectedAfter needs
+// to answer from them; with fewer, the request is charged its max_new_tokens.
+const minTailSamples = 8
 
 // Observe records a finished request's output length (completion tokens).
 func (e *LengthEstimator) Observe(key LengthKey, completionTokens int) {
@@ -120,6 +134,89 @@ func (e *LengthEstimator) Expected(key LengthKey, maxNewTokens int) int {
 		est = maxNewTokens
 	}
 	return est
+}
+
+// ExpectedAfter returns the output tokens to charge a request of key that has produced `produced` tokens and
+// is still running: the conservative quantile of the completions longer than that (a request that outlives
+// most of its peers is likely a long one), never less than Expected, clipped by max_new_tokens. With too few
+// completions that long it returns max_new_tokens (or, without one, twice what was produced).
+func (e *LengthEstimator) ExpectedAfter(key LengthKey, produced, maxNewTokens int) int {
+	base := e.Expected(key, maxNewTokens)
+	if produced <= 0 {
+		return base
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	est := -1
+	for _, k := range chain(key) {
+		w := e.keys[k]
+		if w == nil || len(w.ring) < min(minLengthSamples, e.window) {
+			continue
+		}
+		w.sort(e.quantile)
+		i, _ := slices.BinarySearch(w.sorted, produced+1)
+		if tail := w.sorted[i:]; len(tail) >= minTailSamples {
+			est = quantileOf(tail, e.quantile)
+		}
+		break
+	}
+	if est < 0 {
+		est = maxNewTokens
+		if est <= 0 {
+			est = 2 * produced
+		}
+	}
+	if maxNewTokens > 0 {
+		est = min(est, maxNewTokens)
+	}
+	return max(est, base, min(produced, maxNewTokens))
+}
+
+// FinishShare returns the chance that a request of key still running after `produced` output tokens ends
+// within `more` further tokens: the share of recent completions longer than produced that were at most
+// produced+more long. A request that would reach max_new_tokens by then ends for sure. With fewer than a
+// few completions longer than produced it answers 0 (nothing known: assume it runs on).
+func (e *LengthEstimator) FinishShare(key LengthKey, produced, more, maxNewTokens int) float64 {
+	if maxNewTokens > 0 && produced+more >= maxNewTokens {
+		return 1
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, k := range chain(key) {
+		w := e.keys[k]
+		if w == nil || len(w.ring) < min(minLengthSamples, e.window) {
+			continue
+		}
+		w.sort(e.quantile)
+		i, _ := slices.BinarySearch(w.sorted, produced+1)
+		j, _ := slices.BinarySearch(w.sorted, produced+more+1)
+		if len(w.sorted)-i < minTailSamples {
+			return 0
+		}
+		return float64(j-i) / float64(len(w.sorted)-i)
+	}
+	return 0
+}
+
+// RecentMean returns the mean length of the last n completions of every key together (0 before any).
+func (e *LengthEstimator) RecentMean(n int) float64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	w := e.keys[LengthKey{}]
+	if w == nil || len(w.ring) == 0 {
+		return 0
+	}
+	n = min(n, len(w.ring))
+	sum := 0
+	for j := 1; j <= n; j++ {
+		// The newest entry sits just before next (the ring is full) or at the end (it is filling).
+		i := (w.next - j + 2*len(w.ring)) % len(w.ring)
+		if len(w.ring) < e.window {
+			i = len(w.ring) - j
+		}
+		sum += w.ring[i]
+	}
+	return float64(sum) / float64(n)
 }
 
 // Snapshot returns the current estimate (without clipping) and sample count of every key with data.

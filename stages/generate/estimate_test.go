@@ -61,3 +61,50 @@ func TestLengthEstimatorPriorAndMinimumSamples(t *testing.T) {
 		t.Fatalf("global samples %d, want %d", st.Samples, minLengthSamples)
 	}
 }
+
+func TestLengthEstimatorConditional(t *testing.T) {
+	e := NewLengthEstimator(0.9, 100, 0)
+	k := LengthKey{Dataset: "d", Lane: "l"}
+	if got := e.FinishShare(k, 0, 100, 1000); got != 0 {
+		t.Fatalf("share %v without data, want 0", got)
+	}
+	if got := e.ExpectedAfter(k, 50, 1000); got != 1000 {
+		t.Fatalf("expected after 50 tokens without data: %d, want max_new_tokens", got)
+	}
+	for i := 1; i <= 100; i++ {
+		e.Observe(k, 10*i) // 10..1000
+	}
+	if got := e.ExpectedAfter(k, 0, 5000); got != e.Expected(k, 5000) || got != 900 {
+		t.Fatalf("expected after 0 tokens %d, want the plain quantile 900", got)
+	}
+	// Past 500 tokens the survivors are 510..1000: their 0.9 quantile is 950.
+	if got := e.ExpectedAfter(k, 500, 5000); got != 950 {
+		t.Fatalf("expected after 500 tokens %d, want 950", got)
+	}
+	if got := e.ExpectedAfter(k, 500, 700); got != 700 {
+		t.Fatalf("expected after 500 tokens with max 700: %d, want 700", got)
+	}
+	// Past 990 tokens too few completions are longer: charged max_new_tokens.
+	if got := e.ExpectedAfter(k, 990, 5000); got != 5000 {
+		t.Fatalf("expected after 990 tokens %d, want 5000", got)
+	}
+	// Of the 50 completions over 500 tokens, 10 ended by 600.
+	if got := e.FinishShare(k, 500, 100, 5000); got != 0.2 {
+		t.Fatalf("finish share %v, want 0.2", got)
+	}
+	if got := e.FinishShare(k, 500, 100, 550); got != 1 {
+		t.Fatalf("finish share %v for a request that reaches max_new_tokens, want 1", got)
+	}
+	if got := e.RecentMean(10); got != 955 {
+		t.Fatalf("mean of the last 10 %v, want 955", got)
+	}
+	for range 10 {
+		e.Observe(k, 1) // the ring wraps
+	}
+	if got := e.RecentMean(10); got != 1 {
+		t.Fatalf("mean of the last 10 after wrapping %v, want 1", got)
+	}
+	if got := e.RecentMean(20); got != (1*10+(910+1000)*10/2)/20.0 {
+		t.Fatalf("mean of the last 20 after wrapping %v", got)
+	}
+}

@@ -190,6 +190,25 @@ func (c *Controller) watch(ctx context.Context, ep *endpoint) {
 	}
 }
 
+// recharge re-estimates the charge of every request in flight on ep from its age: a request admitted a
+// seconds ago on a server decoding rate tokens/s per running request has produced about rate*a tokens, and
+// is charged its prompt plus the conservative quantile of the completions longer than that
+// (LengthEstimator.ExpectedAfter). Requests that outlive their peers are the long ones: their growing
+// charges hold admissions back while they run, so long requests do not pile up until the pool overflows.
+// Charges are whole tokens, so sums do not depend on the order of the set. c.mu must be held.
+func (c *Controller) recharge(ep *endpoint, now time.Time, rate float64) {
+	if c.cfg.Policy != PolicyKVBudget {
+		return
+	}
+	for _, ls := range ep.leases {
+		produced := int(rate * now.Sub(ls.start).Seconds())
+		charge := float64(len(ls.req.InputIDs) + c.est.ExpectedAfter(ls.req.Key, produced, ls.req.Sampling.MaxNewTokens))
+		ep.used += charge - ls.charge
+		ls.lane.used += charge - ls.charge
+		ls.charge = charge
+	}
+}
+
 func isNotFound(err error) bool {
 	var se *StatusError
 	return errors.As(err, &se) && (se.Code == http.StatusNotFound || se.Code == http.StatusMethodNotAllowed)
@@ -226,6 +245,9 @@ func (c *Controller) adjust(ep *endpoint, load Load, haveLoad bool, retractedTot
 
 	now := c.now()
 	cfg := c.cfg.Budget
+	if haveLoad && load.Running > 0 && load.GenThroughput > 0 {
+		c.recharge(ep, now, load.GenThroughput/float64(load.Running))
+	}
 	// Keep a few requests waiting on the server, so it never idles between a completion and the next
 	// arrival, and not many more, so admission stays with the budget: the band scales with the batch.
 	qlo := max(cfg.MinServerQueue, load.Running/6)
@@ -233,7 +255,18 @@ func (c *Controller) adjust(ep *endpoint, load Load, haveLoad bool, retractedTot
 	binding := ep.used >= bindingShare*ep.budget
 	// Above the usage target the endpoint takes nothing new until the next poll: what already waits on the
 	// server is all SGLang may admit, so its own (optimistic) admission cannot push the pool into a retraction.
-	ep.hot = haveLoad && load.TokenUsage > cfg.TargetUsage
+	if haveLoad && c.cfg.Policy == PolicyKVBudget {
+		// Requests waiting on the server hold no KV yet, but will: count them at the mean prompt in flight.
+		prompts := 0
+		for _, ls := range ep.leases {
+			prompts += len(ls.req.InputIDs)
+		}
+		queued := 0.0
+		if len(ep.leases) > 0 {
+			queued = float64(load.Waiting) * float64(prompts) / float64(len(ep.leases))
+		}
+		ep.gated, ep.polled, ep.sinceTok = true, now, queued
+	}
 	switch {
 	case retracts > 0:
 		ep.budget *= retractCut
@@ -245,7 +278,7 @@ func (c *Controller) adjust(ep *endpoint, load Load, haveLoad bool, retractedTot
 		}
 	case load.Waiting > qhi:
 		ep.budget *= queueCut
-	case load.Waiting < qlo && binding && !ep.hot && now.After(ep.cooldownUntil):
+	case load.Waiting < qlo && binding && now.After(ep.cooldownUntil):
 		ep.budget *= 1 + maxGrowStep
 	}
 	pool := float64(ep.cap.MaxTotalTokens)

@@ -225,6 +225,12 @@ func (s *stage) send(p *topics.Producer, d *topics.Delivery, key string, rec any
 			}
 			s.retrySend(b, p, d, err, attempt)
 		})
+		if g, ok := rec.(*topics.Generation); ok && errors.Is(err, topics.ErrRecordTooLarge) {
+			// Permanent for this record: dead-letter it instead of stalling the partition.
+			s.log.Warn("generation too large for the topic", "id", g.ID, "at", d.Where(), "err", err)
+			s.reject(d, &topics.Rejection{ID: g.ID, Dataset: g.Dataset, Source: g.Source, Reason: err.Error()})
+			return
+		}
 		if err != nil {
 			s.retrySend(b, p, d, err, attempt)
 		}

@@ -8,6 +8,7 @@ package tokenize
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -146,13 +147,13 @@ func Run(ctx context.Context, cfg Config) error {
 				ids, err := m.Encode(&p)
 				encodeSeconds.Observe(time.Since(start).Seconds())
 				if err != nil {
-					reject(d, &p, fmt.Sprintf("prompt %s (%s line %d): %v", p.ID, p.Source.File, p.Source.Line, err), "template")
+					reject(d, &p, fmt.Sprintf("prompt %s%s: %v", p.ID, origin(&p), err), "template")
 					continue
 				}
 				// SGLang refuses input + max_new_tokens >= context length, so the boundary case is rejected here.
 				if ctxLen > 0 && len(ids)+p.Sampling.MaxNewTokens >= ctxLen {
-					reject(d, &p, fmt.Sprintf("prompt %s (%s line %d) is %d tokens; with max_new_tokens %d it does not fit the model context of %d tokens",
-						p.ID, p.Source.File, p.Source.Line, len(ids), p.Sampling.MaxNewTokens, ctxLen), "too_long")
+					reject(d, &p, fmt.Sprintf("prompt %s%s is %d tokens; with max_new_tokens %d it does not fit the model context of %d tokens",
+						p.ID, origin(&p), len(ids), p.Sampling.MaxNewTokens, ctxLen), "too_long")
 					continue
 				}
 				rec := &topics.Tokenized{ID: p.ID, Dataset: p.Dataset, Turn: p.Turn, Sampling: p.Sampling, Source: p.Source,
@@ -167,7 +168,9 @@ func Run(ctx context.Context, cfg Config) error {
 					tokenizedPrompts.Inc()
 					tokenizedTokens.Add(float64(n))
 					d.Done()
-				}); err != nil {
+				}); errors.Is(err, topics.ErrRecordTooLarge) {
+					reject(d, &p, fmt.Sprintf("prompt %s%s: %v", p.ID, origin(&p), err), "too_large")
+				} else if err != nil {
 					d.Abandon()
 					fatal(err)
 				}
@@ -188,4 +191,12 @@ func Run(ctx context.Context, cfg Config) error {
 		return cause
 	}
 	return err
+}
+
+// origin says where a prompt came from, for rejection reasons: " (file line N)", or "" when unknown.
+func origin(p *topics.Prompt) string {
+	if p.Source.File == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (%s line %d)", p.Source.File, p.Source.Line)
 }

@@ -146,3 +146,54 @@ func TestStageTokenizesAndRejects(t *testing.T) {
 		t.Errorf("junk record not rejected as undecodable:\n%s", joined)
 	}
 }
+
+// A prompt whose record would exceed the message limit is dead-lettered, not retried forever.
+func TestStageRejectsOversizedRecord(t *testing.T) {
+	big := topictest.Config(t, 1) // topics accept 8 MiB
+	kc := big
+	kc.MaxMessageBytes = 8 << 10 // the stage's writers send at most 8 KiB
+	m := bundledModel(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	in := big.NewProducer(topics.TopicPrompts, topics.ProducerConfig{})
+	for _, p := range []*topics.Prompt{
+		{ID: "small", Messages: []topics.Message{{Role: "user", Content: "hi"}}},
+		{ID: "huge", Messages: []topics.Message{{Role: "user", Content: strings.Repeat("lorem ipsum dolor ", 2000)}}},
+	} {
+		if err := in.SendSync(ctx, p.ID, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	in.Close()
+	stageCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	go Run(stageCtx, Config{Kafka: kc, Model: m})
+	got := make(chan string, 4)
+	for _, topic := range []string{topics.TopicTokenized, topics.TopicRejected} {
+		c := kc.NewConsumer(topic, topics.ConsumerConfig{Group: "r-" + topic})
+		go c.Run(stageCtx, func(d *topics.Delivery) {
+			var r topics.Rejection
+			var tk topics.Tokenized
+			if topics.Unmarshal(d.Message.Value, &r) == nil {
+				got <- "rejected " + r.ID + ": " + r.Reason
+			} else if topics.Unmarshal(d.Message.Value, &tk) == nil {
+				got <- "tokenized " + tk.ID
+			}
+			d.Done()
+		})
+	}
+	var seen []string
+	for len(seen) < 2 {
+		select {
+		case s := <-got:
+			seen = append(seen, s)
+		case <-ctx.Done():
+			t.Fatalf("timed out; saw %v", seen)
+		}
+	}
+	joined := strings.Join(seen, "\n")
+	if !strings.Contains(joined, "tokenized small") || !strings.Contains(joined, "rejected huge") ||
+		!strings.Contains(joined, "over the 8192-byte limit") {
+		t.Fatalf("got:\n%s", joined)
+	}
+}

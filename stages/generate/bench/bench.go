@@ -104,6 +104,8 @@ type BenchResult struct {
 	RetractionsTotal int64 `json:"retractions_total"`
 	// MeanQueue is the mean number of requests waiting in the servers' queues, summed over servers.
 	MeanQueue float64 `json:"mean_queue"`
+	// MeanKVUsage is the mean KV token usage over the servers' pools (used tokens over pool tokens).
+	MeanKVUsage float64 `json:"mean_kv_usage"`
 	// P50LatencyS and P99LatencyS are request latencies (server e2e, simulated seconds) of requests that
 	// finished in the window.
 	P50LatencyS float64 `json:"p50_latency_s"`
@@ -282,7 +284,7 @@ func Bench(ctx context.Context, opts BenchOptions, w io.Writer) ([]BenchResult, 
 // WriteTable prints results as an aligned table.
 func WriteTable(w io.Writer, results []BenchResult) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tpolicy\ttok/s\tvs oracle\tretractions (steady/all)\tmean queue\tp50 latency s\tp99 latency s\tconcurrency\t")
+	fmt.Fprintln(tw, "scenario\tpolicy\ttok/s\tvs oracle\tretractions (steady/all)\tmean queue\tmean KV usage\tp50 latency s\tp99 latency s\tconcurrency\t")
 	for _, r := range results {
 		ratio := "-"
 		if r.RatioToOracle > 0 {
@@ -292,8 +294,8 @@ func WriteTable(w io.Writer, results []BenchResult) {
 		if len(r.Concurrency) > 0 {
 			conc = strings.Trim(strings.Join(strings.Fields(fmt.Sprint(r.Concurrency)), "/"), "[]")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%s\t%d/%d\t%.1f\t%.0f\t%.0f\t%s\t\n", r.Scenario, r.Policy, r.TokPerS, ratio,
-			r.Retractions, r.RetractionsTotal, r.MeanQueue, r.P50LatencyS, r.P99LatencyS, conc)
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%s\t%d/%d\t%.1f\t%.3f\t%.0f\t%.0f\t%s\t\n", r.Scenario, r.Policy, r.TokPerS, ratio,
+			r.Retractions, r.RetractionsTotal, r.MeanQueue, r.MeanKVUsage, r.P50LatencyS, r.P99LatencyS, conc)
 	}
 	_ = tw.Flush()
 }
@@ -370,6 +372,7 @@ func (b *bencher) oracle(ctx context.Context, sc scenario) (*BenchResult, error)
 		total.Retractions += best.Retractions
 		total.RetractionsTotal += best.RetractionsTotal
 		total.MeanQueue += best.MeanQueue
+		total.MeanKVUsage += best.MeanKVUsage * float64(sc.pools[i]) / float64(sumInts(sc.pools))
 		total.Concurrency = append(total.Concurrency, best.Concurrency...)
 		lat50 = max(lat50, best.P50LatencyS)
 		lat99 = max(lat99, best.P99LatencyS)
@@ -665,7 +668,7 @@ func (b *bencher) run(ctx context.Context, spec runSpec) (*BenchResult, error) {
 	res := &BenchResult{Scenario: spec.sc.name}
 	prev := take()
 	var atWarmup *snap
-	var queueSum float64
+	var queueSum, kvSum float64
 	var queueN int
 	var latencies []float64
 
@@ -713,9 +716,9 @@ func (b *bencher) run(ctx context.Context, spec runSpec) (*BenchResult, error) {
 			}
 		case evPoll:
 			load, retracted := loadOf(servers[e.srv])
-			if opts.Logger.Enabled(ctx, slog.LevelDebug-4) {
+			if opts.Logger.Enabled(ctx, slog.LevelDebug) {
 				ep := ctl.Endpoints()[e.srv]
-				opts.Logger.Log(ctx, slog.LevelDebug-4, "poll", "t", now, "ep", e.srv, "kv", load.TokenUsage, "running", load.Running,
+				opts.Logger.Debug("poll", "t", now, "ep", e.srv, "kv", load.TokenUsage, "running", load.Running,
 					"queue", load.Waiting, "retracted", retracted, "budget", int(ep.Budget), "charged", int(ep.Used), "inflight", ep.InFlight)
 			}
 			ctl.Feedback(e.srv, load, retracted, true)
@@ -748,6 +751,7 @@ func (b *bencher) run(ctx context.Context, spec runSpec) (*BenchResult, error) {
 					atWarmup = &c
 				} else {
 					queueSum += float64(smp.Queue)
+					kvSum += smp.KVUsage
 					queueN++
 				}
 			}
@@ -783,6 +787,7 @@ func (b *bencher) run(ctx context.Context, spec runSpec) (*BenchResult, error) {
 	}
 	if queueN > 0 {
 		res.MeanQueue = queueSum / float64(queueN)
+		res.MeanKVUsage = kvSum / float64(queueN)
 	}
 	slices.Sort(latencies)
 	res.P50LatencyS, res.P99LatencyS = quantile(latencies, 0.5), quantile(latencies, 0.99)
@@ -800,6 +805,14 @@ func warmupSampleT(series []Sample, warmup float64) float64 {
 		}
 	}
 	return 0
+}
+
+func sumInts(xs []int) int {
+	n := 0
+	for _, x := range xs {
+		n += x
+	}
+	return n
 }
 
 func quantile(sorted []float64, q float64) float64 {

@@ -5,6 +5,8 @@ import (
 	"encoding/xml"
 	"log/slog"
 	"os"
+	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +20,7 @@ func TestBenchSmoke(t *testing.T) {
 	var out strings.Builder
 	res, err := Bench(context.Background(), BenchOptions{
 		Scenarios: []string{ScenarioOneServer}, Policies: []string{PolicyFixed150, PolicyKVBudget},
-		SimDuration: 8 * time.Minute, TimeScale: 600,
+		SimDuration: 8 * time.Minute,
 	}, &out)
 	if err != nil {
 		t.Fatal(err)
@@ -54,6 +56,33 @@ func TestBenchSmoke(t *testing.T) {
 	}
 }
 
+// TestBenchDeterministic checks that a run's figures depend on its inputs only: the same seed gives the same
+// results whatever the parallelism (and so whatever the machine's load), another seed other ones.
+func TestBenchDeterministic(t *testing.T) {
+	opts := BenchOptions{Scenarios: []string{ScenarioFleet}, Policies: []string{PolicyKVBudget, PolicyFixed64RR},
+		SimDuration: 6 * time.Minute, Seed: 7, Parallel: 1}
+	a, err := Bench(context.Background(), opts, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Parallel = 4
+	b, err := Bench(context.Background(), opts, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(a, b) {
+		t.Fatalf("same seed, different results:\n%+v\n%+v", a, b)
+	}
+	opts.Seed = 8
+	c, err := Bench(context.Background(), opts, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reflect.DeepEqual(a[0].Series, c[0].Series) {
+		t.Fatal("another seed gave the same time series")
+	}
+}
+
 // TestBenchFull runs the whole benchmark when DRAFTFLOW_BENCH is set (make bench uses the CLI instead).
 func TestBenchFull(t *testing.T) {
 	if os.Getenv("DRAFTFLOW_BENCH") == "" {
@@ -73,6 +102,14 @@ func TestBenchFull(t *testing.T) {
 		}
 		opts.SimDuration = d
 	}
+	if s := os.Getenv("DRAFTFLOW_BENCH_SEED"); s != "" {
+		seed, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.Seed = seed
+	}
+	opts.PlotFile = os.Getenv("DRAFTFLOW_BENCH_PLOT")
 	var out strings.Builder
 	start := time.Now()
 	if _, err := Bench(context.Background(), opts, &out); err != nil {

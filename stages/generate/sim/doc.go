@@ -95,6 +95,13 @@
 // step durations (while idle it stands still). Latencies in meta_info and
 // the Prometheus histograms are simulated seconds.
 //
+// A server built by NewManual has no engine goroutine and no clock at all:
+// its owner (a discrete-event simulation such as the generate benchmark)
+// submits requests at simulated instants with Submit, starts forward passes
+// with Poll and completes them with Finish, which reports the requests that
+// ended. Runs are then a pure function of their inputs. The HTTP routes keep
+// serving the engine's state (/v1/loads, /metrics, /get_server_info).
+//
 // # Output
 //
 // Each request draws a natural output length from Config's distribution

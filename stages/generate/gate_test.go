@@ -1,0 +1,154 @@
+package generate
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// virtualController builds a Controller driven through the synchronous API (Offer, Finish, Feedback) on a
+// clock the test moves, with one endpoint of pool tokens brought up.
+func virtualController(t *testing.T, cfg Config, pool int) (*Controller, *time.Time) {
+	t.Helper()
+	now := time.Unix(1000, 0)
+	cfg.Endpoints = []string{"http://sim.invalid:30000"}
+	cfg.Registerer = prometheus.NewRegistry()
+	cfg.Logger = testLogger(t)
+	cfg.Clock = func() time.Time { return now }
+	c, err := NewController(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.EndpointUp(0, Capacity{MaxTotalTokens: pool, MaxRunningRequests: 1000})
+	return c, &now
+}
+
+// teach feeds the estimator n completions spread evenly over [lo, hi].
+func teach(c *Controller, n, lo, hi int) {
+	for i := range n {
+		c.Estimator().Observe(LengthKey{Dataset: "d", Lane: DefaultLane}, lo+(hi-lo)*i/(n-1))
+	}
+}
+
+func TestDriverFixedPolicy(t *testing.T) {
+	c, _ := virtualController(t, Config{Policy: PolicyFixed, Concurrency: 2}, 100000)
+	var granted []*Ticket
+	hook := func(tk *Ticket) { granted = append(granted, tk) }
+	a, b, d := c.Offer(req("a", 10, 100), hook), c.Offer(req("b", 10, 100), hook), c.Offer(req("c", 10, 100), hook)
+	if len(granted) != 2 || a.Endpoint() != 0 || b.Endpoint() != 0 || d.Endpoint() != -1 {
+		t.Fatalf("granted %d, endpoints %d %d %d; want the first two on endpoint 0", len(granted), a.Endpoint(), b.Endpoint(), d.Endpoint())
+	}
+	if err := c.Finish(d, 5, 0, time.Second); err == nil {
+		t.Fatal("Finish of a waiting ticket succeeded")
+	}
+	if err := c.Finish(a, 50, 0, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if len(granted) != 3 || granted[2] != d || d.Endpoint() != 0 {
+		t.Fatalf("the waiting ticket was not admitted when a slot freed (granted %d)", len(granted))
+	}
+	if err := c.Finish(a, 50, 0, time.Second); err == nil {
+		t.Fatal("a ticket finished twice")
+	}
+	if got := c.Estimator().Snapshot()[LengthKey{Dataset: "d", Lane: DefaultLane}].Samples; got != 1 {
+		t.Fatalf("estimator saw %d completions, want 1", got)
+	}
+}
+
+func TestKVGate(t *testing.T) {
+	const pool = 100000
+	c, now := virtualController(t, Config{Budget: BudgetConfig{InitialFactor: 8}}, pool)
+	teach(c, 200, 100, 2000) // outputs of 100..2000 tokens, mean 1050
+	var tickets []*Ticket
+	offer := func(prompt int) *Ticket {
+		tk := c.Offer(req("r", prompt, 20000), nil)
+		tickets = append(tickets, tk)
+		return tk
+	}
+	// Before any poll the gate is off: the budget alone admits.
+	for range 10 {
+		if offer(1000).Endpoint() != 0 {
+			t.Fatal("not admitted before any poll")
+		}
+	}
+	// Ten running at 20 tok/s each.
+	load := func(used int) Load {
+		return Load{Running: 10, UsedTokens: used, MaxTokens: pool, TokenUsage: float64(used) / pool, GenThroughput: 200}
+	}
+	// Usage over the target: nothing goes.
+	c.Feedback(0, load(97000), 0, true)
+	if tk := offer(1000); tk.Endpoint() >= 0 {
+		t.Fatal("admitted at 97% usage")
+	}
+	// Young requests, a pool 70% full: many are expected to finish before the rest fill it.
+	c.Feedback(0, load(70000), 0, true)
+	if tickets[10].Endpoint() != 0 {
+		t.Fatal("not admitted at 70% usage with a young batch")
+	}
+	// The prediction follows what happens between polls: the batch decodes 200 tok/s, admitted prompts
+	// count, answers free their tokens.
+	predicted := func() float64 { c.mu.Lock(); defer c.mu.Unlock(); return c.predictedUsed(c.eps[0]) }
+	p0 := predicted()
+	*now = now.Add(10 * time.Second)
+	if p1 := predicted(); p1-p0 != 2000 {
+		t.Fatalf("prediction grew %v in 10 s at 200 tok/s, want 2000", p1-p0)
+	}
+	p1 := predicted()
+	if err := c.Finish(tickets[0], 1500, 0, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if p2 := predicted(); p1-p2 != 2500 {
+		t.Fatalf("an answer of 1000+1500 tokens freed %v predicted tokens, want 2500", p1-p2)
+	}
+
+	// The same usage with a batch that has outlived every completion seen (3000 tokens each): none is
+	// expected to finish soon, and all of them running to max_new_tokens would overflow the pool.
+	*now = now.Add(150 * time.Second)
+	c.Feedback(0, load(70000), 0, true)
+	if tk := offer(1000); tk.Endpoint() >= 0 {
+		t.Fatal("admitted at 70% usage with a batch of old requests")
+	}
+	// Once most of them are answered, the worst case fits and the request goes.
+	for _, tk := range tickets[1:9] {
+		if err := c.Finish(tk, 3000, 0, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Feedback(0, load(30000), 0, true)
+	if tickets[len(tickets)-1].Endpoint() != 0 {
+		t.Fatal("not admitted once the worst case fits")
+	}
+}
+
+func TestRechargeByAge(t *testing.T) {
+	c, now := virtualController(t, Config{Budget: BudgetConfig{InitialFactor: 8}}, 100000)
+	teach(c, 200, 100, 2000)
+	tk := c.Offer(req("r", 1000, 4000), nil)
+	if tk.Endpoint() != 0 {
+		t.Fatal("not admitted")
+	}
+	load := Load{Running: 1, UsedTokens: 2000, MaxTokens: 100000, TokenUsage: 0.02, GenThroughput: 20}
+	c.Feedback(0, load, 0, true)
+	young := c.Endpoints()[0].Used
+	if want := float64(1000 + c.Estimator().Expected(LengthKey{Dataset: "d", Lane: DefaultLane}, 4000)); young != want {
+		t.Fatalf("young request charged %v, want %v", young, want)
+	}
+	*now = now.Add(75 * time.Second) // ~1500 tokens produced at 20 tok/s
+	c.Feedback(0, load, 0, true)
+	old := c.Endpoints()[0].Used
+	if old <= young || old > 1000+2000 {
+		t.Fatalf("a request past most completions is charged %v (young %v), want more, at most prompt+longest", old, young)
+	}
+	*now = now.Add(time.Hour) // past every completion seen: charged its max_new_tokens
+	c.Feedback(0, load, 0, true)
+	if got := c.Endpoints()[0].Used; got != 1000+4000 {
+		t.Fatalf("an outlier is charged %v, want 5000", got)
+	}
+	if err := c.Finish(tk, 3000, 0, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if ep := c.Endpoints()[0]; ep.Used != 0 || ep.InFlight != 0 {
+		t.Fatalf("after the answer %v charged, %d in flight", ep.Used, ep.InFlight)
+	}
+}
