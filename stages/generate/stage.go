@@ -249,7 +249,9 @@ func (s *stage) retrySend(b backoff.BackOff, p *topics.Producer, d *topics.Deliv
 	time.AfterFunc(wait, func() {
 		if s.work.Err() == nil {
 			attempt()
+			return
 		}
+		d.Abandon() // shut down meanwhile: redelivered later, and the consumer need not wait for it
 	})
 }
 
