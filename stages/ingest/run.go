@@ -287,13 +287,24 @@ func (r *runner) reject(id, dataset string, src topics.Source, perr error, raw [
 		raw = raw[:topics.MaxRejectedPayload]
 	}
 	rec := &topics.Rejection{ID: id, Dataset: dataset, Stage: Stage, Reason: perr.Error(), Source: src, Payload: raw}
-	value, err := topics.Marshal(rec)
-	if err != nil {
-		return fmt.Errorf("ingest: encode rejection of %s line %d: %w", src.File, src.Line, err)
-	}
 	key := id
 	if key == "" {
 		key = fmt.Sprintf("%s:%d", src.File, src.Line)
+	}
+	value, err := topics.Marshal(rec)
+	if err == nil && len(value)+len(key)+128 > r.maxMsg {
+		// A dead letter must always fit the message limit: keep as much of the line as it allows (the
+		// payload travels as base64 in the JSON header).
+		rec.Payload = nil
+		if bare, err := topics.Marshal(rec); err == nil {
+			if room := (r.maxMsg-len(bare)-len(key)-256)*3/4 - 16; room > 0 {
+				rec.Payload = raw[:min(room, len(raw))]
+			}
+		}
+		value, err = topics.Marshal(rec)
+	}
+	if err != nil {
+		return fmt.Errorf("ingest: encode rejection of %s line %d: %w", src.File, src.Line, err)
 	}
 	return r.send(r.rejected, key, value, func(err error) {
 		r.mu.Lock()
