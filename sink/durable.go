@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash"
 	"io"
@@ -61,8 +62,15 @@ func writeFileAtomic(path string, data []byte) error {
 		os.Remove(tmp)
 		return err
 	}
-	return syncDir(dir)
+	if err := syncDir(dir); err != nil {
+		return fmt.Errorf("%w: %v", errRenamedNotSynced, err)
+	}
+	return nil
 }
+
+// errRenamedNotSynced is wrapped by a writeFileAtomic error that came after the rename: the new content may
+// already be what a restart reads, so the caller must not undo what that content points to.
+var errRenamedNotSynced = errors.New("renamed into place, but the directory fsync failed")
 
 // writeJSONAtomic writes v as indented JSON with writeFileAtomic.
 func writeJSONAtomic(path string, v any) error {

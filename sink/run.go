@@ -201,7 +201,9 @@ func (s *sinker) handle(d *topics.Delivery) {
 		s.absorb(p, m.Offset)
 		d.Done()
 		s.log.Debug("duplicate dropped", "id", g.ID, "turn", g.Turn, "run", rs.info.DirName(), "at", d.Where())
-		if s.cfg.OnDuplicate != nil {
+		// Only a copy already in a shard is reported: a buffered original is reported by OnDurable once
+		// its flush is durable.
+		if dupW && s.cfg.OnDuplicate != nil {
 			s.cfg.OnDuplicate(g.ID)
 		}
 		return

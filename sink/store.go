@@ -424,6 +424,12 @@ func (s *store) commitFlush(pk partKey, first, last int64, groups []runRows, row
 		p.LastFlush = append(p.LastFlush, filepath.ToSlash(filepath.Join(filepath.Base(c.run.dir), name)))
 	}
 	if err := s.writeCheckpoint(); err != nil {
+		if errors.Is(err, errRenamedNotSynced) {
+			// The new checkpoint may be the one a restart reads: keep the temporary shards it names, so the
+			// roll-forward publishes them (or, if the old checkpoint survived, deletes them as torn). The sink
+			// stops; nothing of this flush is acknowledged.
+			return nil, fmt.Errorf("sink: write checkpoint: %w", err)
+		}
 		*p = prev
 		cleanup()
 		return nil, fmt.Errorf("sink: write checkpoint: %w", err)

@@ -251,11 +251,15 @@ func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := run(stageCtx); err != nil && stageCtx.Err() == nil {
+			// Errors after the stop count too: a failed final flush must not pass for success.
+			if err := run(stageCtx); err != nil && !errors.Is(err, context.Canceled) {
 				errc <- fmt.Errorf("%s: %w", name, err)
 			}
 		}()
 	}
+	// However this function returns, the stages stop and are waited for before the broker, the simulator
+	// and the model directory go away.
+	defer func() { stopStages(); wg.Wait() }()
 	tk := rc.Tokenize
 	tk.Kafka, tk.Logger, tk.Model = kc, log, model
 	startStage("tokenize", func(ctx context.Context) error { return tokenize.Run(ctx, tk) })
@@ -330,6 +334,12 @@ wait:
 	}
 	stopStages()
 	wg.Wait()
+	if runErr == nil {
+		select {
+		case runErr = <-errc:
+		default:
+		}
+	}
 
 	res := &runResult{Prompts: len(expected), IngestRejected: ires.Rejected, Dir: rc.Sink.Dir}
 	_, res.Missing = tr.status()
