@@ -66,6 +66,9 @@
 // Done once the broker acknowledged the rejection. If the rejection cannot be written, or a flush fails, Run
 // stops with an error and nothing after the failure is ever acknowledged, so a restart resumes cleanly.
 //
-// One sink process owns a Config.Dir at a time (an advisory lock on DIR/.lock enforces it). Replicas of the
-// sink in one consumer group must each have their own directory.
+// One sink process owns a Config.Dir at a time (an advisory lock on DIR/.lock enforces it). The guarantee is
+// per directory: replicas of the sink in one consumer group, each with its own directory, can each write a
+// row when a rebalance moves a partition between them (the old owner flushes what it buffered, the new one
+// re-reads from the group's offset), so across replica directories readers must deduplicate by (id, turn).
+// Run one sink per output for exactly-once output.
 package sink
