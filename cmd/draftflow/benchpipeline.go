@@ -240,12 +240,10 @@ func benchPipelineOnce(ctx context.Context, o pipelineBenchOptions, target, inpu
 		Namespace:  fmt.Sprintf("draftflow-bench-%x", rand.Uint64()),
 		Logger:     o.Logger,
 	}
-	// Topics are created, and their partitions serving, before the clock starts; the run then reuses them.
+	// Topics are created, and their partitions serving (EnsureTopics waits for that), before the clock starts;
+	// the run then reuses them.
 	tctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	err := kc.EnsureTopics(tctx, topics.All...)
-	if err == nil {
-		err = waitPartitionsServing(tctx, kc, topics.All...)
-	}
 	cancel()
 	if target == "kafka" {
 		defer deleteTopics(kc, o.Logger)
@@ -283,43 +281,6 @@ func benchPipelineOnce(ctx context.Context, o pipelineBenchOptions, target, inpu
 		Broker: target, Addr: strings.Join(brokers, ","), Records: res.Written, Tokens: res.Tokens, Seconds: secs,
 		RecordsPerSecond: float64(res.Written) / secs, TokensPerSecond: float64(res.Tokens) / secs,
 	}, nil
-}
-
-// waitPartitionsServing waits until every partition of the (logical) topics answers ListOffsets without an
-// error. Apache Kafka lists a new topic's leaders in its metadata a moment before the partitions accept
-// requests, and a run started in that window measures client retries rather than the pipeline.
-func waitPartitionsServing(ctx context.Context, kc topics.Config, names ...string) error {
-	client := &kafka.Client{Addr: kafka.TCP(kc.Brokers...), Timeout: 10 * time.Second}
-	req := &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{}}
-	for _, n := range names {
-		parts, err := kc.PartitionCount(ctx, n)
-		if err != nil {
-			return err
-		}
-		for p := 0; p < parts; p++ {
-			req.Topics[kc.Topic(n)] = append(req.Topics[kc.Topic(n)], kafka.LastOffsetOf(p))
-		}
-	}
-	for {
-		resp, err := client.ListOffsets(ctx, req)
-		if err == nil {
-			for topic, ps := range resp.Topics {
-				for _, p := range ps {
-					if p.Error != nil && err == nil {
-						err = fmt.Errorf("partition %s/%d: %w", topic, p.Partition, p.Error)
-					}
-				}
-			}
-		}
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for partitions to serve: %w (last: %v)", ctx.Err(), err)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
 }
 
 // deleteTopics removes a benchmark's namespaced topics from a real cluster, so repeated runs leave nothing behind.

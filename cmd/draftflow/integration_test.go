@@ -21,10 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
-	"github.com/apache/arrow/go/v17/arrow/memory"
-	"github.com/apache/arrow/go/v17/parquet/file"
-	"github.com/apache/arrow/go/v17/parquet/pqarrow"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 
@@ -339,40 +337,12 @@ func head(s []string) []string { return s[:min(len(s), 5)] }
 func readShardStrings(t *testing.T, dir, col string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
-	paths, _ := filepath.Glob(filepath.Join(dir, "*", "*.parquet"))
-	for _, p := range paths {
-		f, err := os.Open(p)
-		if err != nil {
-			t.Fatal(err)
+	eachShardBatch(t, dir, func(rec arrow.Record, index func(string) int) {
+		idc, vc := rec.Column(index("id")).(*array.String), rec.Column(index(col)).(*array.String)
+		for i := 0; i < int(rec.NumRows()); i++ {
+			out[idc.Value(i)] = vc.Value(i)
 		}
-		pf, err := file.NewParquetReader(f)
-		if err != nil {
-			t.Fatalf("%s: %v", p, err)
-		}
-		fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{}, memory.DefaultAllocator)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tbl, err := fr.ReadTable(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids, vals := tbl.Schema().FieldIndices("id"), tbl.Schema().FieldIndices(col)
-		if len(ids) != 1 || len(vals) != 1 {
-			t.Fatalf("%s: no column id or %s", p, col)
-		}
-		tr := array.NewTableReader(tbl, 0)
-		for tr.Next() {
-			rec := tr.Record()
-			idc, vc := rec.Column(ids[0]).(*array.String), rec.Column(vals[0]).(*array.String)
-			for i := 0; i < int(rec.NumRows()); i++ {
-				out[idc.Value(i)] = vc.Value(i)
-			}
-		}
-		tr.Release()
-		tbl.Release()
-		f.Close()
-	}
+	})
 	return out
 }
 

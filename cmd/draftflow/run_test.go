@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
 	"github.com/apache/arrow/go/v17/arrow/memory"
 	"github.com/apache/arrow/go/v17/parquet/file"
@@ -30,10 +31,10 @@ type shardRow struct {
 	promptLen int
 }
 
-// readShards reads every row of every shard under dir with the Arrow Parquet reader.
-func readShards(t *testing.T, dir string) []shardRow {
+// eachShardBatch calls fn for every record batch of every shard under dir (one directory per run), read with
+// the Arrow Parquet reader; col returns the index of a named column, failing the test if it is missing.
+func eachShardBatch(t *testing.T, dir string, fn func(rec arrow.Record, col func(string) int)) {
 	t.Helper()
-	var rows []shardRow
 	paths, _ := filepath.Glob(filepath.Join(dir, "*", "*.parquet"))
 	if len(paths) == 0 {
 		t.Fatalf("no shards under %s", dir)
@@ -64,34 +65,42 @@ func readShards(t *testing.T, dir string) []shardRow {
 		}
 		tr := array.NewTableReader(tbl, 0)
 		for tr.Next() {
-			rec := tr.Record()
-			ids := rec.Column(col("id")).(*array.String)
-			inp := rec.Column(col("input_ids")).(*array.List)
-			mask := rec.Column(col("loss_mask")).(*array.List)
-			plen := rec.Column(col("prompt_len"))
-			inVals := inp.ListValues().(*array.Int32)
-			maskVals := mask.ListValues().(*array.Uint8)
-			for i := 0; i < int(rec.NumRows()); i++ {
-				r := shardRow{id: ids.Value(i)}
-				s, e := inp.ValueOffsets(i)
-				r.inputIDs = append([]int32(nil), inVals.Int32Values()[s:e]...)
-				s, e = mask.ValueOffsets(i)
-				r.lossMask = append([]uint8(nil), maskVals.Uint8Values()[s:e]...)
-				switch c := plen.(type) {
-				case *array.Int32:
-					r.promptLen = int(c.Value(i))
-				case *array.Int64:
-					r.promptLen = int(c.Value(i))
-				default:
-					t.Fatalf("prompt_len is %T", plen)
-				}
-				rows = append(rows, r)
-			}
+			fn(tr.Record(), col)
 		}
 		tr.Release()
 		tbl.Release()
 		f.Close()
 	}
+}
+
+// readShards reads every row of every shard under dir.
+func readShards(t *testing.T, dir string) []shardRow {
+	t.Helper()
+	var rows []shardRow
+	eachShardBatch(t, dir, func(rec arrow.Record, col func(string) int) {
+		ids := rec.Column(col("id")).(*array.String)
+		inp := rec.Column(col("input_ids")).(*array.List)
+		mask := rec.Column(col("loss_mask")).(*array.List)
+		plen := rec.Column(col("prompt_len"))
+		inVals := inp.ListValues().(*array.Int32)
+		maskVals := mask.ListValues().(*array.Uint8)
+		for i := 0; i < int(rec.NumRows()); i++ {
+			r := shardRow{id: ids.Value(i)}
+			s, e := inp.ValueOffsets(i)
+			r.inputIDs = append([]int32(nil), inVals.Int32Values()[s:e]...)
+			s, e = mask.ValueOffsets(i)
+			r.lossMask = append([]uint8(nil), maskVals.Uint8Values()[s:e]...)
+			switch c := plen.(type) {
+			case *array.Int32:
+				r.promptLen = int(c.Value(i))
+			case *array.Int64:
+				r.promptLen = int(c.Value(i))
+			default:
+				t.Fatalf("prompt_len is %T", plen)
+			}
+			rows = append(rows, r)
+		}
+	})
 	return rows
 }
 
