@@ -4,8 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"syscall"
@@ -140,13 +144,79 @@ func runEncodeBench(b *testing.B, encode func(io.Writer, []*row) error) {
 	}
 }
 
-// BenchmarkShardEncode measures the sink's Parquet encoding (schema, zstd, row groups): tokens per wall second,
-// tokens per CPU second (the per-core figure) and bytes per token. Run it with -cpu 1.
+// benchZstdLevels are the shard zstd levels the benchmark compares (0 is the sink's default, zstd level 3; klauspost's
+// encoder maps 1, 3, 7 and 11 onto its four speeds: fastest, default, better, best).
+var benchZstdLevels = []int{1, 0, 7, 11}
+
+// BenchmarkShardEncode measures the sink's Parquet encoding (schema, zstd, row groups) at each level of
+// benchZstdLevels: tokens per wall second, tokens per CPU second (the per-core figure) and bytes per token. Run it
+// with -cpu 1.
 func BenchmarkShardEncode(b *testing.B) {
-	runEncodeBench(b, func(w io.Writer, rows []*row) error {
-		_, err := writeShard(w, rows, shardKV(RunInfo{Model: "m", Fingerprint: "f"}, shardInfo{Topic: "generated"}), DefaultRowGroupRows, 0)
-		return err
-	})
+	for _, level := range benchZstdLevels {
+		name := "zstd" + strconv.Itoa(level)
+		if level == 0 {
+			name = "default"
+		}
+		b.Run(name, func(b *testing.B) {
+			runEncodeBench(b, func(w io.Writer, rows []*row) error {
+				_, err := writeShard(w, rows, shardKV(RunInfo{Model: "m", Fingerprint: "f"}, shardInfo{Topic: "generated"}), DefaultRowGroupRows, level)
+				return err
+			})
+		})
+	}
+}
+
+// BenchmarkTokenBounds reports, per data set, two floors no shard encoding of these rows can go below with the
+// encodings Parquet readers know: "entropy" is the order-0 empirical entropy of the token ids in bytes per token
+// (the floor for independent ids, as in the zipf set), and "bss_zstd" the bytes per token of the ids split into
+// byte planes per 1 MiB page (Parquet's BYTE_STREAM_SPLIT, which arrow-go v17 cannot write for int32) under zstd's
+// best level, the strongest standard page encoding for unsorted integers.
+func BenchmarkTokenBounds(b *testing.B) {
+	for _, set := range benchSets {
+		b.Run(set.name, func(b *testing.B) {
+			rows := set.rows(256)
+			var ids []uint32
+			for _, r := range rows {
+				ids = append(append(ids, r.prompt...), r.output...)
+			}
+			enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedBestCompression), zstd.WithEncoderConcurrency(1))
+			if err != nil {
+				b.Fatal(err)
+			}
+			var h float64
+			for i := 0; i < b.N; i++ {
+				h = entropyBytes(ids)
+			}
+			const pageIDs = 1 << 18 // 1 MiB of int32 values, arrow's default data page size
+			var size int
+			plane := make([]byte, 4*pageIDs)
+			for start := 0; start < len(ids); start += pageIDs {
+				page := ids[start:min(start+pageIDs, len(ids))]
+				n := len(page)
+				for i, v := range page {
+					plane[i], plane[n+i], plane[2*n+i], plane[3*n+i] = byte(v), byte(v>>8), byte(v>>16), byte(v>>24)
+				}
+				size += len(enc.EncodeAll(plane[:4*n], nil))
+			}
+			b.ReportMetric(h, "entropy-bytes/token")
+			b.ReportMetric(float64(size)/float64(len(ids)), "bss_zstd-bytes/token")
+		})
+	}
+}
+
+// entropyBytes is the order-0 empirical entropy of ids, in bytes per id.
+func entropyBytes(ids []uint32) float64 {
+	counts := map[uint32]int{}
+	for _, v := range ids {
+		counts[v]++
+	}
+	var bits float64
+	n := float64(len(ids))
+	for _, c := range counts {
+		p := float64(c) / n
+		bits -= p * math.Log2(p)
+	}
+	return bits / 8
 }
 
 // BenchmarkJSONLZstd encodes the same rows as zstd-compressed JSON lines, for comparison with BenchmarkShardEncode.
@@ -194,6 +264,58 @@ func TestShardVsJSONLZstd(t *testing.T) {
 		t.Logf("%s: shard %d bytes, JSONL+zstd %d bytes (%.1f%%), %d tokens", set.name, pq.Len(), js.Len(), 100*ratio, rowTokens(rows))
 		if set.name == "text" && ratio > 1.0 {
 			t.Errorf("%s: shard is %.1f%% of JSONL+zstd", set.name, 100*ratio)
+		}
+	}
+}
+
+// TestZstdLevels checks that Config.ZstdLevel reaches the shard: every level reads back token-exact, and higher
+// levels write fewer bytes on text-like ids.
+func TestZstdLevels(t *testing.T) {
+	rows := textRows(32)
+	prev := int64(-1)
+	for _, level := range []int{11, 7, 0, 1} { // increasing size
+		path := filepath.Join(t.TempDir(), "s.parquet")
+		f, err := os.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := writeShard(f, rows, shardKV(RunInfo{}, shardInfo{Topic: "generated"}), DefaultRowGroupRows, level); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		size := fi.Size()
+		if size <= prev {
+			t.Errorf("level %d: %d bytes, not more than the higher level's %d", level, size, prev)
+		}
+		prev = size
+		sf, err := openShard(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := 0
+		err = sf.scan(context.Background(), nil, func(r *ShardRow) error {
+			want := append(append([]uint32(nil), rows[i].prompt...), rows[i].output...)
+			if r.ID != rows[i].id || len(r.InputIDs) != len(want) {
+				return fmt.Errorf("row %d: id %q with %d ids, want %q with %d", i, r.ID, len(r.InputIDs), rows[i].id, len(want))
+			}
+			for j, v := range r.InputIDs {
+				if uint32(v) != want[j] {
+					return fmt.Errorf("row %d: input_ids[%d] = %d, want %d", i, j, v, want[j])
+				}
+			}
+			i++
+			return nil
+		})
+		sf.Close()
+		if err == nil && i != len(rows) {
+			err = fmt.Errorf("read %d rows, wrote %d", i, len(rows))
+		}
+		if err != nil {
+			t.Errorf("level %d: %v", level, err)
 		}
 	}
 }

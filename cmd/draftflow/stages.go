@@ -126,6 +126,7 @@ func registerSinkFlags(fs *flag.FlagSet, cfg *sink.Config) {
 	fs.IntVar(&cfg.RotateRows, "shard-rows", cfg.RotateRows, "rotate a shard after this many rows (0: sink default)")
 	fs.Int64Var(&cfg.RotateBytes, "shard-bytes", cfg.RotateBytes, "rotate a shard after about this many bytes (0: sink default)")
 	fs.DurationVar(&cfg.RotateInterval, "shard-interval", cfg.RotateInterval, "rotate a shard after this long (0: sink default)")
+	fs.IntVar(&cfg.ZstdLevel, "zstd-level", cfg.ZstdLevel, "zstd level of the shards: 1, 3, 7 or 11 (0: zstd's default, 3; higher writes fewer bytes, slower)")
 	fs.StringVar(&cfg.Group, "group", cfg.Group, "consumer group (default draftflow-sink)")
 }
 
