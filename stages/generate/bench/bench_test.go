@@ -117,3 +117,19 @@ func TestBenchFull(t *testing.T) {
 	}
 	t.Logf("\n%s\nwall time %s", out.String(), time.Since(start).Round(time.Second))
 }
+
+// TestThroughputBudgetApplies checks that PolicyKVThroughput runs the controller with ThroughputBudget: its
+// looser gate runs the simulated pool fuller than the default kv-budget policy on the same workload.
+func TestThroughputBudgetApplies(t *testing.T) {
+	res, err := Bench(context.Background(), BenchOptions{Scenarios: []string{ScenarioOneServer},
+		Policies: []string{PolicyKVBudget, PolicyKVThroughput}, SimDuration: 20 * time.Minute}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 2 || res[1].Policy != PolicyKVThroughput {
+		t.Fatalf("results %+v", res)
+	}
+	if res[1].MeanKVUsage <= res[0].MeanKVUsage {
+		t.Errorf("kv-budget-tput mean KV usage %.3f, not above kv-budget's %.3f", res[1].MeanKVUsage, res[0].MeanKVUsage)
+	}
+}
