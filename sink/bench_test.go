@@ -248,7 +248,7 @@ func BenchmarkFlush(b *testing.B) {
 
 // TestShardVsJSONLZstd guards storage: on text-like token streams a shard must not be larger than the same
 // rows as zstd-compressed JSON lines (both at zstd's default level). The target of 60% is not reachable
-// with Parquet's int32 encodings (see the benchmark figures in the package report); this test keeps the sink
+// with Parquet's int32 encodings (BenchmarkTokenBounds; README, Performance); this test keeps the sink
 // from regressing past parity and logs both ratios.
 func TestShardVsJSONLZstd(t *testing.T) {
 	for _, set := range benchSets {
