@@ -48,6 +48,7 @@ const (
 	DefaultHealthInterval      = 5 * time.Second
 	DefaultHealthFailures      = 2
 	DefaultMaxServerErrors     = 8
+	DefaultMaxTimeouts         = 3
 	DefaultMinServerQueue      = 2
 	DefaultMaxServerQueue      = 8
 	DefaultInitialBudgetFactor = 1.0
@@ -177,8 +178,12 @@ type Config struct {
 	// DefaultMaxNewTokens applies to records whose sampling settings and lane set none (default 4096).
 	DefaultMaxNewTokens int
 	// RequestTimeout bounds one attempt of one request (default 30 min); a timed-out request is aborted on the
-	// server and retried.
+	// server and retried, up to MaxTimeouts attempts.
 	RequestTimeout time.Duration
+	// MaxTimeouts is how many attempts of one request may run into RequestTimeout before it is dead-lettered,
+	// so a request the servers never finish cannot hold back its partition's commits (default 3). Attempts
+	// cut short because their endpoint was drained do not count.
+	MaxTimeouts int
 	// MaxServerErrors is how many HTTP 500 answers one request may get before it is dead-lettered as a request
 	// the server cannot process (default 8). Connection errors and 503s are retried without limit.
 	MaxServerErrors int
@@ -233,6 +238,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxServerErrors <= 0 {
 		c.MaxServerErrors = DefaultMaxServerErrors
+	}
+	if c.MaxTimeouts <= 0 {
+		c.MaxTimeouts = DefaultMaxTimeouts
 	}
 	if c.RetryInitial <= 0 {
 		c.RetryInitial = 250 * time.Millisecond
@@ -340,7 +348,7 @@ func (c Config) validate() error {
 }
 
 // RegisterFlags binds the stage's settings to flags: --sglang (repeatable), --sglang-file, --policy,
-// --concurrency, --routing, --max-new-tokens, --lane (repeatable), --request-timeout, --group,
+// --concurrency, --routing, --max-new-tokens, --lane (repeatable), --request-timeout, --max-timeouts, --group,
 // --max-in-flight, --shutdown-grace, --health-interval, --kv-quantile, --kv-target-usage, --kv-poll-interval,
 // --kv-safe-completions, --kv-headroom-outputs, --metrics-addr. Kafka settings are the caller's.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
@@ -374,6 +382,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		return nil
 	})
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", DefaultRequestTimeout, "limit of one request attempt")
+	fs.IntVar(&c.MaxTimeouts, "max-timeouts", DefaultMaxTimeouts, "attempts of one request that may time out before it is dead-lettered")
 	fs.IntVar(&c.MaxInFlight, "max-in-flight", DefaultMaxInFlight, "records fetched and not yet finished")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 0, "time in-flight requests may finish after SIGTERM before they are aborted")
 	fs.DurationVar(&c.HealthInterval, "health-interval", DefaultHealthInterval, "endpoint health check interval")

@@ -40,8 +40,10 @@ type Result struct {
 	Attempts int
 }
 
-// RejectedError is a request that must not be retried: the server refused it (HTTP 400), aborted it, or
-// answered with something unusable. Reason is the server's message, fit for a dead letter.
+// RejectedError is a request that must not be retried: the server refused it (HTTP 400), aborted it with a
+// 4xx status, answered with something unusable, failed it too often, or never finished it within
+// Config.RequestTimeout in Config.MaxTimeouts attempts. Reason is the server's message (or what happened),
+// fit for a dead letter.
 type RejectedError struct {
 	Reason string
 	Err    error
@@ -112,8 +114,12 @@ type lease struct {
 	req    *Request
 	start  time.Time // admission
 	charge float64
-	pos    int // index in ep.leases
+	pos    int           // index in ep.leases
+	drain  chan struct{} // ep.drainedSignal at admission: closed once ep is drained
 }
+
+// errDrained is the cause of an attempt cancelled because its endpoint was drained.
+var errDrained = errors.New("generate: endpoint drained")
 
 // Controller admits requests to SGLang endpoints under the configured policy, routes them, sends them with
 // retries, and learns from their outcomes. Create it with NewController, start its feedback loops with Run,
@@ -384,7 +390,7 @@ func (c *Controller) admit() {
 				continue
 			}
 			l.waiters = l.waiters[1:]
-			w.lease = &lease{ep: ep, lane: l, req: w.req, start: c.now(), charge: charge}
+			w.lease = &lease{ep: ep, lane: l, req: w.req, start: c.now(), charge: charge, drain: ep.drainedSignal}
 			w.lease.pos = len(ep.leases)
 			ep.leases = append(ep.leases, w.lease)
 			ep.sinceTok += float64(len(w.req.InputIDs))
@@ -516,10 +522,12 @@ func (c *Controller) Endpoints() []EndpointStatus {
 }
 
 // Do runs one request to completion: it waits for admission, sends the request, and retries connection
-// errors, timeouts, 5xx and 503 answers with exponential backoff, on another endpoint where one is ready. It
-// returns the Result, a *RejectedError for a request the server refuses (HTTP 400, an abort, an invalid
-// answer, or more than MaxServerErrors HTTP 500s), or ctx's error once ctx ends; a request cut short by ctx
-// is aborted on its server.
+// errors, timeouts, 5xx and 503 answers and aborts without status with exponential backoff, on another
+// endpoint where one is ready. An attempt in flight on an endpoint that gets drained is cancelled at once and
+// retried. It returns the Result, a *RejectedError for a request the server refuses (HTTP 400, an abort with
+// a 4xx status, an invalid answer, MaxServerErrors HTTP 500s or MaxTimeouts attempts that ran into
+// RequestTimeout), or ctx's error once ctx ends; an attempt cut short by ctx, its timeout or a drain is
+// aborted on its server.
 func (c *Controller) Do(ctx context.Context, r *Request) (*Result, error) {
 	if r.Sampling.MaxNewTokens <= 0 {
 		return nil, errors.New("generate: request without max_new_tokens")
@@ -530,8 +538,8 @@ func (c *Controller) Do(ctx context.Context, r *Request) (*Result, error) {
 		backoff.WithMaxElapsedTime(0),
 	)
 	var (
-		attempts, serverErrors int
-		avoid                  *endpoint
+		attempts, serverErrors, timeouts int
+		avoid                            *endpoint
 	)
 	op := func() (*Result, error) {
 		ls, err := c.acquire(ctx, r, avoid)
@@ -540,12 +548,23 @@ func (c *Controller) Do(ctx context.Context, r *Request) (*Result, error) {
 		}
 		attempts++
 		ep := ls.ep
-		actx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+		// The attempt ends early when its endpoint is drained: a dying server's requests move on at once.
+		dctx, drainCancel := context.WithCancelCause(ctx)
+		go func() {
+			select {
+			case <-ls.drain:
+				drainCancel(errDrained)
+			case <-dctx.Done():
+			}
+		}()
+		actx, cancel := context.WithTimeout(dctx, c.cfg.RequestTimeout)
 		start := c.now()
 		rid := AttemptRID(r.RID, attempts)
 		resp, err := ep.cl.Generate(actx, &GenerateRequest{InputIDs: r.InputIDs, RID: rid, SamplingParams: r.Sampling})
 		timedOut := errors.Is(actx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
+		drained := errors.Is(context.Cause(dctx), errDrained) && ctx.Err() == nil && !timedOut
 		cancel()
+		drainCancel(nil)
 		if err == nil {
 			c.mu.Lock()
 			ep.fails = 0
@@ -554,15 +573,26 @@ func (c *Controller) Do(ctx context.Context, r *Request) (*Result, error) {
 			c.finish(ls, r, len(resp.OutputIDs), resp.MetaInfo.Retractions(), c.now().Sub(start))
 			return &Result{Response: resp, Endpoint: ep.url, ServedModel: served, Attempts: attempts}, nil
 		}
-		if ctx.Err() != nil || timedOut {
+		kind, reason := classify(err)
+		drained = drained && kind == outcomeConnection // an answer that arrived anyway counts as what it says
+		switch {
+		case ctx.Err() != nil || timedOut:
 			// Abandoned: make sure the server stops spending KV on it.
 			c.abort(ep, rid)
+		case drained:
+			// The same, in the background: a drained server may not answer, and the retry need not wait.
+			go c.abort(ep, rid)
 		}
 		c.release(ls, 0)
 		if ctx.Err() != nil {
 			return nil, backoff.Permanent(ctx.Err())
 		}
-		kind, reason := classify(err)
+		if drained {
+			c.met.outcome(ep, "drained")
+			c.log.Info("request moved off a drained endpoint", "endpoint", ep.url, "rid", rid)
+			avoid = ep
+			return nil, err
+		}
 		switch kind {
 		case outcomeReject:
 			c.met.outcome(ep, "rejected")
@@ -577,11 +607,18 @@ func (c *Controller) Do(ctx context.Context, r *Request) (*Result, error) {
 		case outcomeBusy:
 			c.met.outcome(ep, "busy")
 		case outcomeConnection:
-			c.met.outcome(ep, "connection_error")
-			if timedOut {
-				c.met.outcome(ep, "timeout")
-			} else {
+			if !timedOut {
+				c.met.outcome(ep, "connection_error")
 				c.reportFailure(ep, err)
+				break
+			}
+			timeouts++
+			c.met.outcome(ep, "timeout")
+			if timeouts >= c.cfg.MaxTimeouts {
+				c.log.Warn("request keeps timing out; dead-lettering it", "rid", r.RID, "endpoint", ep.url,
+					"timeouts", timeouts, "request_timeout", c.cfg.RequestTimeout)
+				return nil, backoff.Permanent(&RejectedError{Reason: fmt.Sprintf(
+					"request timed out %d times (request timeout %s)", timeouts, c.cfg.RequestTimeout), Err: err})
 			}
 		case outcomeMisconfigured:
 			c.met.outcome(ep, "client_error")
@@ -639,7 +676,7 @@ func (c *Controller) drainLocked(ep *endpoint, err error) {
 const (
 	outcomeReject        = iota // permanent: dead-letter the record
 	outcomeServerError          // HTTP 500 or a server-side abort: retry, a bounded number of times
-	outcomeBusy                 // 503, 429, 408, 502, 504: retry
+	outcomeBusy                 // 503, 429, 408, 502, 504, an abort without status: retry
 	outcomeConnection           // transport error or timeout: retry, count against the endpoint
 	outcomeMisconfigured        // other 4xx: retry, loudly
 )
@@ -667,16 +704,22 @@ func classify(err error) (int, string) {
 		}
 		return outcomeMisconfigured, se.Message
 	case errors.As(err, &ab):
-		switch {
-		case ab.StatusCode == http.StatusServiceUnavailable || ab.StatusCode == http.StatusTooManyRequests:
-			return outcomeBusy, ab.Message
-		case ab.StatusCode >= 500:
-			return outcomeServerError, ab.Message
-		}
 		reason := ab.Message
 		if reason == "" {
 			reason = "aborted by the server"
 		}
+		switch code := ab.StatusCode; {
+		case code == 0:
+			// No status: the server ended the request for its own reasons (abort_all, pause_generation, a
+			// weight update), not because of the request. Run it again.
+			return outcomeBusy, reason
+		case code == http.StatusServiceUnavailable || code == http.StatusTooManyRequests ||
+			code == http.StatusRequestTimeout || code == http.StatusBadGateway || code == http.StatusGatewayTimeout:
+			return outcomeBusy, reason
+		case code >= 500:
+			return outcomeServerError, reason
+		}
+		// A 4xx status: the request itself is at fault (invalid grammar, too long, ...).
 		return outcomeReject, reason
 	case errors.As(err, &ir):
 		return outcomeReject, ir.Error()

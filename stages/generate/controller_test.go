@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,6 +30,8 @@ type fakeServer struct {
 	gate      chan struct{} // one token per request allowed to finish
 	script    []func(w http.ResponseWriter) bool
 	rids      []string
+	aborts    []string // rids of /abort_request calls, healthy or not
+	dp        int      // data-parallel ranks the server reports (0: one, no dp fields)
 	load      map[string]any
 	retracted float64
 	outLen    int
@@ -45,6 +48,15 @@ func newFake(t *testing.T, pool int) *fakeServer {
 }
 
 func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/abort_request" {
+		var body struct {
+			RID string `json:"rid"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		f.mu.Lock()
+		f.aborts = append(f.aborts, body.RID)
+		f.mu.Unlock()
+	}
 	if !f.healthy.Load() {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		return
@@ -53,20 +65,33 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/health":
 	case "/get_server_info":
 		f.infos.Add(1)
-		_ = json.NewEncoder(w).Encode(map[string]any{"max_total_num_tokens": f.pool, "max_running_requests": 1000, "context_length": 32768, "model_path": "fake/model"})
+		info := map[string]any{"max_total_num_tokens": f.pool, "max_running_requests": 1000, "context_length": 32768, "model_path": "fake/model"}
+		if f.dp > 1 {
+			// SGLang with --dp N: the top level is one rank's scheduler info, internal_states has one entry per rank.
+			states := make([]any, f.dp)
+			for i := range states {
+				states[i] = map[string]any{"dp_rank": i, "max_total_num_tokens": f.pool}
+			}
+			info["dp_size"], info["internal_states"] = f.dp, states
+		}
+		_ = json.NewEncoder(w).Encode(info)
 	case "/v1/loads":
 		f.mu.Lock()
-		l := map[string]any{"max_total_num_tokens": f.pool}
-		for k, v := range f.load {
-			l[k] = v
+		var loads []any
+		for rank := range max(f.dp, 1) {
+			l := map[string]any{"dp_rank": rank, "max_total_num_tokens": f.pool, "num_total_tokens": f.pool}
+			for k, v := range f.load {
+				l[k] = v
+			}
+			loads = append(loads, l)
 		}
 		f.mu.Unlock()
-		_ = json.NewEncoder(w).Encode(map[string]any{"loads": []any{l}})
+		_ = json.NewEncoder(w).Encode(map[string]any{"dp_rank_count": len(loads), "loads": loads})
 	case "/metrics":
 		f.mu.Lock()
 		fmt.Fprintf(w, "# TYPE sglang:num_retracted_requests_total counter\nsglang:num_retracted_requests_total{model_name=\"x\"} %g\n", f.retracted)
 		f.mu.Unlock()
-	case "/abort_request":
+	case "/abort_request": // recorded above
 	case "/generate":
 		var req GenerateRequest
 		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
@@ -236,30 +261,37 @@ func TestRetriesAndRejections(t *testing.T) {
 	}
 	abort := func(w http.ResponseWriter) bool {
 		_ = json.NewEncoder(w).Encode(map[string]any{"output_ids": []int{}, "meta_info": map[string]any{
-			"finish_reason": map[string]any{"type": "abort", "message": "bad grammar"}}})
+			"finish_reason": map[string]any{"type": "abort", "message": "bad grammar", "status_code": 400}}})
 		return true
 	}
 	garbage := func(w http.ResponseWriter) bool { _, _ = w.Write([]byte(`{"text": "no ids"}`)); return true }
+	// abort_all, pause_generation and weight updates end running requests with an abort without status.
+	abortAll := func(w http.ResponseWriter) bool {
+		_ = json.NewEncoder(w).Encode(map[string]any{"output_ids": []int{}, "meta_info": map[string]any{
+			"finish_reason": map[string]any{"type": "abort", "message": "Abort all requests", "status_code": nil}}})
+		return true
+	}
 
 	f := newFake(t, 100000)
 	f.release(100)
 	c := newTestController(t, Config{Endpoints: []string{f.srv.URL}, MaxServerErrors: 3, HealthFailures: 100})
 	waitFor(t, "endpoint ready", func() bool { return c.Endpoints()[0].Ready })
 
-	// 503, 500, a reset connection and a 502, then success: retried, with a fresh rid each attempt.
-	f.script = append(f.script, status(503, "The request queue is full."), status(500, "boom"), reset, status(502, "gw"))
+	// 503, 500, a reset connection, a 502 and an abort without status, then success: retried, with a fresh rid
+	// each attempt.
+	f.script = append(f.script, status(503, "The request queue is full."), status(500, "boom"), reset, status(502, "gw"), abortAll)
 	res, err := c.Do(context.Background(), req("ok", 10, 20))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Attempts != 5 || len(res.Response.OutputIDs) != 10 || res.ServedModel != "fake/model" {
+	if res.Attempts != 6 || len(res.Response.OutputIDs) != 10 || res.ServedModel != "fake/model" {
 		t.Fatalf("result %+v", res)
 	}
 	f.mu.Lock()
 	rids := strings.Join(f.rids, " ")
 	f.rids = nil
 	f.mu.Unlock()
-	if rids != "ok.1; ok.2; ok.3; ok.4; ok.5;" {
+	if rids != "ok.1; ok.2; ok.3; ok.4; ok.5; ok.6;" {
 		t.Fatalf("rids %q", rids)
 	}
 
@@ -473,4 +505,138 @@ func TestLanesShareTheBudget(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+func TestTimeoutsAreBounded(t *testing.T) {
+	f := newFake(t, 100000) // the gate stays shut: every attempt runs into RequestTimeout
+	c := newTestController(t, Config{Endpoints: []string{f.srv.URL}, RequestTimeout: 30 * time.Millisecond})
+	waitFor(t, "endpoint ready", func() bool { return c.Endpoints()[0].Ready })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := c.Do(ctx, req("slow", 10, 20))
+	var rej *RejectedError
+	if !errors.As(err, &rej) || !strings.Contains(rej.Reason, "timed out 3 times") {
+		t.Fatalf("got %v, want a rejection after %d timeouts", err, DefaultMaxTimeouts)
+	}
+	f.mu.Lock()
+	rids, aborts := strings.Join(f.rids, " "), strings.Join(f.aborts, " ")
+	f.rids, f.aborts = nil, nil
+	f.mu.Unlock()
+	if want := "slow.1; slow.2; slow.3;"; rids != want || aborts != want {
+		t.Fatalf("rids %q, aborts %q, want %q for both", rids, aborts, want)
+	}
+	if n := attempts(t, c, f.srv.URL, "timeout"); n != 3 {
+		t.Fatalf("%g timeouts counted, want 3", n)
+	}
+	if st := c.Endpoints()[0]; st.InFlight != 0 || st.Used != 0 || !st.Ready {
+		t.Fatalf("endpoint after timeouts: %+v", st)
+	}
+	// Fewer timeouts than the limit: the request still succeeds.
+	slow := func(http.ResponseWriter) bool { time.Sleep(60 * time.Millisecond); return true }
+	f.mu.Lock()
+	f.script = []func(http.ResponseWriter) bool{slow, slow}
+	f.mu.Unlock()
+	f.release(1)
+	res, err := c.Do(ctx, req("late", 10, 20))
+	if err != nil || res.Attempts != 3 {
+		t.Fatalf("got %+v, %v; want success on attempt 3", res, err)
+	}
+}
+
+func TestDataParallelLoads(t *testing.T) {
+	f := newFake(t, 50000)
+	f.dp = 4 // /v1/loads: four ranks of 50000 tokens each; /get_server_info: one rank's pool, dp_size 4
+	c := newTestController(t, Config{Endpoints: []string{f.srv.URL}, Budget: BudgetConfig{PollInterval: 5 * time.Millisecond}})
+	waitFor(t, "endpoint ready", func() bool { return c.Endpoints()[0].Ready })
+	waitFor(t, "a load poll", func() bool { return c.Endpoints()[0].Load.MaxTokens == 200000 })
+	infos := f.infos.Load()
+	time.Sleep(100 * time.Millisecond) // some 20 polls
+	if n := f.infos.Load(); n != infos {
+		t.Fatalf("capacity re-read %d times in 20 polls: every poll looked like a restart", n-infos)
+	}
+	st := c.Endpoints()[0]
+	if !st.Ready || st.Capacity.MaxTotalTokens != 200000 || st.Budget != 200000 {
+		t.Fatalf("endpoint %+v, want ready with the pool and budget of all four ranks (200000)", st)
+	}
+	// The budget admits what the four pools hold: three requests charged 60000 tokens, not a fourth.
+	t.Cleanup(func() { f.release(4) }) // before the server's Close, should the test fail early
+	var errs []<-chan error
+	for i := range 4 {
+		errs = append(errs, doAsync(c, context.Background(), req(fmt.Sprint("r", i), 30000, 30000)))
+	}
+	waitFor(t, "three running, one waiting", func() bool { return f.runningNow() == 3 && c.Waiting() == 1 })
+	time.Sleep(50 * time.Millisecond)
+	if n, w := f.runningNow(), c.Waiting(); n != 3 || w != 1 {
+		t.Fatalf("%d running, %d waiting; want 3 and 1 (budget 200000 / charge 60000)", n, w)
+	}
+	f.release(4)
+	for _, e := range errs {
+		if err := <-e; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestDrainMovesInFlightRequests(t *testing.T) {
+	a, b := newFake(t, 10000), newFake(t, 10000)
+	b.healthy.Store(false)
+	// MaxTimeouts 1: were the cancelled attempt counted as a timeout, the request would be dead-lettered.
+	c := newTestController(t, Config{Endpoints: []string{a.srv.URL, b.srv.URL}, Policy: PolicyFixed, Concurrency: 4,
+		RequestTimeout: time.Minute, MaxTimeouts: 1})
+	waitFor(t, "a ready", func() bool { return c.Endpoints()[0].Ready })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	type outcome struct {
+		res *Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() { res, err := c.Do(ctx, req("m", 5, 5)); done <- outcome{res, err} }()
+	waitFor(t, "running on a", func() bool { return a.runningNow() == 1 })
+	b.healthy.Store(true)
+	waitFor(t, "b ready", func() bool { return c.Endpoints()[1].Ready })
+	b.release(1)
+	a.healthy.Store(false) // a's gate stays shut: the request finishes only if it moves to b
+	o := <-done
+	if o.err != nil {
+		t.Fatalf("request on the drained endpoint: %v", o.err)
+	}
+	if o.res.Endpoint != b.srv.URL || o.res.Attempts != 2 {
+		t.Fatalf("result %+v, want attempt 2 on %s", o.res, b.srv.URL)
+	}
+	waitFor(t, "abort of the cancelled attempt on a", func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return slices.Contains(a.aborts, "m.1;")
+	})
+	if n := attempts(t, c, a.srv.URL, "drained"); n != 1 {
+		t.Fatalf("%g drained attempts counted, want 1", n)
+	}
+	if n := attempts(t, c, a.srv.URL, "timeout"); n != 0 {
+		t.Fatalf("%g timeouts counted, want 0", n)
+	}
+}
+
+// attempts reads draftflow_generate_requests_total of an endpoint and outcome from c's registry.
+func attempts(t *testing.T, c *Controller, endpoint, outcome string) float64 {
+	t.Helper()
+	fams, err := c.cfg.Registerer.(prometheus.Gatherer).Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != "draftflow_generate_requests_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["endpoint"] == endpoint && labels["outcome"] == outcome {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
 }

@@ -52,7 +52,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		outputTokens: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "draftflow_generate_output_tokens_total", Help: "Output tokens received; its rate is the output tok/s."}, ep)),
 		requests: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "draftflow_generate_requests_total", Help: "Request attempts by outcome (ok, rejected, server_error, busy, connection_error, timeout, client_error)."},
+			Name: "draftflow_generate_requests_total", Help: "Request attempts by outcome (ok, rejected, server_error, busy, connection_error, timeout, drained, client_error)."},
 			[]string{"endpoint", "outcome"})),
 		latency: register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "draftflow_generate_request_seconds", Help: "Latency of successful request attempts.",

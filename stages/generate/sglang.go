@@ -170,7 +170,8 @@ func parseGenerateResponse(data []byte) (*GenerateResponse, error) {
 
 // Capacity is what /get_server_info says about a server's KV pool and limits.
 type Capacity struct {
-	// MaxTotalTokens is the KV pool size (max_total_num_tokens).
+	// MaxTotalTokens is the KV pool size (max_total_num_tokens), summed over the server's data-parallel ranks
+	// (dp_size; each has its own pool) as /v1/loads figures are (see Load).
 	MaxTotalTokens int
 	// MaxRunningRequests bounds the server's running batch.
 	MaxRunningRequests int
@@ -200,6 +201,7 @@ func parseServerInfo(data []byte) (Capacity, error) {
 		MaxRunningRequests int    `json:"max_running_requests"`
 		ContextLength      int    `json:"context_length"`
 		ModelPath          string `json:"model_path"`
+		DPSize             int    `json:"dp_size"`
 		InternalStates     []struct {
 			MaxTotalNumTokens int `json:"max_total_num_tokens"`
 			MemoryUsage       struct {
@@ -210,16 +212,28 @@ func parseServerInfo(data []byte) (Capacity, error) {
 	if err := json.Unmarshal(data, &info); err != nil {
 		return Capacity{}, &InvalidResponseError{Reason: "server info: " + err.Error()}
 	}
-	c := Capacity{MaxTotalTokens: info.MaxTotalNumTokens, MaxRunningRequests: info.MaxRunningRequests,
-		ContextLength: info.ContextLength, ServedModel: info.ModelPath}
-	// Where the top level lacks the pool size (it is a scheduler value), take it from the scheduler state.
+	c := Capacity{MaxRunningRequests: info.MaxRunningRequests, ContextLength: info.ContextLength,
+		ServedModel: info.ModelPath}
+	ranks := max(info.DPSize, len(info.InternalStates), 1)
+	// The pool is per data-parallel rank: the top level is one rank's scheduler info, internal_states has one
+	// entry per rank. /v1/loads reports every rank (Load sums them), so the capacity is the sum over ranks.
+	perRank := info.MaxTotalNumTokens
+	ranksSeen, sum := 0, 0
 	for _, s := range info.InternalStates {
-		if c.MaxTotalTokens == 0 {
-			c.MaxTotalTokens = max(s.MaxTotalNumTokens, s.MemoryUsage.TokenCapacity)
+		if n := max(s.MaxTotalNumTokens, s.MemoryUsage.TokenCapacity); n > 0 {
+			ranksSeen++
+			sum += n
+			if perRank == 0 {
+				perRank = n // the top level lacks the pool size (it is a scheduler value)
+			}
 		}
 	}
-	if c.MaxTotalTokens == 0 {
-		c.MaxTotalTokens = info.MaxTotalTokens
+	if perRank == 0 {
+		perRank = info.MaxTotalTokens
+	}
+	c.MaxTotalTokens = perRank * ranks
+	if ranks > 1 && ranksSeen == ranks {
+		c.MaxTotalTokens = sum // every rank reported its own pool
 	}
 	if c.MaxTotalTokens <= 0 {
 		return c, &InvalidResponseError{Reason: "server info has no max_total_num_tokens"}
@@ -227,7 +241,8 @@ func parseServerInfo(data []byte) (Capacity, error) {
 	return c, nil
 }
 
-// Load is one poll of /v1/loads, summed over the server's data-parallel ranks.
+// Load is one poll of /v1/loads, summed over the server's data-parallel ranks (one loads[] entry per rank, or
+// one entry with the server's totals), so MaxTokens compares with Capacity.MaxTotalTokens.
 type Load struct {
 	Running, Waiting      int
 	UsedTokens, MaxTokens int

@@ -56,6 +56,17 @@ func TestParseIntrospection(t *testing.T) {
 	if err != nil || l.Running != 5 || l.Waiting != 1 || l.MaxTokens != 200 || l.TokenUsage != 0.4 {
 		t.Fatalf("loads %+v %v", l, err)
 	}
+	// --dp 2: the top level is one rank's pool; internal_states has one entry per rank.
+	c, err = parseServerInfo([]byte(`{"max_total_num_tokens":1000,"max_running_requests":64,"dp_size":2,
+		"internal_states":[{"dp_rank":0,"max_total_num_tokens":1000},{"dp_rank":1,"max_total_num_tokens":1000}]}`))
+	if err != nil || c.MaxTotalTokens != 2000 {
+		t.Fatalf("dp server info %+v %v", c, err)
+	}
+	// Older builds: dp_size, but a single internal state.
+	c, err = parseServerInfo([]byte(`{"max_total_num_tokens":1000,"dp_size":4,"internal_states":[{"max_total_num_tokens":1000}]}`))
+	if err != nil || c.MaxTotalTokens != 4000 {
+		t.Fatalf("dp server info, one state %+v %v", c, err)
+	}
 	v, ok, err := parseRetracted([]byte("# TYPE sglang:num_retracted_requests_total counter\n" +
 		"sglang:num_retracted_requests_total{model_name=\"a\"} 3\nsglang:num_retracted_requests_total{model_name=\"b\"} 4\n"))
 	if err != nil || !ok || v != 7 {
@@ -88,7 +99,11 @@ func TestErrorMessageAndClassify(t *testing.T) {
 		{&StatusError{Code: 500}, outcomeServerError},
 		{&StatusError{Code: 404}, outcomeMisconfigured},
 		{&AbortedError{Message: "oom", StatusCode: 500}, outcomeServerError},
-		{&AbortedError{Message: "bad"}, outcomeReject},
+		{&AbortedError{Message: "bad", StatusCode: 400}, outcomeReject},
+		{&AbortedError{Message: "bad", StatusCode: 422}, outcomeReject},
+		{&AbortedError{Message: "queue timeout", StatusCode: 503}, outcomeBusy},
+		{&AbortedError{Message: "Abort all requests"}, outcomeBusy}, // abort_all, pause_generation, weight update
+		{&AbortedError{Message: "Abort before prefill"}, outcomeBusy},
 		{&InvalidResponseError{Reason: "x"}, outcomeReject},
 		{errors.New("connection reset by peer"), outcomeConnection},
 	} {
@@ -121,13 +136,13 @@ func TestFlagsAndLanes(t *testing.T) {
 	c.RegisterFlags(fs)
 	err := fs.Parse([]string{"--sglang", "http://a:30000", "--sglang-file", file, "--policy", "fixed", "--concurrency", "150",
 		"--lane", "short,max_new_tokens=10240,share=0.75", "--lane", "long,max-new-tokens=16384,datasets=books|papers",
-		"--request-timeout", "10m", "--max-new-tokens", "2048"})
+		"--request-timeout", "10m", "--max-timeouts", "5", "--max-new-tokens", "2048"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []string{"http://a:30000", "http://b:30000", "http://c:30000"}
 	if !reflect.DeepEqual(c.Endpoints, want) || c.Policy != PolicyFixed || c.Concurrency != 150 ||
-		c.RequestTimeout != 10*time.Minute || c.DefaultMaxNewTokens != 2048 || len(c.Lanes) != 2 {
+		c.RequestTimeout != 10*time.Minute || c.MaxTimeouts != 5 || c.DefaultMaxNewTokens != 2048 || len(c.Lanes) != 2 {
 		t.Fatalf("config %+v", c)
 	}
 	if got := c.Lanes[1].String(); got != "long,max_new_tokens=16384,datasets=books|papers" {
