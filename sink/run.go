@@ -114,6 +114,9 @@ type partState struct {
 	oldest     time.Time
 	blocked    bool // a rejection failed: nothing at or after its offset may be absorbed
 	failed     bool // a flush failed: the buffer must not be acknowledged
+
+	rejecting bool               // a dead letter is in flight: nothing after its offset may be absorbed yet
+	waiting   []*topics.Delivery // deliveries that arrived while rejecting, in order
 }
 
 type bufferedRow struct {
@@ -161,6 +164,11 @@ func (s *sinker) fail(err error) {
 func (s *sinker) handle(d *topics.Delivery) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.handleLocked(d)
+}
+
+// handleLocked is handle with s.mu held.
+func (s *sinker) handleLocked(d *topics.Delivery) {
 	if s.stopped || s.err != nil {
 		d.Abandon()
 		return
@@ -169,6 +177,11 @@ func (s *sinker) handle(d *topics.Delivery) {
 	p := s.part(partKey{m.Topic, m.Partition})
 	if p.blocked {
 		d.Abandon()
+		return
+	}
+	if p.rejecting {
+		// Absorbing a later offset would let a flush checkpoint past the dead letter before it is durable.
+		p.waiting = append(p.waiting, d)
 		return
 	}
 	s.lastRecv = time.Now()
@@ -272,8 +285,10 @@ func validate(g *topics.Generation) string {
 	return ""
 }
 
-// reject dead-letters a delivery and marks it Done once the broker acknowledged the rejection. Called with
-// s.mu held; it blocks (rejections are rare), which also holds back the consumer.
+// reject dead-letters a delivery. Called with s.mu held; it does not wait for the broker. Until the dead letter
+// is acknowledged the partition absorbs nothing after it (later deliveries wait in p.waiting), so no flush
+// checkpoints past it; on the acknowledgement the delivery is absorbed and marked Done, and the waiting ones
+// are handled. If the dead letter fails, the partition is blocked and the run stops.
 func (s *sinker) reject(p *partState, d *topics.Delivery, g *topics.Generation, class, reason string) {
 	m := d.Message
 	rej := &topics.Rejection{Stage: "sink", Reason: reason, Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Payload: m.Value}
@@ -282,19 +297,37 @@ func (s *sinker) reject(p *partState, d *topics.Delivery, g *topics.Generation, 
 		rej.ID, rej.Dataset, rej.Source = g.ID, g.Dataset, g.Source
 		key = g.ID
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	err := s.prod.SendSync(ctx, key, rej)
-	cancel()
+	p.rejecting = true
+	if err := s.prod.Send(context.Background(), key, rej, func(err error) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.rejectDone(p, d, rej.ID, class, reason, err)
+	}); err != nil {
+		s.rejectDone(p, d, rej.ID, class, reason, err)
+	}
+}
+
+// rejectDone settles a dead letter the broker answered (err nil: acknowledged). Called with s.mu held.
+func (s *sinker) rejectDone(p *partState, d *topics.Delivery, id, class, reason string, err error) {
+	p.rejecting = false
+	waiting := p.waiting
+	p.waiting = nil
 	if err != nil {
 		p.blocked = true
 		d.Abandon()
+		for _, w := range waiting {
+			w.Abandon()
+		}
 		s.fail(fmt.Errorf("sink: dead-letter %s: %w", d.Where(), err))
 		return
 	}
 	rejected.WithLabelValues(class).Inc()
-	s.absorb(p, m.Offset)
+	s.absorb(p, d.Message.Offset)
 	d.Done()
-	s.log.Warn("record rejected", "at", d.Where(), "id", rej.ID, "reason", reason)
+	s.log.Warn("record rejected", "at", d.Where(), "id", id, "reason", reason)
+	for _, w := range waiting {
+		s.handleLocked(w) // waits again behind the next dead letter, if it makes one
+	}
 }
 
 // flush makes everything p absorbed durable and acknowledges its deliveries. Called with s.mu held.
@@ -422,5 +455,13 @@ func (s *sinker) stop() {
 			d.Abandon()
 		}
 		p.deliveries = nil
+	}
+	// Deliveries waiting behind a dead letter in flight are redelivered after a restart; the dead letter's
+	// own delivery is settled by its acknowledgement (the consumer's drain waits for it).
+	for _, p := range s.parts {
+		for _, d := range p.waiting {
+			d.Abandon()
+		}
+		p.waiting = nil
 	}
 }

@@ -136,16 +136,19 @@ func (c Config) EnsureTopics(ctx context.Context, names ...string) error {
 	if err != nil {
 		return fmt.Errorf("topics: create %v on %v: %w", names, c.Brokers, err)
 	}
+	var existing []string
 	for topic, terr := range resp.Errors {
 		if terr != nil && !errors.Is(terr, kafka.TopicAlreadyExists) {
 			return fmt.Errorf("topics: create %q: %w", topic, terr)
 		}
 		if terr != nil {
 			c.logger().Debug("topic exists, reusing it", "topic", topic)
+			existing = append(existing, topic)
 		} else {
 			c.logger().Info("topic created", "topic", topic, "partitions", c.partitions())
 		}
 	}
+	c.checkMaxMessageBytes(ctx, client, existing)
 	// Wait until metadata shows every topic with its partitions and leaders.
 	for {
 		meta, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: physical})
@@ -173,6 +176,41 @@ func (c Config) EnsureTopics(ctx context.Context, names ...string) error {
 		case <-ctx.Done():
 			return fmt.Errorf("topics: waiting for metadata of %v: %w", names, ctx.Err())
 		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// checkMaxMessageBytes warns about every existing (physical) topic whose max.message.bytes is below
+// MaxMessageBytes: the broker refuses records between the two, and the stages dead-letter them. It leaves the
+// topics as they are.
+func (c Config) checkMaxMessageBytes(ctx context.Context, client *kafka.Client, physical []string) {
+	if len(physical) == 0 {
+		return
+	}
+	req := &kafka.DescribeConfigsRequest{}
+	for _, t := range physical {
+		req.Resources = append(req.Resources, kafka.DescribeConfigRequestResource{
+			ResourceType: kafka.ResourceTypeTopic, ResourceName: t, ConfigNames: []string{"max.message.bytes"},
+		})
+	}
+	resp, err := client.DescribeConfigs(ctx, req)
+	if err != nil {
+		c.logger().Debug("cannot check max.message.bytes of existing topics", "topics", physical, "err", err)
+		return
+	}
+	for _, r := range resp.Resources {
+		if r.Error != nil {
+			c.logger().Debug("cannot check max.message.bytes of an existing topic", "topic", r.ResourceName, "err", r.Error)
+			continue
+		}
+		for _, e := range r.ConfigEntries {
+			n, err := strconv.Atoi(e.ConfigValue)
+			if e.ConfigName != "max.message.bytes" || err != nil || n >= c.maxMessageBytes() {
+				continue
+			}
+			c.logger().Warn("existing topic accepts smaller records than configured; the broker will refuse larger ones "+
+				"and they will be dead-lettered (raise the topic's max.message.bytes or lower --max-message-bytes)",
+				"topic", r.ResourceName, "max_message_bytes", n, "configured_max_message_bytes", c.maxMessageBytes())
 		}
 	}
 }
@@ -217,6 +255,60 @@ func (c Config) PartitionCount(ctx context.Context, topic string) (int, error) {
 		}
 	}
 	return 0, fmt.Errorf("topics: %q not in metadata", topic)
+}
+
+// EndOffsets returns the end offset of every partition of an existing (logical) topic: the offset its next
+// record will get.
+func (c Config) EndOffsets(ctx context.Context, topic string) (map[int]int64, error) {
+	n, err := c.PartitionCount(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	physical := c.Topic(topic)
+	req := &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{}}
+	for p := 0; p < n; p++ {
+		req.Topics[physical] = append(req.Topics[physical], kafka.LastOffsetOf(p))
+	}
+	client := &kafka.Client{Addr: kafka.TCP(c.Brokers...), Timeout: 30 * time.Second}
+	resp, err := client.ListOffsets(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("topics: end offsets of %s: %w", physical, err)
+	}
+	out := make(map[int]int64, n)
+	for _, po := range resp.Topics[physical] {
+		if po.Error != nil {
+			return nil, fmt.Errorf("topics: end offset of %s/%d: %w", physical, po.Partition, po.Error)
+		}
+		out[po.Partition] = po.LastOffset
+	}
+	if len(out) != n {
+		return nil, fmt.Errorf("topics: end offsets of %s: %d of %d partitions answered", physical, len(out), n)
+	}
+	return out, nil
+}
+
+// StartGroupAt commits offsets (partition -> next offset to read) of a (logical) topic for a consumer group
+// that has no members yet, so that its consumers start each partition there rather than at the beginning. The
+// group is namespaced like ConsumerConfig.Group. The broker refuses it while the group has members.
+func (c Config) StartGroupAt(ctx context.Context, group, topic string, offsets map[int]int64) error {
+	physical := c.Topic(topic)
+	var commits []kafka.OffsetCommit
+	for p, off := range offsets {
+		commits = append(commits, kafka.OffsetCommit{Partition: p, Offset: off})
+	}
+	client := &kafka.Client{Addr: kafka.TCP(c.Brokers...), Timeout: 30 * time.Second}
+	resp, err := client.OffsetCommit(ctx, &kafka.OffsetCommitRequest{
+		GroupID: c.Topic(group), GenerationID: -1, Topics: map[string][]kafka.OffsetCommit{physical: commits},
+	})
+	if err != nil {
+		return fmt.Errorf("topics: set offsets of group %s on %s: %w", c.Topic(group), physical, err)
+	}
+	for _, p := range resp.Topics[physical] {
+		if p.Error != nil {
+			return fmt.Errorf("topics: set offset of group %s on %s/%d: %w", c.Topic(group), physical, p.Partition, p.Error)
+		}
+	}
+	return nil
 }
 
 // TopicConfigValue returns one config value of a (logical) topic (for example max.message.bytes), as the broker reports it.

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"strconv"
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -24,6 +26,9 @@ type ConsumerConfig struct {
 	// DrainTimeout is how long Run waits, after ctx is cancelled, for in-flight deliveries to finish before it
 	// commits what is finished and returns (default 30 s). Unfinished work is redelivered later.
 	DrainTimeout time.Duration
+	// FinalCommitTimeout bounds the commit of the finished offsets when Run stops, all retries included
+	// (default 15 s). A failed attempt is logged and retried with backoff; if none succeeds, Run returns the error.
+	FinalCommitTimeout time.Duration
 	// SessionTimeout of the group membership (default 10 s): how fast a dead replica's partitions move.
 	SessionTimeout time.Duration
 	// StartFromLatest makes a new group start at the end of the topic instead of the beginning.
@@ -91,6 +96,9 @@ func (c Config) NewConsumer(topic string, cc ConsumerConfig) *Consumer {
 	if cc.SessionTimeout <= 0 {
 		cc.SessionTimeout = 10 * time.Second
 	}
+	if cc.FinalCommitTimeout <= 0 {
+		cc.FinalCommitTimeout = 15 * time.Second
+	}
 	start := kafka.FirstOffset
 	if cc.StartFromLatest {
 		start = kafka.LastOffset
@@ -123,8 +131,9 @@ func (c Config) NewConsumer(topic string, cc ConsumerConfig) *Consumer {
 // Run fetches records and hands each to handle until ctx is cancelled or a fetch fails for good. handle is
 // called from Run's goroutine, one delivery at a time, in partition order; it may start concurrent work and
 // return at once, as long as every delivery is eventually Done. When ctx ends, Run stops fetching, waits up to
-// DrainTimeout for in-flight deliveries, commits the finished prefix of every partition, closes the reader and
-// returns nil. A commit error is logged and retried at the next interval.
+// DrainTimeout for in-flight deliveries, commits the finished prefix of every partition (retrying with backoff
+// for up to FinalCommitTimeout), closes the reader and returns nil, or the error of that final commit if it
+// never succeeded. A commit error while running is logged and retried at the next interval.
 func (c *Consumer) Run(ctx context.Context, handle func(*Delivery)) error {
 	log := c.cfg.logger().With("topic", c.topic, "group", c.cc.Group)
 	commitCtx, stopCommits := context.WithCancel(context.Background())
@@ -138,7 +147,9 @@ func (c *Consumer) Run(ctx context.Context, handle func(*Delivery)) error {
 			case <-commitCtx.Done():
 				return
 			case <-t.C:
-				c.commit(commitCtx)
+				if err := c.commit(commitCtx); err != nil {
+					log.Warn("commit failed; will retry", "err", err)
+				}
 			}
 		}
 	}()
@@ -187,20 +198,55 @@ func (c *Consumer) Run(ctx context.Context, handle func(*Delivery)) error {
 	}
 	stopCommits()
 	<-committerDone
-	finalCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	c.commit(finalCtx)
-	cancel()
+	cerr := c.finalCommit(log)
 	if err := c.r.Close(); err != nil && runErr == nil {
 		log.Debug("close reader", "err", err)
+	}
+	if runErr == nil && cerr != nil {
+		runErr = fmt.Errorf("topics: final commit of %s for group %s: %w", c.topic, c.cc.Group, cerr)
 	}
 	return runErr
 }
 
-// commit commits the finished prefix of every partition that advanced.
-func (c *Consumer) commit(ctx context.Context) {
+// finalCommit commits the finished prefix of every partition, retrying with exponential backoff until it
+// succeeds or FinalCommitTimeout has passed; it returns the last error then.
+func (c *Consumer) finalCommit(log *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(context.Background(), c.cc.FinalCommitTimeout)
+	defer cancel()
+	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
+		backoff.WithMaxInterval(2*time.Second), backoff.WithMaxElapsedTime(0))
+	attempt := 0
+	var last error // the last failure, preferring the broker's answer to a timeout
+	err := backoff.Retry(func() error {
+		attempt++
+		// Each attempt leaves time for another (kafka-go waits for a group generation and retries inside).
+		actx, acancel := context.WithTimeout(ctx, max(c.cc.FinalCommitTimeout/3, time.Second))
+		defer acancel()
+		err := c.commit(actx)
+		if err != nil {
+			log.Warn("final commit failed; retrying", "attempt", attempt, "err", err)
+			if last == nil || !errors.Is(err, context.DeadlineExceeded) {
+				last = err
+			}
+		}
+		return err
+	}, backoff.WithContext(b, ctx))
+	if err == nil {
+		return nil
+	}
+	if last == nil {
+		last = err
+	}
+	log.Error("final commit failed for good; finished records will be redelivered", "attempts", attempt, "err", last)
+	return last
+}
+
+// commit commits the finished prefix of every partition that advanced. A failure is counted and returned,
+// and the offsets stay due for the next commit.
+func (c *Consumer) commit(ctx context.Context) error {
 	adv := c.marks.Advance()
 	if len(adv) == 0 {
-		return
+		return nil
 	}
 	msgs := make([]kafka.Message, 0, len(adv))
 	for part, off := range adv {
@@ -211,12 +257,12 @@ func (c *Consumer) commit(ctx context.Context) {
 			c.marks.Retreat(part, off)
 		}
 		commitErrors.WithLabelValues(c.topic, c.cc.Group).Inc()
-		c.cfg.logger().Warn("commit failed; will retry", "topic", c.topic, "group", c.cc.Group, "err", err)
-		return
+		return err
 	}
 	for part, off := range adv {
 		committedOffset.WithLabelValues(c.topic, c.cc.Group, strconv.Itoa(part)).Set(float64(off + 1))
 	}
+	return nil
 }
 
 // Lag returns the reader's current lag estimate (messages behind the end of the partitions it reads).

@@ -51,5 +51,9 @@ func StartEmbedded(ec EmbeddedConfig) (*Embedded, error) {
 // Brokers returns the bootstrap addresses of the embedded broker.
 func (e *Embedded) Brokers() []string { return e.c.ListenAddrs() }
 
+// Cluster returns the kfake cluster behind the broker, for tests that inject faults with its Control
+// functions (a refused commit, a produce request held back).
+func (e *Embedded) Cluster() *kfake.Cluster { return e.c }
+
 // Close stops the broker; everything it held is gone.
 func (e *Embedded) Close() { e.c.Close() }

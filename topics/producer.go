@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -25,14 +29,44 @@ type ProducerConfig struct {
 // callback that runs once the record is acknowledged by all in-sync replicas (RequiredAcks=RequireAll),
 // or with the error that made it fail. That callback is where a stage marks its input Delivery Done,
 // so "committed" always means "durable downstream".
+//
+// A record the broker refuses as too large (MESSAGE_TOO_LARGE: the topic's max.message.bytes is below
+// Config.MaxMessageBytes) fails like one over the client-side limit: its error wraps ErrRecordTooLarge
+// (see IsRecordTooLarge), names its size and, when the broker reports it, the topic's limit, and a later
+// Send of the same record fails at once. The records of a batch the broker refused are first written
+// again one at a time, so only a record refused on its own fails; a refused dead letter (Rejection) is
+// written again with less of its payload.
 type Producer struct {
-	topic string
+	cfg   Config
+	name  string // logical topic
+	topic string // physical topic
 	w     *kafka.Writer
+	solo  *kafka.Writer  // synchronous, one record per batch: re-sends of refused records
+	sends sync.WaitGroup // re-sends in flight; Close waits for them
+	limit atomic.Int64   // largest key+value+overhead a record may have: BatchBytes, or the topic's limit once known
+
+	lookup    sync.Mutex // guards looked and topicMax
+	looked    bool
+	topicMax  int // the topic's max.message.bytes (0: unknown)
+	split     atomic.Bool
+	refusedMu sync.Mutex
+	refused   map[uint64]struct{} // fingerprints of records the broker refused on their own
 }
+
+// pending travels with every message as its WriterData.
+type pending struct {
+	done   func(error)
+	alone  bool // written on its own, so a size refusal is this record's
+	shrunk int  // times a refused dead letter was re-encoded with less payload
+}
+
+// maxRefused bounds the fingerprints a Producer remembers.
+const maxRefused = 4096
 
 // NewProducer returns a Producer for the logical topic. The writer keys records by id (hash balancer), so every version of
 // one conversation lands on one partition.
 func (c Config) NewProducer(topic string, pc ProducerConfig) *Producer {
+	name := topic
 	topic = c.Topic(topic)
 	if pc.BatchTimeout <= 0 {
 		pc.BatchTimeout = 5 * time.Millisecond
@@ -40,6 +74,9 @@ func (c Config) NewProducer(topic string, pc ProducerConfig) *Producer {
 	if pc.BatchSize <= 0 {
 		pc.BatchSize = 1000
 	}
+	transport := &kafka.Transport{ClientID: c.clientID(), DialTimeout: 10 * time.Second}
+	// Each failed attempt is retried (MaxAttempts); a record that fails for good reaches its done callback.
+	errorLogger := kafka.LoggerFunc(func(msg string, args ...any) { c.logger().Debug(fmt.Sprintf(msg, args...), "topic", topic) })
 	w := &kafka.Writer{
 		Addr:         kafka.TCP(c.Brokers...),
 		Topic:        topic,
@@ -50,27 +87,37 @@ func (c Config) NewProducer(topic string, pc ProducerConfig) *Producer {
 		RequiredAcks: kafka.RequireAll,
 		MaxAttempts:  10,
 		Async:        true,
-		Transport:    &kafka.Transport{ClientID: c.clientID(), DialTimeout: 10 * time.Second},
-		// Each failed attempt is retried (MaxAttempts); a record that fails for good reaches its done callback.
-		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) { c.logger().Debug(fmt.Sprintf(msg, args...), "topic", topic) }),
+		Transport:    transport,
+		ErrorLogger:  errorLogger,
+	}
+	solo := &kafka.Writer{
+		Addr:         w.Addr,
+		Topic:        topic,
+		Balancer:     &kafka.Hash{},
+		BatchTimeout: time.Millisecond,
+		BatchSize:    1,
+		BatchBytes:   w.BatchBytes,
+		RequiredAcks: kafka.RequireAll,
+		MaxAttempts:  10,
+		Transport:    transport,
+		ErrorLogger:  errorLogger,
 	}
 	if !pc.NoCompression {
 		w.Compression = compress.Zstd
+		solo.Compression = compress.Zstd
 	}
+	p := &Producer{cfg: c, name: name, topic: topic, w: w, solo: solo}
+	p.limit.Store(w.BatchBytes)
 	w.Completion = func(msgs []kafka.Message, err error) {
 		for _, m := range msgs {
-			if done, ok := m.WriterData.(func(error)); ok && done != nil {
-				done(err)
+			pd, _ := m.WriterData.(*pending)
+			if pd == nil {
+				pd = &pending{}
 			}
-			if err == nil {
-				producedRecords.WithLabelValues(topic).Inc()
-				producedBytes.WithLabelValues(topic).Add(float64(len(m.Value)))
-			} else {
-				produceErrors.WithLabelValues(topic).Inc()
-			}
+			p.finish(m.Key, m.Value, pd, err, len(msgs) == 1)
 		}
 	}
-	return &Producer{topic: topic, w: w}
+	return p
 }
 
 // Topic returns the physical topic this producer writes to.
@@ -80,50 +127,230 @@ func (p *Producer) Topic() string { return p.topic }
 // nil, runs exactly once: with nil after the broker acknowledged the record, or with the error. An encoding
 // error is returned directly and done is not called.
 func (p *Producer) Send(ctx context.Context, key string, rec any, done func(error)) error {
-	value, err := Marshal(rec)
+	var value []byte
+	var err error
+	if r, ok := rec.(*Rejection); ok {
+		value, err = p.fitRejection(key, r)
+	} else {
+		value, err = Marshal(rec)
+	}
 	if err != nil {
 		return err
-	}
-	if r, ok := rec.(*Rejection); ok && p.tooLarge(key, value) {
-		// A dead letter must always fit: keep as much of the offending payload as the limit allows.
-		c := *r
-		c.Payload = nil
-		if value, err = Marshal(&c); err != nil {
-			return err
-		}
-		room := (int(p.w.BatchBytes)-len(value)-len(key)-128)*3/4 - 16 // the payload travels as base64 in JSON
-		if room > 0 {
-			c.Payload = r.Payload[:min(room, len(r.Payload))]
-			if value, err = Marshal(&c); err != nil {
-				return err
-			}
-		}
 	}
 	return p.SendRaw(ctx, key, value, done)
 }
 
+// fitRejection encodes a dead letter, which must always fit: it keeps as much of the offending payload as the
+// current limit allows.
+func (p *Producer) fitRejection(key string, r *Rejection) ([]byte, error) {
+	value, err := Marshal(r)
+	if err != nil || !p.tooLarge(key, value) {
+		return value, err
+	}
+	c := *r
+	c.Payload = nil
+	if value, err = Marshal(&c); err != nil {
+		return nil, err
+	}
+	room := (int(p.limit.Load())-len(value)-len(key)-128)*3/4 - 16 // the payload travels as base64 in JSON
+	if room > 0 {
+		c.Payload = r.Payload[:min(room, len(r.Payload))]
+		value, err = Marshal(&c)
+	}
+	return value, err
+}
+
 func (p *Producer) tooLarge(key string, value []byte) bool {
-	return int64(len(value)+len(key)+64) > p.w.BatchBytes
+	return int64(len(value)+len(key)+64) > p.limit.Load()
 }
 
 // ErrRecordTooLarge is wrapped by the error of a Send whose record exceeds the message limit
-// (Config.MaxMessageBytes). It is permanent for that record: dead-letter it rather than retry.
+// (Config.MaxMessageBytes, or the topic's max.message.bytes once the broker refused a record over it), and by
+// the done error of a record the broker refused as too large. It is permanent for that record: dead-letter it
+// rather than retry. IsRecordTooLarge also recognizes kafka-go's own errors for it.
 var ErrRecordTooLarge = errors.New("record over the message size limit")
+
+// IsRecordTooLarge reports whether err says a record is over a message size limit: ErrRecordTooLarge (the
+// client-side check, or a broker refusal as a Producer reports it) or the broker's MESSAGE_TOO_LARGE as
+// kafka-go returns it (kafka.MessageSizeTooLarge, also inside kafka.WriteErrors). Such a record fails every
+// retry: dead-letter it.
+func IsRecordTooLarge(err error) bool {
+	if err == nil {
+		return false
+	}
+	return errors.Is(err, ErrRecordTooLarge) || brokerTooLarge(err)
+}
+
+// brokerTooLarge reports whether err is the broker's MESSAGE_TOO_LARGE, possibly inside kafka.WriteErrors.
+func brokerTooLarge(err error) bool {
+	if errors.Is(err, kafka.MessageSizeTooLarge) {
+		return true
+	}
+	var werrs kafka.WriteErrors
+	if errors.As(err, &werrs) {
+		for _, e := range werrs {
+			if e != nil && errors.Is(e, kafka.MessageSizeTooLarge) {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 // SendRaw writes an already encoded value; see Send.
 func (p *Producer) SendRaw(ctx context.Context, key string, value []byte, done func(error)) error {
 	if p.tooLarge(key, value) {
+		if limit := p.limit.Load(); limit < p.w.BatchBytes {
+			return fmt.Errorf("topics: record %q is %d bytes, over the %d-byte max.message.bytes of %s (raise the topic's max.message.bytes): %w",
+				key, len(value), limit, p.topic, ErrRecordTooLarge)
+		}
 		return fmt.Errorf("topics: record %q is %d bytes, over the %d-byte limit of %s (raise --max-message-bytes): %w",
 			key, len(value), p.w.BatchBytes, p.topic, ErrRecordTooLarge)
 	}
-	msg := kafka.Message{Key: []byte(key), Value: value}
-	if done != nil {
-		msg.WriterData = done
+	if p.wasRefused([]byte(key), value) {
+		return fmt.Errorf("topics: record %q is %d bytes; the broker already refused it as over the message size limit of %s: %w",
+			key, len(value), p.topic, ErrRecordTooLarge)
 	}
+	msg := kafka.Message{Key: []byte(key), Value: value, WriterData: &pending{done: done}}
 	if err := p.w.WriteMessages(ctx, msg); err != nil {
 		return fmt.Errorf("topics: write to %s: %w", p.topic, err)
 	}
 	return nil
+}
+
+// finish settles one record the broker answered: it calls the record's done callback, unless the broker
+// refused it as too large and it is written again (on its own when it was refused within a batch, or with
+// less payload when it is a dead letter).
+func (p *Producer) finish(key, value []byte, pd *pending, err error, alone bool) {
+	if err != nil && brokerTooLarge(err) {
+		if !alone && !pd.alone {
+			if !p.split.Swap(true) {
+				p.cfg.logger().Warn("the broker refused a batch as too large; writing its records one at a time",
+					"topic", p.topic, "batch_bytes", p.w.BatchBytes, "err", err)
+			}
+			p.resend(key, value, &pending{done: pd.done, alone: true})
+			return
+		}
+		err = p.refusedAlone(key, value, err)
+		if smaller, ok := p.smallerDeadLetter(key, value, pd.shrunk); ok {
+			p.cfg.logger().Warn("dead letter refused as too large; writing it with less payload", "topic", p.topic,
+				"key", string(key), "bytes", len(value), "now", len(smaller))
+			p.resend(key, smaller, &pending{done: pd.done, alone: true, shrunk: pd.shrunk + 1})
+			return
+		}
+	}
+	if err == nil {
+		producedRecords.WithLabelValues(p.topic).Inc()
+		producedBytes.WithLabelValues(p.topic).Add(float64(len(value)))
+	} else {
+		produceErrors.WithLabelValues(p.topic).Inc()
+	}
+	if pd.done != nil {
+		pd.done(err)
+	}
+}
+
+// resend writes one record again, on its own, in the background; Close waits for it.
+func (p *Producer) resend(key, value []byte, pd *pending) {
+	p.sends.Add(1)
+	go func() {
+		defer p.sends.Done()
+		err := p.solo.WriteMessages(context.Background(), kafka.Message{Key: key, Value: value})
+		var werrs kafka.WriteErrors
+		if errors.As(err, &werrs) && len(werrs) == 1 {
+			err = werrs[0]
+		}
+		p.finish(key, value, pd, err, true)
+	}()
+}
+
+// refusedAlone records that the broker refused this record on its own and returns the error its done callback
+// gets: it wraps ErrRecordTooLarge and err, and names the record's size and, when known, the topic's limit.
+func (p *Producer) refusedAlone(key, value []byte, err error) error {
+	p.remember(key, value)
+	limit := ""
+	if n := p.topicLimit(); n > 0 {
+		limit = fmt.Sprintf(" %d-byte", n)
+	}
+	return fmt.Errorf("topics: record %q is %d bytes; the broker refused it as over the%s max.message.bytes of %s: %w (%w)",
+		key, len(value), limit, p.topic, ErrRecordTooLarge, err)
+}
+
+// topicLimit looks up the topic's max.message.bytes once, lowers the producer's limit to it, and returns it
+// (0 when the broker did not say).
+func (p *Producer) topicLimit() int {
+	p.lookup.Lock()
+	defer p.lookup.Unlock()
+	if p.looked {
+		return p.topicMax
+	}
+	p.looked = true
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	v, err := p.cfg.TopicConfigValue(ctx, p.name, "max.message.bytes")
+	cancel()
+	n, cerr := strconv.Atoi(v)
+	if err != nil || cerr != nil || n <= 0 {
+		p.cfg.logger().Debug("max.message.bytes of the topic unknown", "topic", p.topic, "value", v, "err", err)
+		return 0
+	}
+	p.topicMax = n
+	if int64(n) < p.limit.Load() {
+		p.limit.Store(int64(n))
+		p.cfg.logger().Warn("topic accepts smaller records than this writer sends; larger records are dead-lettered",
+			"topic", p.topic, "max_message_bytes", n, "writer_max_bytes", p.w.BatchBytes)
+	}
+	return n
+}
+
+// smallerDeadLetter re-encodes a refused dead letter with less payload: first what the topic's limit leaves
+// room for, then none. It reports false when value is no dead letter or cannot shrink.
+func (p *Producer) smallerDeadLetter(key, value []byte, shrunk int) ([]byte, bool) {
+	if kind, err := PeekKind(value); err != nil || kind != KindRejection || shrunk >= 2 {
+		return nil, false
+	}
+	var r Rejection
+	if Unmarshal(value, &r) != nil || len(r.Payload) == 0 {
+		return nil, false
+	}
+	var smaller []byte
+	if shrunk == 0 && p.tooLarge(string(key), value) {
+		smaller, _ = p.fitRejection(string(key), &r)
+	}
+	if len(smaller) == 0 || len(smaller) >= len(value) {
+		r.Payload = nil
+		var err error
+		if smaller, err = Marshal(&r); err != nil {
+			return nil, false
+		}
+	}
+	return smaller, len(smaller) < len(value)
+}
+
+func fingerprint(key, value []byte) uint64 {
+	h := fnv.New64a()
+	h.Write(key)
+	h.Write([]byte{0})
+	h.Write(value)
+	return h.Sum64()
+}
+
+func (p *Producer) remember(key, value []byte) {
+	p.refusedMu.Lock()
+	defer p.refusedMu.Unlock()
+	if p.refused == nil || len(p.refused) >= maxRefused {
+		p.refused = map[uint64]struct{}{}
+	}
+	p.refused[fingerprint(key, value)] = struct{}{}
+}
+
+func (p *Producer) wasRefused(key, value []byte) bool {
+	p.refusedMu.Lock()
+	defer p.refusedMu.Unlock()
+	if len(p.refused) == 0 {
+		return false
+	}
+	_, ok := p.refused[fingerprint(key, value)]
+	return ok
 }
 
 // SendSync writes rec and waits for the broker's acknowledgement.
@@ -140,9 +367,14 @@ func (p *Producer) SendSync(ctx context.Context, key string, rec any) error {
 	}
 }
 
-// Close flushes pending records (their done callbacks run) and closes the writer.
+// Close flushes pending records (their done callbacks run, re-sends of refused records included) and closes
+// the writer.
 func (p *Producer) Close() error {
 	err := p.w.Close()
+	p.sends.Wait()
+	if serr := p.solo.Close(); err == nil {
+		err = serr
+	}
 	if errors.Is(err, context.Canceled) {
 		return nil
 	}

@@ -180,6 +180,15 @@ func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
 	}
 	tctx, tcancel := context.WithTimeout(ctx, 2*time.Minute)
 	err := kc.EnsureTopics(tctx, topics.All...)
+	// The dead-letter reader belongs to this run alone and starts where `rejected` ends now: the rejections
+	// earlier runs left there are not this run's.
+	rejectedGroup := fmt.Sprintf("draftflow-run-%x", rand.Uint64())
+	if err == nil {
+		var ends map[int]int64
+		if ends, err = kc.EndOffsets(tctx, topics.TopicRejected); err == nil {
+			err = kc.StartGroupAt(tctx, rejectedGroup, topics.TopicRejected, ends)
+		}
+	}
 	tcancel()
 	if err != nil {
 		return nil, err
@@ -273,7 +282,7 @@ func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
 	startStage("sink", func(ctx context.Context) error { return sink.Run(ctx, sk) })
 	// Dead letters from the stages after ingest, read by a group of this run alone.
 	startStage("rejected", func(ctx context.Context) error {
-		c := kc.NewConsumer(topics.TopicRejected, topics.ConsumerConfig{Group: fmt.Sprintf("draftflow-run-%x", rand.Uint64())})
+		c := kc.NewConsumer(topics.TopicRejected, topics.ConsumerConfig{Group: rejectedGroup})
 		return c.Run(ctx, func(d *topics.Delivery) {
 			var r topics.Rejection
 			if topics.Unmarshal(d.Message.Value, &r) == nil && r.Stage != "ingest" && r.ID != "" {

@@ -253,8 +253,23 @@ func (r *runner) handle(p topics.Prompt, perr error, src topics.Source, raw []by
 	r.ids = append(r.ids, p.ID)
 	r.sent++
 	r.mu.Unlock()
-	dataset := p.Dataset
+	id, dataset := p.ID, p.Dataset
 	return r.send(r.prompts, p.ID, value, func(err error) {
+		if topics.IsRecordTooLarge(err) {
+			// The broker refused the record (the topic's max.message.bytes is below ours): dead-letter the
+			// line as if it had failed the check above, and go on. The line itself is no longer at hand; its
+			// source says where it is.
+			r.mu.Lock()
+			r.ids[seq] = ""
+			r.sent--
+			r.mu.Unlock()
+			if err := r.rejectWith(r.sendUnbounded, id, dataset, src, lineErr(ReasonTooLarge, "prompt record refused: %v", err), nil); err != nil {
+				r.mu.Lock()
+				r.fail(err)
+				r.mu.Unlock()
+			}
+			return
+		}
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		if err != nil {
@@ -269,6 +284,12 @@ func (r *runner) handle(p topics.Prompt, perr error, src topics.Source, raw []by
 
 // reject sends a Rejection for one line.
 func (r *runner) reject(id, dataset string, src topics.Source, perr error, raw []byte) error {
+	return r.rejectWith(r.send, id, dataset, src, perr, raw)
+}
+
+// rejectWith is reject writing through send (r.send, or r.sendUnbounded from a done callback).
+func (r *runner) rejectWith(send func(*topics.Producer, string, []byte, func(error)) error,
+	id, dataset string, src topics.Source, perr error, raw []byte) error {
 	reason := ReasonOf(perr)
 	if reason == "" {
 		reason = ReasonBadField
@@ -306,7 +327,7 @@ func (r *runner) reject(id, dataset string, src topics.Source, perr error, raw [
 	if err != nil {
 		return fmt.Errorf("ingest: encode rejection of %s line %d: %w", src.File, src.Line, err)
 	}
-	return r.send(r.rejected, key, value, func(err error) {
+	return send(r.rejected, key, value, func(err error) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		if err != nil {
@@ -334,6 +355,20 @@ func (r *runner) send(p *topics.Producer, key string, value []byte, done func(er
 		return err
 	}
 	return nil
+}
+
+// sendUnbounded is send without taking an in-flight slot, for a done callback: waiting there for a slot could
+// wait on the very callbacks the writer runs after it.
+func (r *runner) sendUnbounded(p *topics.Producer, key string, value []byte, done func(error)) error {
+	r.acks.Add(1)
+	err := p.SendRaw(context.Background(), key, value, func(err error) {
+		done(err)
+		r.acks.Done()
+	})
+	if err != nil {
+		r.acks.Done()
+	}
+	return err
 }
 
 // fail records a failed acknowledgement; r.mu is held.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sort"
@@ -247,4 +248,44 @@ func counterValue(c prometheus.Counter) float64 {
 		panic(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// A prompt the broker refuses (the existing prompts topic accepts less than ingest's writers send) is
+// dead-lettered as record_too_large with the sizes, and the run goes on and succeeds.
+func TestRunRejectsPromptRefusedByBroker(t *testing.T) {
+	kc := startKafka(t)
+	small := kc
+	small.MaxMessageBytes = 16 << 10
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := small.EnsureTopics(ctx, topics.TopicPrompts); err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	text := make([]byte, 40000) // random letters: zstd leaves well over 16 KiB
+	for i := range text {
+		text[i] = "abcdefghijklmnopqrstuvwxyz0123456789"[r.IntN(36)]
+	}
+	input := filepath.Join(t.TempDir(), "big.jsonl")
+	lines := fmt.Sprintf(`{"id": "huge", "messages": [{"role": "user", "content": %q}]}`+"\n"+
+		`{"id": "small", "messages": [{"role": "user", "content": "hi"}]}`+"\n", text)
+	if err := os.WriteFile(input, []byte(lines), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(ctx, Config{Kafka: kc, Inputs: []string{input}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if res.Prompts != 1 || fmt.Sprint(res.IDs) != "[small]" || res.Rejected != 1 || res.Reasons[ReasonTooLarge] != 1 {
+		t.Fatalf("result %d prompts %v, %d rejected %v; want small written and huge rejected", res.Prompts, res.IDs, res.Rejected, res.Reasons)
+	}
+	rejected := consume[topics.Rejection](t, kc, topics.TopicRejected)
+	if len(rejected) != 1 {
+		t.Fatalf("%d rejections", len(rejected))
+	}
+	rej := rejected[0]
+	if rej.ID != "huge" || rej.Stage != Stage || rej.Source.File != input || rej.Source.Line != 1 ||
+		!strings.Contains(rej.Reason, " bytes; the broker refused it") || !strings.Contains(rej.Reason, "16384-byte max.message.bytes") {
+		t.Errorf("rejection %+v", rej)
+	}
 }

@@ -8,7 +8,6 @@ package tokenize
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -159,7 +158,16 @@ func Run(ctx context.Context, cfg Config) error {
 				rec := &topics.Tokenized{ID: p.ID, Dataset: p.Dataset, Turn: p.Turn, Sampling: p.Sampling, Source: p.Source,
 					Model: name, TokenizerHash: m.Hash, InputIDs: ids}
 				n := len(ids)
+				// A record over the message limit, found here or refused by the broker, is dead-lettered:
+				// retrying it would fail forever.
+				tooLarge := func(err error) {
+					reject(d, &p, fmt.Sprintf("prompt %s%s: %v", p.ID, origin(&p), err), "too_large")
+				}
 				if err := out.Send(runCtx, string(d.Message.Key), rec, func(err error) {
+					if topics.IsRecordTooLarge(err) {
+						tooLarge(err)
+						return
+					}
 					if err != nil {
 						d.Abandon()
 						fatal(fmt.Errorf("tokenize: produce %s: %w", p.ID, err))
@@ -168,8 +176,8 @@ func Run(ctx context.Context, cfg Config) error {
 					tokenizedPrompts.Inc()
 					tokenizedTokens.Add(float64(n))
 					d.Done()
-				}); errors.Is(err, topics.ErrRecordTooLarge) {
-					reject(d, &p, fmt.Sprintf("prompt %s%s: %v", p.ID, origin(&p), err), "too_large")
+				}); topics.IsRecordTooLarge(err) {
+					tooLarge(err)
 				} else if err != nil {
 					d.Abandon()
 					fatal(err)

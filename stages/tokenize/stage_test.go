@@ -3,6 +3,7 @@ package tokenize
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
@@ -194,6 +195,75 @@ func TestStageRejectsOversizedRecord(t *testing.T) {
 	joined := strings.Join(seen, "\n")
 	if !strings.Contains(joined, "tokenized small") || !strings.Contains(joined, "rejected huge") ||
 		!strings.Contains(joined, "over the 8192-byte limit") {
+		t.Fatalf("got:\n%s", joined)
+	}
+}
+
+// A prompt whose record the broker refuses (the existing tokenized topic accepts less than the stage's writers
+// send) is dead-lettered like one over the client-side limit, and the stage goes on.
+func TestStageRejectsRecordRefusedByBroker(t *testing.T) {
+	base := topictest.Config(t, 1)
+	kc := base
+	kc.Namespace += "-small"
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := kc.EnsureTopics(ctx, topics.TopicPrompts); err != nil {
+		t.Fatal(err)
+	}
+	kc.MaxMessageBytes = 16 << 10 // the other topics are created with max.message.bytes 16 KiB ...
+	if err := kc.EnsureTopics(ctx, topics.All...); err != nil {
+		t.Fatal(err)
+	}
+	kc.MaxMessageBytes = 0 // ... and written by a stage whose writers send up to 8 MiB
+	m := bundledModel(t)
+	in := kc.NewProducer(topics.TopicPrompts, topics.ProducerConfig{})
+	// Random letters: thousands of tokens whose ids zstd cannot squeeze under 16 KiB.
+	r := rand.New(rand.NewPCG(1, 2))
+	text := make([]byte, 40000)
+	for i := range text {
+		text[i] = "abcdefghijklmnopqrstuvwxyz     "[r.IntN(31)]
+	}
+	for _, p := range []*topics.Prompt{
+		{ID: "huge", Messages: []topics.Message{{Role: "user", Content: string(text)}}},
+		{ID: "small", Messages: []topics.Message{{Role: "user", Content: "hi"}}},
+	} {
+		if err := in.SendSync(ctx, p.ID, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	in.Close()
+	stageCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	stageErr := make(chan error, 1)
+	go func() { stageErr <- Run(stageCtx, Config{Kafka: kc, Model: m}) }()
+	got := make(chan string, 4)
+	for _, topic := range []string{topics.TopicTokenized, topics.TopicRejected} {
+		c := kc.NewConsumer(topic, topics.ConsumerConfig{Group: "r-" + topic})
+		go c.Run(stageCtx, func(d *topics.Delivery) {
+			var r topics.Rejection
+			var tk topics.Tokenized
+			if topics.Unmarshal(d.Message.Value, &r) == nil {
+				got <- "rejected " + r.ID + ": " + r.Reason
+			} else if topics.Unmarshal(d.Message.Value, &tk) == nil {
+				got <- "tokenized " + tk.ID
+			}
+			d.Done()
+		})
+	}
+	var seen []string
+	for len(seen) < 2 {
+		select {
+		case s := <-got:
+			seen = append(seen, s)
+		case err := <-stageErr:
+			t.Fatalf("stage stopped: %v; saw %v", err, seen)
+		case <-ctx.Done():
+			t.Fatalf("timed out; saw %v", seen)
+		}
+	}
+	joined := strings.Join(seen, "\n")
+	if !strings.Contains(joined, "tokenized small") || !strings.Contains(joined, "rejected huge") ||
+		!strings.Contains(joined, "16384-byte max.message.bytes") {
 		t.Fatalf("got:\n%s", joined)
 	}
 }

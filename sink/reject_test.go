@@ -1,0 +1,147 @@
+package sink
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/draftflow/draftflow/topics"
+)
+
+// A dead letter the broker is slow to acknowledge holds back only its own partition: the other partitions
+// keep flushing meanwhile, nothing after the rejected offset is absorbed or committed before the
+// acknowledgement, and once it arrives everything completes.
+func TestSlowDeadLetterDoesNotStallSink(t *testing.T) {
+	e, err := topics.StartEmbedded(topics.EmbeddedConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	kc := topics.Config{Brokers: e.Brokers(), Partitions: 2, Namespace: "slow-dead-letter", Logger: quietLogger()}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := kc.EnsureTopics(ctx, topics.All...); err != nil {
+		t.Fatal(err)
+	}
+
+	// Hold every produce request to the rejected topic until release is closed.
+	rejectedTopic := kc.Topic(topics.TopicRejected)
+	held := make(chan struct{}, 1)
+	release := make(chan struct{})
+	var released atomic.Bool
+	defer func() {
+		if !released.Swap(true) {
+			close(release)
+		}
+	}()
+	c := e.Cluster()
+	c.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		for _, rt := range kreq.(*kmsg.ProduceRequest).Topics {
+			if rt.Topic == rejectedTopic && !released.Load() {
+				select {
+				case held <- struct{}{}:
+				default:
+				}
+				c.SleepControl(func() { <-release })
+			}
+		}
+		return nil, nil, false
+	})
+
+	const junkKey = "junk"
+	partOf := func(key string) int { return (&kafka.Hash{}).Balance(kafka.Message{Key: []byte(key)}, 0, 1) }
+	junkPart := partOf(junkKey)
+	produce(t, kc, []string{junkKey}, [][]byte{[]byte("not a record")})
+	cfg := Config{Kafka: kc, Dir: t.TempDir(), Group: "slow-dl", IdleFlush: 200 * time.Millisecond}
+	sr := startSink(t, cfg)
+	select {
+	case <-held:
+	case <-ctx.Done():
+		t.Fatal("the sink never sent the dead letter")
+	}
+
+	// While the dead letter is held: the other partition's rows become durable, the junk partition's wait.
+	gens := mkGens(0, 40, 0.5)
+	produceGens(t, kc, gens)
+	var other, behind []string
+	for _, g := range gens {
+		if partOf(g.ID) == junkPart {
+			behind = append(behind, g.ID)
+		} else {
+			other = append(other, g.ID)
+		}
+	}
+	if len(other) == 0 || len(behind) == 0 {
+		t.Fatalf("generations split %d/%d over the partitions; need both", len(other), len(behind))
+	}
+	deadline := time.After(8 * time.Second) // below kafka-go's 10 s write timeout, so the held request is still the first
+	for done := false; !done; {
+		sr.mu.Lock()
+		done = true
+		for _, id := range other {
+			done = done && sr.durable[id] > 0
+		}
+		for _, id := range behind {
+			if sr.durable[id] > 0 {
+				t.Errorf("%s, behind the unacknowledged dead letter, is durable already", id)
+			}
+		}
+		sr.mu.Unlock()
+		if done {
+			break
+		}
+		select {
+		case <-sr.change:
+		case <-time.After(50 * time.Millisecond):
+		case <-deadline:
+			t.Fatal("no row became durable while a dead letter waited for its acknowledgement: the sink is stalled")
+		}
+	}
+	client := &kafka.Client{Addr: kafka.TCP(kc.Brokers...), Timeout: 10 * time.Second}
+	generated := kc.Topic(topics.TopicGenerated)
+	resp, err := client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: kc.Topic(cfg.Group),
+		Topics: map[string][]int{generated: {junkPart}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if off := resp.Topics[generated][0].CommittedOffset; off > 0 {
+		t.Errorf("partition %d committed up to %d before its dead letter was acknowledged", junkPart, off)
+	}
+
+	released.Store(true)
+	close(release)
+	sr.waitFor(t, "every row durable after the acknowledgement", allDurableIDs(append(other, behind...)))
+	stopped := time.Now()
+	if err := sr.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(stopped); el > 10*time.Second {
+		t.Errorf("sink took %v to stop", el)
+	}
+	for _, rs := range readRows(t, cfg.Dir) {
+		checkRowsExact(t, rs, gens)
+	}
+	ends, err := kc.EndOffsets(ctx, topics.TopicRejected)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := ends[0] + ends[1]; n < 1 {
+		t.Errorf("%d dead letters on %s, want the junk record's", n, rejectedTopic)
+	}
+}
+
+func allDurableIDs(ids []string) func(durable, dups map[string]int) bool {
+	return func(durable, _ map[string]int) bool {
+		for _, id := range ids {
+			if durable[id] == 0 {
+				return false
+			}
+		}
+		return true
+	}
+}

@@ -1,0 +1,205 @@
+package topics_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/draftflow/draftflow/topics"
+)
+
+// syncBuffer is a bytes.Buffer safe for a slog handler and a test reading it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// smallTopics starts an embedded broker whose topics (namespace "small") accept records of at most limit
+// bytes, and returns a Config for them that keeps the default (larger) writer limit, logging into logs.
+func smallTopics(t *testing.T, limit int, logs *syncBuffer) topics.Config {
+	t.Helper()
+	e, err := topics.StartEmbedded(topics.EmbeddedConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	small := topics.Config{Brokers: e.Brokers(), Partitions: 1, Namespace: "small", MaxMessageBytes: limit,
+		Logger: slog.New(slog.DiscardHandler)}
+	if err := small.EnsureTopics(ctx, topics.All...); err != nil {
+		t.Fatal(err)
+	}
+	cfg := small
+	cfg.MaxMessageBytes = 0
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	return cfg
+}
+
+func randomIDs(r *rand.Rand, n int) []uint32 {
+	ids := make([]uint32, n)
+	for i := range ids {
+		ids[i] = r.Uint32()
+	}
+	return ids
+}
+
+func TestIsRecordTooLarge(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{topics.ErrRecordTooLarge, true},
+		{fmt.Errorf("topics: record %q: %w", "x", topics.ErrRecordTooLarge), true},
+		{kafka.MessageSizeTooLarge, true},
+		{fmt.Errorf("%w: The message is too large.", kafka.MessageSizeTooLarge), true},
+		{kafka.WriteErrors{nil, kafka.MessageSizeTooLarge}, true},
+		{fmt.Errorf("topics: write: %w", kafka.WriteErrors{kafka.MessageSizeTooLarge}), true},
+		{kafka.MessageTooLargeError{}, true},
+		{kafka.WriteErrors{nil, kafka.RequestTimedOut}, false},
+		{kafka.LeaderNotAvailable, false},
+		{errors.New("message size too large"), false},
+	} {
+		if got := topics.IsRecordTooLarge(c.err); got != c.want {
+			t.Errorf("IsRecordTooLarge(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}
+
+// A record the broker refuses as over the topic's max.message.bytes fails permanently, like one over the
+// client-side limit: its done error is ErrRecordTooLarge naming size and limit; records that shared its batch
+// are still written; the same record is refused at once when sent again; and a dead letter over the limit is
+// written with less payload instead of failing.
+func TestBrokerRefusedRecordIsTooLarge(t *testing.T) {
+	const limit = 16 << 10
+	var logs syncBuffer
+	cfg := smallTopics(t, limit, &logs)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	r := rand.New(rand.NewPCG(1, 2))
+	p := cfg.NewProducer(topics.TopicTokenized, topics.ProducerConfig{BatchTimeout: 50 * time.Millisecond})
+	defer p.Close()
+
+	big := &topics.Tokenized{ID: "big", InputIDs: randomIDs(r, 10000)} // ~40 KB that zstd cannot shrink
+	type result struct {
+		id  string
+		err error
+	}
+	results := make(chan result, 64)
+	send := func(rec *topics.Tokenized) {
+		if err := p.Send(ctx, rec.ID, rec, func(err error) { results <- result{rec.ID, err} }); err != nil {
+			t.Fatalf("send %s: %v", rec.ID, err)
+		}
+	}
+	// Sent together, so that the big record shares a batch with small ones.
+	for i := 0; i < 20; i++ {
+		if i == 10 {
+			send(big)
+		}
+		send(&topics.Tokenized{ID: "small-" + strconv.Itoa(i), InputIDs: []uint32{uint32(i)}})
+	}
+	var bigErr error
+	for i := 0; i < 21; i++ {
+		select {
+		case res := <-results:
+			if res.id == "big" {
+				bigErr = res.err
+			} else if res.err != nil {
+				t.Errorf("%s: %v", res.id, res.err)
+			}
+		case <-ctx.Done():
+			t.Fatalf("only %d of 21 records answered", i)
+		}
+	}
+	if !errors.Is(bigErr, topics.ErrRecordTooLarge) || !topics.IsRecordTooLarge(bigErr) {
+		t.Fatalf("big record: error %v, want one wrapping ErrRecordTooLarge", bigErr)
+	}
+	if msg := bigErr.Error(); !strings.Contains(msg, "refused") || !strings.Contains(msg, strconv.Itoa(limit)) ||
+		!strings.Contains(msg, `"big"`) {
+		t.Errorf("reason %q does not name the record, the refusal and the %d-byte limit", msg, limit)
+	}
+	if err := p.Send(ctx, big.ID, big, func(err error) { t.Errorf("re-sent big record answered %v", err) }); !errors.Is(err, topics.ErrRecordTooLarge) {
+		t.Errorf("re-sent big record: Send returned %v, want ErrRecordTooLarge at once", err)
+	}
+	if !strings.Contains(logs.String(), "max_message_bytes="+strconv.Itoa(limit)) {
+		t.Errorf("no warning naming the topic's limit in the logs:\n%s", logs.String())
+	}
+
+	// A dead letter whose payload is over the limit is written, with less payload.
+	dead := cfg.NewProducer(topics.TopicRejected, topics.ProducerConfig{})
+	defer dead.Close()
+	payload := []byte(fmt.Sprintf("%x", randomIDs(r, 8000))) // ~60 KB of hex
+	rej := &topics.Rejection{ID: "big", Stage: "test", Reason: "too large", Payload: payload}
+	if err := dead.SendSync(ctx, rej.ID, rej); err != nil {
+		t.Fatalf("dead letter over the topic's limit: %v", err)
+	}
+	c := cfg.NewConsumer(topics.TopicRejected, topics.ConsumerConfig{Group: "check"})
+	rctx, rcancel := context.WithCancel(ctx)
+	var got topics.Rejection
+	if err := c.Run(rctx, func(d *topics.Delivery) {
+		if err := topics.Unmarshal(d.Message.Value, &got); err != nil {
+			t.Error(err)
+		}
+		d.Done()
+		rcancel()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	rcancel()
+	if got.ID != "big" || got.Reason != "too large" || len(got.Payload) >= len(payload) || !bytes.HasPrefix(payload, got.Payload) {
+		t.Errorf("dead letter read back: id %q reason %q payload %d of %d bytes", got.ID, got.Reason, len(got.Payload), len(payload))
+	}
+}
+
+// EnsureTopics reuses a topic whose max.message.bytes is below the configured limit, and warns about it.
+func TestEnsureTopicsWarnsAboutSmallExistingTopic(t *testing.T) {
+	var logs syncBuffer
+	cfg := smallTopics(t, 64<<10, &logs)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := cfg.EnsureTopics(ctx, topics.TopicGenerated); err != nil {
+		t.Fatal(err)
+	}
+	out := logs.String()
+	if !strings.Contains(out, "level=WARN") || !strings.Contains(out, "topic=small.generated") ||
+		!strings.Contains(out, "max_message_bytes=65536") || !strings.Contains(out, "configured_max_message_bytes=8388608") {
+		t.Errorf("no warning naming the topic and both sizes:\n%s", out)
+	}
+	if v, err := cfg.TopicConfigValue(ctx, topics.TopicGenerated, "max.message.bytes"); err != nil || v != "65536" {
+		t.Errorf("max.message.bytes now %q (%v); the topic must be left as it is", v, err)
+	}
+	// A topic at the configured limit is not warned about.
+	var quiet syncBuffer
+	ok := cfg
+	ok.MaxMessageBytes = 64 << 10
+	ok.Logger = slog.New(slog.NewTextHandler(&quiet, nil))
+	if err := ok.EnsureTopics(ctx, topics.TopicGenerated); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(quiet.String(), "level=WARN") {
+		t.Errorf("warning for a topic that fits:\n%s", quiet.String())
+	}
+}
