@@ -169,30 +169,7 @@ func TestStageRejectsOversizedRecord(t *testing.T) {
 	stageCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	go Run(stageCtx, Config{Kafka: kc, Model: m})
-	got := make(chan string, 4)
-	for _, topic := range []string{topics.TopicTokenized, topics.TopicRejected} {
-		c := kc.NewConsumer(topic, topics.ConsumerConfig{Group: "r-" + topic})
-		go c.Run(stageCtx, func(d *topics.Delivery) {
-			var r topics.Rejection
-			var tk topics.Tokenized
-			if topics.Unmarshal(d.Message.Value, &r) == nil {
-				got <- "rejected " + r.ID + ": " + r.Reason
-			} else if topics.Unmarshal(d.Message.Value, &tk) == nil {
-				got <- "tokenized " + tk.ID
-			}
-			d.Done()
-		})
-	}
-	var seen []string
-	for len(seen) < 2 {
-		select {
-		case s := <-got:
-			seen = append(seen, s)
-		case <-ctx.Done():
-			t.Fatalf("timed out; saw %v", seen)
-		}
-	}
-	joined := strings.Join(seen, "\n")
+	joined := stageOutputs(t, ctx, stageCtx, kc, nil, 2)
 	if !strings.Contains(joined, "tokenized small") || !strings.Contains(joined, "rejected huge") ||
 		!strings.Contains(joined, "over the 8192-byte limit") {
 		t.Fatalf("got:\n%s", joined)
@@ -236,7 +213,19 @@ func TestStageRejectsRecordRefusedByBroker(t *testing.T) {
 	defer stop()
 	stageErr := make(chan error, 1)
 	go func() { stageErr <- Run(stageCtx, Config{Kafka: kc, Model: m}) }()
-	got := make(chan string, 4)
+	joined := stageOutputs(t, ctx, stageCtx, kc, stageErr, 2)
+	if !strings.Contains(joined, "tokenized small") || !strings.Contains(joined, "rejected huge") ||
+		!strings.Contains(joined, "16384-byte max.message.bytes") {
+		t.Fatalf("got:\n%s", joined)
+	}
+}
+
+// stageOutputs reads the tokenized and rejected topics (as "tokenized ID" and "rejected ID: reason" lines)
+// until n records arrived, and returns them joined by newlines. It fails the test when ctx ends first or the
+// stage stops (an error on stageErr; nil: not watched).
+func stageOutputs(t *testing.T, ctx, stageCtx context.Context, kc topics.Config, stageErr <-chan error, n int) string {
+	t.Helper()
+	got := make(chan string, 2*n)
 	for _, topic := range []string{topics.TopicTokenized, topics.TopicRejected} {
 		c := kc.NewConsumer(topic, topics.ConsumerConfig{Group: "r-" + topic})
 		go c.Run(stageCtx, func(d *topics.Delivery) {
@@ -251,7 +240,7 @@ func TestStageRejectsRecordRefusedByBroker(t *testing.T) {
 		})
 	}
 	var seen []string
-	for len(seen) < 2 {
+	for len(seen) < n {
 		select {
 		case s := <-got:
 			seen = append(seen, s)
@@ -261,9 +250,5 @@ func TestStageRejectsRecordRefusedByBroker(t *testing.T) {
 			t.Fatalf("timed out; saw %v", seen)
 		}
 	}
-	joined := strings.Join(seen, "\n")
-	if !strings.Contains(joined, "tokenized small") || !strings.Contains(joined, "rejected huge") ||
-		!strings.Contains(joined, "16384-byte max.message.bytes") {
-		t.Fatalf("got:\n%s", joined)
-	}
+	return strings.Join(seen, "\n")
 }
