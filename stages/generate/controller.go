@@ -633,8 +633,12 @@ func (c *Controller) Do(ctx context.Context, r *Request) (*Result, error) {
 	return backoff.RetryNotifyWithData(op, backoff.WithContext(b, ctx), notify)
 }
 
-// RequestID is the base request id of a record's turn: "<id>#<turn>".
-func RequestID(id string, turn int) string { return id + "#" + strconv.Itoa(turn) }
+// RequestID is the base request id of a record's turn: "<id>#<turn>", with '%' and ';' in id written as
+// %25 and %3B, so that the only ';' of an attempt's rid is its terminator (see AttemptRID) and distinct
+// (id, turn) pairs keep distinct rids.
+func RequestID(id string, turn int) string { return ridEscaper.Replace(id) + "#" + strconv.Itoa(turn) }
+
+var ridEscaper = strings.NewReplacer("%", "%25", ";", "%3B")
 
 // AttemptRID is the rid sent for attempt n (1-based) of a request: "<base>.<n>;". Every attempt has its own
 // rid, so aborting an abandoned attempt never hits its retry, and the terminator keeps rids prefix-free

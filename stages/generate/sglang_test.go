@@ -115,7 +115,10 @@ func TestErrorMessageAndClassify(t *testing.T) {
 
 func TestRequestIDsArePrefixFree(t *testing.T) {
 	rids := []string{AttemptRID(RequestID("a1", 0), 1), AttemptRID(RequestID("a1", 0), 10), AttemptRID(RequestID("a10", 0), 1),
-		AttemptRID(RequestID("a1", 1), 1), AttemptRID(RequestID("a1", 10), 1)}
+		AttemptRID(RequestID("a1", 1), 1), AttemptRID(RequestID("a1", 10), 1),
+		// Ids holding the separators themselves: "x"'s first attempt must not be a prefix of these.
+		AttemptRID(RequestID("x#0.1;y", 0), 1), AttemptRID(RequestID("x#0.1;", 0), 1), AttemptRID(RequestID("x", 0), 1),
+		AttemptRID(RequestID("x%3B", 0), 1), AttemptRID(RequestID("x;", 0), 1)}
 	for i, a := range rids {
 		for j, b := range rids {
 			if i != j && strings.HasPrefix(b, a) {
