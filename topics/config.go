@@ -311,6 +311,21 @@ func (c Config) StartGroupAt(ctx context.Context, group, topic string, offsets m
 	return nil
 }
 
+// DeleteGroup deletes a consumer group (namespaced like ConsumerConfig.Group) and its committed offsets. The
+// broker refuses it while the group has members; a group that does not exist is not an error.
+func (c Config) DeleteGroup(ctx context.Context, group string) error {
+	client := &kafka.Client{Addr: kafka.TCP(c.Brokers...), Timeout: 30 * time.Second}
+	id := c.Topic(group)
+	resp, err := client.DeleteGroups(ctx, &kafka.DeleteGroupsRequest{GroupIDs: []string{id}})
+	if err != nil {
+		return fmt.Errorf("topics: delete group %s: %w", id, err)
+	}
+	if err := resp.Errors[id]; err != nil && !errors.Is(err, kafka.GroupIdNotFound) {
+		return fmt.Errorf("topics: delete group %s: %w", id, err)
+	}
+	return nil
+}
+
 // TopicConfigValue returns one config value of a (logical) topic (for example max.message.bytes), as the broker reports it.
 func (c Config) TopicConfigValue(ctx context.Context, topic, name string) (string, error) {
 	topic = c.Topic(topic)

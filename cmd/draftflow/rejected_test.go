@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/draftflow/draftflow/topics/topictest"
+	"github.com/segmentio/kafka-go"
 )
 
 // A run counts only the rejections of its own prompts made during it: a second run on the same broker and
@@ -56,5 +57,16 @@ func TestRunIgnoresEarlierRunsRejections(t *testing.T) {
 	if second.Prompts != 1 || second.Written != 1 || second.PipelineRejected != 0 || len(second.Missing) != 0 {
 		t.Fatalf("second run: %d prompts, %d written, %d rejected, missing %v; want 1, 1, 0 (the first run's "+
 			"rejection counted again?)", second.Prompts, second.Written, second.PipelineRejected, second.Missing)
+	}
+	// Neither run leaves its dead-letter reader's group behind.
+	client := &kafka.Client{Addr: kafka.TCP(kc.Brokers...), Timeout: 10 * time.Second}
+	groups, err := client.ListGroups(context.Background(), &kafka.ListGroupsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range groups.Groups {
+		if strings.HasPrefix(g.GroupID, kc.Topic("draftflow-run-")) {
+			t.Errorf("group %s of a finished run is still on the broker", g.GroupID)
+		}
 	}
 }

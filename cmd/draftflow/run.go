@@ -343,6 +343,12 @@ wait:
 	}
 	stopStages()
 	wg.Wait()
+	// The dead-letter reader's group was this run's alone: leave no trace of it on the broker.
+	dctx, dcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if err := kc.DeleteGroup(dctx, rejectedGroup); err != nil {
+		log.Warn("could not delete the run's dead-letter group", "group", rejectedGroup, "err", err)
+	}
+	dcancel()
 	if runErr == nil {
 		select {
 		case runErr = <-errc:
