@@ -106,7 +106,7 @@ func (c Config) EnsureTopics(ctx context.Context, names ...string) error {
 	if len(c.Brokers) == 0 {
 		return errors.New("topics: no brokers configured")
 	}
-	client := &kafka.Client{Addr: kafka.TCP(c.Brokers...), Timeout: 30 * time.Second}
+	client := c.adminClient()
 	req := &kafka.CreateTopicsRequest{}
 	physical := make([]string, len(names))
 	for i, n := range names {
@@ -240,7 +240,7 @@ func (c Config) partitionsServing(ctx context.Context, client *kafka.Client, met
 
 // PartitionCount returns the number of partitions of an existing (logical) topic.
 func (c Config) PartitionCount(ctx context.Context, topic string) (int, error) {
-	client := &kafka.Client{Addr: kafka.TCP(c.Brokers...), Timeout: 30 * time.Second}
+	client := c.adminClient()
 	topic = c.Topic(topic)
 	meta, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
 	if err != nil {
@@ -269,7 +269,7 @@ func (c Config) EndOffsets(ctx context.Context, topic string) (map[int]int64, er
 	for p := 0; p < n; p++ {
 		req.Topics[physical] = append(req.Topics[physical], kafka.LastOffsetOf(p))
 	}
-	client := &kafka.Client{Addr: kafka.TCP(c.Brokers...), Timeout: 30 * time.Second}
+	client := c.adminClient()
 	resp, err := client.ListOffsets(ctx, req)
 	if err != nil {
 		return nil, fmt.Errorf("topics: end offsets of %s: %w", physical, err)
@@ -296,7 +296,7 @@ func (c Config) StartGroupAt(ctx context.Context, group, topic string, offsets m
 	for p, off := range offsets {
 		commits = append(commits, kafka.OffsetCommit{Partition: p, Offset: off})
 	}
-	client := &kafka.Client{Addr: kafka.TCP(c.Brokers...), Timeout: 30 * time.Second}
+	client := c.adminClient()
 	resp, err := client.OffsetCommit(ctx, &kafka.OffsetCommitRequest{
 		GroupID: c.Topic(group), GenerationID: -1, Topics: map[string][]kafka.OffsetCommit{physical: commits},
 	})
@@ -311,10 +311,15 @@ func (c Config) StartGroupAt(ctx context.Context, group, topic string, offsets m
 	return nil
 }
 
+// adminClient returns a client for the cluster's admin and metadata requests.
+func (c Config) adminClient() *kafka.Client {
+	return &kafka.Client{Addr: kafka.TCP(c.Brokers...), Timeout: 30 * time.Second}
+}
+
 // DeleteGroup deletes a consumer group (namespaced like ConsumerConfig.Group) and its committed offsets. The
 // broker refuses it while the group has members; a group that does not exist is not an error.
 func (c Config) DeleteGroup(ctx context.Context, group string) error {
-	client := &kafka.Client{Addr: kafka.TCP(c.Brokers...), Timeout: 30 * time.Second}
+	client := c.adminClient()
 	id := c.Topic(group)
 	resp, err := client.DeleteGroups(ctx, &kafka.DeleteGroupsRequest{GroupIDs: []string{id}})
 	if err != nil {
@@ -329,7 +334,7 @@ func (c Config) DeleteGroup(ctx context.Context, group string) error {
 // TopicConfigValue returns one config value of a (logical) topic (for example max.message.bytes), as the broker reports it.
 func (c Config) TopicConfigValue(ctx context.Context, topic, name string) (string, error) {
 	topic = c.Topic(topic)
-	client := &kafka.Client{Addr: kafka.TCP(c.Brokers...), Timeout: 30 * time.Second}
+	client := c.adminClient()
 	resp, err := client.DescribeConfigs(ctx, &kafka.DescribeConfigsRequest{Resources: []kafka.DescribeConfigRequestResource{{
 		ResourceType: kafka.ResourceTypeTopic, ResourceName: topic, ConfigNames: []string{name},
 	}}})
