@@ -166,6 +166,10 @@ type Config struct {
 	Group string
 	// Endpoints are SGLang base URLs ("http://host:30000").
 	Endpoints []string
+	// APIKey is sent as "Authorization: Bearer" to servers started with --api-key (flag
+	// --sglang-api-key-file, environment DRAFTFLOW_SGLANG_API_KEY). A server refusing it (HTTP 401/403)
+	// stops the stage with an error naming the server.
+	APIKey Secret
 	// Policy is PolicyKVBudget (default) or PolicyFixed.
 	Policy string
 	// Concurrency is the per-endpoint in-flight limit of PolicyFixed (default 64). Under PolicyKVBudget it is
@@ -348,7 +352,7 @@ func (c Config) validate() error {
 }
 
 // RegisterFlags binds the stage's settings to flags: --sglang (repeatable), --sglang-file, --policy,
-// --concurrency, --routing, --max-new-tokens, --lane (repeatable), --request-timeout, --max-timeouts, --group,
+// --sglang-api-key-file, --concurrency, --routing, --max-new-tokens, --lane (repeatable), --request-timeout, --max-timeouts, --group,
 // --max-in-flight, --shutdown-grace, --health-interval, --kv-quantile, --kv-target-usage, --kv-poll-interval,
 // --kv-safe-completions, --kv-headroom-outputs, --metrics-addr. Kafka settings are the caller's.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
@@ -368,6 +372,18 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		c.Endpoints = append(c.Endpoints, urls...)
 		return nil
 	})
+	if key := strings.TrimSpace(os.Getenv(APIKeyEnv)); key != "" && c.APIKey == "" {
+		c.APIKey = Secret(key)
+	}
+	fs.Func("sglang-api-key-file", "file holding the API key of servers started with --api-key (else $"+APIKeyEnv+")",
+		func(path string) error {
+			key, err := ReadAPIKeyFile(path)
+			if err != nil {
+				return err
+			}
+			c.APIKey = key
+			return nil
+		})
 	fs.StringVar(&c.Group, "group", DefaultGroup, "consumer group")
 	fs.StringVar(&c.Policy, "policy", PolicyKVBudget, "admission policy: kv-budget or fixed")
 	fs.IntVar(&c.Concurrency, "concurrency", DefaultConcurrency, "in-flight requests per endpoint (policy fixed)")
@@ -394,6 +410,26 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.Budget.HeadroomOutputs, "kv-headroom-outputs", DefaultHeadroomOutputs,
 		"mean output lengths of KV kept free once the pool is half full (kv-budget)")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address")
+}
+
+// APIKeyEnv is the environment variable holding the SGLang API key when no --sglang-api-key-file is given.
+const APIKeyEnv = "DRAFTFLOW_SGLANG_API_KEY"
+
+// ReadAPIKeyFile reads an API key from a file: its content without surrounding whitespace. Errors never
+// include the content.
+func ReadAPIKeyFile(path string) (Secret, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("generate: API key file: %w", err)
+	}
+	key := strings.TrimSpace(string(data))
+	if key == "" {
+		return "", fmt.Errorf("generate: API key file %s is empty", path)
+	}
+	if strings.ContainsAny(key, "\r\n") {
+		return "", fmt.Errorf("generate: API key file %s holds more than one line", path)
+	}
+	return Secret(key), nil
 }
 
 // ReadEndpointsFile reads SGLang base URLs, one per line; blank lines and # comments are skipped.

@@ -52,40 +52,72 @@ type RejectedError struct {
 func (e *RejectedError) Error() string { return "generate: rejected: " + e.Reason }
 func (e *RejectedError) Unwrap() error { return e.Err }
 
-// Endpoint states.
+// Server states.
 const (
 	stateProbing  = iota // capacity not read yet (start, or after a drain): admits nothing
 	stateReady           // admits requests
-	stateDraining        // failed health checks: admits nothing until a probe succeeds
+	stateDraining        // failed health checks or restarted: admits nothing until a probe succeeds
 )
 
-// endpoint is one SGLang server and the Controller's view of it. Fields below mu are guarded by Controller.mu.
-type endpoint struct {
+// server is one SGLang server: its client, health and capacity. Its requests are admitted through its
+// endpoints. Fields below cl are guarded by Controller.mu.
+type server struct {
 	idx int // position in Config.Endpoints
 	url string
 	cl  *Client
 
-	state    int
-	cap      Capacity
+	state         int
+	cap           Capacity
+	fails         int           // consecutive health/connection failures
+	drainedSignal chan struct{} // closed and replaced when the server is drained
+	// eps are the server's admission units: one per data-parallel rank under kv-budget (each rank has its own
+	// KV pool and running batch), else one for the whole server.
+	eps []*endpoint
+	// retracted is the server's retraction counter at the last poll (when per-rank series are missing).
+	retracted     float64
+	haveRetracted bool
+	// metaSilent is set once an answer's meta_info carried no retraction count (releases before 0.5.x
+	// per-request counts): then meta_info cannot tell retractions apart from their absence.
+	metaSilent bool
+
+	// poll state, touched only by the server's watch goroutine (or the driver)
+	polls          int  // polls since the server came up
+	noLoads        bool // the server has no /v1/loads
+	noMetrics      bool // the server exports no SGLang metrics
+	warnedMismatch bool
+}
+
+// endpoint is an admission unit: a server, or one data-parallel rank of it, and the Controller's view of
+// its budget and load. Fields are guarded by Controller.mu.
+type endpoint struct {
+	srv  *server
+	rank int    // the DP rank requests are pinned to (routed_dp_rank), or -1: the server's balancer chooses
+	name string // the metrics label: the server's URL, with "?dp_rank=N" for a rank
+
+	pool       int // KV pool tokens (the rank's, or the server's sum)
+	maxRunning int // running-batch limit, 0 when unknown
+
 	budget   float64 // admission budget in charge units (tokens for kv-budget, requests for fixed)
 	used     float64 // sum of the charges of in-flight requests
 	inflight int
 	leases   []*lease // in flight, in a deterministic order (see lease.pos)
-	fails    int      // consecutive health/connection failures
 
 	// feedback state (kv-budget)
-	retracted     float64 // last value of the server's retraction counter
-	haveRetracted bool    // the server exports that counter
+	retracted     float64 // last value of the server's retraction counter for this rank
+	haveRetracted bool    // the counter was read before
 	metaRetracts  int     // retractions reported in meta_info since the last feedback tick
 	cooldownUntil time.Time
 	load          Load
+	haveLoads     bool // the server answered /v1/loads at least once since it came up
 	// KV gate (kv-budget with load data): the server's used KV tokens predicted from the last poll.
-	gated          bool          // a poll gave load data: the gate applies
-	polled         time.Time     // time of the last poll
-	sinceTok       float64       // prompt tokens admitted minus tokens freed by answers since the last poll
-	drainedSignal  chan struct{} // closed and replaced when the endpoint is drained
-	lastAdmitBlock time.Time     // last time a waiter found no room here
+	gated          bool      // a poll gave load data: the gate applies
+	polled         time.Time // time of the last poll
+	sinceTok       float64   // prompt tokens admitted minus tokens freed by answers since the last poll
+	lastAdmitBlock time.Time // last time a waiter found no room here
 }
+
+// ready reports whether ep admits requests.
+func (ep *endpoint) ready() bool { return ep.srv.state == stateReady }
 
 // lane is a scheduling class's state in the Controller.
 type lane struct {
@@ -115,7 +147,7 @@ type lease struct {
 	start  time.Time // admission
 	charge float64
 	pos    int           // index in ep.leases
-	drain  chan struct{} // ep.drainedSignal at admission: closed once ep is drained
+	drain  chan struct{} // the server's drainedSignal at admission: closed once it is drained
 }
 
 // errDrained is the cause of an attempt cancelled because its endpoint was drained.
@@ -130,9 +162,12 @@ type Controller struct {
 	log *slog.Logger
 	est *LengthEstimator
 	met *metrics
-	eps []*endpoint
+	srv []*server
 
 	mu     sync.Mutex
+	eps    []*endpoint // every server's admission units, in server order (rebuilt as servers come up)
+	fatal  error       // set once: the stage cannot go on (AuthError)
+	failed chan struct{}
 	lanes  map[string]*lane
 	order  []*lane
 	rr     int
@@ -154,9 +189,13 @@ func NewController(cfg Config) (*Controller, error) {
 		met:    newMetrics(cfg.Registerer),
 		lanes:  map[string]*lane{},
 		notify: make(chan struct{}, 1),
+		failed: make(chan struct{}),
 	}
 	for i, u := range cfg.Endpoints {
-		c.eps = append(c.eps, &endpoint{idx: i, url: u, cl: NewClient(u, cfg.HTTPClient), drainedSignal: make(chan struct{})})
+		s := &server{idx: i, url: u, cl: NewClient(u, cfg.HTTPClient, cfg.APIKey), drainedSignal: make(chan struct{})}
+		s.eps = []*endpoint{{srv: s, rank: -1, name: u}}
+		c.srv = append(c.srv, s)
+		c.eps = append(c.eps, s.eps...)
 	}
 	lanes := cfg.Lanes
 	if len(lanes) == 0 {
@@ -219,11 +258,11 @@ func (c *Controller) charge(r *Request) float64 {
 
 // fits reports whether ep can take a request of charge now.
 func (c *Controller) fits(ep *endpoint, charge float64, prompt, maxNew int) bool {
-	if ep.state != stateReady {
+	if !ep.ready() {
 		return false
 	}
-	if c.cfg.Policy == PolicyKVBudget && ep.cap.MaxRunningRequests > 0 &&
-		ep.inflight >= ep.cap.MaxRunningRequests+c.cfg.Budget.MaxServerQueue {
+	if c.cfg.Policy == PolicyKVBudget && ep.maxRunning > 0 &&
+		ep.inflight >= ep.maxRunning+c.cfg.Budget.MaxServerQueue {
 		return false
 	}
 	if ep.inflight == 0 {
@@ -254,7 +293,7 @@ func (c *Controller) gateOpen(ep *endpoint, prompt, maxNew int) bool {
 	if !ep.gated {
 		return true
 	}
-	pool := float64(ep.cap.MaxTotalTokens)
+	pool := float64(ep.pool)
 	used := c.predictedUsed(ep) + float64(prompt)
 	if used > c.cfg.Budget.TargetUsage*pool {
 		return false
@@ -302,7 +341,7 @@ func (c *Controller) route(charge float64, prompt, maxNew int, avoid *endpoint) 
 	if avoid != nil {
 		others := false
 		for _, ep := range c.eps {
-			others = others || (ep != avoid && ep.state == stateReady)
+			others = others || (ep.srv != avoid.srv && ep.ready())
 		}
 		if !others {
 			avoid = nil
@@ -311,7 +350,7 @@ func (c *Controller) route(charge float64, prompt, maxNew int, avoid *endpoint) 
 	if c.cfg.Routing == RouteRoundRobin {
 		for i := range c.eps {
 			ep := c.eps[(c.rr+i)%len(c.eps)]
-			if ep != avoid && c.fits(ep, charge, prompt, maxNew) {
+			if (avoid == nil || ep.srv != avoid.srv) && c.fits(ep, charge, prompt, maxNew) {
 				c.rr = (c.rr + i + 1) % len(c.eps)
 				return ep
 			}
@@ -321,14 +360,14 @@ func (c *Controller) route(charge float64, prompt, maxNew int, avoid *endpoint) 
 	var best *endpoint
 	bestRoom := 0.0
 	for _, ep := range c.eps {
-		if ep == avoid || !c.fits(ep, charge, prompt, maxNew) {
+		if (avoid != nil && ep.srv == avoid.srv) || !c.fits(ep, charge, prompt, maxNew) {
 			continue
 		}
 		room := 1.0
 		switch {
 		case ep.gated:
 			// KV headroom the server is predicted to have, relative to its pool.
-			pool := float64(ep.cap.MaxTotalTokens)
+			pool := float64(ep.pool)
 			room = (pool - c.predictedUsed(ep) - float64(prompt)) / pool
 		case ep.budget > 0:
 			room = (ep.budget - ep.used - charge) / ep.budget
@@ -347,7 +386,7 @@ func (c *Controller) admit() {
 	for {
 		total := 0.0
 		for _, ep := range c.eps {
-			if ep.state == stateReady {
+			if ep.ready() {
 				total += ep.budget
 			}
 		}
@@ -390,7 +429,7 @@ func (c *Controller) admit() {
 				continue
 			}
 			l.waiters = l.waiters[1:]
-			w.lease = &lease{ep: ep, lane: l, req: w.req, start: c.now(), charge: charge, drain: ep.drainedSignal}
+			w.lease = &lease{ep: ep, lane: l, req: w.req, start: c.now(), charge: charge, drain: ep.srv.drainedSignal}
 			w.lease.pos = len(ep.leases)
 			ep.leases = append(ep.leases, w.lease)
 			ep.sinceTok += float64(len(w.req.InputIDs))
@@ -452,10 +491,16 @@ func (c *Controller) acquire(ctx context.Context, r *Request, avoid *endpoint) (
 
 // finish ends a lease whose request the server answered: the output length is learnt, the retractions count
 // as feedback, and the charge goes back to the budget.
-func (c *Controller) finish(ls *lease, r *Request, outputTokens, retractions int, took time.Duration) {
+func (c *Controller) finish(ls *lease, r *Request, resp *GenerateResponse, took time.Duration) {
+	outputTokens := len(resp.OutputIDs)
+	retractions, reported := resp.MetaInfo.RetractionCount()
 	c.est.Observe(r.Key, outputTokens)
 	c.mu.Lock()
 	ls.ep.sinceTok -= float64(len(r.InputIDs) + outputTokens)
+	if !reported && !ls.ep.srv.metaSilent {
+		ls.ep.srv.metaSilent = true
+		c.log.Info("server reports no per-request retraction counts in meta_info", "endpoint", ls.ep.srv.url)
+	}
 	c.mu.Unlock()
 	c.release(ls, retractions)
 	c.met.finished(ls.ep, outputTokens, retractions, took)
@@ -498,27 +543,58 @@ func (c *Controller) Waiting() int {
 	return n
 }
 
-// EndpointStatus is a snapshot of one endpoint as the Controller sees it.
+// EndpointStatus is a snapshot of one admission unit as the Controller sees it: a server, or one
+// data-parallel rank of it.
 type EndpointStatus struct {
-	URL      string
-	Ready    bool
+	// URL is the server's base URL.
+	URL string
+	// Rank is the DP rank requests are pinned to, or -1 for the whole server.
+	Rank int
+	// Ready is true while it admits requests.
+	Ready bool
+	// Capacity is what the server reported (all of its ranks).
 	Capacity Capacity
+	// Pool is this unit's KV pool in tokens.
+	Pool     int
 	Budget   float64
 	Used     float64
 	InFlight int
-	Load     Load
+	// Load is the unit's last /v1/loads figures (its rank's).
+	Load Load
 }
 
-// Endpoints returns a snapshot of every endpoint.
+// Endpoints returns a snapshot of every admission unit, in server order.
 func (c *Controller) Endpoints() []EndpointStatus {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := make([]EndpointStatus, len(c.eps))
 	for i, ep := range c.eps {
-		out[i] = EndpointStatus{URL: ep.url, Ready: ep.state == stateReady, Capacity: ep.cap, Budget: ep.budget,
-			Used: ep.used, InFlight: ep.inflight, Load: ep.load}
+		out[i] = EndpointStatus{URL: ep.srv.url, Rank: ep.rank, Ready: ep.ready(), Capacity: ep.srv.cap, Pool: ep.pool,
+			Budget: ep.budget, Used: ep.used, InFlight: ep.inflight, Load: ep.load}
 	}
 	return out
+}
+
+// Fatal is closed once the Controller met an error retrying cannot cure (a server refusing the API key);
+// Err returns it.
+func (c *Controller) Fatal() <-chan struct{} { return c.failed }
+
+// Err returns the error that closed Fatal, or nil.
+func (c *Controller) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.fatal
+}
+
+// fail records a fatal error (the first one wins) and closes Fatal.
+func (c *Controller) fail(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.fatal == nil {
+		c.fatal = err
+		c.log.Error("generate cannot go on", "err", err)
+		close(c.failed)
+	}
 }
 
 // Do runs one request to completion: it waits for admission, sends the request, and retries connection
@@ -560,18 +636,26 @@ func (c *Controller) Do(ctx context.Context, r *Request) (*Result, error) {
 		actx, cancel := context.WithTimeout(dctx, c.cfg.RequestTimeout)
 		start := c.now()
 		rid := AttemptRID(r.RID, attempts)
-		resp, err := ep.cl.Generate(actx, &GenerateRequest{InputIDs: r.InputIDs, RID: rid, SamplingParams: r.Sampling})
+		resp, err := ep.srv.cl.Generate(actx, c.generateRequest(ep, r, rid))
 		timedOut := errors.Is(actx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
 		drained := errors.Is(context.Cause(dctx), errDrained) && ctx.Err() == nil && !timedOut
 		cancel()
 		drainCancel(nil)
 		if err == nil {
 			c.mu.Lock()
-			ep.fails = 0
-			served := ep.cap.ServedModel
+			ep.srv.fails = 0
+			served := ep.srv.cap.ServedModel
 			c.mu.Unlock()
-			c.finish(ls, r, len(resp.OutputIDs), resp.MetaInfo.Retractions(), c.now().Sub(start))
-			return &Result{Response: resp, Endpoint: ep.url, ServedModel: served, Attempts: attempts}, nil
+			c.finish(ls, r, resp, c.now().Sub(start))
+			return &Result{Response: resp, Endpoint: ep.srv.url, ServedModel: served, Attempts: attempts}, nil
+		}
+		var ae *AuthError
+		if errors.As(err, &ae) {
+			// No retry can cure a refused key: stop the stage (the record is redelivered after the fix).
+			c.release(ls, 0)
+			c.met.outcome(ep, "unauthorized")
+			c.fail(err)
+			return nil, backoff.Permanent(err)
 		}
 		kind, reason := classify(err)
 		drained = drained && kind == outcomeConnection // an answer that arrived anyway counts as what it says
@@ -589,7 +673,7 @@ func (c *Controller) Do(ctx context.Context, r *Request) (*Result, error) {
 		}
 		if drained {
 			c.met.outcome(ep, "drained")
-			c.log.Info("request moved off a drained endpoint", "endpoint", ep.url, "rid", rid)
+			c.log.Info("request moved off a drained endpoint", "endpoint", ep.name, "rid", rid)
 			avoid = ep
 			return nil, err
 		}
@@ -615,14 +699,14 @@ func (c *Controller) Do(ctx context.Context, r *Request) (*Result, error) {
 			timeouts++
 			c.met.outcome(ep, "timeout")
 			if timeouts >= c.cfg.MaxTimeouts {
-				c.log.Warn("request keeps timing out; dead-lettering it", "rid", r.RID, "endpoint", ep.url,
+				c.log.Warn("request keeps timing out; dead-lettering it", "rid", r.RID, "endpoint", ep.name,
 					"timeouts", timeouts, "request_timeout", c.cfg.RequestTimeout)
 				return nil, backoff.Permanent(&RejectedError{Reason: fmt.Sprintf(
 					"request timed out %d times (request timeout %s)", timeouts, c.cfg.RequestTimeout), Err: err})
 			}
 		case outcomeMisconfigured:
 			c.met.outcome(ep, "client_error")
-			c.log.Error("endpoint refuses requests; check --sglang", "endpoint", ep.url, "err", err)
+			c.log.Error("endpoint refuses requests; check --sglang", "endpoint", ep.name, "err", err)
 		}
 		avoid = ep
 		return nil, err
@@ -645,35 +729,53 @@ var ridEscaper = strings.NewReplacer("%", "%25", ";", "%3B")
 // (SGLang's /abort_request matches by prefix).
 func AttemptRID(base string, n int) string { return base + "." + strconv.Itoa(n) + ";" }
 
-// abort tells ep to stop working on rid; best effort, bounded.
+// generateRequest is the /generate body of one attempt of r on ep: pinned to ep's DP rank when ep is one.
+func (c *Controller) generateRequest(ep *endpoint, r *Request, rid string) *GenerateRequest {
+	g := &GenerateRequest{InputIDs: r.InputIDs, RID: rid, SamplingParams: r.Sampling}
+	if ep.rank >= 0 {
+		rank := ep.rank
+		g.RoutedDPRank = &rank
+	}
+	return g
+}
+
+// abort tells ep's server to stop working on rid; best effort, bounded.
 func (c *Controller) abort(ep *endpoint, rid string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := ep.cl.Abort(ctx, rid); err != nil {
-		c.log.Debug("abort_request failed", "endpoint", ep.url, "rid", rid, "err", err)
+	if err := ep.srv.cl.Abort(ctx, rid); err != nil {
+		c.log.Debug("abort_request failed", "endpoint", ep.srv.url, "rid", rid, "err", err)
 	}
 }
 
-// reportFailure counts a connection failure against ep; enough of them in a row drain it.
+// reportFailure counts a connection failure against ep's server; enough of them in a row drain it.
 func (c *Controller) reportFailure(ep *endpoint, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	ep.fails++
-	if ep.state == stateReady && ep.fails >= c.cfg.HealthFailures {
-		c.drainLocked(ep, err)
+	s := ep.srv
+	s.fails++
+	if s.state == stateReady && s.fails >= c.cfg.HealthFailures {
+		c.drainLocked(s, err)
 	}
 }
 
-// drainLocked stops admissions to ep until a probe brings it back. c.mu must be held.
-func (c *Controller) drainLocked(ep *endpoint, err error) {
-	if ep.state == stateDraining {
+// drainLocked stops admissions to s until a probe brings it back, and cancels the attempts in flight on it
+// (they are retried elsewhere). c.mu must be held.
+func (c *Controller) drainLocked(s *server, err error) {
+	if s.state == stateDraining {
 		return
 	}
-	c.log.Warn("endpoint drained", "endpoint", ep.url, "inflight", ep.inflight, "err", err)
-	ep.state = stateDraining
-	close(ep.drainedSignal)
-	ep.drainedSignal = make(chan struct{})
-	c.met.endpointState(ep)
+	inflight := 0
+	for _, ep := range s.eps {
+		inflight += ep.inflight
+	}
+	c.log.Warn("endpoint drained", "endpoint", s.url, "inflight", inflight, "err", err)
+	s.state = stateDraining
+	close(s.drainedSignal)
+	s.drainedSignal = make(chan struct{})
+	for _, ep := range s.eps {
+		c.met.endpointState(ep)
+	}
 }
 
 // outcome kinds of a failed attempt.

@@ -22,7 +22,7 @@ type fakeServer struct {
 	t       *testing.T
 	pool    int
 	healthy atomic.Bool
-	infos   atomic.Int32 // /get_server_info calls
+	infos   atomic.Int32 // /server_info calls
 
 	mu        sync.Mutex
 	running   int
@@ -30,16 +30,18 @@ type fakeServer struct {
 	gate      chan struct{} // one token per request allowed to finish
 	script    []func(w http.ResponseWriter) bool
 	rids      []string
+	routed    []int    // routed_dp_rank of /generate calls that set one
 	aborts    []string // rids of /abort_request calls, healthy or not
 	dp        int      // data-parallel ranks the server reports (0: one, no dp fields)
 	load      map[string]any
 	retracted float64
 	outLen    int
+	startup   float64 // the startup_time durations: a change means a restart
 	srv       *httptest.Server
 }
 
 func newFake(t *testing.T, pool int) *fakeServer {
-	f := &fakeServer{t: t, pool: pool, gate: make(chan struct{}, 1000), outLen: 10,
+	f := &fakeServer{t: t, pool: pool, gate: make(chan struct{}, 1000), outLen: 10, startup: 12.25,
 		load: map[string]any{"num_running_reqs": 0, "num_waiting_reqs": 0, "token_usage": 0.0}}
 	f.healthy.Store(true)
 	f.srv = httptest.NewServer(f)
@@ -63,30 +65,37 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	switch r.URL.Path {
 	case "/health":
-	case "/get_server_info":
+	case "/get_server_info", "/server_info":
+		// SGLang 0.5.23: server arguments (max_running_requests and context_length null unless set), the
+		// scheduler's pool, startup_time, and one internal state per DP rank.
 		f.infos.Add(1)
-		info := map[string]any{"max_total_num_tokens": f.pool, "max_running_requests": 1000, "context_length": 32768, "model_path": "fake/model"}
-		if f.dp > 1 {
-			// SGLang with --dp N: the top level is one rank's scheduler info, internal_states has one entry per rank.
-			states := make([]any, f.dp)
-			for i := range states {
-				states[i] = map[string]any{"dp_rank": i, "max_total_num_tokens": f.pool}
-			}
-			info["dp_size"], info["internal_states"] = f.dp, states
+		f.mu.Lock()
+		startup := f.startup
+		f.mu.Unlock()
+		ranks := max(f.dp, 1)
+		states := make([]any, ranks)
+		for i := range states {
+			states[i] = map[string]any{"dp_rank": i, "effective_max_running_requests_per_dp": 1000,
+				"memory_usage": map[string]any{"token_capacity": f.pool}, "startup_time": map[string]any{"scheduler_e2e": startup}}
 		}
+		info := map[string]any{"max_total_num_tokens": f.pool, "max_running_requests": nil, "context_length": nil,
+			"model_path": "fake/model", "dp_size": ranks, "internal_states": states, "version": "0.5.23",
+			"startup_time": map[string]any{"load_weight": 1.5, "scheduler_e2e": startup}}
 		_ = json.NewEncoder(w).Encode(info)
 	case "/v1/loads":
 		f.mu.Lock()
 		var loads []any
 		for rank := range max(f.dp, 1) {
-			l := map[string]any{"dp_rank": rank, "max_total_num_tokens": f.pool, "num_total_tokens": f.pool}
+			// num_total_tokens adds the waiting requests' tokens to the used ones (load_inquirer.get_loads).
+			l := map[string]any{"dp_rank": rank, "max_total_num_tokens": f.pool, "num_total_tokens": f.pool,
+				"num_used_tokens": 0, "gen_throughput": 0.0, "max_running_requests": 1000}
 			for k, v := range f.load {
 				l[k] = v
 			}
 			loads = append(loads, l)
 		}
 		f.mu.Unlock()
-		_ = json.NewEncoder(w).Encode(map[string]any{"dp_rank_count": len(loads), "loads": loads})
+		_ = json.NewEncoder(w).Encode(map[string]any{"version": "0.5.23", "loads": loads})
 	case "/metrics":
 		f.mu.Lock()
 		fmt.Fprintf(w, "# TYPE sglang:num_retracted_requests_total counter\nsglang:num_retracted_requests_total{model_name=\"x\"} %g\n", f.retracted)
@@ -99,6 +108,9 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		f.mu.Lock()
 		f.rids = append(f.rids, req.RID)
+		if req.RoutedDPRank != nil {
+			f.routed = append(f.routed, *req.RoutedDPRank)
+		}
 		var step func(http.ResponseWriter) bool
 		if len(f.script) > 0 {
 			step, f.script = f.script[0], f.script[1:]
@@ -432,14 +444,6 @@ func TestBudgetFeedback(t *testing.T) {
 	if b := budget(); b != b4*retractCut {
 		t.Fatalf("budget %g after meta_info retractions, want %g", b, b4*retractCut)
 	}
-	// A pool that changed size means a restart: capacity is re-read.
-	if !c.adjust(ep, Load{MaxTokens: 50000}, true, 3, true) {
-		t.Fatal("pool size change not seen as a restart")
-	}
-	// A retraction counter going backwards too.
-	if !c.adjust(ep, load, true, 1, true) {
-		t.Fatal("counter reset not seen as a restart")
-	}
 	// The budget never leaves [0.2, 8] pools.
 	for range 200 {
 		c.adjust(ep, load, true, 1, false)
@@ -543,33 +547,44 @@ func TestTimeoutsAreBounded(t *testing.T) {
 	}
 }
 
-func TestDataParallelLoads(t *testing.T) {
+func TestDataParallelRanksAdmittedSeparately(t *testing.T) {
 	f := newFake(t, 50000)
-	f.dp = 4 // /v1/loads: four ranks of 50000 tokens each; /get_server_info: one rank's pool, dp_size 4
+	f.dp = 4 // four ranks of 50000 tokens each, each its own pool
 	c := newTestController(t, Config{Endpoints: []string{f.srv.URL}, Budget: BudgetConfig{PollInterval: 5 * time.Millisecond}})
-	waitFor(t, "endpoint ready", func() bool { return c.Endpoints()[0].Ready })
-	waitFor(t, "a load poll", func() bool { return c.Endpoints()[0].Load.MaxTokens == 200000 })
+	waitFor(t, "four rank units ready", func() bool { e := c.Endpoints(); return len(e) == 4 && e[3].Ready })
+	waitFor(t, "a load poll", func() bool { return c.Endpoints()[3].Load.MaxTokens == 50000 })
 	infos := f.infos.Load()
 	time.Sleep(100 * time.Millisecond) // some 20 polls
-	if n := f.infos.Load(); n != infos {
-		t.Fatalf("capacity re-read %d times in 20 polls: every poll looked like a restart", n-infos)
+	if n := f.infos.Load(); n > infos+1 {
+		t.Fatalf("capacity re-read %d times in 20 polls: polls looked like restarts", n-infos)
 	}
-	st := c.Endpoints()[0]
-	if !st.Ready || st.Capacity.MaxTotalTokens != 200000 || st.Budget != 200000 {
-		t.Fatalf("endpoint %+v, want ready with the pool and budget of all four ranks (200000)", st)
+	for r, st := range c.Endpoints() {
+		if !st.Ready || st.Rank != r || st.Pool != 50000 || st.Budget != 50000 || st.Capacity.MaxTotalTokens != 200000 {
+			t.Fatalf("unit %d: %+v, want rank %d ready with its own 50000-token pool and budget", r, st, r)
+		}
 	}
-	// The budget admits what the four pools hold: three requests charged 60000 tokens, not a fourth.
-	t.Cleanup(func() { f.release(4) }) // before the server's Close, should the test fail early
+	// Each rank holds one request charged 30000 tokens (a second would overflow its pool); a fifth waits,
+	// although the ranks' sum (200000) would hold six.
+	t.Cleanup(func() { f.release(5) }) // before the server's Close, should the test fail early
 	var errs []<-chan error
-	for i := range 4 {
-		errs = append(errs, doAsync(c, context.Background(), req(fmt.Sprint("r", i), 30000, 30000)))
+	for i := range 5 {
+		errs = append(errs, doAsync(c, context.Background(), req(fmt.Sprint("r", i), 15000, 15000)))
 	}
-	waitFor(t, "three running, one waiting", func() bool { return f.runningNow() == 3 && c.Waiting() == 1 })
+	waitFor(t, "four running, one waiting", func() bool { return f.runningNow() == 4 && c.Waiting() == 1 })
 	time.Sleep(50 * time.Millisecond)
-	if n, w := f.runningNow(), c.Waiting(); n != 3 || w != 1 {
-		t.Fatalf("%d running, %d waiting; want 3 and 1 (budget 200000 / charge 60000)", n, w)
+	if n, w := f.runningNow(), c.Waiting(); n != 4 || w != 1 {
+		t.Fatalf("%d running, %d waiting; want 4 and 1 (one 30000-token request per 50000-token rank)", n, w)
 	}
-	f.release(4)
+	f.mu.Lock()
+	ranks := map[int]bool{}
+	for _, r := range f.routed {
+		ranks[r] = true
+	}
+	f.mu.Unlock()
+	if len(ranks) != 4 {
+		t.Fatalf("requests pinned to ranks %v, want each of 0-3 once (routed_dp_rank)", ranks)
+	}
+	f.release(5)
 	for _, e := range errs {
 		if err := <-e; err != nil {
 			t.Fatal(err)

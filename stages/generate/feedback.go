@@ -3,7 +3,7 @@ package generate
 import (
 	"context"
 	"errors"
-	"net/http"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -26,41 +26,61 @@ const (
 	bindingShare = 0.85
 )
 
-// Run brings every endpoint up (a health check and a capacity read) and keeps its health, capacity and, under
-// kv-budget, its budget current until ctx ends. Do admits requests only to endpoints Run has brought up.
+// capacityCheckPolls is how often (in polls) the server's /server_info is read again to notice a restart
+// that left no other trace; a poll whose figures disagree with the capacity, or a retraction counter that
+// went backwards, triggers the read at once.
+const capacityCheckPolls = 30
+
+// Run brings every server up (a health check and a capacity read) and keeps its health, capacity and, under
+// kv-budget, its budgets current until ctx ends or the Controller fails (see Fatal); it returns the fatal
+// error, or nil. Do admits requests only to servers Run has brought up.
 func (c *Controller) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-c.failed:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	var wg sync.WaitGroup
-	for _, ep := range c.eps {
+	for _, s := range c.srv {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for ctx.Err() == nil {
-				if !c.probe(ctx, ep) {
+				if !c.probe(ctx, s) {
 					return
 				}
-				c.watch(ctx, ep)
+				c.watch(ctx, s)
 			}
 		}()
 	}
 	wg.Wait()
-	return nil
+	return c.Err()
 }
 
-// probe waits until ep answers its health check and (under kv-budget) its capacity read, then admits to it
-// with a fresh budget. It returns false when ctx ended first.
-func (c *Controller) probe(ctx context.Context, ep *endpoint) bool {
+// probe waits until s answers its health check and (under kv-budget) its capacity read, then admits to it
+// with fresh budgets. It returns false when ctx ended first or the server refused the API key.
+func (c *Controller) probe(ctx context.Context, s *server) bool {
 	wait := c.cfg.RetryInitial
 	for logged := false; ; {
-		info, err := c.readCapacity(ctx, ep)
+		info, err := c.readCapacity(ctx, s)
 		if err == nil {
-			c.bringUp(ep, info)
-			c.log.Info("endpoint ready", "endpoint", ep.url, "max_total_num_tokens", info.MaxTotalTokens,
-				"max_running_requests", info.MaxRunningRequests, "context_length", info.ContextLength,
-				"budget", ep.budget, "policy", c.cfg.Policy)
+			c.bringUp(s, info)
+			c.log.Info("endpoint ready", "endpoint", s.url, "max_total_num_tokens", info.MaxTotalTokens,
+				"dp_ranks", len(info.Ranks), "max_running_requests", info.MaxRunningRequests,
+				"context_length", info.ContextLength, "version", info.Version, "policy", c.cfg.Policy)
 			return true
 		}
+		var ae *AuthError
+		if errors.As(err, &ae) {
+			c.fail(err)
+			return false
+		}
 		if !logged {
-			c.log.Warn("endpoint not ready; will keep trying", "endpoint", ep.url, "err", err)
+			c.log.Warn("endpoint not ready; will keep trying", "endpoint", s.url, "err", err)
 			logged = true
 		}
 		t := time.NewTimer(wait)
@@ -74,46 +94,77 @@ func (c *Controller) probe(ctx context.Context, ep *endpoint) bool {
 	}
 }
 
-// bringUp admits to ep with a fresh budget for the capacity just read.
-func (c *Controller) bringUp(ep *endpoint, info Capacity) {
+// bringUp admits to s with fresh budgets for the capacity just read. Under kv-budget a server with several
+// data-parallel ranks gets one admission unit per rank (each rank has its own KV pool, and a budget summed
+// over ranks would let one rank retract while the sum shows headroom); requests are pinned to their unit's
+// rank with routed_dp_rank.
+func (c *Controller) bringUp(s *server, info Capacity) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	ep.cap = info
-	ep.state = stateReady
-	ep.fails = 0
-	ep.haveRetracted = false
-	ep.metaRetracts = 0
-	ep.cooldownUntil = time.Time{}
-	if c.cfg.Policy == PolicyFixed {
-		ep.budget = float64(c.cfg.Concurrency)
-	} else {
-		ep.budget = float64(info.MaxTotalTokens) * c.cfg.Budget.InitialFactor
+	s.cap = info
+	s.state = stateReady
+	s.fails = 0
+	s.haveRetracted = false
+	s.polls = 0
+	type unit struct{ rank, pool, maxRunning int }
+	units := []unit{{-1, info.MaxTotalTokens, info.MaxRunningRequests}}
+	if c.cfg.Policy == PolicyKVBudget && len(info.Ranks) > 1 {
+		units = units[:0]
+		for r, rc := range info.Ranks {
+			units = append(units, unit{r, rc.MaxTotalTokens, rc.MaxRunningRequests})
+		}
 	}
-	c.met.endpointState(ep)
+	eps := make([]*endpoint, len(units))
+	for i, u := range units {
+		ep := &endpoint{srv: s}
+		if i < len(s.eps) {
+			ep = s.eps[i] // keep the accounting of attempts still unwinding from before
+		}
+		ep.rank, ep.pool, ep.maxRunning = u.rank, u.pool, u.maxRunning
+		ep.name = s.url
+		if u.rank >= 0 {
+			ep.name = s.url + "?dp_rank=" + strconv.Itoa(u.rank)
+		}
+		ep.haveRetracted, ep.metaRetracts, ep.cooldownUntil = false, 0, time.Time{}
+		ep.gated, ep.haveLoads, ep.load, ep.sinceTok = false, false, Load{}, 0
+		if c.cfg.Policy == PolicyFixed {
+			ep.budget = float64(c.cfg.Concurrency)
+		} else {
+			ep.budget = float64(u.pool) * c.cfg.Budget.InitialFactor
+		}
+		eps[i] = ep
+		c.met.endpointState(ep)
+	}
+	s.eps = eps
+	c.eps = c.eps[:0]
+	for _, x := range c.srv {
+		c.eps = append(c.eps, x.eps...)
+	}
 	c.admit()
 }
 
 // readCapacity checks health and reads the server's capacity. Under the fixed policy a server without
-// /get_server_info is still usable.
-func (c *Controller) readCapacity(ctx context.Context, ep *endpoint) (Capacity, error) {
+// /server_info is still usable (but one refusing the API key is not).
+func (c *Controller) readCapacity(ctx context.Context, s *server) (Capacity, error) {
 	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := ep.cl.Health(hctx); err != nil {
+	if err := s.cl.Health(hctx); err != nil {
 		return Capacity{}, err
 	}
-	info, err := ep.cl.ServerInfo(hctx)
-	if err != nil && c.cfg.Policy == PolicyFixed {
-		c.log.Debug("no server info; fixed policy goes on without it", "endpoint", ep.url, "err", err)
+	info, err := s.cl.ServerInfo(hctx)
+	var ae *AuthError
+	if err != nil && c.cfg.Policy == PolicyFixed && !errors.As(err, &ae) {
+		c.log.Debug("no server info; fixed policy goes on without it", "endpoint", s.url, "err", err)
 		return Capacity{}, nil
 	}
 	return info, err
 }
 
-// watch health-checks ep and, under kv-budget, polls its load and adapts its budget. It returns when ep is
-// drained (the caller probes it again) or ctx ends.
-func (c *Controller) watch(ctx context.Context, ep *endpoint) {
+// watch health-checks s and, under kv-budget, polls its load and adapts its budgets. It returns when s is
+// drained (the caller probes it again), ctx ends or the Controller fails.
+func (c *Controller) watch(ctx context.Context, s *server) {
 	c.mu.Lock()
-	drained := ep.drainedSignal
+	drained := s.drainedSignal
 	c.mu.Unlock()
 	health := time.NewTicker(c.cfg.HealthInterval)
 	defer health.Stop()
@@ -123,7 +174,6 @@ func (c *Controller) watch(ctx context.Context, ep *endpoint) {
 		defer t.Stop()
 		poll = t.C
 	}
-	loadsOK, metricsOK := true, true
 	for {
 		select {
 		case <-ctx.Done():
@@ -132,18 +182,18 @@ func (c *Controller) watch(ctx context.Context, ep *endpoint) {
 			return
 		case <-health.C:
 			hctx, cancel := context.WithTimeout(ctx, max(c.cfg.HealthInterval, healthTimeout))
-			err := ep.cl.Health(hctx)
+			err := s.cl.Health(hctx)
 			cancel()
 			if ctx.Err() != nil {
 				return
 			}
 			c.mu.Lock()
 			if err == nil {
-				ep.fails = 0
+				s.fails = 0
 			} else {
-				ep.fails++
-				if ep.fails >= c.cfg.HealthFailures {
-					c.drainLocked(ep, err)
+				s.fails++
+				if s.fails >= c.cfg.HealthFailures {
+					c.drainLocked(s, err)
 					c.mu.Unlock()
 					return
 				}
@@ -151,43 +201,142 @@ func (c *Controller) watch(ctx context.Context, ep *endpoint) {
 			c.mu.Unlock()
 		case <-poll:
 			pctx, cancel := context.WithTimeout(ctx, max(c.cfg.Budget.PollInterval, time.Second))
-			var load Load
-			var lerr error
-			if loadsOK {
-				load, lerr = ep.cl.Loads(pctx)
-				if isNotFound(lerr) {
-					c.log.Warn("server has no /v1/loads; the budget adapts from retractions only", "endpoint", ep.url)
-					loadsOK = false
-				}
-			}
-			var total float64
-			var have bool
-			if metricsOK {
-				var merr error
-				total, have, merr = ep.cl.RetractedTotal(pctx)
-				if isNotFound(merr) || (merr == nil && !have) {
-					c.log.Info("server exports no retraction counter (--enable-metrics); using meta_info counts", "endpoint", ep.url)
-					metricsOK = false
-				}
-				if merr != nil {
-					have = false
-				}
-			}
+			restarted, err := c.poll(pctx, s)
 			cancel()
 			if ctx.Err() != nil {
 				return
 			}
-			if !loadsOK || lerr == nil {
-				if restarted := c.adjust(ep, load, loadsOK, total, have); restarted {
-					c.log.Warn("endpoint restarted; re-reading its capacity", "endpoint", ep.url)
-					c.mu.Lock()
-					c.drainLocked(ep, errors.New("server restarted"))
-					c.mu.Unlock()
-					return
-				}
+			var ae *AuthError
+			if errors.As(err, &ae) {
+				c.fail(err)
+				return
+			}
+			if restarted {
+				return
 			}
 		}
 	}
+}
+
+// poll reads s's load (/v1/loads) and retraction counter (/metrics), checks whether the server restarted,
+// and applies the feedback to the budgets of s's admission units. A restarted server is drained (its
+// requests in flight were lost with it; they are retried) and restarted is true. A server without
+// /v1/loads (releases before it) or without metrics is polled for what it has.
+func (c *Controller) poll(ctx context.Context, s *server) (restarted bool, err error) {
+	var load Load
+	var lerr error
+	if !s.noLoads {
+		load, lerr = s.cl.Loads(ctx)
+		if isNotFound(lerr) {
+			c.log.Warn("server has no /v1/loads (an SGLang release before it): budgets stay within the KV pool "+
+				"and adapt from retractions only", "endpoint", s.url)
+			s.noLoads = true
+		} else if lerr != nil {
+			var ir *InvalidResponseError
+			if errors.As(lerr, &ir) {
+				c.log.Warn("unusable /v1/loads answer; this poll is skipped", "endpoint", s.url, "err", lerr)
+			}
+		}
+	}
+	var x Retracted
+	var merr error
+	if !s.noMetrics {
+		x, merr = s.cl.RetractedTotal(ctx)
+		switch {
+		case isNotFound(merr) || (merr == nil && !x.Supported):
+			c.log.Info("server exports no SGLang metrics (--enable-metrics); retractions are read from meta_info",
+				"endpoint", s.url)
+			s.noMetrics = true
+		case merr != nil:
+			var ir *InvalidResponseError
+			if errors.As(merr, &ir) {
+				c.log.Warn("unusable /metrics answer; this poll is skipped", "endpoint", s.url, "err", merr)
+			}
+		}
+	}
+	for _, e := range []error{lerr, merr} {
+		var ae *AuthError
+		if errors.As(e, &ae) {
+			return false, e
+		}
+	}
+	haveLoad := !s.noLoads && lerr == nil
+	haveRetracted := !s.noMetrics && merr == nil && x.Supported
+
+	// A restart leaves traces: a pool that differs from the capacity read, a counter that went backwards.
+	// Either (and, every capacityCheckPolls polls, nothing at all) makes the stage read /server_info again;
+	// only a changed startup_time (or, from releases without one, a changed pool) is a restart.
+	s.polls++
+	suspect := s.polls%capacityCheckPolls == 0
+	if haveLoad && !sameRanks(load, s.cap) {
+		suspect = true
+	}
+	if haveRetracted && s.haveRetracted && x.Total < s.retracted {
+		suspect = true
+	}
+	if suspect {
+		info, err := s.cl.ServerInfo(ctx)
+		var ae *AuthError
+		switch {
+		case errors.As(err, &ae):
+			return false, err
+		case err == nil && restartedSince(s.cap, info):
+			c.log.Warn("endpoint restarted; its requests in flight are retried and its capacity read again",
+				"endpoint", s.url, "startup_time_before", s.cap.StartupTime, "startup_time_now", info.StartupTime)
+			c.mu.Lock()
+			c.drainLocked(s, errors.New("server restarted"))
+			c.mu.Unlock()
+			return true, nil
+		case err == nil && haveLoad && !sameRanks(load, info):
+			if !s.warnedMismatch {
+				c.log.Warn("/v1/loads and /server_info disagree on the KV pools; going by /server_info",
+					"endpoint", s.url, "loads_pool", load.MaxTokens, "server_info_pool", info.MaxTotalTokens)
+				s.warnedMismatch = true
+			}
+		}
+	}
+	if haveRetracted {
+		s.retracted, s.haveRetracted = x.Total, true
+	}
+	c.mu.Lock()
+	eps := s.eps
+	c.mu.Unlock()
+	for _, ep := range eps {
+		l, ok := load.rank(ep.rank)
+		c.adjust(ep, l, haveLoad && ok, x.of(ep.rank), haveRetracted)
+	}
+	return false, nil
+}
+
+// sameRanks reports whether a load poll shows the KV pools the capacity read reported.
+func sameRanks(l Load, capa Capacity) bool {
+	if len(l.Ranks) != len(capa.Ranks) {
+		return l.MaxTokens == capa.MaxTotalTokens
+	}
+	for i, r := range l.Ranks {
+		if r.MaxTokens != capa.Ranks[i].MaxTotalTokens {
+			return false
+		}
+	}
+	return true
+}
+
+// restartedSince reports whether a server whose capacity read was before answers now as a restarted one:
+// its startup_time changed (it changes on every start). A server that reports no startup_time (older
+// releases) has restarted when its pools changed.
+func restartedSince(before, now Capacity) bool {
+	if before.StartupTime != "" || now.StartupTime != "" {
+		return before.StartupTime != now.StartupTime
+	}
+	if len(before.Ranks) != len(now.Ranks) || before.MaxTotalTokens != now.MaxTotalTokens {
+		return true
+	}
+	for i := range before.Ranks {
+		if before.Ranks[i] != now.Ranks[i] {
+			return true
+		}
+	}
+	return false
 }
 
 // recharge re-estimates the charge of every request in flight on ep from its age: a request admitted a
@@ -209,31 +358,22 @@ func (c *Controller) recharge(ep *endpoint, now time.Time, rate float64) {
 	}
 }
 
-func isNotFound(err error) bool {
-	var se *StatusError
-	return errors.As(err, &se) && (se.Code == http.StatusNotFound || se.Code == http.StatusMethodNotAllowed)
-}
-
-// adjust applies one poll's feedback to ep's budget. It reports a server restart (a pool size change or a
-// retraction counter that went backwards), after which the capacity must be read again.
-func (c *Controller) adjust(ep *endpoint, load Load, haveLoad bool, retractedTotal float64, haveRetracted bool) (restarted bool) {
+// adjust applies one poll's feedback to ep's budget: load is ep's own (its rank's) /v1/loads figures, and
+// retractedTotal the server's retraction counter for ep's rank.
+func (c *Controller) adjust(ep *endpoint, load Load, haveLoad bool, retractedTotal float64, haveRetracted bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if ep.state != stateReady {
-		return false
+	if !ep.ready() {
+		return
 	}
 	if haveLoad {
 		ep.load = load
-		if load.MaxTokens > 0 && ep.cap.MaxTotalTokens > 0 && load.MaxTokens != ep.cap.MaxTotalTokens {
-			return true
-		}
+		ep.haveLoads = true
 	}
 	retracts := 0.0
 	if haveRetracted {
-		if ep.haveRetracted && retractedTotal < ep.retracted {
-			return true
-		}
-		if ep.haveRetracted {
+		// A counter that went backwards without a restart (the server's metrics were reset): a new baseline.
+		if ep.haveRetracted && retractedTotal >= ep.retracted {
 			retracts = retractedTotal - ep.retracted
 		}
 		ep.retracted, ep.haveRetracted = retractedTotal, true
@@ -267,13 +407,16 @@ func (c *Controller) adjust(ep *endpoint, load Load, haveLoad bool, retractedTot
 		}
 		ep.gated, ep.polled, ep.sinceTok = true, now, queued
 	}
+	// Without load data (releases before /v1/loads) nothing shows that the server runs more than its pool
+	// holds, so the budget never exceeds the pool; it grows back towards it only while retractions are
+	// observable (a counter or meta_info counts) and none happen.
+	evidence := haveRetracted || !ep.srv.metaSilent
 	switch {
 	case retracts > 0:
 		ep.budget *= retractCut
 		ep.cooldownUntil = now.Add(cooldownPolls * cfg.PollInterval)
 	case !haveLoad:
-		// Without load data, open up slowly while no retraction happens and the budget binds.
-		if now.After(ep.cooldownUntil) && binding {
+		if evidence && now.After(ep.cooldownUntil) && binding {
 			ep.budget *= 1 + maxGrowStep/5
 		}
 	case load.Waiting > qhi:
@@ -281,9 +424,12 @@ func (c *Controller) adjust(ep *endpoint, load Load, haveLoad bool, retractedTot
 	case load.Waiting < qlo && binding && now.After(ep.cooldownUntil):
 		ep.budget *= 1 + maxGrowStep
 	}
-	pool := float64(ep.cap.MaxTotalTokens)
-	ep.budget = min(max(ep.budget, minBudgetFactor*pool), maxBudgetFactor*pool)
+	pool := float64(ep.pool)
+	ceiling := maxBudgetFactor
+	if !ep.haveLoads {
+		ceiling = max(1, c.cfg.Budget.InitialFactor)
+	}
+	ep.budget = min(max(ep.budget, minBudgetFactor*pool), ceiling*pool)
 	c.met.endpointState(ep)
 	c.admit()
-	return false
 }

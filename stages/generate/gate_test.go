@@ -39,16 +39,16 @@ func TestDriverFixedPolicy(t *testing.T) {
 	if len(granted) != 2 || a.Endpoint() != 0 || b.Endpoint() != 0 || d.Endpoint() != -1 {
 		t.Fatalf("granted %d, endpoints %d %d %d; want the first two on endpoint 0", len(granted), a.Endpoint(), b.Endpoint(), d.Endpoint())
 	}
-	if err := c.Finish(d, 5, 0, time.Second); err == nil {
+	if err := c.Finish(d, answer(5), time.Second); err == nil {
 		t.Fatal("Finish of a waiting ticket succeeded")
 	}
-	if err := c.Finish(a, 50, 0, time.Second); err != nil {
+	if err := c.Finish(a, answer(50), time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if len(granted) != 3 || granted[2] != d || d.Endpoint() != 0 {
 		t.Fatalf("the waiting ticket was not admitted when a slot freed (granted %d)", len(granted))
 	}
-	if err := c.Finish(a, 50, 0, time.Second); err == nil {
+	if err := c.Finish(a, answer(50), time.Second); err == nil {
 		t.Fatal("a ticket finished twice")
 	}
 	if got := c.Estimator().Snapshot()[LengthKey{Dataset: "d", Lane: DefaultLane}].Samples; got != 1 {
@@ -77,12 +77,12 @@ func TestKVGate(t *testing.T) {
 		return Load{Running: 10, UsedTokens: used, MaxTokens: pool, TokenUsage: float64(used) / pool, GenThroughput: 200}
 	}
 	// Usage over the target: nothing goes.
-	c.Feedback(0, load(97000), 0, true)
+	feedback(c, 0, load(97000), 0, true)
 	if tk := offer(1000); tk.Endpoint() >= 0 {
 		t.Fatal("admitted at 97% usage")
 	}
 	// Young requests, a pool 70% full: many are expected to finish before the rest fill it.
-	c.Feedback(0, load(70000), 0, true)
+	feedback(c, 0, load(70000), 0, true)
 	if tickets[10].Endpoint() != 0 {
 		t.Fatal("not admitted at 70% usage with a young batch")
 	}
@@ -95,7 +95,7 @@ func TestKVGate(t *testing.T) {
 		t.Fatalf("prediction grew %v in 10 s at 200 tok/s, want 2000", p1-p0)
 	}
 	p1 := predicted()
-	if err := c.Finish(tickets[0], 1500, 0, time.Minute); err != nil {
+	if err := c.Finish(tickets[0], answer(1500), time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if p2 := predicted(); p1-p2 != 2500 {
@@ -105,17 +105,17 @@ func TestKVGate(t *testing.T) {
 	// The same usage with a batch that has outlived every completion seen (3000 tokens each): none is
 	// expected to finish soon, and all of them running to max_new_tokens would overflow the pool.
 	*now = now.Add(150 * time.Second)
-	c.Feedback(0, load(70000), 0, true)
+	feedback(c, 0, load(70000), 0, true)
 	if tk := offer(1000); tk.Endpoint() >= 0 {
 		t.Fatal("admitted at 70% usage with a batch of old requests")
 	}
 	// Once most of them are answered, the worst case fits and the request goes.
 	for _, tk := range tickets[1:9] {
-		if err := c.Finish(tk, 3000, 0, time.Minute); err != nil {
+		if err := c.Finish(tk, answer(3000), time.Minute); err != nil {
 			t.Fatal(err)
 		}
 	}
-	c.Feedback(0, load(30000), 0, true)
+	feedback(c, 0, load(30000), 0, true)
 	if tickets[len(tickets)-1].Endpoint() != 0 {
 		t.Fatal("not admitted once the worst case fits")
 	}
@@ -129,26 +129,38 @@ func TestRechargeByAge(t *testing.T) {
 		t.Fatal("not admitted")
 	}
 	load := Load{Running: 1, UsedTokens: 2000, MaxTokens: 100000, TokenUsage: 0.02, GenThroughput: 20}
-	c.Feedback(0, load, 0, true)
+	feedback(c, 0, load, 0, true)
 	young := c.Endpoints()[0].Used
 	if want := float64(1000 + c.Estimator().Expected(LengthKey{Dataset: "d", Lane: DefaultLane}, 4000)); young != want {
 		t.Fatalf("young request charged %v, want %v", young, want)
 	}
 	*now = now.Add(75 * time.Second) // ~1500 tokens produced at 20 tok/s
-	c.Feedback(0, load, 0, true)
+	feedback(c, 0, load, 0, true)
 	old := c.Endpoints()[0].Used
 	if old <= young || old > 1000+2000 {
 		t.Fatalf("a request past most completions is charged %v (young %v), want more, at most prompt+longest", old, young)
 	}
 	*now = now.Add(time.Hour) // past every completion seen: charged its max_new_tokens
-	c.Feedback(0, load, 0, true)
+	feedback(c, 0, load, 0, true)
 	if got := c.Endpoints()[0].Used; got != 1000+4000 {
 		t.Fatalf("an outlier is charged %v, want 5000", got)
 	}
-	if err := c.Finish(tk, 3000, 0, time.Hour); err != nil {
+	if err := c.Finish(tk, answer(3000), time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	if ep := c.Endpoints()[0]; ep.Used != 0 || ep.InFlight != 0 {
 		t.Fatalf("after the answer %v charged, %d in flight", ep.Used, ep.InFlight)
 	}
+}
+
+// feedback applies one poll's figures to admission unit i, as Controller.poll does after its HTTP reads.
+func feedback(c *Controller, i int, load Load, retracted float64, have bool) {
+	c.adjust(c.eps[i], load, true, retracted, have)
+}
+
+// answer is a /generate answer with n output tokens and no retractions.
+func answer(n int) *GenerateResponse {
+	zero := 0
+	return &GenerateResponse{OutputIDs: make([]uint32, n), MetaInfo: MetaInfo{NumRetractions: &zero,
+		FinishReason: &FinishReason{Type: "length", Length: n}}}
 }

@@ -85,15 +85,15 @@ func register[T prometheus.Collector](reg prometheus.Registerer, c T) T {
 }
 
 func (m *metrics) endpointState(ep *endpoint) {
-	m.inflightRequests.WithLabelValues(ep.url).Set(float64(ep.inflight))
-	m.inflightTokens.WithLabelValues(ep.url).Set(ep.used)
-	m.budget.WithLabelValues(ep.url).Set(ep.budget)
-	m.poolTokens.WithLabelValues(ep.url).Set(float64(ep.cap.MaxTotalTokens))
+	m.inflightRequests.WithLabelValues(ep.name).Set(float64(ep.inflight))
+	m.inflightTokens.WithLabelValues(ep.name).Set(ep.used)
+	m.budget.WithLabelValues(ep.name).Set(ep.budget)
+	m.poolTokens.WithLabelValues(ep.name).Set(float64(ep.pool))
 	up := 0.0
-	if ep.state == stateReady {
+	if ep.ready() {
 		up = 1
 	}
-	m.up.WithLabelValues(ep.url).Set(up)
+	m.up.WithLabelValues(ep.name).Set(up)
 }
 
 func (m *metrics) admitted(ep *endpoint, lane string, waited time.Duration) {
@@ -104,16 +104,16 @@ func (m *metrics) admitted(ep *endpoint, lane string, waited time.Duration) {
 func (m *metrics) queue(lane string, n int) { m.waiting.WithLabelValues(lane).Set(float64(n)) }
 
 func (m *metrics) finished(ep *endpoint, outputTokens, retractions int, took time.Duration) {
-	m.outputTokens.WithLabelValues(ep.url).Add(float64(outputTokens))
-	m.requests.WithLabelValues(ep.url, "ok").Inc()
-	m.latency.WithLabelValues(ep.url).Observe(took.Seconds())
+	m.outputTokens.WithLabelValues(ep.name).Add(float64(outputTokens))
+	m.requests.WithLabelValues(ep.name, "ok").Inc()
+	m.latency.WithLabelValues(ep.name).Observe(took.Seconds())
 	if retractions > 0 {
-		m.retractions.WithLabelValues(ep.url).Add(float64(retractions))
+		m.retractions.WithLabelValues(ep.name).Add(float64(retractions))
 	}
 }
 
 func (m *metrics) outcome(ep *endpoint, outcome string) {
-	m.requests.WithLabelValues(ep.url, outcome).Inc()
+	m.requests.WithLabelValues(ep.name, outcome).Inc()
 }
 
 func (m *metrics) estimate(key LengthKey, tokens int) {
@@ -121,7 +121,7 @@ func (m *metrics) estimate(key LengthKey, tokens int) {
 }
 
 func (m *metrics) serverLoad(ep *endpoint, l Load) {
-	m.serverQueue.WithLabelValues(ep.url).Set(float64(l.Waiting))
-	m.serverRunning.WithLabelValues(ep.url).Set(float64(l.Running))
-	m.tokenUsage.WithLabelValues(ep.url).Set(l.TokenUsage)
+	m.serverQueue.WithLabelValues(ep.name).Set(float64(l.Waiting))
+	m.serverRunning.WithLabelValues(ep.name).Set(float64(l.Running))
+	m.tokenUsage.WithLabelValues(ep.name).Set(l.TokenUsage)
 }

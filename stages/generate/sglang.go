@@ -2,31 +2,52 @@ package generate
 
 import (
 	"bytes"
+	"log/slog"
+	"strconv"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 )
 
 // Client speaks SGLang's native HTTP API to one server.
 type Client struct {
-	base string
-	hc   *http.Client
+	base   string
+	hc     *http.Client
+	apiKey Secret
 }
 
-// NewClient returns a client of the server at base (e.g. "http://host:30000").
-func NewClient(base string, hc *http.Client) *Client {
+// NewClient returns a client of the server at base (e.g. "http://host:30000"). A non-empty apiKey is sent
+// as "Authorization: Bearer <key>" on every call, as servers started with --api-key require.
+func NewClient(base string, hc *http.Client, apiKey Secret) *Client {
 	if hc == nil {
 		hc = http.DefaultClient
 	}
-	return &Client{base: strings.TrimRight(base, "/"), hc: hc}
+	return &Client{base: strings.TrimRight(base, "/"), hc: hc, apiKey: apiKey}
 }
+
+// Secret is a credential: it prints, logs and marshals as "[redacted]" so it is never echoed.
+type Secret string
+
+// String redacts the secret.
+func (s Secret) String() string {
+	if s == "" {
+		return ""
+	}
+	return "[redacted]"
+}
+
+// LogValue redacts the secret in log/slog output.
+func (s Secret) LogValue() slog.Value { return slog.StringValue(s.String()) }
+
+// MarshalText redacts the secret in JSON and text encodings.
+func (s Secret) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// GoString redacts the secret under %#v.
+func (s Secret) GoString() string { return strconv.Quote(s.String()) }
 
 // URL returns the server's base URL.
 func (c *Client) URL() string { return c.base }
@@ -50,6 +71,9 @@ type GenerateRequest struct {
 	InputIDs       []uint32       `json:"input_ids"`
 	RID            string         `json:"rid,omitempty"`
 	SamplingParams SamplingParams `json:"sampling_params"`
+	// RoutedDPRank pins the request to one data-parallel rank of a server started with --dp-size > 1
+	// (GenerateReqInput.routed_dp_rank, io_struct.py); nil lets the server's balancer choose.
+	RoutedDPRank *int `json:"routed_dp_rank,omitempty"`
 }
 
 // FinishReason is meta_info.finish_reason.
@@ -73,20 +97,30 @@ type MetaInfo struct {
 	CompletionTokens int           `json:"completion_tokens"`
 	CachedTokens     int           `json:"cached_tokens"`
 	E2ELatency       float64       `json:"e2e_latency"`
-	// NumRetractions (SGLang main) and TotalRetractions (some 2026 builds) both count retractions.
+	// NumRetractions (SGLang 0.5.23, tokenizer_manager.py) and TotalRetractions (some 2026 builds) both
+	// count retractions; older releases report neither.
 	NumRetractions   *int `json:"num_retractions,omitempty"`
 	TotalRetractions *int `json:"total_retractions,omitempty"`
+	// DPRank is the data-parallel rank that ran the request, when the server reports it.
+	DPRank *int `json:"dp_rank,omitempty"`
 }
 
-// Retractions returns the retraction count under whichever name the server used.
+// Retractions returns the retraction count under whichever name the server used (0 when it reported none).
 func (m *MetaInfo) Retractions() int {
+	n, _ := m.RetractionCount()
+	return n
+}
+
+// RetractionCount returns the retraction count and whether the server reported one at all: releases
+// before per-request retraction counts report none, and then meta_info says nothing about retractions.
+func (m *MetaInfo) RetractionCount() (int, bool) {
 	switch {
 	case m.NumRetractions != nil:
-		return *m.NumRetractions
+		return *m.NumRetractions, true
 	case m.TotalRetractions != nil:
-		return *m.TotalRetractions
+		return *m.TotalRetractions, true
 	}
-	return 0
+	return 0, false
 }
 
 // GenerateResponse is the answer of POST /generate for one prompt.
@@ -105,6 +139,28 @@ type StatusError struct {
 
 func (e *StatusError) Error() string {
 	return fmt.Sprintf("sglang: HTTP %d: %s", e.Code, e.Message)
+}
+
+// AuthError is a server refusing the stage's credentials (HTTP 401 or 403): a server started with --api-key
+// and no key, or a wrong one, configured (--sglang-api-key-file, DRAFTFLOW_SGLANG_API_KEY). Retrying cannot
+// help; the stage stops with this error.
+type AuthError struct {
+	// Endpoint is the server's base URL.
+	Endpoint string
+	// Code is the HTTP status, 401 or 403.
+	Code int
+	// Message is the server's error body.
+	Message string
+	// KeySet tells whether a key was sent.
+	KeySet bool
+}
+
+func (e *AuthError) Error() string {
+	hint := "no API key is configured: set --sglang-api-key-file or DRAFTFLOW_SGLANG_API_KEY"
+	if e.KeySet {
+		hint = "the configured API key was refused"
+	}
+	return fmt.Sprintf("sglang %s: HTTP %d %s: %s", e.Endpoint, e.Code, e.Message, hint)
 }
 
 // InvalidResponseError is a complete answer the stage cannot use: not JSON, no output_ids, no finish reason.
@@ -168,164 +224,6 @@ func parseGenerateResponse(data []byte) (*GenerateResponse, error) {
 	return out, nil
 }
 
-// Capacity is what /get_server_info says about a server's KV pool and limits.
-type Capacity struct {
-	// MaxTotalTokens is the KV pool size (max_total_num_tokens), summed over the server's data-parallel ranks
-	// (dp_size; each has its own pool) as /v1/loads figures are (see Load).
-	MaxTotalTokens int
-	// MaxRunningRequests bounds the server's running batch.
-	MaxRunningRequests int
-	// ContextLength is the model's context length.
-	ContextLength int
-	// ServedModel is the model path the server reports.
-	ServedModel string
-}
-
-// ServerInfo reads the server's capacity from /get_server_info, falling back to /server_info.
-func (c *Client) ServerInfo(ctx context.Context) (Capacity, error) {
-	data, err := c.do(ctx, http.MethodGet, "/get_server_info", nil)
-	var se *StatusError
-	if errors.As(err, &se) && se.Code == http.StatusNotFound {
-		data, err = c.do(ctx, http.MethodGet, "/server_info", nil)
-	}
-	if err != nil {
-		return Capacity{}, err
-	}
-	return parseServerInfo(data)
-}
-
-func parseServerInfo(data []byte) (Capacity, error) {
-	var info struct {
-		MaxTotalNumTokens  int    `json:"max_total_num_tokens"`
-		MaxTotalTokens     int    `json:"max_total_tokens"`
-		MaxRunningRequests int    `json:"max_running_requests"`
-		ContextLength      int    `json:"context_length"`
-		ModelPath          string `json:"model_path"`
-		DPSize             int    `json:"dp_size"`
-		InternalStates     []struct {
-			MaxTotalNumTokens int `json:"max_total_num_tokens"`
-			MemoryUsage       struct {
-				TokenCapacity int `json:"token_capacity"`
-			} `json:"memory_usage"`
-		} `json:"internal_states"`
-	}
-	if err := json.Unmarshal(data, &info); err != nil {
-		return Capacity{}, &InvalidResponseError{Reason: "server info: " + err.Error()}
-	}
-	c := Capacity{MaxRunningRequests: info.MaxRunningRequests, ContextLength: info.ContextLength,
-		ServedModel: info.ModelPath}
-	ranks := max(info.DPSize, len(info.InternalStates), 1)
-	// The pool is per data-parallel rank: the top level is one rank's scheduler info, internal_states has one
-	// entry per rank. /v1/loads reports every rank (Load sums them), so the capacity is the sum over ranks.
-	perRank := info.MaxTotalNumTokens
-	ranksSeen, sum := 0, 0
-	for _, s := range info.InternalStates {
-		if n := max(s.MaxTotalNumTokens, s.MemoryUsage.TokenCapacity); n > 0 {
-			ranksSeen++
-			sum += n
-			if perRank == 0 {
-				perRank = n // the top level lacks the pool size (it is a scheduler value)
-			}
-		}
-	}
-	if perRank == 0 {
-		perRank = info.MaxTotalTokens
-	}
-	c.MaxTotalTokens = perRank * ranks
-	if ranks > 1 && ranksSeen == ranks {
-		c.MaxTotalTokens = sum // every rank reported its own pool
-	}
-	if c.MaxTotalTokens <= 0 {
-		return c, &InvalidResponseError{Reason: "server info has no max_total_num_tokens"}
-	}
-	return c, nil
-}
-
-// Load is one poll of /v1/loads, summed over the server's data-parallel ranks (one loads[] entry per rank, or
-// one entry with the server's totals), so MaxTokens compares with Capacity.MaxTotalTokens.
-type Load struct {
-	Running, Waiting      int
-	UsedTokens, MaxTokens int
-	// TokenUsage is the KV usage in [0,1] (the worst rank's, where there are several).
-	TokenUsage float64
-	// GenThroughput is the server's recent output tokens per second.
-	GenThroughput float64
-}
-
-// Loads polls /v1/loads.
-func (c *Client) Loads(ctx context.Context) (Load, error) {
-	data, err := c.do(ctx, http.MethodGet, "/v1/loads", nil)
-	if err != nil {
-		return Load{}, err
-	}
-	return parseLoads(data)
-}
-
-func parseLoads(data []byte) (Load, error) {
-	var body struct {
-		Loads []struct {
-			NumRunningReqs    int     `json:"num_running_reqs"`
-			NumWaitingReqs    int     `json:"num_waiting_reqs"`
-			NumUsedTokens     int     `json:"num_used_tokens"`
-			NumTotalTokens    int     `json:"num_total_tokens"`
-			MaxTotalNumTokens int     `json:"max_total_num_tokens"`
-			TokenUsage        float64 `json:"token_usage"`
-			GenThroughput     float64 `json:"gen_throughput"`
-		} `json:"loads"`
-	}
-	if err := json.Unmarshal(data, &body); err != nil {
-		return Load{}, &InvalidResponseError{Reason: "loads: " + err.Error()}
-	}
-	if len(body.Loads) == 0 {
-		return Load{}, &InvalidResponseError{Reason: "loads: empty"}
-	}
-	var l Load
-	for _, r := range body.Loads {
-		l.Running += r.NumRunningReqs
-		l.Waiting += r.NumWaitingReqs
-		l.UsedTokens += r.NumUsedTokens
-		l.MaxTokens += max(r.MaxTotalNumTokens, r.NumTotalTokens)
-		l.TokenUsage = max(l.TokenUsage, r.TokenUsage)
-		l.GenThroughput += r.GenThroughput
-	}
-	return l, nil
-}
-
-// RetractedTotal reads the server's cumulative retraction counter from /metrics
-// (sglang:num_retracted_requests_total, needs --enable-metrics). ok is false when the server exports none.
-func (c *Client) RetractedTotal(ctx context.Context) (total float64, ok bool, err error) {
-	data, err := c.do(ctx, http.MethodGet, "/metrics", nil)
-	if err != nil {
-		return 0, false, err
-	}
-	return parseRetracted(data)
-}
-
-func parseRetracted(data []byte) (float64, bool, error) {
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(bytes.NewReader(data))
-	if err != nil {
-		return 0, false, &InvalidResponseError{Reason: "metrics: " + err.Error()}
-	}
-	for _, name := range []string{"sglang:num_retracted_requests_total", "sglang:num_retracted_requests"} {
-		f, ok := fams[name]
-		if !ok {
-			continue
-		}
-		total := 0.0
-		for _, m := range f.GetMetric() {
-			switch {
-			case m.GetCounter() != nil:
-				total += m.GetCounter().GetValue()
-			case m.GetUntyped() != nil:
-				total += m.GetUntyped().GetValue()
-			}
-		}
-		return total, true, nil
-	}
-	return 0, false, nil
-}
-
 // Health checks GET /health: nil when the server answers 200.
 func (c *Client) Health(ctx context.Context) error {
 	_, err := c.do(ctx, http.MethodGet, "/health", nil)
@@ -353,6 +251,9 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte) ([]by
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	if c.apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+string(c.apiKey))
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return nil, err
@@ -361,6 +262,9 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte) ([]by
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
 	if err != nil {
 		return nil, fmt.Errorf("sglang: read %s answer: %w", path, err)
+	}
+	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+		return nil, &AuthError{Endpoint: c.base, Code: resp.StatusCode, Message: errorMessage(data), KeySet: c.apiKey != ""}
 	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, &StatusError{Code: resp.StatusCode, Message: errorMessage(data)}

@@ -36,7 +36,8 @@ type stage struct {
 // topics.TopicRejected for a record the server refuses. A delivery is Done only once its output is
 // acknowledged by Kafka. When ctx ends Run stops fetching, gives in-flight requests cfg.ShutdownGrace to
 // finish, aborts the rest on their servers (they are redelivered later), commits what is finished and
-// returns nil; it returns an error only when it cannot start or the consumer fails for good.
+// returns nil; it returns an error only when it cannot start, the consumer fails for good, or a server
+// refuses the API key (*AuthError: the stage stops at once, what was in flight is redelivered later).
 func Run(ctx context.Context, cfg Config) error {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -44,10 +45,6 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if len(cfg.Kafka.Brokers) == 0 {
 		return errors.New("generate: no Kafka brokers")
-	}
-	ctl, err := NewController(cfg)
-	if err != nil {
-		return err
 	}
 	if err := cfg.Kafka.EnsureTopics(ctx, topics.TopicTokenized, topics.TopicGenerated, topics.TopicRejected); err != nil {
 		return err
@@ -60,12 +57,31 @@ func Run(ctx context.Context, cfg Config) error {
 		defer stop()
 	}
 
+	// A fatal Controller error (a server refusing the API key) stops the stage as a shutdown does, without
+	// the grace period: nothing in flight can finish.
+	ctl, err := NewController(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	go func() {
+		select {
+		case <-ctl.Fatal():
+			stopRun()
+		case <-ctx.Done():
+		}
+	}()
 	work, stopWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWork()
 	go func() {
 		select {
 		case <-ctx.Done():
 		case <-work.Done():
+			return
+		}
+		if ctl.Err() != nil {
+			stopWork()
 			return
 		}
 		if cfg.ShutdownGrace > 0 {
@@ -113,6 +129,9 @@ func Run(ctx context.Context, cfg Config) error {
 	stopCtl()
 	<-ctlDone
 	s.log.Info("generate stage stopped")
+	if err := ctl.Err(); err != nil {
+		return err
+	}
 	if runErr != nil {
 		return runErr
 	}
