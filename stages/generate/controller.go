@@ -85,6 +85,7 @@ type server struct {
 	noLoads        bool // the server has no /v1/loads
 	noMetrics      bool // the server exports no SGLang metrics
 	warnedMismatch bool
+	lastRecent     float64 // the retraction gauge at the last poll
 }
 
 // endpoint is an admission unit: a server, or one data-parallel rank of it, and the Controller's view of

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -37,11 +38,16 @@ type fakeServer struct {
 	retracted float64
 	outLen    int
 	startup   float64 // the startup_time durations: a change means a restart
+	maxRun    int     // effective_max_running_requests_per_dp
+	apiKey    string  // --api-key: 401 without it
+	legacy    bool    // an SGLang release before /v1/loads, /server_info and meta_info retraction counts
+	noMetrics bool    // no --enable-metrics: /metrics is 404
+	noCounter bool    // metrics, but no retraction yet: the labelled counter has no sample
 	srv       *httptest.Server
 }
 
 func newFake(t *testing.T, pool int) *fakeServer {
-	f := &fakeServer{t: t, pool: pool, gate: make(chan struct{}, 1000), outLen: 10, startup: 12.25,
+	f := &fakeServer{t: t, pool: pool, gate: make(chan struct{}, 1000), outLen: 10, startup: 12.25, maxRun: 1000,
 		load: map[string]any{"num_running_reqs": 0, "num_waiting_reqs": 0, "token_usage": 0.0}}
 	f.healthy.Store(true)
 	f.srv = httptest.NewServer(f)
@@ -63,6 +69,20 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		return
 	}
+	f.mu.Lock()
+	key, legacy, noMetrics, noCounter := f.apiKey, f.legacy, f.noMetrics, f.noCounter
+	f.mu.Unlock()
+	if key != "" && r.URL.Path != "/health" && r.URL.Path != "/metrics" && r.Header.Get("Authorization") != "Bearer "+key {
+		// sglang 0.5.23 utils/auth.py: every route but health and metrics needs the key.
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = io.WriteString(w, `{"error":"Unauthorized"}`)
+		return
+	}
+	if (legacy && (r.URL.Path == "/v1/loads" || r.URL.Path == "/server_info")) || (noMetrics && r.URL.Path == "/metrics") {
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = io.WriteString(w, `{"detail":"Not Found"}`)
+		return
+	}
 	switch r.URL.Path {
 	case "/health":
 	case "/get_server_info", "/server_info":
@@ -75,7 +95,7 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ranks := max(f.dp, 1)
 		states := make([]any, ranks)
 		for i := range states {
-			states[i] = map[string]any{"dp_rank": i, "effective_max_running_requests_per_dp": 1000,
+			states[i] = map[string]any{"dp_rank": i, "effective_max_running_requests_per_dp": f.maxRun,
 				"memory_usage": map[string]any{"token_capacity": f.pool}, "startup_time": map[string]any{"scheduler_e2e": startup}}
 		}
 		info := map[string]any{"max_total_num_tokens": f.pool, "max_running_requests": nil, "context_length": nil,
@@ -98,7 +118,10 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_ = json.NewEncoder(w).Encode(map[string]any{"version": "0.5.23", "loads": loads})
 	case "/metrics":
 		f.mu.Lock()
-		fmt.Fprintf(w, "# TYPE sglang:num_retracted_requests_total counter\nsglang:num_retracted_requests_total{model_name=\"x\"} %g\n", f.retracted)
+		fmt.Fprintf(w, "# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs{model_name=\"x\"} %d\n", f.running)
+		if !noCounter {
+			fmt.Fprintf(w, "# TYPE sglang:num_retracted_requests_total counter\nsglang:num_retracted_requests_total{model_name=\"x\"} %g\n", f.retracted)
+		}
 		f.mu.Unlock()
 	case "/abort_request": // recorded above
 	case "/generate":
@@ -133,9 +156,12 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		for i := range out {
 			out[i] = uint32(i + 1)
 		}
-		_ = json.NewEncoder(w).Encode(map[string]any{"output_ids": out, "meta_info": map[string]any{
-			"id": req.RID, "finish_reason": map[string]any{"type": "stop", "matched": 2},
-			"prompt_tokens": len(req.InputIDs), "completion_tokens": len(out), "num_retractions": 0}})
+		meta := map[string]any{"id": req.RID, "finish_reason": map[string]any{"type": "stop", "matched": 2},
+			"prompt_tokens": len(req.InputIDs), "completion_tokens": len(out), "num_retractions": 0}
+		if legacy {
+			delete(meta, "num_retractions") // releases before per-request retraction counts
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"output_ids": out, "meta_info": meta})
 	default:
 		w.WriteHeader(http.StatusNotFound)
 	}

@@ -3,6 +3,7 @@ package generate
 import (
 	"context"
 	"errors"
+	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -301,8 +302,20 @@ func (c *Controller) poll(ctx context.Context, s *server) (restarted bool, err e
 	c.mu.Lock()
 	eps := s.eps
 	c.mu.Unlock()
+	// The gauge refreshes on the scheduler's logging cadence: a value seen before is the same retractions.
+	gauge := haveRetracted && !x.HasCounter && x.Recent > 0 && x.Recent != s.lastRecent
+	s.lastRecent = x.Recent
 	for _, ep := range eps {
 		l, ok := load.rank(ep.rank)
+		if gauge {
+			// No counter sample, but the gauge saw retractions: a release without the counter (0.5.4), or
+			// the counter's first samples not scraped yet. Count them through meta_info's path.
+			c.mu.Lock()
+			ep.metaRetracts += int(math.Ceil(x.Recent))
+			c.mu.Unlock()
+			c.adjust(ep, l, haveLoad && ok, 0, false)
+			continue
+		}
 		c.adjust(ep, l, haveLoad && ok, x.of(ep.rank), haveRetracted)
 	}
 	return false, nil

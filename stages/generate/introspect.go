@@ -321,10 +321,10 @@ func parseServerInfo(data []byte) (Capacity, error) {
 // (TokenUsage is the worst rank's); Ranks has each rank's own.
 type Load struct {
 	// Rank is the rank's dp_rank (per-rank entries only).
-	Rank          int
-	Running       int
-	Waiting       int
-	UsedTokens    int
+	Rank       int
+	Running    int
+	Waiting    int
+	UsedTokens int
 	// MaxTokens is the KV pool (max_total_num_tokens, else memory.token_capacity). It is never
 	// num_total_tokens, which adds the tokens of waiting requests to the used ones and exceeds the pool
 	// whenever the server's queue backs up.
@@ -453,6 +453,11 @@ type Retracted struct {
 	Total float64
 	// PerRank is the counter per dp_rank label, when the series carry one.
 	PerRank map[int]float64
+	// Recent is the gauge sglang:num_retracted_reqs (retractions in the scheduler's last logging interval),
+	// summed over ranks. Releases before the counter (0.5.4) have only this gauge.
+	Recent float64
+	// HasCounter is true when the counter has samples.
+	HasCounter bool
 }
 
 // of returns the counter of DP rank r (the total when the series have no rank or r < 0).
@@ -491,11 +496,22 @@ func parseRetracted(data []byte) (Retracted, error) {
 			break
 		}
 	}
+	if g, ok := fams["sglang:num_retracted_reqs"]; ok {
+		for _, m := range g.GetMetric() {
+			switch {
+			case m.GetGauge() != nil:
+				x.Recent += m.GetGauge().GetValue()
+			case m.GetUntyped() != nil:
+				x.Recent += m.GetUntyped().GetValue()
+			}
+		}
+	}
 	f, ok := fams["sglang:num_retracted_requests_total"]
 	if !ok {
 		return x, nil
 	}
 	for _, m := range f.GetMetric() {
+		x.HasCounter = true
 		v := 0.0
 		switch {
 		case m.GetCounter() != nil:

@@ -2,15 +2,14 @@ package generate
 
 import (
 	"bytes"
-	"log/slog"
-	"strconv"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
-
 )
 
 // Client speaks SGLang's native HTTP API to one server.

@@ -97,10 +97,10 @@ func TestParseIntrospection(t *testing.T) {
 	}
 	for body, field := range map[string]string{
 		`{"loads":[]}`: "loads",
-		`{"loads":[{"num_running_reqs":1,"num_waiting_reqs":0,"num_used_tokens":1,"token_usage":0.1}]}`:                                "max_total_num_tokens",
-		`{"loads":[{"num_running_reqs":1,"num_waiting_reqs":0,"max_total_num_tokens":9,"token_usage":0.1}]}`:                           "num_used_tokens",
-		`{"loads":[{"num_running_reqs":"1","num_waiting_reqs":0,"num_used_tokens":1,"max_total_num_tokens":9,"token_usage":0.1}]}`:     "loads[0].num_running_reqs",
-		`{"loads":[{"num_running_reqs":1,"num_waiting_reqs":0,"num_used_tokens":1,"max_total_num_tokens":9}]}`:                         "token_usage",
+		`{"loads":[{"num_running_reqs":1,"num_waiting_reqs":0,"num_used_tokens":1,"token_usage":0.1}]}`:                              "max_total_num_tokens",
+		`{"loads":[{"num_running_reqs":1,"num_waiting_reqs":0,"max_total_num_tokens":9,"token_usage":0.1}]}`:                         "num_used_tokens",
+		`{"loads":[{"num_running_reqs":"1","num_waiting_reqs":0,"num_used_tokens":1,"max_total_num_tokens":9,"token_usage":0.1}]}`:   "loads[0].num_running_reqs",
+		`{"loads":[{"num_running_reqs":1,"num_waiting_reqs":0,"num_used_tokens":1,"max_total_num_tokens":9}]}`:                       "token_usage",
 		`{"loads":[{"num_running_reqs":1,"num_waiting_reqs":0,"num_used_tokens":1,"max_total_num_tokens":9,"token_usage":0.1},"x"]}`: "loads[1]",
 	} {
 		if _, err := parseLoads([]byte(body)); err == nil || !strings.Contains(err.Error(), field) {
