@@ -143,3 +143,19 @@ func (c *Controller) Poll(ctx context.Context, i int) (restarted bool, err error
 	}
 	return c.poll(ctx, s)
 }
+
+// Drained is closed once the server t was admitted to is drained (failed health checks, or restarted): Do
+// cancels such an attempt at once and retries it elsewhere; a driver does the same with Abandon.
+func (t *Ticket) Drained() <-chan struct{} { return t.w.lease.drain }
+
+// Abandon hands an admitted ticket back without an answer, because its server was drained: the charge
+// returns to the budget without counting a failure, as Do does for an attempt it cancels on a drained
+// server. The caller aborts the request on the server and offers it again to retry it.
+func (c *Controller) Abandon(t *Ticket) error {
+	if err := c.settle(t); err != nil {
+		return err
+	}
+	c.release(t.w.lease, 0)
+	c.met.outcome(t.w.lease.ep, "drained")
+	return nil
+}

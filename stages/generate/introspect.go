@@ -296,8 +296,9 @@ func parseServerInfo(data []byte) (Capacity, error) {
 			case i > 0 && c.Ranks[0].MaxRunningRequests > 0:
 				r.MaxRunningRequests = c.Ranks[0].MaxRunningRequests
 			case topRunning > 0:
-				// The server argument bounds the whole server; the scheduler splits it over DP ranks.
-				r.MaxRunningRequests = max(1, topRunning/ranks)
+				// The server argument (--max-running-requests) bounds each replica of plain data parallelism
+				// (0.5.23 divides it only over attention-DP ranks, which report internal_states).
+				r.MaxRunningRequests = topRunning
 			}
 		}
 		if r.MaxTotalTokens <= 0 {

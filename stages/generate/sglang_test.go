@@ -52,10 +52,10 @@ func TestParseIntrospection(t *testing.T) {
 		c.Version != "0.5.23" || !strings.Contains(c.StartupTime, `"load_weight":10.5`) || len(c.Ranks) != 1 {
 		t.Fatalf("server info %+v %v", c, err)
 	}
-	// A top-level max_running_requests set on the command line is split over the DP ranks without their own figure.
+	// A top-level max_running_requests set on the command line bounds every replica without its own figure.
 	c, err = parseServerInfo([]byte(`{"context_length":8192,"max_running_requests":512,"model_path":"m",
 		"max_total_num_tokens":1000,"dp_size":2}`))
-	if err != nil || c.MaxTotalTokens != 2000 || c.MaxRunningRequests != 512 || c.ContextLength != 8192 || len(c.Ranks) != 2 {
+	if err != nil || c.MaxTotalTokens != 2000 || c.MaxRunningRequests != 1024 || c.ContextLength != 8192 || len(c.Ranks) != 2 {
 		t.Fatalf("server info from server arguments %+v %v", c, err)
 	}
 	// --dp 2: one internal state per rank, each with its own pool.

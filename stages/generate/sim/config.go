@@ -27,6 +27,25 @@ const (
 	DefaultStreamInterval           = 1
 	DefaultCrashDowntime            = 2 * time.Minute
 	DefaultModelPath                = "draftflow/sim"
+	DefaultDPSize                   = 1
+)
+
+// Releases of SGLang whose HTTP API the server imitates (Config.Release).
+const (
+	// Release0523 is SGLang 0.5.23, the default: /server_info with resolved
+	// server args, startup_time and per-rank internal_states; /v1/loads;
+	// /ready; meta_info.num_retractions; api-key exemptions for /health*,
+	// /ready* and /metrics*.
+	Release0523 = "0.5.23"
+	// Release054 is SGLang 0.5.4, the last plain 0.5.x release before
+	// /v1/loads (0.5.8) and the per-request retraction count in meta_info
+	// (total_retractions, first shipped in 0.5.4.post3). It serves
+	// /get_server_info (no /server_info, /model_info or /ready), the legacy
+	// /get_load, meta_info without a retraction count or dp_rank, and no
+	// sglang:num_retracted_requests_total series.
+	Release054 = "0.5.4"
+	// DefaultRelease is the release a zero Config imitates.
+	DefaultRelease = Release0523
 )
 
 // DefaultEOSTokenIDs are the end-of-sequence ids used when Config.EOSTokenIDs
@@ -52,13 +71,32 @@ type Config struct {
 	// MaxTotalTokens is the KV pool size in tokens (SGLang
 	// max_total_num_tokens). Default 159277.
 	MaxTotalTokens int
-	// MaxRunningRequests caps the running batch (--max-running-requests).
-	// Default min(MaxTotalTokens/2, 4096), as SGLang derives it.
+	// MaxRunningRequests caps the running batch of each DP rank
+	// (--max-running-requests). Default as SGLang 0.5.23 derives it
+	// (mem_cache/kv_cache_configurator.py resolve_max_num_reqs):
+	// min(clamp(MaxTotalTokens/ContextLength*512, 2048, 4096), MaxTotalTokens/2).
+	// A value set here is still capped at MaxTotalTokens/2, as SGLang caps it.
 	MaxRunningRequests int
 	// ContextLength is the model context length (--context-length). Inputs of
 	// this many tokens or more, and input+max_new_tokens at or above it, are
 	// rejected with HTTP 400. Default 262144.
 	ContextLength int
+	// DPSize is the number of data-parallel ranks (--dp-size). Each rank is
+	// its own scheduler with its own KV pool of MaxTotalTokens tokens (SGLang's
+	// max_total_num_tokens is per rank), running batch, waiting queue and
+	// prefix cache; requests are dispatched round robin (0.5.23's default
+	// load_balance_method) unless they name a rank with routed_dp_rank.
+	// Default 1.
+	DPSize int
+
+	// APIKey, when set, makes every route but /health*, /ready* and
+	// /metrics* (0.5.4: /health* and /metrics*) answer HTTP 401
+	// {"error":"Unauthorized"} unless the request carries
+	// "Authorization: Bearer <APIKey>" (--api-key; SGLang utils/auth.py).
+	APIKey string
+	// Release is the SGLang release whose HTTP API the server imitates
+	// (--release): Release0523 (default) or Release054.
+	Release string
 	// ChunkedPrefillSize is the most prompt tokens one prefill batch computes
 	// (--chunked-prefill-size). Default 8192; negative disables chunking.
 	ChunkedPrefillSize int
@@ -159,10 +197,12 @@ type Faults struct {
 	// AddedLatencyRate is the share of calls that get AddedLatency; 0 means
 	// all of them.
 	AddedLatencyRate float64
-	// CrashEvery crashes the server every CrashEvery of simulated time: every
-	// request in flight loses its connection, the KV pool and prefix cache
-	// are wiped, /health answers 503 and new calls are reset for
-	// CrashDowntime. 0 disables crashes.
+	// CrashEvery crashes the server after every CrashEvery of simulated
+	// uptime (the first crash at CrashEvery, each next one CrashEvery after
+	// the restart): every request in flight loses its connection, the KV
+	// pool and prefix cache are wiped, /health answers 503 and new calls are
+	// reset for CrashDowntime, and the restarted server reports a new
+	// startup_time. 0 disables crashes.
 	CrashEvery time.Duration
 	// CrashDowntime is how long (simulated) a crash keeps the server down.
 	// Default 2 minutes. In Instant mode the server comes back on the next
@@ -179,14 +219,15 @@ func (c Config) withDefaults() Config {
 	if c.MaxTotalTokens <= 0 {
 		c.MaxTotalTokens = DefaultMaxTotalTokens
 	}
-	if c.MaxRunningRequests <= 0 {
-		c.MaxRunningRequests = min(c.MaxTotalTokens/2, 4096)
-		if c.MaxRunningRequests < 1 {
-			c.MaxRunningRequests = 1
-		}
-	}
 	if c.ContextLength <= 0 {
 		c.ContextLength = DefaultContextLength
+	}
+	c.MaxRunningRequests = resolveMaxRunningRequests(c.MaxRunningRequests, c.MaxTotalTokens, c.ContextLength)
+	if c.DPSize <= 0 {
+		c.DPSize = DefaultDPSize
+	}
+	if c.Release == "" {
+		c.Release = DefaultRelease
 	}
 	if c.ChunkedPrefillSize == 0 {
 		c.ChunkedPrefillSize = DefaultChunkedPrefillSize
@@ -240,6 +281,22 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// resolveMaxRunningRequests is SGLang 0.5.23's per-rank running-batch limit
+// (mem_cache/kv_cache_configurator.py KVCacheConfigurator.resolve_max_num_reqs,
+// plain DP so no attention-DP division): a requested value is capped at half
+// the pool; without one the estimate pool/context*512, clamped to
+// [2048, 4096], is capped at half the pool.
+func resolveMaxRunningRequests(requested, pool, contextLen int) int {
+	var n int
+	if requested > 0 {
+		n = min(requested, pool/2)
+	} else {
+		est := int(float64(pool) / float64(contextLen) * 512)
+		n = min(max(min(est, 4096), 2048), pool/2)
+	}
+	return max(n, 1)
+}
+
 // validate reports a configuration that cannot run. c must have defaults applied.
 func (c Config) validate() error {
 	var errs []error
@@ -278,6 +335,14 @@ func (c Config) validate() error {
 	if c.MaxTotalTokens < 2 {
 		errs = append(errs, errors.New("sim: MaxTotalTokens must be at least 2"))
 	}
+	switch c.Release {
+	case Release0523, Release054:
+	default:
+		errs = append(errs, fmt.Errorf("sim: unknown release %q (want %s or %s)", c.Release, Release0523, Release054))
+	}
+	if c.DPSize > 1024 {
+		errs = append(errs, fmt.Errorf("sim: DPSize %d is more ranks than the simulator supports (1024)", c.DPSize))
+	}
 	return errors.Join(errs...)
 }
 
@@ -291,6 +356,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxTotalTokens, "max-total-tokens", c.MaxTotalTokens, "KV pool size in tokens (0 = 159277)")
 	fs.IntVar(&c.MaxRunningRequests, "max-running-requests", c.MaxRunningRequests, "most requests decoding at once (0 = min(pool/2, 4096))")
 	fs.IntVar(&c.ContextLength, "context-length", c.ContextLength, "model context length (0 = 262144)")
+	fs.IntVar(&c.DPSize, "dp-size", c.DPSize, "data-parallel ranks, each with its own KV pool of max-total-tokens (0 = 1)")
+	fs.StringVar(&c.APIKey, "api-key", c.APIKey, "require \"Authorization: Bearer KEY\" on every route but /health*, /ready*, /metrics*")
+	fs.StringVar(&c.Release, "release", c.Release, "SGLang release whose HTTP API to imitate: "+Release0523+" (default) or "+Release054)
 	fs.IntVar(&c.ChunkedPrefillSize, "chunked-prefill-size", c.ChunkedPrefillSize, "prompt tokens per prefill chunk (0 = 8192, -1 = no chunking)")
 	fs.IntVar(&c.MaxPrefillTokens, "max-prefill-tokens", c.MaxPrefillTokens, "prompt tokens per prefill batch (0 = 16384)")
 	fs.Float64Var(&c.ScheduleConservativeness, "schedule-conservativeness", c.ScheduleConservativeness, "scales the initial new_token_ratio (0 = 1.0)")

@@ -12,7 +12,8 @@ import (
 
 func TestConfigDefaults(t *testing.T) {
 	c := Config{}.withDefaults()
-	if c.MaxTotalTokens != 159277 || c.MaxRunningRequests != 4096 || c.ChunkedPrefillSize != 8192 ||
+	// max_running_requests as SGLang 0.5.23 derives it: min(clamp(159277/262144*512, 2048, 4096), 159277/2)
+	if c.MaxTotalTokens != 159277 || c.MaxRunningRequests != 2048 || c.DPSize != 1 || c.Release != Release0523 || c.ChunkedPrefillSize != 8192 ||
 		c.TimeScale != 1 || c.VocabSize != 151936 || c.SpecialTokenStart != 151643 || c.DefaultMaxNewTokens != 128 {
 		t.Fatalf("defaults %+v", c)
 	}

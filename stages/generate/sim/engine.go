@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -23,6 +25,17 @@ const (
 	// retractDecodeSteps is retract_decode_steps, used to re-estimate the
 	// ratio after a retraction.
 	retractDecodeSteps = 20
+	// cacheHitRateWindow is SGLANG_CACHE_HIT_RATE_WINDOW_SECONDS (environ.py),
+	// the window of the recent cache hit rate that estimates
+	// num_waiting_uncached_tokens (scheduler_components/metrics_reporter.py).
+	cacheHitRateWindow = 15.0
+	// genThroughputStaleness is GEN_THROUGHPUT_STALENESS_SECONDS
+	// (metrics_reporter.py): gen_throughput decays to 0 once no decode
+	// statistics arrived for this long.
+	genThroughputStaleness = 30.0
+	// stepMaxUS is STEP_MAX_US (managers/scheduler.py): decode steps this long
+	// or longer stay out of the decode moments.
+	stepMaxUS = 2_000_000
 )
 
 // FinishReason is meta_info.finish_reason, in SGLang's JSON shape.
@@ -37,10 +50,60 @@ type FinishReason struct {
 	Message string `json:"message,omitempty"`
 	// StatusCode is the HTTP status an abort maps to (null when none).
 	StatusCode *int `json:"status_code,omitempty"`
+	// ErrType is FINISH_ABORT's err_type (always null in the simulator).
+	ErrType *string `json:"err_type,omitempty"`
 
+	// full marks a FINISH_ABORT(...).to_json() abort (managers/schedule_batch.py),
+	// which always carries status_code and err_type, null or not; other aborts
+	// are dict literals with only the keys they set.
+	full bool
 	// crashed marks aborts caused by a simulated crash: the HTTP layer drops
 	// the connection instead of answering.
 	crashed bool
+}
+
+// MarshalJSON writes the keys SGLang writes: "matched" for stop, "length"
+// for length, "message" (and "status_code"/"err_type" as FINISH_ABORT or the
+// scheduler's dict literal sets them) for abort.
+func (f FinishReason) MarshalJSON() ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteString(`{"type":`)
+	writeJSONValue(&b, f.Type)
+	field := func(k string, v any) {
+		b.WriteString(`,"` + k + `":`)
+		writeJSONValue(&b, v)
+	}
+	switch f.Type {
+	case "stop":
+		if f.Matched != nil {
+			field("matched", *f.Matched)
+		}
+	case "length":
+		if f.Length != nil {
+			field("length", *f.Length)
+		}
+	default:
+		if f.full {
+			field("message", f.Message)
+			field("status_code", f.StatusCode)
+			field("err_type", f.ErrType)
+		} else {
+			if f.StatusCode != nil {
+				field("status_code", *f.StatusCode)
+			}
+			field("message", f.Message)
+		}
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
+}
+
+// writeJSONValue appends v encoded as JSON (no trailing newline, no HTML escaping).
+func writeJSONValue(b *bytes.Buffer, v any) {
+	enc := json.NewEncoder(b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+	b.Truncate(b.Len() - 1) // Encode's newline
 }
 
 func stopReason(tok int32) *FinishReason {
@@ -56,6 +119,15 @@ func abortReason(msg string, status int) *FinishReason {
 		fr.StatusCode = &status
 	}
 	return fr
+}
+
+// finishAbort is FINISH_ABORT(message).to_json() (managers/schedule_batch.py):
+// message "Aborted" when none is given, status_code and err_type present.
+func finishAbort(msg string) *FinishReason {
+	if msg == "" {
+		msg = "Aborted"
+	}
+	return &FinishReason{Type: "abort", Message: msg, full: true}
 }
 
 // request is one generation inside the engine. Fields above mu belong to the
@@ -82,6 +154,11 @@ type request struct {
 
 	arrival, scheduled, firstToken, finished float64 // simulated seconds; -1 = not yet
 	finish                                   *FinishReason
+	// waitAbort marks a request aborted while still in the waiting queue: the
+	// tokenizer manager answers it from the AbortReq (_handle_abort_req), with
+	// fewer meta_info keys.
+	waitAbort bool
+	dpRank    int // the DP rank serving it
 
 	mu        sync.Mutex
 	pubOut    []int32
@@ -148,6 +225,7 @@ type batch struct {
 	prefill bool
 	reqs    []*request
 	extend  []int   // tokens each request computes (prefill)
+	hit     int64   // prompt tokens served from the prefix cache (prefill)
 	dur     float64 // simulated seconds
 }
 
@@ -171,9 +249,6 @@ type engine struct {
 
 	now float64 // simulated seconds since start
 
-	downUntil float64 // crashed until this simulated time
-	nextCrash float64
-
 	decodeSinceLog int
 	lastLogTime    float64
 	lastLogTokens  int64
@@ -181,7 +256,32 @@ type engine struct {
 
 	stats    engineCounters
 	observer observer
-	finished []*request // finished since the last drain; for publishing
+	// collect keeps every request that finishes in done (manual mode).
+	collect bool
+	done    []*request
+
+	rank      int             // DP rank
+	current   *batch          // the forward pass in progress (nil: between passes)
+	busyUntil float64         // when current ends
+	pending   []func(*engine) // operations waiting for the pass in progress to end
+
+	lastPassDecode bool // the previous pass was a decode step, back to back
+	// hitWindow holds (time, hit, total) per prefill batch over the last
+	// cacheHitRateWindow simulated seconds.
+	hitWindow            []hitSample
+	lastPrefillHitRate   float64 // cache_hit_rate of the last prefill log
+	lastDecodeLogTime    float64
+	retractedSinceLog    int // metrics_reporter.num_retracted_reqs
+	retractedLogged      int // stats.num_retracted_reqs (as of the last log)
+	decodeMoments        [6]float64
+	totalPrefillBusyUS   int64
+	totalPrefillUncached int64
+}
+
+// hitSample is one prefill batch's prefix-cache figures.
+type hitSample struct {
+	t          float64
+	hit, total int64
 }
 
 // engineCounters are cumulative counters exported by Stats.
@@ -221,9 +321,6 @@ func newEngine(cfg *Config) *engine {
 	e.ratio = e.initRatio
 	e.maxReqLen = min(cfg.ContextLength-1, cfg.MaxTotalTokens-1)
 	e.maxReqInputLen = e.maxReqLen - 5
-	if cfg.Faults.CrashEvery > 0 {
-		e.nextCrash = cfg.Faults.CrashEvery.Seconds()
-	}
 	return e
 }
 
@@ -247,15 +344,24 @@ func (e *engine) alloc(n int) bool {
 	return true
 }
 
-// submit puts a new request into the waiting queue, or finishes it at once
-// with an abort when SGLang's scheduler would reject it.
-func (e *engine) submit(r *request) {
-	r.arrival, r.scheduled, r.firstToken, r.finished = e.now, -1, -1, -1
+// submit puts a new request, arriving now, into the waiting queue.
+func (e *engine) submit(r *request) { e.submitAt(r, e.now) }
+
+// submitAt puts a new request that arrived at simulated time t into the
+// waiting queue, or finishes it at once with an abort when SGLang's scheduler
+// would reject it.
+func (e *engine) submitAt(r *request, t float64) {
+	r.arrival, r.scheduled, r.firstToken, r.finished = t, -1, -1, -1
+	r.dpRank = e.rank
 	e.stats.promptTokens += int64(len(r.input))
-	if len(r.input) > e.maxReqInputLen {
-		e.finishReq(r, abortReason(fmt.Sprintf(
+	// managers/utils.py validate_input_length: len >= max_req_input_len is
+	// refused with Req.set_finish_with_abort (FINISH_ABORT(msg, 400,
+	// "BadRequestError")).
+	if len(r.input) >= e.maxReqInputLen {
+		status, errType := http.StatusBadRequest, "BadRequestError"
+		e.finishReq(r, &FinishReason{Type: "abort", full: true, StatusCode: &status, ErrType: &errType, Message: fmt.Sprintf(
 			"Input length (%d tokens) exceeds the maximum allowed length (%d tokens). Use a shorter input or enable --allow-auto-truncate.",
-			len(r.input), e.maxReqInputLen), http.StatusBadRequest))
+			len(r.input), e.maxReqInputLen)})
 		return
 	}
 	r.maxNew = min(r.maxNew, e.maxReqLen-len(r.input)-1)
@@ -264,6 +370,8 @@ func (e *engine) submit(r *request) {
 	}
 	if e.cfg.MaxQueuedRequests > 0 && len(e.waiting)+1 > e.cfg.MaxQueuedRequests {
 		e.stats.queueFullAborts++
+		// Scheduler._abort_on_queued_limit: answered from the AbortReq.
+		r.waitAbort = true
 		e.finishReq(r, abortReason("The request queue is full.", http.StatusServiceUnavailable))
 		return
 	}
@@ -314,6 +422,7 @@ func (e *engine) nextBatch() *batch {
 	}
 	e.ratio = e.initRatio
 	e.full = false
+	e.lastPassDecode = false
 	if !e.idle {
 		e.idle = true
 		if e.observer != nil {
@@ -486,6 +595,7 @@ func (e *engine) newPrefillBatch() *batch {
 			a.extendTokensSum, e.available(), e.tree.evictable()))
 	}
 	admitted := map[*request]bool{}
+	var batchHit int64
 	for i, r := range a.canRun {
 		admitted[r] = true
 		if r.scheduled < 0 {
@@ -498,6 +608,7 @@ func (e *engine) newPrefillBatch() *batch {
 		hit := max(0, prefix-r.alreadyComputed)
 		r.cachedTokens += hit
 		e.stats.cacheHitTokens += int64(hit)
+		batchHit += int64(hit)
 		if r.kvLen == 0 { // a fresh or retracted request: its prefix is tree-held
 			r.prefixLen = prefix
 		}
@@ -516,6 +627,7 @@ func (e *engine) newPrefillBatch() *batch {
 		prefill: true,
 		reqs:    a.canRun,
 		extend:  a.extend,
+		hit:     batchHit,
 		dur:     e.cfg.Timing.PrefillSeconds(a.extendTokensSum, a.attnPairs),
 	}
 }
@@ -575,6 +687,7 @@ func (e *engine) retract() {
 		e.enqueue(r)
 	}
 	e.stats.retractions += int64(len(retracted))
+	e.retractedSinceLog += len(retracted)
 	e.stats.retractEvents++
 	e.stats.lastRetracted = len(retracted)
 	e.full = false
@@ -621,6 +734,13 @@ func (e *engine) complete(b *batch) {
 	e.now += b.dur
 	if b.prefill {
 		e.stats.prefillBatches++
+		// managers/scheduler.py: prefill busy time and uncached tokens feed
+		// the cumulative /v1/loads counters.
+		e.totalPrefillBusyUS += int64(b.dur * 1e6)
+		for _, n := range b.extend {
+			e.totalPrefillUncached += int64(n)
+		}
+		e.lastPassDecode = false
 		for _, r := range b.reqs {
 			if r == e.chunked {
 				e.cacheUnfinished(r)
@@ -633,10 +753,28 @@ func (e *engine) complete(b *batch) {
 		}
 		// Newer SGLang resets batch_is_full after merging a prefill batch.
 		e.full = false
+		var computed int64
+		for _, n := range b.extend {
+			computed += int64(n)
+		}
+		e.notePrefillHits(b.hit, computed)
 		e.maybeLog(true)
 		return
 	}
 	e.stats.decodeSteps++
+	// _accumulate_decode_moment (managers/scheduler.py): decode steps back to
+	// back only, shorter than STEP_MAX_US; one token per request.
+	if us := int64(b.dur * 1e6); e.lastPassDecode && us > 0 && us < stepMaxUS {
+		bs, t := float64(len(b.reqs)), float64(us)
+		m := &e.decodeMoments
+		m[0]++
+		m[1] += bs
+		m[2] += t
+		m[3] += bs * bs
+		m[4] += bs * t
+		m[5] += bs
+	}
+	e.lastPassDecode = true
 	done := false
 	for _, r := range b.reqs {
 		if e.emit(r) {
@@ -700,6 +838,9 @@ func (e *engine) finishReq(r *request, fr *FinishReason) {
 	if e.observer != nil {
 		e.observer.onFinish(r)
 	}
+	if e.collect {
+		e.done = append(e.done, r)
+	}
 	r.publish(e.now)
 }
 
@@ -719,11 +860,62 @@ func (e *engine) abortByRID(rid string, all bool) int {
 			return 0
 		}
 	}
-	return e.abort(rid, all, "Abort requested by /abort_request.")
+	return e.abortAsScheduler(rid, all)
+}
+
+// waitingAbortMessage is the message the tokenizer manager gives a request
+// the scheduler popped from its waiting queue: "Abort in waiting queue"
+// (0.5.23 TokenizerManager._handle_abort_req), "Abort before prefill" (0.5.4).
+func (e *engine) waitingAbortMessage() string {
+	if e.cfg.Release == Release054 {
+		return "Abort before prefill"
+	}
+	return "Abort in waiting queue"
+}
+
+// abortAsScheduler is Scheduler.abort_request for an AbortReq without a
+// reason: waiting requests are popped and answered from the AbortReq
+// (finish_reason {"type":"abort","message":<waitingAbortMessage>}); the
+// chunked and running ones end with FINISH_ABORT() ("Aborted", status_code
+// and err_type null). It returns how many were aborted.
+func (e *engine) abortAsScheduler(prefix string, all bool) int {
+	n := 0
+	match := func(r *request) bool {
+		return all || strings.HasPrefix(r.rid, prefix)
+	}
+	e.waiting = slices.DeleteFunc(e.waiting, func(r *request) bool {
+		if match(r) {
+			r.queued = false
+			r.waitAbort = true
+			e.finishReq(r, abortReason(e.waitingAbortMessage(), 0))
+			n++
+			return true
+		}
+		return false
+	})
+	if c := e.chunked; c != nil && match(c) {
+		e.releaseKV(c, false)
+		e.chunked = nil
+		e.finishReq(c, finishAbort(""))
+		n++
+	}
+	e.running = slices.DeleteFunc(e.running, func(r *request) bool {
+		if match(r) {
+			e.releaseKV(r, false)
+			e.finishReq(r, finishAbort(""))
+			n++
+			return true
+		}
+		return false
+	})
+	if n > 0 {
+		e.full = false
+	}
+	return n
 }
 
 // abort ends every request whose rid starts with prefix (all when all is
-// set), wherever it is.
+// set), wherever it is, with msg.
 func (e *engine) abort(prefix string, all bool, msg string) int {
 	n := 0
 	match := func(r *request) bool {
@@ -778,28 +970,35 @@ func (e *engine) abortRequest(target *request, msg string) {
 	e.finishReq(target, abortReason(msg, 0))
 }
 
-// crash simulates the server process dying: every request in flight is
-// aborted (its connection will be dropped), KV and cache are wiped, and the
-// server stays down for CrashDowntime.
+// crash simulates the server process dying: every request in flight,
+// including those of the forward pass in progress, is aborted (its
+// connection will be dropped) and KV and cache are wiped. The server keeps
+// it down for CrashDowntime.
 func (e *engine) crash() {
 	fr := &FinishReason{Type: "abort", Message: "server crashed", crashed: true}
 	all := slices.Concat(e.waiting, e.running)
 	if e.chunked != nil {
 		all = append(all, e.chunked)
 	}
+	if e.current != nil {
+		all = append(all, e.current.reqs...)
+	}
 	for _, r := range all {
+		if r.finish != nil {
+			continue // listed twice (a running request in the pass in progress)
+		}
 		r.node = nil
 		r.queued = false
 		e.finishReq(r, fr)
 	}
-	e.waiting, e.running, e.chunked = nil, nil, nil
+	e.waiting, e.running, e.chunked, e.current = nil, nil, nil, nil
+	e.pending = nil
 	e.ownTokens = 0
 	e.tree.reset()
 	e.ratio = e.initRatio
 	e.full = false
+	e.lastPassDecode = false
 	e.stats.crashes++
-	e.downUntil = e.now + e.cfg.Faults.CrashDowntime.Seconds()
-	e.nextCrash = e.now + e.cfg.Faults.CrashEvery.Seconds()
 }
 
 // flushCache empties the radix cache when no request is in flight, as SGLang
@@ -824,12 +1023,58 @@ func (e *engine) maybeLog(prefill bool) {
 			e.genThroughput = float64(e.stats.generated-e.lastLogTokens) / dt
 		}
 		e.lastLogTime = e.now
+		e.lastDecodeLogTime = e.now
 		e.lastLogTokens = e.stats.generated
 		e.decodeSinceLog = 0
+	} else if e.now-e.lastDecodeLogTime > genThroughputStaleness {
+		// _current_gen_throughput: a stale decode window decays to 0.
+		e.genThroughput = 0
 	}
+	// Retract: stats.num_retracted_reqs is the count since the previous log.
+	e.retractedLogged, e.retractedSinceLog = e.retractedSinceLog, 0
 	if e.observer != nil {
 		e.observer.onLog(e)
 	}
+}
+
+// notePrefillHits records one prefill batch's prefix-cache hit and computed
+// tokens: the per-report cache_hit_rate and the windowed recent rate
+// (metrics_reporter.py log_prefill_stats, _CacheHitRateWindow).
+func (e *engine) notePrefillHits(hit, computed int64) {
+	total := hit + computed
+	if total > 0 {
+		e.lastPrefillHitRate = float64(hit) / float64(total)
+		e.hitWindow = append(e.hitWindow, hitSample{t: e.now, hit: hit, total: total})
+	} else {
+		e.lastPrefillHitRate = 0
+	}
+	e.trimHitWindow()
+}
+
+// trimHitWindow drops the samples older than cacheHitRateWindow.
+func (e *engine) trimHitWindow() {
+	cut := 0
+	for cut < len(e.hitWindow) && e.hitWindow[cut].t <= e.now-cacheHitRateWindow {
+		cut++
+	}
+	if cut > 0 {
+		e.hitWindow = append(e.hitWindow[:0], e.hitWindow[cut:]...)
+	}
+}
+
+// recentCacheHitRate is the hit rate over the last cacheHitRateWindow
+// simulated seconds.
+func (e *engine) recentCacheHitRate() float64 {
+	e.trimHitWindow()
+	var hit, total int64
+	for _, s := range e.hitWindow {
+		hit += s.hit
+		total += s.total
+	}
+	if total == 0 {
+		return 0
+	}
+	return float64(hit) / float64(total)
 }
 
 // cacheHitRate is cached prompt tokens over prefilled+cached tokens.

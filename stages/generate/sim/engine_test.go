@@ -496,7 +496,7 @@ func TestCrashWipesState(t *testing.T) {
 	if r.finish == nil || !r.finish.crashed {
 		t.Fatalf("request not crashed: %+v", r.finish)
 	}
-	if e.ownTokens != 0 || e.tree.size != 0 || len(e.running) != 0 || e.downUntil <= e.now {
+	if e.ownTokens != 0 || e.tree.size != 0 || len(e.running) != 0 || e.stats.crashes != 1 {
 		t.Fatal("crash left state behind")
 	}
 }

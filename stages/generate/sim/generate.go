@@ -35,12 +35,11 @@ func (s *Server) isSpecial(id int32) bool {
 	return false
 }
 
-// handleGenerate serves POST|PUT /generate.
+// handleGenerate serves POST|PUT /generate. In manual mode the call is
+// submitted at the owner's instant (SetTime) and blocks until the owner's
+// Finish calls end its requests; the WithSubmitted hook of the request's
+// context fires once the requests are queued (or an error was answered).
 func (s *Server) handleGenerate(w http.ResponseWriter, hr *http.Request) {
-	if hr.Method != http.MethodPost && hr.Method != http.MethodPut {
-		writeHTTPError(w, http.StatusMethodNotAllowed, "Method Not Allowed")
-		return
-	}
 	if s.isDown() {
 		resetConnection(w)
 		return
@@ -71,16 +70,12 @@ func (s *Server) handleGenerate(w http.ResponseWriter, hr *http.Request) {
 	}
 	items, batch, err := s.parseGenerate(&req)
 	if err == nil && fd.queueFull {
-		if req.Stream {
-			s.streamError(w, "The request queue is full.")
-		} else {
-			writeHTTPError(w, http.StatusServiceUnavailable, "The request queue is full.")
-		}
+		s.answerQueueFull(w, &req, items, batch)
 		return
 	}
 	if err != nil {
 		if req.Stream {
-			s.streamError(w, err.Error())
+			s.streamError(w, err.Error(), http.StatusBadRequest)
 		} else {
 			writeValueError(w, err.Error())
 		}
@@ -94,15 +89,17 @@ func (s *Server) handleGenerate(w http.ResponseWriter, hr *http.Request) {
 		reqs[i].stream = req.Stream
 	}
 	s.mu.Lock()
-	if s.closed || s.eng.now < s.eng.downUntil {
+	if s.closed || s.downLocked() {
 		s.mu.Unlock()
 		resetConnection(w)
 		return
 	}
-	for _, r := range reqs {
-		s.eng.submit(r)
+	now := s.clockLocked()
+	for i, r := range reqs {
+		s.enqueueLocked(r, items[i].rank, now)
 	}
 	s.mu.Unlock()
+	hookFrom(hr.Context()).call()
 	s.poke()
 
 	if req.Stream {
@@ -112,13 +109,42 @@ func (s *Server) handleGenerate(w http.ResponseWriter, hr *http.Request) {
 	s.waitResults(hr.Context(), w, reqs, batch, fd.reset)
 }
 
-// abandon aborts requests whose client went away.
-func (s *Server) abandon(reqs []*request) {
-	s.later(func(e *engine) {
-		for _, r := range reqs {
-			e.abortRequest(r, "The client closed the connection.")
+// answerQueueFull answers a call the fault injector turned away as if the
+// scheduler's queue were full (Scheduler._abort_on_queued_limit): HTTP 503
+// (an HTTPException), or in a 0.5.23 stream the abort as an answer chunk.
+func (s *Server) answerQueueFull(w http.ResponseWriter, req *GenerateRequest, items []genItem, batch bool) {
+	const msg = "The request queue is full."
+	if !req.Stream {
+		writeHTTPError(w, http.StatusServiceUnavailable, msg)
+		return
+	}
+	if s.cfg.Release == Release054 {
+		s.streamError(w, msg, http.StatusServiceUnavailable)
+		return
+	}
+	sseHeaders(w)
+	for i, it := range items {
+		r := &request{rid: it.rid, input: it.input, waitAbort: true}
+		chunk := s.response(r, nil, "", abortReason(msg, http.StatusServiceUnavailable), requestMeta{})
+		chunk.MetaInfo.ResponseSentToClientTS = unixNow()
+		if batch {
+			idx := i
+			chunk.Index = &idx
 		}
-	})
+		writeEvent(w, chunk)
+	}
+	_, _ = io.WriteString(w, "data: [DONE]\n\n")
+	flush(w)
+}
+
+// abandon aborts requests whose client went away (TokenizerManager
+// abort_request on disconnect).
+func (s *Server) abandon(reqs []*request) {
+	s.met.abortDispatched()
+	for _, r := range reqs {
+		r := r
+		s.later(r.dpRank, func(e *engine) { e.abortRequest(r, "The client closed the connection.") })
+	}
 }
 
 // waitResults answers a non-streaming call once every request finished.
@@ -138,11 +164,17 @@ func (s *Server) waitResults(ctx context.Context, w http.ResponseWriter, reqs []
 			resetConnection(w)
 			return
 		}
-		if fin.Type == "abort" && fin.StatusCode != nil {
-			writeHTTPError(w, *fin.StatusCode, fin.Message)
+		if fin.Type == "abort" && fin.StatusCode != nil && *fin.StatusCode >= 400 && *fin.StatusCode < 600 {
+			// _handle_abort_finish_reason: 400 is a ValueError, others an HTTPException.
+			if *fin.StatusCode == http.StatusBadRequest {
+				writeValueError(w, fin.Message)
+			} else {
+				writeHTTPError(w, *fin.StatusCode, fin.Message)
+			}
 			return
 		}
 		out[i] = s.response(r, ids, DetokenizeIDs(ids, s.isSpecial, r.skipSpecial()), fin, meta)
+		out[i].MetaInfo.ResponseSentToClientTS = unixNow()
 	}
 	if reset {
 		resetConnection(w)
@@ -165,12 +197,30 @@ func allFinished(reqs []*request) bool {
 }
 
 // streamError answers a streaming call that failed before it started the
-// way SGLang does: HTTP 200, one error event, then [DONE].
-func (s *Server) streamError(w http.ResponseWriter, msg string) {
+// way SGLang does: HTTP 200, one error event, then [DONE]. 0.5.23's event is
+// {"error":{"message","type":"invalid_request_error","code","retryable":false}}
+// (http_server.py serve_generate_request); 0.5.4's {"error":{"message"}}.
+func (s *Server) streamError(w http.ResponseWriter, msg string, code int) {
 	sseHeaders(w)
-	writeEvent(w, map[string]any{"error": map[string]string{"message": msg}})
+	if s.cfg.Release == Release054 {
+		e := map[string]any{"message": msg}
+		if code != http.StatusBadRequest {
+			e["code"] = code
+		}
+		writeEvent(w, map[string]any{"error": e})
+	} else {
+		writeEvent(w, map[string]any{"error": streamErrorBody{Message: msg, Type: "invalid_request_error", Code: code}})
+	}
 	_, _ = io.WriteString(w, "data: [DONE]\n\n")
 	flush(w)
+}
+
+// streamErrorBody is 0.5.23's in-band stream error, keys in SGLang's order.
+type streamErrorBody struct {
+	Message   string `json:"message"`
+	Type      string `json:"type"`
+	Code      int    `json:"code"`
+	Retryable bool   `json:"retryable"`
 }
 
 func sseHeaders(w http.ResponseWriter) {
@@ -193,12 +243,15 @@ func flush(w http.ResponseWriter) {
 }
 
 // streamResults streams cumulative chunks (text and output_ids so far) as
-// server-sent events until every request finished, then [DONE].
+// server-sent events until every request finished, then [DONE]. An abort
+// with a status code ends the request's stream with the abort as its last
+// chunk (0.5.23 _handle_abort_finish_reason), or, in 0.5.4, an error event.
 func (s *Server) streamResults(ctx context.Context, w http.ResponseWriter, reqs []*request, batch, reset bool) {
 	sseHeaders(w)
 	flush(w)
 	sent := make([]int, len(reqs))
 	done := make([]bool, len(reqs))
+	first := make([]bool, len(reqs))
 	texts := make([]strings.Builder, len(reqs))
 	left := len(reqs)
 	for {
@@ -218,11 +271,19 @@ func (s *Server) streamResults(ctx context.Context, w http.ResponseWriter, reqs 
 				resetConnection(w)
 				return
 			}
-			if fin != nil && fin.Type == "abort" && fin.StatusCode != nil {
-				writeEvent(w, map[string]any{"error": map[string]any{"message": fin.Message, "code": *fin.StatusCode}})
+			if fin != nil && fin.Type == "abort" && fin.StatusCode != nil && s.cfg.Release == Release054 {
+				e := map[string]any{"message": fin.Message}
+				if *fin.StatusCode != http.StatusBadRequest {
+					e["code"] = *fin.StatusCode
+				}
+				writeEvent(w, map[string]any{"error": e})
 			} else {
 				texts[i].WriteString(DetokenizeIDs(ids[sent[i]:], s.isSpecial, r.skipSpecial()))
 				chunk := s.response(r, ids, texts[i].String(), fin, meta)
+				if !first[i] {
+					first[i] = true
+					chunk.MetaInfo.ResponseSentToClientTS = unixNow()
+				}
 				if batch {
 					idx := i
 					chunk.Index = &idx
@@ -250,24 +311,36 @@ func (s *Server) streamResults(ctx context.Context, w http.ResponseWriter, reqs 
 	}
 }
 
-// response renders one request's state in SGLang's shape.
+// response renders one request's state in the release's shape.
 func (s *Server) response(r *request, ids []int32, text string, fin *FinishReason, meta requestMeta) GenerateResponse {
 	if ids == nil {
 		ids = []int32{}
 	}
-	return GenerateResponse{
-		Text:      text,
-		OutputIDs: ids,
-		MetaInfo: MetaInfo{
-			ID:               r.rid,
-			FinishReason:     fin,
-			PromptTokens:     len(r.input),
-			CompletionTokens: len(ids),
-			CachedTokens:     meta.cachedTokens,
-			ReasoningTokens:  meta.reasoningTokens,
-			E2ELatency:       meta.e2e,
-			NumRetractions:   meta.retractions,
-			WeightVersion:    "default",
-		},
+	mi := MetaInfo{
+		ID:               r.rid,
+		FinishReason:     fin,
+		PromptTokens:     len(r.input),
+		CompletionTokens: len(ids),
+		CachedTokens:     meta.cachedTokens,
+		ReasoningTokens:  meta.reasoningTokens,
+		E2ELatency:       meta.e2e,
+		NumRetractions:   meta.retractions,
+		WeightVersion:    "default",
 	}
+	switch {
+	case s.cfg.Release == Release054 && r.waitAbort:
+		mi.layout = metaLegacyWaitAbort
+		text = ""
+	case s.cfg.Release == Release054:
+		mi.layout = metaLegacy
+	case r.waitAbort:
+		mi.layout = metaWaitAbort
+	default:
+		mi.layout = metaFull
+		if s.cfg.DPSize > 1 {
+			rank := r.dpRank
+			mi.DPRank = &rank
+		}
+	}
+	return GenerateResponse{Text: text, OutputIDs: ids, MetaInfo: mi}
 }

@@ -1,20 +1,27 @@
 package sim
 
 import (
+	"bytes"
+	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Version is reported as the server version by the introspection routes.
-const Version = "0.5.0-draftflow-sim"
+// Version is the version the default release reports (/server_info and
+// /v1/loads "version"); a server set to another Config.Release reports that
+// release.
+const Version = Release0523
 
 // GenerateRequest is the body of POST /generate (SGLang GenerateReqInput).
 // Text, InputIDs, RID and SamplingParams hold either one value or a list (a
@@ -26,6 +33,13 @@ type GenerateRequest struct {
 	RID            json.RawMessage `json:"rid,omitempty"`
 	SamplingParams json.RawMessage `json:"sampling_params,omitempty"`
 	Stream         bool            `json:"stream,omitempty"`
+	// RoutedDPRank pins every request of the call to one DP rank
+	// (GenerateReqInput.routed_dp_rank, 0.5.23).
+	RoutedDPRank *int `json:"routed_dp_rank,omitempty"`
+	// DataParallelRank is the deprecated alias of RoutedDPRank, used when
+	// RoutedDPRank is unset (GenerateReqInput.normalize_batch_and_arguments);
+	// the only spelling 0.5.4 knows.
+	DataParallelRank *int `json:"data_parallel_rank,omitempty"`
 }
 
 // SamplingParams are the sampling parameters the simulator honours; others
@@ -43,28 +57,152 @@ type SamplingParams struct {
 
 // GenerateResponse is one element of a /generate answer or stream chunk.
 type GenerateResponse struct {
-	Text      string   `json:"text"`
-	OutputIDs []int32  `json:"output_ids"`
-	MetaInfo  MetaInfo `json:"meta_info"`
+	// Text is the detokenized output (cumulative in a stream).
+	Text string `json:"text"`
+	// OutputIDs are the generated token ids (cumulative in a stream).
+	OutputIDs []int32 `json:"output_ids"`
+	// MetaInfo is the request's meta_info.
+	MetaInfo MetaInfo `json:"meta_info"`
 	// Index is the position in a batch; set on streamed batch chunks only.
 	Index *int `json:"index,omitempty"`
 }
 
-// MetaInfo is SGLang's meta_info.
+// MarshalJSON writes the answer's keys in SGLang's order; a 0.5.4 request
+// aborted in the waiting queue has no output_ids (TokenizerManager
+// _handle_abort_req there answers {"text": "", "meta_info": {...}}).
+func (g GenerateResponse) MarshalJSON() ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteString(`{"text":`)
+	writeJSONValue(&b, g.Text)
+	if g.MetaInfo.layout != metaLegacyWaitAbort {
+		b.WriteString(`,"output_ids":`)
+		ids := g.OutputIDs
+		if ids == nil {
+			ids = []int32{}
+		}
+		writeJSONValue(&b, ids)
+	}
+	b.WriteString(`,"meta_info":`)
+	mi, err := g.MetaInfo.MarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	b.Write(mi)
+	if g.Index != nil {
+		b.WriteString(`,"index":`)
+		writeJSONValue(&b, *g.Index)
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
+}
+
+// MetaInfo is SGLang's meta_info. Which keys an answer carries depends on
+// the release and on how the request ended; see MarshalJSON.
 type MetaInfo struct {
-	ID               string        `json:"id"`
-	FinishReason     *FinishReason `json:"finish_reason"`
-	PromptTokens     int           `json:"prompt_tokens"`
-	CompletionTokens int           `json:"completion_tokens"`
-	CachedTokens     int           `json:"cached_tokens"`
-	ReasoningTokens  int           `json:"reasoning_tokens"`
-	E2ELatency       float64       `json:"e2e_latency"`
-	NumRetractions   int           `json:"num_retractions"`
-	WeightVersion    string        `json:"weight_version"`
+	// ID is the request id (rid).
+	ID string `json:"id"`
+	// FinishReason is null until the request ends.
+	FinishReason *FinishReason `json:"finish_reason"`
+	// PromptTokens is the input length.
+	PromptTokens int `json:"prompt_tokens"`
+	// CompletionTokens is the output length so far.
+	CompletionTokens int `json:"completion_tokens"`
+	// CachedTokens counts prompt tokens served from the prefix cache.
+	CachedTokens int `json:"cached_tokens"`
+	// ReasoningTokens counts tokens of the reasoning segment.
+	ReasoningTokens int `json:"reasoning_tokens"`
+	// E2ELatency is simulated seconds from arrival to finish; SGLang sets it
+	// on the final answer only.
+	E2ELatency float64 `json:"e2e_latency"`
+	// NumRetractions counts the request's retractions (0.5.23).
+	NumRetractions int `json:"num_retractions"`
+	// WeightVersion is the serving weights' version ("default").
+	WeightVersion string `json:"weight_version"`
+	// DPRank is the DP rank that served the request (null without DP), as
+	// the scheduler's output streamer reports it (0.5.23).
+	DPRank *int `json:"dp_rank"`
+	// ResponseSentToClientTS is the wall-clock Unix time the answer left
+	// (0.5.23: set on the first answer sent for a request).
+	ResponseSentToClientTS float64 `json:"response_sent_to_client_ts,omitempty"`
+
+	layout metaLayout
+}
+
+// metaLayout selects the keys of a meta_info.
+type metaLayout int
+
+const (
+	// metaFull is 0.5.23's TokenizerManager._handle_batch_output meta_info:
+	// id, finish_reason, prompt_tokens, weight_version, num_retractions,
+	// reasoning_tokens, completion_tokens, cached_tokens, dp_rank, and
+	// e2e_latency once finished.
+	metaFull metaLayout = iota
+	// metaWaitAbort is 0.5.23's _handle_abort_req meta_info (a request
+	// aborted in the waiting queue, or turned away by a full queue): id,
+	// finish_reason, weight_version, e2e_latency, completion_tokens.
+	metaWaitAbort
+	// metaLegacy is 0.5.4's meta_info: id, finish_reason, prompt_tokens,
+	// weight_version, completion_tokens, cached_tokens, and e2e_latency once
+	// finished. No retraction count, no reasoning_tokens, no dp_rank.
+	metaLegacy
+	// metaLegacyWaitAbort is 0.5.4's _handle_abort_req meta_info: id,
+	// finish_reason, prompt_tokens 0, completion_tokens 0.
+	metaLegacyWaitAbort
+)
+
+// MarshalJSON writes the keys the release's tokenizer manager writes.
+func (m MetaInfo) MarshalJSON() ([]byte, error) {
+	var b bytes.Buffer
+	first := true
+	field := func(k string, v any) {
+		if !first {
+			b.WriteByte(',')
+		}
+		first = false
+		b.WriteString(`"` + k + `":`)
+		writeJSONValue(&b, v)
+	}
+	b.WriteByte('{')
+	field("id", m.ID)
+	field("finish_reason", m.FinishReason)
+	finished := m.FinishReason != nil
+	switch m.layout {
+	case metaWaitAbort:
+		field("weight_version", m.WeightVersion)
+		field("e2e_latency", m.E2ELatency)
+		field("completion_tokens", m.CompletionTokens)
+	case metaLegacy:
+		field("prompt_tokens", m.PromptTokens)
+		field("weight_version", m.WeightVersion)
+		field("completion_tokens", m.CompletionTokens)
+		field("cached_tokens", m.CachedTokens)
+		if finished {
+			field("e2e_latency", m.E2ELatency)
+		}
+	case metaLegacyWaitAbort:
+		field("prompt_tokens", 0)
+		field("completion_tokens", 0)
+	default:
+		field("prompt_tokens", m.PromptTokens)
+		field("weight_version", m.WeightVersion)
+		field("num_retractions", m.NumRetractions)
+		field("reasoning_tokens", m.ReasoningTokens)
+		field("completion_tokens", m.CompletionTokens)
+		field("cached_tokens", m.CachedTokens)
+		field("dp_rank", m.DPRank)
+		if finished {
+			field("e2e_latency", m.E2ELatency)
+		}
+	}
+	if m.ResponseSentToClientTS != 0 && (m.layout == metaFull || m.layout == metaWaitAbort) {
+		field("response_sent_to_client_ts", m.ResponseSentToClientTS)
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
 }
 
 // ErrorResponse is the body FastAPI HTTPExceptions get in SGLang (503 queue
-// full, 500, 404 ...).
+// full, 500 ...): entrypoints/http_server.py validation_exception_handler.
 type ErrorResponse struct {
 	Object  string  `json:"object"`
 	Message string  `json:"message"`
@@ -80,55 +218,176 @@ func (e validationError) Error() string { return e.msg }
 
 func badRequest(format string, a ...any) error { return validationError{fmt.Sprintf(format, a...)} }
 
-func (s *Server) routes() {
-	m := http.NewServeMux()
-	m.HandleFunc("/generate", s.handleGenerate)
-	m.HandleFunc("GET /health", s.handleHealth)
-	m.HandleFunc("GET /health_generate", s.handleHealth)
-	m.HandleFunc("GET /get_server_info", s.handleServerInfo)
-	m.HandleFunc("GET /server_info", s.handleServerInfo)
-	m.HandleFunc("GET /get_model_info", s.handleModelInfo)
-	m.HandleFunc("GET /model_info", s.handleModelInfo)
-	m.HandleFunc("GET /v1/loads", s.handleLoads)
-	m.HandleFunc("GET /get_load", s.handleGetLoad)
-	m.HandleFunc("POST /abort_request", s.handleAbort)
-	m.HandleFunc("/flush_cache", s.handleFlush)
-	m.HandleFunc("POST /pause_generation", s.handlePause(true))
-	m.HandleFunc("POST /continue_generation", s.handlePause(false))
-	m.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
-	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeHTTPError(w, http.StatusNotFound, "Not Found")
-	})
-	s.mux = m
+// route is one path of the API: the methods it answers and its handler.
+type route struct {
+	methods []string
+	h       http.HandlerFunc
 }
 
-// ServeHTTP serves SGLang's native routes: /generate, /health,
-// /health_generate, /get_server_info, /server_info, /get_model_info,
-// /model_info, /v1/loads, /get_load, /metrics, /abort_request, /flush_cache,
-// /pause_generation and /continue_generation.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+// buildRoutes lays out the release's routes. GET routes answer HEAD too, as
+// Starlette's do.
+func (s *Server) buildRoutes() {
+	get := []string{http.MethodGet, http.MethodHead}
+	getPost := []string{http.MethodGet, http.MethodHead, http.MethodPost}
+	post := []string{http.MethodPost}
+	r := map[string]route{
+		"/generate":            {[]string{http.MethodPost, http.MethodPut}, s.handleGenerate},
+		"/health":              {get, s.handleHealth},
+		"/health_generate":     {get, s.handleHealth},
+		"/get_server_info":     {get, s.handleServerInfo},
+		"/get_model_info":      {get, s.handleModelInfo},
+		"/abort_request":       {post, s.handleAbort},
+		"/flush_cache":         {getPost, s.handleFlush},
+		"/pause_generation":    {post, s.handlePause(true)},
+		"/continue_generation": {post, s.handlePause(false)},
+	}
+	if s.cfg.Release == Release054 {
+		// 0.5.4 http_server.py: /get_load, no /server_info, /model_info, /ready or /v1/loads.
+		r["/get_load"] = route{get, s.handleGetLoad}
+	} else {
+		r["/server_info"] = route{get, s.handleServerInfo}
+		r["/model_info"] = route{get, s.handleModelInfo}
+		r["/ready"] = route{get, s.handleReady}
+		r["/v1/loads"] = route{get, s.handleLoads}
+	}
+	s.routes = r
+}
+
+// submittedKey is the context key of WithSubmitted's hook.
+type submittedKey struct{}
+
+// submittedHook calls its function at most once.
+type submittedHook struct {
+	once sync.Once
+	fn   func()
+}
+
+func (h *submittedHook) call() {
+	if h != nil {
+		h.once.Do(h.fn)
+	}
+}
+
+// hookFrom returns the request's WithSubmitted hook (nil when none).
+func hookFrom(ctx context.Context) *submittedHook {
+	h, _ := ctx.Value(submittedKey{}).(*submittedHook)
+	return h
+}
+
+// ServeHTTP serves SGLang's native routes for the configured release
+// (0.5.23: /generate, /health, /health_generate, /ready, /server_info,
+// /get_server_info, /model_info, /get_model_info, /v1/loads, /metrics,
+// /abort_request, /flush_cache, /pause_generation, /continue_generation;
+// 0.5.4: /get_load instead of /server_info, /model_info, /ready and
+// /v1/loads). With Config.APIKey set, every path but /health*, /ready* and
+// /metrics* (0.5.4: /health* and /metrics*) needs "Authorization: Bearer
+// <key>". Unknown paths answer FastAPI's 404 {"detail":"Not Found"}.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h := hookFrom(r.Context()); h != nil {
+		defer h.call() // whatever happens, the caller is not left waiting
+	}
+	if !s.authorized(r) {
+		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "Unauthorized"})
+		return
+	}
+	path := r.URL.Path
+	if strings.HasPrefix(path, "/metrics") {
+		// add_prometheus_middleware mounts the metrics app at /metrics with
+		// path_regex ^/metrics(?P<path>.*)$: every method, every sub-path.
+		promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}).ServeHTTP(w, r)
+		return
+	}
+	rt, ok := s.routes[path]
+	if !ok {
+		writeDetail(w, http.StatusNotFound, "Not Found")
+		return
+	}
+	if !slices.Contains(rt.methods, r.Method) {
+		w.Header().Set("Allow", strings.Join(rt.methods, ", "))
+		writeDetail(w, http.StatusMethodNotAllowed, "Method Not Allowed")
+		return
+	}
+	rt.h(w, r)
+}
+
+// authorized is SGLang's API-key check (0.5.23 utils/auth.py
+// decide_request_auth; 0.5.4 utils/common.py add_api_key_middleware): OPTIONS
+// and the probe prefixes pass; otherwise the Authorization header must be
+// "Bearer <key>" (0.5.23: scheme case-insensitive), compared in constant time.
+// Without a key every request passes. The routes the simulator serves are all
+// NORMAL or ADMIN_OPTIONAL, which with only --api-key set both need the key.
+func (s *Server) authorized(r *http.Request) bool {
+	key := s.cfg.APIKey
+	if key == "" || r.Method == http.MethodOptions {
+		return true
+	}
+	prefixes := []string{"/health", "/ready", "/metrics"}
+	if s.cfg.Release == Release054 {
+		prefixes = []string{"/health", "/metrics"}
+	}
+	for _, p := range prefixes {
+		if strings.HasPrefix(r.URL.Path, p) {
+			return true
+		}
+	}
+	header := r.Header.Get("Authorization")
+	var token string
+	if s.cfg.Release == Release054 {
+		var ok bool
+		if token, ok = strings.CutPrefix(header, "Bearer "); !ok {
+			return false
+		}
+	} else {
+		scheme, rest, ok := strings.Cut(header, " ")
+		if !ok || !strings.EqualFold(scheme, "bearer") {
+			return false
+		}
+		token = rest
+	}
+	return subtle.ConstantTimeCompare([]byte(token), []byte(key)) == 1
+}
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
 }
 
+// writeHTTPError answers like an HTTPException through SGLang's handler.
 func writeHTTPError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, ErrorResponse{Object: "error", Message: msg, Type: strconv.Itoa(status), Code: status})
+}
+
+// writeDetail answers like Starlette's own HTTPException (routing 404/405):
+// FastAPI's default {"detail": ...}.
+func writeDetail(w http.ResponseWriter, status int, detail string) {
+	writeJSON(w, status, map[string]string{"detail": detail})
 }
 
 func writeValueError(w http.ResponseWriter, msg string) {
 	writeJSON(w, http.StatusBadRequest, map[string]any{"error": map[string]string{"message": msg}})
 }
 
+// writeInternalError is Starlette's ServerErrorMiddleware answer to an
+// unhandled exception.
+func writeInternalError(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(http.StatusInternalServerError)
+	_, _ = io.WriteString(w, "Internal Server Error")
+}
+
 // isDown reports whether a simulated crash is in progress or the server closed.
 func (s *Server) isDown() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.closed || s.eng.now < s.eng.downUntil
+	return s.closed || s.downLocked()
 }
 
+// handleHealth serves /health and /health_generate: 503 while the server is
+// down (crashed, or shutting down), else 200 with an empty body. A paused
+// server is healthy.
 func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
 	if s.isDown() {
 		w.WriteHeader(http.StatusServiceUnavailable)
@@ -137,125 +396,84 @@ func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
 	w.WriteHeader(http.StatusOK)
 }
 
-func (s *Server) handleServerInfo(w http.ResponseWriter, _ *http.Request) {
+// handleReady serves /ready: 503 while down or paused
+// (TokenizerManager.is_ready: not paused and healthy), else 200.
+func (s *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
 	s.mu.Lock()
-	e := s.eng
-	state := map[string]any{
-		"last_gen_throughput": e.genThroughput,
-		"memory_usage": map[string]any{
-			"token_capacity": s.cfg.MaxTotalTokens,
-			"used_tokens":    e.usedTokens(),
-			"cached_tokens":  e.tree.size,
-		},
-		"new_token_ratio": e.ratio,
-	}
-	maxReqInput := e.maxReqInputLen
+	ready := !s.closed && !s.downLocked() && !s.paused
 	s.mu.Unlock()
-	c := s.cfg
-	writeJSON(w, http.StatusOK, map[string]any{
-		"model_path":                c.ModelPath,
-		"tokenizer_path":            c.ModelPath,
-		"served_model_name":         c.ModelPath,
-		"context_length":            c.ContextLength,
-		"max_total_tokens":          c.MaxTotalTokens,
-		"max_total_num_tokens":      c.MaxTotalTokens,
-		"max_running_requests":      c.MaxRunningRequests,
-		"max_queued_requests":       nilIfZero(c.MaxQueuedRequests),
-		"max_req_input_len":         maxReqInput,
-		"chunked_prefill_size":      c.ChunkedPrefillSize,
-		"max_prefill_tokens":        c.MaxPrefillTokens,
-		"schedule_policy":           "fcfs",
-		"schedule_conservativeness": c.ScheduleConservativeness,
-		"page_size":                 1,
-		"disable_radix_cache":       c.DisableRadixCache,
-		"decode_log_interval":       c.DecodeLogInterval,
-		"stream_interval":           c.StreamInterval,
-		"random_seed":               c.Seed,
-		"enable_metrics":            true,
-		"dp_size":                   1,
-		"internal_states":           []any{state},
-		"version":                   Version,
-		"simulator": map[string]any{
-			"time_scale": c.TimeScale,
-			"instant":    c.Instant,
-			"vocab_size": c.VocabSize,
-			"eos_ids":    c.EOSTokenIDs,
-		},
-	})
-}
-
-func nilIfZero(v int) any {
-	if v == 0 {
-		return nil
+	if !ready {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
 	}
-	return v
+	w.WriteHeader(http.StatusOK)
 }
 
 func (s *Server) handleModelInfo(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{
-		"model_path":                  s.cfg.ModelPath,
-		"tokenizer_path":              s.cfg.ModelPath,
-		"is_generation":               true,
-		"preferred_sampling_params":   nil,
-		"weight_version":              "default",
-		"has_image_understanding":     false,
-		"has_audio_understanding":     false,
-		"model_type":                  "simulated",
-		"architectures":               []string{"SimulatedForCausalLM"},
-		"max_total_num_tokens":        s.cfg.MaxTotalTokens,
-		"context_length":              s.cfg.ContextLength,
-		"eos_token_ids":               s.cfg.EOSTokenIDs,
-		"vocab_size":                  s.cfg.VocabSize,
-		"simulated_tokenizer_is_byte": true,
-	})
-}
-
-func (s *Server) handleLoads(w http.ResponseWriter, _ *http.Request) {
-	st := s.Stats()
-	s.mu.Lock()
-	hit := s.eng.cacheHitRate()
-	s.mu.Unlock()
-	util := float64(st.Running) / float64(s.cfg.MaxRunningRequests)
-	load := map[string]any{
-		"dp_rank":              0,
-		"num_running_reqs":     st.Running,
-		"num_waiting_reqs":     st.Waiting,
-		"num_total_reqs":       st.Running + st.Waiting + st.Chunked,
-		"num_used_tokens":      st.UsedTokens,
-		"num_total_tokens":     st.MaxTotalTokens,
-		"max_total_num_tokens": st.MaxTotalTokens,
-		"max_running_requests": s.cfg.MaxRunningRequests,
-		"token_usage":          st.TokenUsage,
-		"gen_throughput":       st.GenThroughput,
-		"cache_hit_rate":       hit,
-		"utilization":          util,
+	c := s.cfg
+	info := map[string]any{
+		"model_path":                c.ModelPath,
+		"tokenizer_path":            c.ModelPath,
+		"is_generation":             true,
+		"preferred_sampling_params": nil,
+		"weight_version":            "default",
 	}
-	writeJSON(w, http.StatusOK, map[string]any{
-		"timestamp":     time.Now().UTC().Format(time.RFC3339Nano),
-		"version":       Version,
-		"dp_rank_count": 1,
-		"loads":         []any{load},
-		"aggregate": map[string]any{
-			"total_running_reqs": st.Running,
-			"total_waiting_reqs": st.Waiting,
-			"total_reqs":         st.Running + st.Waiting + st.Chunked,
-			"avg_token_usage":    st.TokenUsage,
-			"avg_throughput":     st.GenThroughput,
-			"avg_utilization":    util,
-		},
-	})
+	if c.Release != Release054 {
+		// 0.5.23 http_server.py model_info
+		info["served_model_name"] = c.ModelPath
+		info["load_format"] = "auto"
+		info["reasoning_parser"] = nil
+		info["tool_call_parser"] = nil
+		info["disaggregation_mode"] = "null"
+		info["has_image_understanding"] = false
+		info["has_audio_understanding"] = false
+		info["model_type"] = "simulated"
+		info["architectures"] = []string{"SimulatedForCausalLM"}
+	}
+	info["simulator"] = map[string]any{
+		"max_total_num_tokens":    c.MaxTotalTokens,
+		"context_length":          c.ContextLength,
+		"eos_token_ids":           c.EOSTokenIDs,
+		"vocab_size":              c.VocabSize,
+		"tokenizer_is_byte_level": true,
+	}
+	writeJSON(w, http.StatusOK, info)
 }
 
+// handleGetLoad is 0.5.4's /get_load: one GetLoadReqOutput per DP rank,
+// num_tokens being used KV plus the prompts of the waiting queue
+// (Scheduler.get_load).
 func (s *Server) handleGetLoad(w http.ResponseWriter, _ *http.Request) {
-	st := s.Stats()
-	writeJSON(w, http.StatusOK, []any{map[string]any{
-		"dp_rank":          0,
-		"num_reqs":         st.Running + st.Waiting + st.Chunked,
-		"num_waiting_reqs": st.Waiting,
-		"num_tokens":       st.UsedTokens,
-	}})
+	s.mu.Lock()
+	out := make([]any, len(s.ranks))
+	for i, e := range s.ranks {
+		tokens := e.usedTokens()
+		for _, r := range e.waiting {
+			tokens += len(r.input)
+		}
+		var rank any
+		if s.cfg.DPSize > 1 {
+			rank = e.rank
+		}
+		out[i] = map[string]any{
+			"rid":              nil,
+			"http_worker_ipc":  nil,
+			"dp_rank":          rank,
+			"num_reqs":         len(e.running) + len(e.waiting),
+			"num_waiting_reqs": len(e.waiting),
+			"num_tokens":       tokens,
+		}
+	}
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, out)
 }
 
+// handleAbort serves POST /abort_request ({"rid", "abort_all"}). As the
+// tokenizer manager does, an empty rid without abort_all is ignored and a rid
+// not in flight aborts nothing; otherwise every rank aborts the requests
+// whose rid starts with rid (everything with abort_all): waiting ones answer
+// {"type":"abort","message":"Abort in waiting queue"}, running ones
+// FINISH_ABORT() ("Aborted", status_code null), both with HTTP 200.
 func (s *Server) handleAbort(w http.ResponseWriter, r *http.Request) {
 	var body struct {
 		RID      string `json:"rid"`
@@ -265,29 +483,72 @@ func (s *Server) handleAbort(w http.ResponseWriter, r *http.Request) {
 		writeHTTPError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	s.later(func(e *engine) { e.abortByRID(body.RID, body.AbortAll) })
+	if !body.AbortAll && (body.RID == "" || !s.inFlight(body.RID)) {
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	s.met.abortDispatched()
+	s.later(-1, func(e *engine) { e.abortAsScheduler(body.RID, body.AbortAll) })
 	w.WriteHeader(http.StatusOK)
 }
 
+// inFlight reports whether a request with exactly this rid is in flight on
+// some rank (the tokenizer manager's rid_to_state).
+func (s *Server) inFlight(rid string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range s.ranks {
+		lists := [][]*request{e.waiting, e.running}
+		if e.current != nil {
+			lists = append(lists, e.current.reqs)
+		}
+		if e.chunked != nil && e.chunked.rid == rid {
+			return true
+		}
+		for _, l := range lists {
+			for _, q := range l {
+				if q.rid == rid && q.finish == nil {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
 // handlePause serves /pause_generation and /continue_generation: while
-// paused, requests are accepted and queued but no batch runs.
+// paused, requests are accepted and queued but no batch runs (SGLang's
+// "in_place" mode; its default "abort" mode would abort them).
 func (s *Server) handlePause(pause bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, _ *http.Request) {
 		s.mu.Lock()
+		if s.paused && !pause {
+			s.resumeLocked()
+		}
 		s.paused = pause
 		s.mu.Unlock()
 		s.poke()
-		writeJSON(w, http.StatusOK, map[string]any{"success": true})
+		msg := "Generation paused successfully."
+		if !pause {
+			msg = "Generation continued successfully."
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"message": msg, "status": "ok"})
 	}
 }
 
-func (s *Server) handleFlush(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet && r.Method != http.MethodPost {
-		writeHTTPError(w, http.StatusMethodNotAllowed, "Method Not Allowed")
-		return
-	}
+func (s *Server) handleFlush(w http.ResponseWriter, _ *http.Request) {
 	s.mu.Lock()
-	ok := s.eng.flushCache()
+	ok := true
+	for _, e := range s.ranks {
+		if e.current != nil || len(e.waiting) > 0 || len(e.running) > 0 || e.chunked != nil {
+			ok = false
+		}
+	}
+	if ok {
+		for _, e := range s.ranks {
+			e.flushCache()
+		}
+	}
 	s.mu.Unlock()
 	if !ok {
 		w.WriteHeader(http.StatusBadRequest)
@@ -321,6 +582,35 @@ type genItem struct {
 	rid    string
 	input  []int32
 	params SamplingParams
+	rank   int // routed DP rank; -1 = dispatch round robin
+}
+
+// routedRank resolves routed_dp_rank / data_parallel_rank the way the
+// release does. 0.5.23: GenerateReqInput.normalize_batch_and_arguments takes
+// data_parallel_rank when routed_dp_rank is unset; TokenizerManager
+// .generate_request ignores rank 0 on a single-rank server and rejects a rank
+// outside [0, num_dp_ranks) with ValueError "routed_dp_rank=N out of range
+// [0, M)" (HTTP 400). 0.5.4 knows data_parallel_rank only and, without a DP
+// controller (one rank), ignores it; with DP it indexes the workers list
+// (out of range, the real controller dies: here it is the 0.5.23 400).
+func (s *Server) routedRank(req *GenerateRequest) (int, error) {
+	n := s.cfg.DPSize
+	rank := req.RoutedDPRank
+	if s.cfg.Release == Release054 {
+		rank = req.DataParallelRank
+		if rank == nil || n <= 1 {
+			return -1, nil
+		}
+	} else if rank == nil {
+		rank = req.DataParallelRank
+	}
+	if rank == nil || (n <= 1 && *rank == 0) {
+		return -1, nil
+	}
+	if *rank < 0 || *rank >= n {
+		return -1, badRequest("routed_dp_rank=%d out of range [0, %d)", *rank, n)
+	}
+	return *rank, nil
 }
 
 // parseGenerate resolves single vs batch input and validates it the way
@@ -380,9 +670,15 @@ func (s *Server) parseGenerate(req *GenerateRequest) ([]genItem, bool, error) {
 	if pbatch && len(params) != len(inputs) {
 		return nil, false, badRequest("The sampling_params should be a list of the same length as the batch.")
 	}
+	// After normalize_batch_and_arguments, before tokenization and the
+	// per-request checks (TokenizerManager.generate_request).
+	rank, err := s.routedRank(req)
+	if err != nil {
+		return nil, false, err
+	}
 	items := make([]genItem, len(inputs))
 	for i, in := range inputs {
-		it := genItem{input: in}
+		it := genItem{input: in, rank: rank}
 		if len(rids) > 0 {
 			it.rid = rids[i]
 		} else {
@@ -486,3 +782,6 @@ func isNestedList(raw json.RawMessage) bool {
 	}
 	return strings.HasPrefix(strings.TrimSpace(t[1:]), "[")
 }
+
+// unixNow is the wall clock as Unix seconds, SGLang's time.time().
+func unixNow() float64 { return float64(time.Now().UnixNano()) / 1e9 }

@@ -272,8 +272,9 @@ func TestIntrospection(t *testing.T) {
 	}
 	for _, name := range []string{"sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage", "sglang:num_used_tokens",
 		"sglang:gen_throughput", "sglang:cache_hit_rate", "sglang:max_total_num_tokens", "sglang:new_token_ratio",
-		"sglang:num_retracted_reqs", "sglang:num_retracted_requests_total", "sglang:prompt_tokens_total",
-		`sglang:generation_tokens_total{model_name="draftflow/sim"} 50`, "sglang:time_to_first_token_seconds_bucket", "sglang:e2e_request_latency_seconds_count",
+		"sglang:num_retracted_reqs", "sglang:prompt_tokens_total",
+		`sglang:generation_tokens_total{engine_type="unified",is_streaming="false",model_name="draftflow/sim"} 50`,
+		"sglang:time_to_first_token_seconds_bucket", "sglang:e2e_request_latency_seconds_count",
 		"sglang:queue_time_seconds_sum"} {
 		if !strings.Contains(string(b), name) {
 			t.Errorf("metrics lack %s", name)

@@ -3,11 +3,12 @@
 
 Usage: extract.py --cache DIR [--no-cache] [--wheel PATH]
 
-Fetches sglang==PIN into DIR/sglang-PIN with `pip download --no-deps` (once),
-opens the .whl as a zip and reads its Python sources with the `ast` module:
-nothing is installed or imported (importing sglang needs CUDA builds). Prints
+Fetches sglang==PIN into DIR/sglang-PIN (and sglang==LEGACY into
+DIR/sglang-LEGACY) with `pip download --no-deps` (once), opens each .whl as a
+zip and reads its Python sources with the `ast` module: nothing is installed
+or imported (importing sglang needs CUDA builds). Prints
 one JSON object of facts on stdout and caches it beside the wheel, keyed by the
-wheel's sha256 and this script's own sha256.
+wheels' sha256 and this script's own sha256.
 
 Every fact is found by its shape in the source. When a shape is not there (a
 file moved, a symbol was renamed, a formula changed) the script exits 3 with a
@@ -16,8 +17,8 @@ contract test instead of passing silently. Exit 2 means the wheel could not be
 obtained (no pip, no network): the Go test skips on it, unless
 DRAFTFLOW_REQUIRE_ASSETS is set.
 
-To move the pin: change PIN here and the matching constant in
-../../contract_test.go, run the test, and follow the failures.
+To move the pin: change PIN here and contractPin in ../../contract_test.go,
+run the test, and follow the failures.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ import tempfile
 import zipfile
 
 PIN = "0.5.23"
+# The older release the simulator can also imitate (Config.Release). Only the
+# few facts that set it apart are read from its wheel (a 2.7 MB pure wheel).
+LEGACY = "0.5.4"
 
 # The wheel is platform-tagged; its Python sources are the same in all of
 # them. Asking for one fixed tag gets the same file on every machine (and never
@@ -65,14 +69,14 @@ class Unavailable(Exception):
 # ---------------------------------------------------------------------------
 
 
-def find_wheel(wheel_dir: str) -> str | None:
-    found = sorted(glob.glob(os.path.join(wheel_dir, f"sglang-{PIN}-*.whl")))
+def find_wheel(wheel_dir: str, version: str) -> str | None:
+    found = sorted(glob.glob(os.path.join(wheel_dir, f"sglang-{version}-*.whl")))
     return found[0] if found else None
 
 
-def obtain_wheel(cache: str) -> str:
-    wheel_dir = os.path.join(cache, f"sglang-{PIN}")
-    wheel = find_wheel(wheel_dir)
+def obtain_wheel(cache: str, version: str) -> str:
+    wheel_dir = os.path.join(cache, f"sglang-{version}")
+    wheel = find_wheel(wheel_dir, version)
     if wheel:
         return wheel
     os.makedirs(wheel_dir, exist_ok=True)
@@ -82,17 +86,17 @@ def obtain_wheel(cache: str) -> str:
     try:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps",
                "--disable-pip-version-check", "--no-input", "--quiet",
-               *PIP_TAGS, f"sglang=={PIN}", "-d", tmp]
+               *PIP_TAGS, f"sglang=={version}", "-d", tmp]
         try:
             res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         except (OSError, subprocess.TimeoutExpired) as e:
-            raise Unavailable(f"pip download sglang=={PIN}: {e}")
+            raise Unavailable(f"pip download sglang=={version}: {e}")
         if res.returncode != 0:
             tail = (res.stderr or res.stdout).strip().splitlines()[-5:]
-            raise Unavailable(f"pip download sglang=={PIN} failed (exit {res.returncode}): " + " | ".join(tail))
-        got = find_wheel(tmp)
+            raise Unavailable(f"pip download sglang=={version} failed (exit {res.returncode}): " + " | ".join(tail))
+        got = find_wheel(tmp, version)
         if not got:
-            raise Unavailable(f"pip download sglang=={PIN} left no sglang-{PIN}-*.whl in {tmp}")
+            raise Unavailable(f"pip download sglang=={version} left no sglang-{version}-*.whl in {tmp}")
         dest = os.path.join(wheel_dir, os.path.basename(got))
         os.replace(got, dest)
         return dest
@@ -387,8 +391,8 @@ def extract_load_snapshot(src: Sources) -> dict:
     sub = {}
     for field, cls_name in struct_of.items():
         cls = find_class(mod, p, cls_name)
-        if "array_like=True" not in ast.unparse(cls).split(":", 1)[0]:
-            pass  # wire format only; to_dict uses msgspec.structs.asdict (named keys)
+        # array_like=True is the msgpack wire format only; to_dict renders
+        # sections with msgspec.structs.asdict, i.e. by field name.
         sub[field] = {"struct": cls_name, "fields": [f["name"] for f in class_fields(cls)]}
     if "msgspec.structs.asdict(section)" not in td:
         raise Drift(p, "LoadSnapshot.to_dict", "sections are no longer rendered with msgspec.structs.asdict")
@@ -435,10 +439,7 @@ def extract_load_inquirer(src: Sources, snapshot: dict) -> dict:
     qd = ast.unparse(queues_default)
     if qd != "[self.get_waiting_queue()]":
         raise Drift(p, f"{sym}: {queues_var}", f"default pending queues are {qd}, not [self.get_waiting_queue()]")
-    for a in assigns_to(fn, queues_var):
-        if a.value is not queues_default:
-            # reassignments must sit under a disaggregation branch
-            pass
+    # any reassignment must sit under a disaggregation-mode branch
     branches = []
     for node in fn.body:
         if isinstance(node, ast.If) and "disaggregation_mode" in ast.unparse(node.test):
@@ -515,8 +516,21 @@ def extract_v1_loads(src: Sources) -> dict:
     body = ast.unparse(fn)
     if "load.to_dict(include_set)" not in body:
         raise Drift(p, "get_loads", "entries are no longer LoadSnapshot.to_dict(include_set)")
+    # the tokenizer manager answers an out-of-range ?dp_rank= with no entries
+    tcm = "sglang/srt/managers/tokenizer_control_mixin.py"
+    gl = None
+    for node in ast.walk(src.module(tcm)):
+        if isinstance(node, FUNCS) and node.name == "get_loads":
+            gl = node
+    if gl is None:
+        raise Drift(tcm, "TokenizerControlMixin.get_loads", "function not found")
+    empty = any(isinstance(n, ast.If) and "dp_rank < 0 or dp_rank >=" in ast.unparse(n.test)
+                and any(isinstance(b, ast.Return) and ast.unparse(b.value) == "[]" for b in n.body)
+                for n in ast.walk(gl))
+    if not empty:
+        raise Drift(tcm, "TokenizerControlMixin.get_loads", "an out-of-range dp_rank no longer returns []")
     return {"route": "/v1/loads", "methods": routes["/v1/loads"]["methods"], "top_level_keys": keys,
-            "query_params": params, "loads": loads_expr}
+            "query_params": params, "loads": loads_expr, "out_of_range_dp_rank": "[]"}
 
 
 def extract_http_server(src: Sources) -> dict:
@@ -686,6 +700,12 @@ def extract_startup_time(src: Sources) -> dict:
     if not isinstance(agg_base, ast.Dict):
         raise Drift(p, "aggregate_scheduler_startup_times", "result is not a dict display")
     agg_keys, _ = dict_const_keys(agg_base)
+    # every duration is the max over the ranks (the critical path)
+    agg_src = ast.unparse(agg)
+    for k in agg_keys:
+        pat = f"result['{k}'] = max(result['{k}']" if k != "cuda_graph" else "result['cuda_graph'][phase] = max("
+        if pat not in agg_src:
+            raise Drift(p, f"aggregate_scheduler_startup_times: {k}", "no longer the max over scheduler ranks")
     eng = find_func(mod, p, "build_engine_startup_time")
     eng_extra = subscript_assigns(eng.body, "result")
     if "aggregate_scheduler_startup_times(" not in ast.unparse(eng):
@@ -695,7 +715,8 @@ def extract_startup_time(src: Sources) -> dict:
     if "tokenizer_manager.set_startup_time(startup_time)" not in ast.unparse(emod) or \
             "build_engine_startup_time(" not in ast.unparse(emod):
         raise Drift(ENGINE, "Engine._set_startup_time", "no longer sets build_engine_startup_time(...) on the tokenizer manager")
-    return {"scheduler_keys": sched_keys, "engine_keys": agg_keys + eng_extra}
+    return {"scheduler_keys": sched_keys, "engine_keys": agg_keys + eng_extra,
+            "engine_aggregates_ranks_by": "max"}
 
 
 def extract_server_args(src: Sources, names: list[str]) -> dict:
@@ -899,6 +920,52 @@ def extract_retraction(src: Sources) -> dict:
             "retract_metrics": counters, "meta_info_key": meta_key, "meta_info_base_keys": meta_keys}
 
 
+def extract_legacy(src: Sources) -> dict:
+    """What sets LEGACY apart from PIN, each fact anchored on a shape that is
+    there (so a wrong path fails instead of reading as 'absent')."""
+    ver_path = "sglang/version.py"
+    v = module_assign(src.module(ver_path), ver_path, "__version__")
+    if not (isinstance(v, ast.Constant) and v.value == LEGACY):
+        raise Drift(ver_path, "__version__", f"{ast.unparse(v)}, want {LEGACY!r}")
+    http = src.module(HTTP_SERVER)
+    routes = routes_of(http, "app")
+    for need in ("/generate", "/health", "/get_server_info", "/abort_request"):
+        if need not in routes:
+            raise Drift(HTTP_SERVER, need, f"route not found in {LEGACY}")
+    # /v1/loads: no route constant anywhere in the entrypoints
+    v1_loads = [n for n in src.glob("sglang/srt/entrypoints/")
+                if any(isinstance(c, ast.Constant) and c.value == "/v1/loads" for c in ast.walk(src.module(n)))]
+    # metrics: the collector declares the retraction gauge but not the counter
+    coll = "sglang/srt/metrics/collector.py"
+    names = [kw.value.value for node in ast.walk(src.module(coll)) if isinstance(node, ast.Call)
+             for kw in node.keywords if kw.arg == "name" and isinstance(kw.value, ast.Constant)
+             and isinstance(kw.value.value, str)]
+    if "sglang:num_retracted_reqs" not in names:
+        raise Drift(coll, "sglang:num_retracted_reqs", "retraction gauge not found")
+    # meta_info keys
+    meta = None
+    for node in ast.walk(src.module(TOKENIZER_MANAGER)):
+        if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "meta_info" and isinstance(node.value, ast.Dict):
+            keys, _ = dict_const_keys(node.value)
+            if "id" in keys:
+                meta = keys
+    if meta is None:
+        raise Drift(TOKENIZER_MANAGER, "meta_info", "no meta_info = {'id': ...} dict")
+    # api key middleware (utils/common.py in LEGACY)
+    mw = find_func(src.module(COMMON), COMMON, "add_api_key_middleware")
+    msrc = ast.unparse(mw)
+    prefixes = [c.args[0].value for c in ast.walk(mw) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+                and c.func.attr == "startswith" and c.args and isinstance(c.args[0], ast.Constant)]
+    if not prefixes or "{'error': 'Unauthorized'}" not in msrc:
+        raise Drift(COMMON, "add_api_key_middleware", "no startswith exemptions or no {'error': 'Unauthorized'} body")
+    exact = "request.headers.get('Authorization') != 'Bearer ' + api_key" in msrc
+    return {"version": LEGACY, "routes": sorted(routes), "has_v1_loads": bool(v1_loads),
+            "has_server_info": "/server_info" in routes, "metric_names": sorted(n for n in names if "retract" in n),
+            "has_retraction_counter": "sglang:num_retracted_requests_total" in names,
+            "meta_info_base_keys": meta, "always_allowed_prefixes": prefixes,
+            "bearer_scheme_case_insensitive": not exact}
+
+
 def extract(src: Sources) -> dict:
     facts: dict = {"sglang_version": extract_version(src)}
     snap = extract_load_snapshot(src)
@@ -935,19 +1002,25 @@ def extract(src: Sources) -> dict:
 
 
 def main() -> int:
+    if sys.version_info < (3, 9):  # ast.unparse
+        print(f"extract.py: UNAVAILABLE: needs Python 3.9+, this is {sys.version.split()[0]}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cache", required=True, help="cache dir (the wheel goes to CACHE/sglang-PIN)")
     ap.add_argument("--wheel", help="use this wheel instead of downloading")
     ap.add_argument("--no-cache", action="store_true", help="re-extract even when cached facts exist")
     args = ap.parse_args()
     try:
-        wheel = args.wheel or obtain_wheel(args.cache)
+        wheel = args.wheel or obtain_wheel(args.cache, PIN)
+        legacy_wheel = obtain_wheel(args.cache, LEGACY)
     except Unavailable as e:
         print(f"extract.py: UNAVAILABLE: {e}", file=sys.stderr)
         return EXIT_UNAVAILABLE
     wheel_sha = sha256_file(wheel)
+    legacy_sha = sha256_file(legacy_wheel)
     self_sha = sha256_file(os.path.abspath(__file__))
-    out_path = os.path.join(os.path.dirname(wheel), f"facts-{wheel_sha[:16]}-{self_sha[:16]}.json")
+    key = hashlib.sha256(f"{wheel_sha} {legacy_sha} {self_sha}".encode()).hexdigest()
+    out_path = os.path.join(os.path.dirname(wheel), f"facts-{key[:24]}.json")
     if not args.no_cache and os.path.exists(out_path):
         with open(out_path) as f:
             sys.stdout.write(f.read())
@@ -960,13 +1033,28 @@ def main() -> int:
     except zipfile.BadZipFile as e:
         print(f"extract.py: UNAVAILABLE: {wheel} is not a wheel ({e}); delete it to re-download", file=sys.stderr)
         return EXIT_UNAVAILABLE
+    try:
+        facts["legacy"] = extract_legacy(Sources(legacy_wheel))
+    except Drift as e:
+        print(f"extract.py: DRIFT in sglang {LEGACY} ({os.path.basename(legacy_wheel)}): {e}", file=sys.stderr)
+        return EXIT_DRIFT
+    except zipfile.BadZipFile as e:
+        print(f"extract.py: UNAVAILABLE: {legacy_wheel} is not a wheel ({e}); delete it to re-download", file=sys.stderr)
+        return EXIT_UNAVAILABLE
     facts["provenance"] = {"pin": PIN, "wheel": os.path.basename(wheel), "wheel_sha256": wheel_sha,
-                           "extractor_sha256": self_sha}
+                           "legacy": LEGACY, "legacy_wheel": os.path.basename(legacy_wheel),
+                           "legacy_wheel_sha256": legacy_sha, "extractor_sha256": self_sha}
     text = json.dumps(facts, indent=1, sort_keys=True) + "\n"
     fd, tmp = tempfile.mkstemp(prefix=".facts-", dir=os.path.dirname(wheel))
     with os.fdopen(fd, "w") as f:
         f.write(text)
     os.replace(tmp, out_path)
+    for stale in glob.glob(os.path.join(os.path.dirname(wheel), "facts-*.json")):
+        if stale != out_path:
+            try:
+                os.remove(stale)
+            except OSError:
+                pass
     sys.stdout.write(text)
     return 0
 
