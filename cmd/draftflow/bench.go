@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 
@@ -26,6 +27,8 @@ func cmdBench(ctx context.Context, args []string) error {
 	policies := fs.String("policy", "", "comma-separated policies (default all: "+strings.Join(bench.Policies, ",")+")")
 	fs.DurationVar(&opts.SimDuration, "sim-duration", 0, "simulated length of each run (default 60m; runs are discrete-event, not wall-clock)")
 	fs.Int64Var(&opts.Seed, "seed", 0, "workload seed (default 1)")
+	fs.IntVar(&opts.Prompts, "prompts", 0, "dataset size of the finite scenarios (default 14700, one reference-run partition)")
+	verbose := fs.Bool("v", false, "log every run (and, with DRAFTFLOW_LOG_LEVEL=debug, every poll) on stderr")
 	fs.StringVar(&opts.PlotFile, "plot", "bench-generate.svg", "write an SVG of tok/s and KV usage over time per policy here (empty: none)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
@@ -37,6 +40,13 @@ func cmdBench(ctx context.Context, args []string) error {
 		opts.Policies = strings.Split(*policies, ",")
 	}
 	opts.JSON = *asJSON
+	if *verbose {
+		level := slog.LevelInfo
+		if os.Getenv("DRAFTFLOW_LOG_LEVEL") == "debug" {
+			level = slog.LevelDebug
+		}
+		opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	}
 	results, err := bench.Bench(ctx, opts, os.Stdout)
 	if err != nil {
 		return err

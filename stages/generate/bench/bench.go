@@ -19,9 +19,7 @@
 package bench
 
 import (
-	"container/heap"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -36,8 +34,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/draftflow/draftflow/stages/generate"
 	"github.com/draftflow/draftflow/stages/generate/sim"
 )
@@ -47,7 +43,16 @@ const (
 	ScenarioOneServer = "one-server"
 	ScenarioFleet     = "fleet"
 	ScenarioShift     = "shift"
+	// ScenarioPartition is a finite dataset the size of one reference-run partition (14,700 prompts) on the
+	// 80K/160K/320K fleet: the figure is the makespan.
+	ScenarioPartition = "partition"
+	// ScenarioPartitionOutage is ScenarioPartition with the 160K server down for 10 simulated minutes a third
+	// into the run and a fourth server (160K) added about halfway.
+	ScenarioPartitionOutage = "partition-outage"
 )
+
+// PartitionPrompts is the size of one reference-run partition.
+const PartitionPrompts = 14700
 
 // Policy names.
 const (
@@ -66,7 +71,7 @@ var ThroughputBudget = generate.BudgetConfig{SafeCompletions: 4, HeadroomOutputs
 
 // Scenarios and Policies list every scenario and policy, in report order.
 var (
-	Scenarios = []string{ScenarioOneServer, ScenarioFleet, ScenarioShift}
+	Scenarios = []string{ScenarioOneServer, ScenarioFleet, ScenarioShift, ScenarioPartition, ScenarioPartitionOutage}
 	Policies  = []string{PolicyFixed150, PolicyFixed64RR, PolicyKVBudget, PolicyKVThroughput, PolicyOracle}
 )
 
@@ -87,6 +92,8 @@ type BenchOptions struct {
 	Parallel int
 	// Seed makes workloads reproducible (default 1).
 	Seed int64
+	// Prompts is the dataset size of the finite scenarios (default PartitionPrompts).
+	Prompts int
 	// Budget tunes the kv-budget policy (default: the stage's defaults, generate.BudgetConfig{}).
 	Budget generate.BudgetConfig
 	// PlotFile, when set, receives an SVG figure of tok/s and KV usage over time per policy (see WritePlot).
@@ -119,6 +126,13 @@ type BenchResult struct {
 	P99LatencyS float64 `json:"p99_latency_s"`
 	// Concurrency is the fixed per-server concurrency of a fixed or oracle policy (per server, in order).
 	Concurrency []int `json:"concurrency,omitempty"`
+	// MakespanS is the simulated seconds until the last prompt of a finite scenario finished (0: steady state).
+	MakespanS float64 `json:"makespan_s,omitempty"`
+	// ClientAborts counts requests the client aborted on a server that was still up (an attempt it gave up on
+	// because it took the server for dead or restarted).
+	ClientAborts int64 `json:"client_aborts"`
+	// Default is true for the policy `draftflow generate` uses without policy flags.
+	Default bool `json:"default,omitempty"`
 	// Series samples the run over time, for plots.
 	Series []Sample `json:"-"`
 }
@@ -169,6 +183,22 @@ type scenario struct {
 	name  string
 	pools []int
 	work  workload
+	// prompts makes the run finite: the dataset's size (0: steady state for SimDuration).
+	prompts int
+	outage  *outage     // a server that dies and restarts
+	late    *lateServer // a server that joins later
+}
+
+// outage takes server slot down at at (simulated seconds) for dur.
+type outage struct {
+	slot    int
+	at, dur float64
+}
+
+// lateServer is a server with a pool of pool tokens that starts at at.
+type lateServer struct {
+	pool int
+	at   float64
 }
 
 func scenarios(opts BenchOptions) map[string]scenario {
@@ -183,6 +213,13 @@ func scenarios(opts BenchOptions) map[string]scenario {
 		// The fleet's middle server is the reference pool (~160K), so its oracle sweep is the one-server one.
 		ScenarioFleet: {name: ScenarioFleet, pools: []int{80000, sim.DefaultMaxTotalTokens, 320000}, work: base},
 		ScenarioShift: {name: ScenarioShift, pools: []int{sim.DefaultMaxTotalTokens}, work: shift},
+		ScenarioPartition: {name: ScenarioPartition, pools: []int{80000, sim.DefaultMaxTotalTokens, 320000}, work: base,
+			prompts: opts.Prompts},
+		// The fleet finishes a prompt about every 1.7 simulated seconds: the outage starts about a third into
+		// the run, the fourth server joins about halfway.
+		ScenarioPartitionOutage: {name: ScenarioPartitionOutage, pools: []int{80000, sim.DefaultMaxTotalTokens, 320000},
+			work: base, prompts: opts.Prompts, outage: &outage{slot: 1, at: 0.5 * float64(opts.Prompts), dur: 600},
+			late: &lateServer{pool: sim.DefaultMaxTotalTokens, at: 0.8 * float64(opts.Prompts)}},
 	}
 }
 
@@ -215,6 +252,9 @@ func Bench(ctx context.Context, opts BenchOptions, w io.Writer) ([]BenchResult, 
 	}
 	if opts.Seed == 0 {
 		opts.Seed = 1
+	}
+	if opts.Prompts <= 0 {
+		opts.Prompts = PartitionPrompts
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -292,7 +332,7 @@ func Bench(ctx context.Context, opts BenchOptions, w io.Writer) ([]BenchResult, 
 // WriteTable prints results as an aligned table.
 func WriteTable(w io.Writer, results []BenchResult) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tpolicy\ttok/s\tvs oracle\tretractions (steady/all)\tmean queue\tmean KV usage\tp50 latency s\tp99 latency s\tconcurrency\t")
+	fmt.Fprintln(tw, "scenario\tpolicy\ttok/s\tvs oracle\tmakespan s\tretractions (steady/all)\tclient aborts\tmean queue\tmean KV usage\tp50 latency s\tp99 latency s\tconcurrency\t")
 	for _, r := range results {
 		ratio := "-"
 		if r.RatioToOracle > 0 {
@@ -302,8 +342,16 @@ func WriteTable(w io.Writer, results []BenchResult) {
 		if len(r.Concurrency) > 0 {
 			conc = strings.Trim(strings.Join(strings.Fields(fmt.Sprint(r.Concurrency)), "/"), "[]")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%s\t%d/%d\t%.1f\t%.3f\t%.0f\t%.0f\t%s\t\n", r.Scenario, r.Policy, r.TokPerS, ratio,
-			r.Retractions, r.RetractionsTotal, r.MeanQueue, r.MeanKVUsage, r.P50LatencyS, r.P99LatencyS, conc)
+		makespan := "-"
+		if r.MakespanS > 0 {
+			makespan = fmt.Sprintf("%.0f", r.MakespanS)
+		}
+		policy := r.Policy
+		if r.Default {
+			policy += " (default)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%s\t%s\t%d/%d\t%d\t%.1f\t%.3f\t%.0f\t%.0f\t%s\t\n", r.Scenario, policy, r.TokPerS, ratio,
+			makespan, r.Retractions, r.RetractionsTotal, r.ClientAborts, r.MeanQueue, r.MeanKVUsage, r.P50LatencyS, r.P99LatencyS, conc)
 	}
 	_ = tw.Flush()
 }
@@ -337,6 +385,9 @@ func (b *bencher) policyResult(ctx context.Context, sc scenario, policy string) 
 		budget.SafeCompletions, budget.HeadroomOutputs = ThroughputBudget.SafeCompletions, ThroughputBudget.HeadroomOutputs
 		spec = runSpec{sc: sc, policy: generate.PolicyKVBudget, routing: generate.RouteHeadroom, budget: &budget}
 	case PolicyOracle:
+		if sc.prompts > 0 {
+			return b.finiteOracle(ctx, sc)
+		}
 		return b.oracle(ctx, sc)
 	}
 	r, err := b.run(ctx, spec)
@@ -344,6 +395,7 @@ func (b *bencher) policyResult(ctx context.Context, sc scenario, policy string) 
 		return nil, err
 	}
 	r.Policy = policy
+	r.Default = policy == PolicyKVBudget // what `draftflow generate` runs with no policy flags
 	if spec.policy == generate.PolicyFixed {
 		for range sc.pools {
 			r.Concurrency = append(r.Concurrency, spec.concurrency)
@@ -397,6 +449,38 @@ func (b *bencher) oracle(ctx context.Context, sc scenario) (*BenchResult, error)
 	// On a fleet the oracle's latencies are the worst server's (its servers ran separately).
 	total.P50LatencyS, total.P99LatencyS = lat50, lat99
 	return total, nil
+}
+
+// finiteGrid is the fixed concurrencies (per server) the finite scenarios' oracle tries.
+var finiteGrid = []int{24, 32, 48, 64, 96, 150, 200}
+
+// finiteOracle is the best fixed policy of a finite scenario: the uniform per-server concurrency (headroom
+// routing, what --policy fixed --concurrency N runs) with the shortest makespan.
+func (b *bencher) finiteOracle(ctx context.Context, sc scenario) (*BenchResult, error) {
+	results := make([]*BenchResult, len(finiteGrid))
+	errs := make([]error, len(finiteGrid))
+	var wg sync.WaitGroup
+	for i, c := range finiteGrid {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i], errs[i] = b.run(ctx, runSpec{sc: sc, policy: generate.PolicyFixed, routing: generate.RouteHeadroom, concurrency: c})
+		}()
+	}
+	wg.Wait()
+	var best *BenchResult
+	for i, r := range results {
+		if errs[i] != nil {
+			return nil, errs[i]
+		}
+		r.Concurrency = []int{finiteGrid[i]}
+		if best == nil || r.MakespanS < best.MakespanS {
+			best = r
+		}
+	}
+	best.Policy = PolicyOracle
+	b.opts.Logger.Info("finite oracle", "scenario", sc.name, "best_concurrency", best.Concurrency[0], "makespan_s", best.MakespanS)
+	return best, nil
 }
 
 // sweepCached runs each distinct (pool, workload) sweep once, whichever scenario asks first.
@@ -500,317 +584,6 @@ func mergeSeries(a, b []Sample) []Sample {
 			KVUsage: (a[i].KVUsage + b[i].KVUsage) / 2}
 	}
 	return out
-}
-
-// Client-side delays of the simulated network, in simulated seconds: from admission to the server's queue,
-// and from the server's answer to the client's release of the request (HTTP, tokenizer manager, detokenizer).
-const (
-	sendDelay  = 0.005
-	replyDelay = 0.005
-	// sampleEvery is the simulated interval between samples of the time series.
-	sampleEvery = 10.0
-	// backlogDepth is how many requests wait for admission at all times: the feed is never the limit.
-	backlogDepth = 64
-)
-
-// event kinds of the discrete-event simulation.
-const (
-	evPassEnd = iota // a server's forward pass ends
-	evArrive         // an admitted request reaches its server
-	evReply          // a finished request's answer reaches the client
-	evPoll           // the controller polls a server's load (kv-budget)
-	evSample         // the bench samples the servers
-)
-
-type event struct {
-	t    float64
-	seq  int64 // FIFO among simultaneous events
-	kind int
-	srv  int
-	tk   *generate.Ticket
-	fin  sim.Finished
-}
-
-type eventQueue []*event
-
-func (q eventQueue) Len() int { return len(q) }
-func (q eventQueue) Less(i, j int) bool {
-	if q[i].t != q[j].t {
-		return q[i].t < q[j].t
-	}
-	return q[i].seq < q[j].seq
-}
-func (q eventQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
-func (q *eventQueue) Push(x any)   { *q = append(*q, x.(*event)) }
-func (q *eventQueue) Pop() any {
-	old := *q
-	e := old[len(old)-1]
-	*q = old[:len(old)-1]
-	return e
-}
-
-// capacityOf is what the stage's client reads from the server's /get_server_info.
-func capacityOf(s *sim.Server) generate.Capacity {
-	c := s.Config()
-	return generate.Capacity{MaxTotalTokens: c.MaxTotalTokens, MaxRunningRequests: c.MaxRunningRequests,
-		ContextLength: c.ContextLength, ServedModel: c.ModelPath}
-}
-
-// loadOf is what the stage's client reads from the server's /v1/loads, and the retraction counter it reads
-// from /metrics (sglang:num_retracted_requests_total).
-func loadOf(s *sim.Server) (generate.Load, float64) {
-	st := s.Stats()
-	return generate.Load{Running: st.Running, Waiting: st.Waiting, UsedTokens: st.UsedTokens, MaxTokens: st.MaxTotalTokens,
-		TokenUsage: st.TokenUsage, GenThroughput: st.GenThroughput}, float64(st.RetractionsTotal)
-}
-
-// run executes one run as a discrete-event simulation and returns its figures (Policy left for the caller).
-// Simulated time is the bench's own: the servers' engines are driven pass by pass (sim.NewManual), the
-// Controller runs on the same clock (Config.Clock) through Offer, Finish and Feedback, the same admission,
-// estimation, routing and budget code Do and Run use, fed what the stage's client reads over HTTP. A run's
-// figures depend on its inputs only, not on the machine or its load.
-func (b *bencher) run(ctx context.Context, spec runSpec) (*BenchResult, error) {
-	select {
-	case b.sem <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	defer func() { <-b.sem }()
-	opts := b.opts
-	duration := opts.SimDuration.Seconds()
-	warmup := duration * opts.WarmupFraction
-
-	var servers []*sim.Server
-	var urls []string
-	defer func() {
-		for _, s := range servers {
-			_ = s.Close()
-		}
-	}()
-	for i, pool := range spec.sc.pools {
-		s, err := sim.NewManual(sim.Config{MaxTotalTokens: pool, OutputLenDistribution: sim.DistFixed,
-			OutputLenMean: 1, Seed: opts.Seed + int64(i), Logger: opts.Logger})
-		if err != nil {
-			return nil, err
-		}
-		servers = append(servers, s)
-		urls = append(urls, fmt.Sprintf("http://sim-%d.invalid:30000", i))
-	}
-	var now float64 // simulated seconds
-	epoch := time.Unix(0, 0)
-	budget := opts.Budget
-	if spec.budget != nil {
-		budget = *spec.budget
-	}
-	ctl, err := generate.NewController(generate.Config{
-		Endpoints:   urls,
-		Policy:      spec.policy,
-		Concurrency: spec.concurrency,
-		Routing:     spec.routing,
-		Budget:      budget,
-		Registerer:  prometheus.NewRegistry(),
-		Logger:      opts.Logger,
-		Clock:       func() time.Time { return epoch.Add(time.Duration(now * float64(time.Second))) },
-	})
-	if err != nil {
-		return nil, err
-	}
-	pollEvery := generate.DefaultPollInterval.Seconds()
-
-	var q eventQueue
-	var seq int64
-	push := func(e *event) {
-		seq++
-		e.seq = seq
-		heap.Push(&q, e)
-	}
-	// Admissions happen inside Controller calls; the hook records them and the loop sends them afterwards.
-	var granted []*generate.Ticket
-	onGrant := func(t *generate.Ticket) { granted = append(granted, t) }
-	var offered, admitted int64
-	waiting := 0
-	refill := func() {
-		for waiting < backlogDepth {
-			offered++
-			i := offered
-			prompt, out := spec.sc.work.draw(i)
-			waiting++
-			ctl.Offer(&generate.Request{
-				RID:      fmt.Sprintf("req-%d", i),
-				Key:      generate.LengthKey{Dataset: "bench", Lane: generate.DefaultLane},
-				InputIDs: promptIDs(i, prompt),
-				Sampling: generate.SamplingParams{MaxNewTokens: spec.sc.work.maxNew, MinNewTokens: min(out-1, spec.sc.work.maxNew)},
-			}, onGrant)
-		}
-	}
-	send := func() {
-		for len(granted) > 0 {
-			g := granted
-			granted = nil
-			for _, t := range g {
-				waiting--
-				admitted++
-				push(&event{t: now + sendDelay, kind: evArrive, srv: t.Endpoint(), tk: t})
-			}
-			refill()
-		}
-	}
-	for i, s := range servers {
-		ctl.EndpointUp(i, capacityOf(s))
-		if spec.policy == generate.PolicyKVBudget {
-			push(&event{t: pollEvery, kind: evPoll, srv: i})
-		}
-	}
-	refill()
-	send()
-	push(&event{t: sampleEvery, kind: evSample})
-
-	tickets := map[string]*generate.Ticket{}
-	busy := make([]bool, len(servers))
-	dirty := make([]bool, len(servers))
-
-	type snap struct {
-		gen, retr []int64
-	}
-	take := func() snap {
-		var s snap
-		for _, srv := range servers {
-			st := srv.Stats()
-			s.gen = append(s.gen, st.GeneratedTokens)
-			s.retr = append(s.retr, st.RetractionsTotal)
-		}
-		return s
-	}
-	res := &BenchResult{Scenario: spec.sc.name}
-	prev := take()
-	var atWarmup *snap
-	var queueSum, kvSum float64
-	var queueN int
-	var latencies []float64
-
-	for q.Len() > 0 {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		e := heap.Pop(&q).(*event)
-		now = e.t
-		if now > duration {
-			break
-		}
-		switch e.kind {
-		case evPassEnd:
-			busy[e.srv] = false
-			for _, f := range servers[e.srv].Finish() {
-				t := tickets[f.RID]
-				delete(tickets, f.RID)
-				push(&event{t: now + replyDelay, kind: evReply, tk: t, fin: f})
-			}
-			dirty[e.srv] = true
-		case evArrive:
-			t := e.tk
-			tickets[t.Request.RID] = t
-			ids := make([]int32, len(t.Request.InputIDs))
-			for j, id := range t.Request.InputIDs {
-				ids[j] = int32(id)
-			}
-			maxNew, minNew := t.Request.Sampling.MaxNewTokens, t.Request.Sampling.MinNewTokens
-			if err := servers[e.srv].Submit(now, sim.Prompt{RID: t.Request.RID, InputIDs: ids,
-				Sampling: sim.SamplingParams{MaxNewTokens: &maxNew, MinNewTokens: minNew}}); err != nil {
-				return nil, fmt.Errorf("bench: submit: %w", err)
-			}
-			dirty[e.srv] = true
-		case evReply:
-			if e.fin.FinishReason == "abort" {
-				return nil, fmt.Errorf("bench: request %s aborted by the simulator", e.fin.RID)
-			}
-			if err := ctl.Finish(e.tk, e.fin.CompletionTokens, e.fin.Retractions,
-				time.Duration(e.fin.E2ELatency*float64(time.Second))); err != nil {
-				return nil, err
-			}
-			if now >= warmup {
-				latencies = append(latencies, e.fin.E2ELatency)
-			}
-		case evPoll:
-			load, retracted := loadOf(servers[e.srv])
-			if opts.Logger.Enabled(ctx, slog.LevelDebug) {
-				ep := ctl.Endpoints()[e.srv]
-				opts.Logger.Debug("poll", "t", now, "ep", e.srv, "kv", load.TokenUsage, "running", load.Running,
-					"queue", load.Waiting, "retracted", retracted, "budget", int(ep.Budget), "charged", int(ep.Used), "inflight", ep.InFlight)
-			}
-			ctl.Feedback(e.srv, load, retracted, true)
-			push(&event{t: now + pollEvery, kind: evPoll, srv: e.srv})
-		case evSample:
-			cur := take()
-			smp := Sample{T: now}
-			var used, pool int64
-			for i, srv := range servers {
-				st := srv.Stats()
-				smp.TokPerS += float64(cur.gen[i]-prev.gen[i]) / sampleEvery
-				smp.Queue += st.Waiting
-				used += int64(st.UsedTokens)
-				pool += int64(st.MaxTotalTokens)
-			}
-			smp.KVUsage = float64(used) / float64(pool)
-			res.Series = append(res.Series, smp)
-			if opts.Logger.Enabled(ctx, slog.LevelDebug) {
-				for i, ep := range ctl.Endpoints() {
-					st := servers[i].Stats()
-					opts.Logger.Debug("sample", "policy", spec.policy, "t", int(now), "ep", i, "tok_s", int(smp.TokPerS),
-						"kv", fmt.Sprintf("%.3f", st.TokenUsage), "running", st.Running, "queue", st.Waiting,
-						"budget", int(ep.Budget), "charged", int(ep.Used), "inflight", ep.InFlight, "retracted", st.RetractionsTotal,
-						"est", ctl.Estimator().Expected(generate.LengthKey{Dataset: "bench", Lane: generate.DefaultLane}, 10240))
-				}
-			}
-			if now >= warmup {
-				if atWarmup == nil {
-					c := cur
-					atWarmup = &c
-				} else {
-					queueSum += float64(smp.Queue)
-					kvSum += smp.KVUsage
-					queueN++
-				}
-			}
-			prev = cur
-			push(&event{t: now + sampleEvery, kind: evSample})
-		}
-		send()
-		// Plan the servers' next passes once every event of this instant is in, as the scheduler receives
-		// everything queued before it plans.
-		if q.Len() == 0 || q[0].t > now {
-			for i, s := range servers {
-				if dirty[i] && !busy[i] {
-					if end, ok := s.Poll(now); ok {
-						busy[i] = true
-						push(&event{t: end, kind: evPassEnd, srv: i})
-					}
-				}
-				dirty[i] = false
-			}
-		}
-	}
-	end := prev
-	if atWarmup == nil {
-		return nil, errors.New("bench: run ended before its warm-up")
-	}
-	span := res.Series[len(res.Series)-1].T - warmupSampleT(res.Series, warmup)
-	for i := range servers {
-		if span > 0 {
-			res.TokPerS += float64(end.gen[i]-atWarmup.gen[i]) / span
-		}
-		res.Retractions += end.retr[i] - atWarmup.retr[i]
-		res.RetractionsTotal += end.retr[i]
-	}
-	if queueN > 0 {
-		res.MeanQueue = queueSum / float64(queueN)
-		res.MeanKVUsage = kvSum / float64(queueN)
-	}
-	slices.Sort(latencies)
-	res.P50LatencyS, res.P99LatencyS = quantile(latencies, 0.5), quantile(latencies, 0.99)
-	opts.Logger.Info("run", "scenario", spec.sc.name, "policy", spec.policy, "routing", spec.routing,
-		"concurrency", spec.concurrency, "pools", spec.sc.pools, "tok_per_s", math.Round(res.TokPerS),
-		"retractions", res.Retractions, "mean_queue", res.MeanQueue)
-	return res, nil
 }
 
 // warmupSampleT is the time of the first sample at or after the warm-up.

@@ -73,6 +73,21 @@ func TestBenchDeterministic(t *testing.T) {
 	if !reflect.DeepEqual(a, b) {
 		t.Fatalf("same seed, different results:\n%+v\n%+v", a, b)
 	}
+	// A finite run with a server outage and a late server: every answer travels through goroutines of the
+	// in-process HTTP transport, and still the run is a pure function of its inputs.
+	fin := BenchOptions{Scenarios: []string{ScenarioPartitionOutage}, Policies: []string{PolicyKVBudget, PolicyFixed150},
+		Prompts: 500, Seed: 7, Parallel: 2}
+	x, err := Bench(context.Background(), fin, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, err := Bench(context.Background(), fin, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(x, y) {
+		t.Fatalf("finite scenario, same seed, different results:\n%+v\n%+v", x, y)
+	}
 	opts.Seed = 8
 	c, err := Bench(context.Background(), opts, nil)
 	if err != nil {
@@ -131,5 +146,24 @@ func TestThroughputBudgetApplies(t *testing.T) {
 	}
 	if res[1].MeanKVUsage <= res[0].MeanKVUsage {
 		t.Errorf("kv-budget-tput mean KV usage %.3f, not above kv-budget's %.3f", res[1].MeanKVUsage, res[0].MeanKVUsage)
+	}
+}
+
+// TestPartitionOutage runs a small finite dataset through the outage scenario: every prompt finishes once,
+// the makespan is reported, and no policy aborts requests on a server that is up (the outage's lost requests
+// are connection failures, retried elsewhere).
+func TestPartitionOutage(t *testing.T) {
+	res, err := Bench(context.Background(), BenchOptions{Scenarios: []string{ScenarioPartitionOutage},
+		Policies: []string{PolicyKVBudget, PolicyFixed150}, Prompts: 600}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		if r.MakespanS <= 0.5*600+600 || r.TokPerS <= 0 || r.ClientAborts != 0 {
+			t.Errorf("%s: %+v; want a makespan past the outage and no client aborts", r.Policy, r)
+		}
+		if r.Default != (r.Policy == PolicyKVBudget) {
+			t.Errorf("%s: default %v", r.Policy, r.Default)
+		}
 	}
 }

@@ -1,0 +1,602 @@
+package bench
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/draftflow/draftflow/stages/generate"
+	"github.com/draftflow/draftflow/stages/generate/sim"
+)
+
+// Client-side delays of the simulated network, in simulated seconds: from admission to the server's queue,
+// and from the server's answer to the client's release of the request (HTTP, tokenizer manager, detokenizer).
+const (
+	sendDelay  = 0.005
+	replyDelay = 0.005
+	// sampleEvery is the simulated interval between samples of the time series.
+	sampleEvery = 10.0
+	// backlogDepth is how many requests wait for admission at all times (while the dataset lasts): the feed
+	// is never the limit.
+	backlogDepth = 64
+)
+
+// event kinds of the discrete-event simulation.
+const (
+	evPassEnd = iota // a server's forward pass ends
+	evArrive         // an admitted request reaches its server
+	evReply          // a finished request's answer reaches the client
+	evPoll           // the controller polls a server's load (kv-budget)
+	evHealth         // the controller checks a server's health
+	evProbe          // the controller tries to bring a server up
+	evSample         // the bench samples the servers
+	evDown           // a server dies (scenario outage)
+	evUp             // a server (re)starts
+)
+
+type event struct {
+	t    float64
+	seq  int64 // FIFO among simultaneous events
+	kind int
+	srv  int
+	gen  int // the server's generation (polls and health checks of an earlier bring-up are stale)
+	f    *flight
+}
+
+type eventQueue []*event
+
+func (q eventQueue) Len() int { return len(q) }
+func (q eventQueue) Less(i, j int) bool {
+	if q[i].t != q[j].t {
+		return q[i].t < q[j].t
+	}
+	return q[i].seq < q[j].seq
+}
+func (q eventQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *eventQueue) Push(x any)   { *q = append(*q, x.(*event)) }
+func (q *eventQueue) Pop() any {
+	old := *q
+	e := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return e
+}
+
+// flight is one attempt of one prompt: admitted by the Controller, sent through the stage's Client.
+type flight struct {
+	prompt   int64 // the dataset row
+	attempt  int
+	t        *generate.Ticket
+	srv      int
+	rid      string
+	res      chan attempt // the client goroutine's result
+	got      *attempt     // the result, once taken
+	finished bool         // the server ended it (its answer is on the way)
+	settled  bool         // reported to the Controller (answered, failed or abandoned)
+}
+
+type attempt struct {
+	resp *generate.GenerateResponse
+	err  error
+}
+
+// take waits for the client goroutine's result.
+func (f *flight) take() attempt {
+	if f.got == nil {
+		a := <-f.res
+		f.got = &a
+	}
+	return *f.got
+}
+
+// slotCounters accumulate a slot's server figures over its restarts.
+type slotCounters struct{ gen, retr int64 }
+
+// run executes one run as a discrete-event simulation and returns its figures (Policy left for the caller).
+// Simulated time is the bench's own: the servers' engines are driven pass by pass (sim.NewManual) and the
+// stage's Controller runs on the same clock (Config.Clock). Everything the Controller learns comes through
+// the stage's own Client over the simulators' real HTTP handlers (simNet, in-process): /health and
+// /server_info when it brings a server up, /v1/loads and /metrics when it polls, each /generate answer's
+// meta_info. A run's figures depend on its inputs only, not on the machine or its load.
+func (b *bencher) run(ctx context.Context, spec runSpec) (*BenchResult, error) {
+	select {
+	case b.sem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-b.sem }()
+	opts := b.opts
+	sc := spec.sc
+	duration := opts.SimDuration.Seconds()
+	warmup := duration * opts.WarmupFraction
+	finite := sc.prompts > 0
+	if finite {
+		duration, warmup = math.Inf(1), 0
+	}
+
+	pools := slices.Clone(sc.pools)
+	if sc.late != nil {
+		pools = append(pools, sc.late.pool)
+	}
+	nslots := len(pools)
+	simnet := newSimNet(nslots)
+	starts := make([]int, nslots)
+	counters := make([]slotCounters, nslots)
+	var now float64 // simulated seconds
+	defer func() {
+		for i := range nslots {
+			if s := simnet.down(i); s != nil {
+				_ = s.Close()
+			}
+		}
+	}()
+	start := func(i int) error {
+		s, err := sim.NewManual(sim.Config{MaxTotalTokens: pools[i], OutputLenDistribution: sim.DistFixed,
+			OutputLenMean: 1, Seed: opts.Seed + int64(i) + 1000*int64(starts[i]), Logger: opts.Logger})
+		if err != nil {
+			return err
+		}
+		starts[i]++
+		s.SetTime(now)
+		simnet.up(i, s)
+		return nil
+	}
+	stop := func(i int) {
+		if s := simnet.down(i); s != nil {
+			st := s.Stats()
+			counters[i].gen += st.GeneratedTokens
+			counters[i].retr += st.RetractionsTotal
+			_ = s.Close()
+		}
+	}
+	// figures returns a slot's cumulative generated tokens and retractions (all its lives).
+	figures := func(i int) (gen, retr int64) {
+		gen, retr = counters[i].gen, counters[i].retr
+		if s := simnet.server(i); s != nil {
+			st := s.Stats()
+			gen, retr = gen+st.GeneratedTokens, retr+st.RetractionsTotal
+		}
+		return gen, retr
+	}
+
+	urls := make([]string, nslots)
+	for i := range urls {
+		urls[i] = slotURL(i)
+	}
+	epoch := time.Unix(0, 0)
+	budget := opts.Budget
+	if spec.budget != nil {
+		budget = *spec.budget
+	}
+	ctl, err := generate.NewController(generate.Config{
+		Endpoints:   urls,
+		Policy:      spec.policy,
+		Concurrency: spec.concurrency,
+		Routing:     spec.routing,
+		Budget:      budget,
+		HTTPClient:  &http.Client{Transport: simnet},
+		Registerer:  prometheus.NewRegistry(),
+		Logger:      opts.Logger,
+		Clock:       func() time.Time { return epoch.Add(time.Duration(now * float64(time.Second))) },
+	})
+	if err != nil {
+		return nil, err
+	}
+	pollEvery := generate.DefaultPollInterval.Seconds()
+	healthEvery := generate.DefaultHealthInterval.Seconds()
+	const probeFirst, probeMax = 0.25, 5.0
+
+	var q eventQueue
+	var seq int64
+	push := func(e *event) {
+		seq++
+		e.seq = seq
+		heap.Push(&q, e)
+	}
+	gens := make([]int, nslots)     // bring-ups per slot: polls and health checks of older ones are stale
+	probing := make([]bool, nslots) // a probe chain is scheduled
+	probeWait := make([]float64, nslots)
+	passEnds := make([]map[float64]bool, nslots) // scheduled evPassEnd instants per slot
+	for i := range passEnds {
+		passEnds[i] = map[float64]bool{}
+	}
+	dirty := make([]bool, nslots)
+
+	// Admissions happen inside Controller calls; the hook records them and the loop sends them afterwards.
+	var granted []*generate.Ticket
+	onGrant := func(t *generate.Ticket) { granted = append(granted, t) }
+	flights := map[*generate.Ticket]*flight{}
+	byRID := map[string]*flight{}
+	var inflight []*flight // admitted and not settled, in admission order
+	var retries []*flight  // prompts to offer again
+	var offered, completed, clientAborts int64
+	waiting := 0
+	offer := func(prompt int64, attemptNo int) {
+		plen, out := sc.work.draw(prompt)
+		rid := fmt.Sprintf("req-%d", prompt)
+		if attemptNo > 1 {
+			rid = fmt.Sprintf("req-%d~%d", prompt, attemptNo)
+		}
+		waiting++
+		t := ctl.Offer(&generate.Request{
+			RID:      rid,
+			Key:      generate.LengthKey{Dataset: "bench", Lane: generate.DefaultLane},
+			InputIDs: promptIDs(prompt, plen),
+			Sampling: generate.SamplingParams{MaxNewTokens: sc.work.maxNew, MinNewTokens: min(out-1, sc.work.maxNew)},
+		}, onGrant)
+		flights[t] = &flight{prompt: prompt, attempt: attemptNo, t: t}
+	}
+	refill := func() {
+		for len(retries) > 0 {
+			f := retries[0]
+			retries = retries[1:]
+			offer(f.prompt, f.attempt+1)
+		}
+		for waiting < backlogDepth && (!finite || offered < int64(sc.prompts)) {
+			offered++
+			offer(offered, 1)
+		}
+	}
+	settle := func(f *flight) {
+		f.settled = true
+		delete(byRID, f.rid)
+		inflight = slices.DeleteFunc(inflight, func(x *flight) bool { return x == f })
+	}
+	// fail reports an attempt that got no answer (its server died) and offers the prompt again.
+	fail := func(f *flight, err error) error {
+		settle(f)
+		if err := ctl.Fail(f.t, err); err != nil {
+			return err
+		}
+		retries = append(retries, f)
+		return nil
+	}
+	// abandonDrained cancels the attempts on servers the Controller drained, as Do does: the charge goes back,
+	// the request is aborted on its server (when it still answers) and retried.
+	abandonDrained := func() error {
+		for _, f := range slices.Clone(inflight) {
+			select {
+			case <-f.t.Drained():
+			default:
+				continue
+			}
+			settle(f)
+			if err := ctl.Abandon(f.t); err != nil {
+				return err
+			}
+			if simnet.server(f.srv) != nil && !f.finished {
+				if err := ctl.Client(f.srv).Abort(ctx, f.rid); err == nil {
+					clientAborts++
+					dirty[f.srv] = true
+				}
+			}
+			retries = append(retries, f)
+		}
+		return nil
+	}
+	send := func() {
+		for len(granted) > 0 || len(retries) > 0 {
+			g := granted
+			granted = nil
+			for _, t := range g {
+				waiting--
+				f := flights[t]
+				delete(flights, t)
+				f.srv = t.Endpoint()
+				f.rid = ctl.GenerateRequest(t).RID
+				f.res = make(chan attempt, 1)
+				byRID[f.rid] = f
+				inflight = append(inflight, f)
+				push(&event{t: now + sendDelay, kind: evArrive, srv: f.srv, f: f})
+			}
+			refill()
+		}
+	}
+	schedulePass := func(i int) {
+		s := simnet.server(i)
+		if s == nil {
+			return
+		}
+		if end, busy := s.Poll(now); busy && !passEnds[i][end] {
+			passEnds[i][end] = true
+			push(&event{t: end, kind: evPassEnd, srv: i})
+		}
+	}
+	scheduleProbe := func(i int, at float64) {
+		if !probing[i] {
+			probing[i] = true
+			push(&event{t: at, kind: evProbe, srv: i})
+		}
+	}
+
+	for i := range sc.pools {
+		if err := start(i); err != nil {
+			return nil, err
+		}
+	}
+	for i := range nslots {
+		probeWait[i] = probeFirst
+		scheduleProbe(i, 0)
+	}
+	if sc.outage != nil {
+		push(&event{t: sc.outage.at, kind: evDown, srv: sc.outage.slot})
+		push(&event{t: sc.outage.at + sc.outage.dur, kind: evUp, srv: sc.outage.slot})
+	}
+	if sc.late != nil {
+		push(&event{t: sc.late.at, kind: evUp, srv: nslots - 1})
+	}
+	refill()
+	push(&event{t: sampleEvery, kind: evSample})
+
+	type snap struct{ gen, retr []int64 }
+	take := func() snap {
+		var s snap
+		for i := range nslots {
+			g, r := figures(i)
+			s.gen = append(s.gen, g)
+			s.retr = append(s.retr, r)
+		}
+		return s
+	}
+	res := &BenchResult{Scenario: sc.name}
+	prev := take()
+	var atWarmup *snap
+	var queueSum, kvSum float64
+	var queueN int
+	var latencies []float64
+	var outputTokens int64
+	makespan := 0.0
+
+	for q.Len() > 0 {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		e := heap.Pop(&q).(*event)
+		now = e.t
+		if now > duration {
+			break
+		}
+		for i := range nslots {
+			if s := simnet.server(i); s != nil {
+				s.SetTime(now)
+			}
+		}
+		switch e.kind {
+		case evPassEnd:
+			delete(passEnds[e.srv], e.t)
+			s := simnet.server(e.srv)
+			if s == nil {
+				break
+			}
+			if end, busy := s.Poll(now); !busy || end > now {
+				break // a pass of a server that died since, or planned again
+			}
+			for _, fin := range s.Finish() {
+				f := byRID[fin.RID]
+				if f == nil || f.settled {
+					continue // an attempt abandoned before (aborted on our request)
+				}
+				if fin.FinishReason == "abort" {
+					return nil, fmt.Errorf("bench: request %s aborted by the simulator", fin.RID)
+				}
+				f.finished = true
+				push(&event{t: now + replyDelay, kind: evReply, srv: e.srv, f: f})
+			}
+			dirty[e.srv] = true
+		case evArrive:
+			f := e.f
+			if f.settled {
+				break
+			}
+			cl := ctl.Client(f.srv)
+			req := ctl.GenerateRequest(f.t)
+			queued := make(chan struct{})
+			go func() {
+				resp, err := cl.Generate(sim.WithSubmitted(ctx, func() { close(queued) }), req)
+				f.res <- attempt{resp, err}
+			}()
+			select {
+			case <-queued:
+				dirty[f.srv] = true
+			case a := <-f.res:
+				f.got = &a
+				if a.err == nil {
+					return nil, fmt.Errorf("bench: request %s answered before it was queued", f.rid)
+				}
+				var se *generate.StatusError
+				if errors.As(a.err, &se) {
+					return nil, fmt.Errorf("bench: request %s refused: %w", f.rid, a.err)
+				}
+				if err := fail(f, a.err); err != nil {
+					return nil, err
+				}
+			}
+		case evReply:
+			f := e.f
+			if f.settled {
+				break
+			}
+			a := f.take()
+			if a.err != nil {
+				if err := fail(f, a.err); err != nil {
+					return nil, err
+				}
+				break
+			}
+			settle(f)
+			lat := a.resp.MetaInfo.E2ELatency
+			if err := ctl.Finish(f.t, a.resp, time.Duration(lat*float64(time.Second))); err != nil {
+				return nil, err
+			}
+			completed++
+			outputTokens += int64(len(a.resp.OutputIDs))
+			if now >= warmup {
+				latencies = append(latencies, lat)
+			}
+			if finite && completed == int64(sc.prompts) {
+				makespan = now
+			}
+		case evProbe:
+			probing[e.srv] = false
+			if ctl.Ready(e.srv) {
+				break
+			}
+			if err := ctl.Probe(ctx, e.srv); err != nil {
+				var ae *generate.AuthError
+				if errors.As(err, &ae) {
+					return nil, err
+				}
+				scheduleProbe(e.srv, now+probeWait[e.srv])
+				probeWait[e.srv] = min(2*probeWait[e.srv], probeMax)
+				break
+			}
+			probeWait[e.srv] = probeFirst
+			gens[e.srv]++
+			if spec.policy == generate.PolicyKVBudget {
+				push(&event{t: now + pollEvery, kind: evPoll, srv: e.srv, gen: gens[e.srv]})
+			}
+			push(&event{t: now + healthEvery, kind: evHealth, srv: e.srv, gen: gens[e.srv]})
+		case evPoll:
+			if e.gen != gens[e.srv] || !ctl.Ready(e.srv) {
+				break
+			}
+			if opts.Logger.Enabled(ctx, slog.LevelDebug) {
+				for _, ep := range ctl.Endpoints() {
+					opts.Logger.Debug("poll", "t", now, "ep", ep.URL, "rank", ep.Rank, "budget", int(ep.Budget),
+						"charged", int(ep.Used), "inflight", ep.InFlight, "queue", ep.Load.Waiting, "kv", ep.Load.TokenUsage)
+				}
+			}
+			restarted, err := ctl.Poll(ctx, e.srv)
+			if err != nil {
+				return nil, err
+			}
+			if restarted {
+				scheduleProbe(e.srv, now+probeFirst)
+				break
+			}
+			push(&event{t: now + pollEvery, kind: evPoll, srv: e.srv, gen: e.gen})
+		case evHealth:
+			if e.gen != gens[e.srv] || !ctl.Ready(e.srv) {
+				break
+			}
+			_ = ctl.Health(ctx, e.srv)
+			if !ctl.Ready(e.srv) {
+				scheduleProbe(e.srv, now+probeFirst)
+				break
+			}
+			push(&event{t: now + healthEvery, kind: evHealth, srv: e.srv, gen: e.gen})
+		case evDown:
+			// Answers already on their way arrive; what still runs on the server is lost with it.
+			for _, f := range inflight {
+				if f.srv == e.srv && f.finished {
+					f.take()
+				}
+			}
+			stop(e.srv)
+			for _, f := range slices.Clone(inflight) {
+				if f.srv == e.srv && !f.finished {
+					if err := fail(f, f.take().err); err != nil {
+						return nil, err
+					}
+				}
+			}
+			clear(passEnds[e.srv])
+		case evUp:
+			if err := start(e.srv); err != nil {
+				return nil, err
+			}
+			scheduleProbe(e.srv, now)
+		case evSample:
+			cur := take()
+			smp := Sample{T: now}
+			var used, pool int64
+			for i := range nslots {
+				smp.TokPerS += float64(cur.gen[i]-prev.gen[i]) / sampleEvery
+				if s := simnet.server(i); s != nil {
+					st := s.Stats()
+					smp.Queue += st.Waiting
+					used += int64(st.UsedTokens)
+					pool += int64(st.MaxTotalTokens)
+				}
+			}
+			if pool > 0 {
+				smp.KVUsage = float64(used) / float64(pool)
+			}
+			res.Series = append(res.Series, smp)
+			if now >= warmup {
+				if atWarmup == nil && !finite {
+					c := cur
+					atWarmup = &c
+				} else {
+					queueSum += float64(smp.Queue)
+					kvSum += smp.KVUsage
+					queueN++
+				}
+			}
+			prev = cur
+			if !finite || makespan == 0 {
+				push(&event{t: now + sampleEvery, kind: evSample})
+			}
+		}
+		if err := abandonDrained(); err != nil {
+			return nil, err
+		}
+		send()
+		if finite && makespan > 0 {
+			break
+		}
+		// Plan the servers' next passes once every event of this instant is in, as the scheduler receives
+		// everything queued before it plans.
+		if q.Len() == 0 || q[0].t > now {
+			for i := range nslots {
+				if dirty[i] {
+					schedulePass(i)
+				}
+				dirty[i] = false
+			}
+		}
+	}
+	end := take()
+	if finite {
+		if makespan == 0 {
+			return nil, fmt.Errorf("bench: %s stalled at %.0fs with %d of %d prompts done", sc.name, now, completed, sc.prompts)
+		}
+		res.MakespanS = makespan
+		res.TokPerS = float64(outputTokens) / makespan
+		for i := range nslots {
+			res.RetractionsTotal += end.retr[i]
+		}
+		res.Retractions = res.RetractionsTotal
+	} else {
+		if atWarmup == nil {
+			return nil, errors.New("bench: run ended before its warm-up")
+		}
+		span := res.Series[len(res.Series)-1].T - warmupSampleT(res.Series, warmup)
+		for i := range nslots {
+			if span > 0 {
+				res.TokPerS += float64(end.gen[i]-atWarmup.gen[i]) / span
+			}
+			res.Retractions += end.retr[i] - atWarmup.retr[i]
+			res.RetractionsTotal += end.retr[i]
+		}
+	}
+	res.ClientAborts = clientAborts
+	if queueN > 0 {
+		res.MeanQueue = queueSum / float64(queueN)
+		res.MeanKVUsage = kvSum / float64(queueN)
+	}
+	slices.Sort(latencies)
+	res.P50LatencyS, res.P99LatencyS = quantile(latencies, 0.5), quantile(latencies, 0.99)
+	opts.Logger.Info("run", "scenario", sc.name, "policy", spec.policy, "routing", spec.routing,
+		"concurrency", spec.concurrency, "pools", sc.pools, "tok_per_s", math.Round(res.TokPerS),
+		"makespan_s", math.Round(res.MakespanS), "retractions", res.Retractions, "client_aborts", clientAborts,
+		"mean_queue", res.MeanQueue)
+	return res, nil
+}
