@@ -28,6 +28,9 @@ func cmdBench(ctx context.Context, args []string) error {
 	fs.DurationVar(&opts.SimDuration, "sim-duration", 0, "simulated length of each run (default 60m; runs are discrete-event, not wall-clock)")
 	fs.Int64Var(&opts.Seed, "seed", 0, "workload seed (default 1)")
 	fs.IntVar(&opts.Prompts, "prompts", 0, "dataset size of the finite scenarios (default 14700, one reference-run partition)")
+	fs.Float64Var(&opts.Budget.SafeCompletions, "kv-safe-completions", 0, "the kv-budget policy's --kv-safe-completions (default: the stage's)")
+	fs.Float64Var(&opts.Budget.SafeFraction, "kv-safe-fraction", 0, "the kv-budget policy's --kv-safe-fraction")
+	fs.Float64Var(&opts.Budget.HeadroomOutputs, "kv-headroom-outputs", 0, "the kv-budget policy's --kv-headroom-outputs (default: the stage's)")
 	verbose := fs.Bool("v", false, "log every run (and, with DRAFTFLOW_LOG_LEVEL=debug, every poll) on stderr")
 	fs.StringVar(&opts.PlotFile, "plot", "bench-generate.svg", "write an SVG of tok/s and KV usage over time per policy here (empty: none)")
 	if err := fs.Parse(args[1:]); err != nil {

@@ -152,6 +152,9 @@ type BudgetConfig struct {
 	// growth fills the KV pool for another request to go to it (default 10; see Controller's KV gate). Higher
 	// is safer against retractions and runs the pool emptier.
 	SafeCompletions float64
+	// SafeFraction caps SafeCompletions at this fraction of the requests in flight on the endpoint (0: no cap),
+	// so a small pool's small batch is not asked for as many completions as a large one's.
+	SafeFraction float64
 	// HeadroomOutputs is the gate's backstop: once an endpoint's pool is half full, a request goes to it only
 	// while the KV of this many recent mean output lengths stays free (default 6).
 	HeadroomOutputs float64
@@ -407,6 +410,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Budget.PollInterval, "kv-poll-interval", DefaultPollInterval, "server load polling interval (kv-budget)")
 	fs.Float64Var(&c.Budget.SafeCompletions, "kv-safe-completions", DefaultSafeCompletions,
 		"running requests expected to finish before the pool fills, for another request to go (kv-budget; higher: fewer retractions, emptier pool)")
+	fs.Float64Var(&c.Budget.SafeFraction, "kv-safe-fraction", c.Budget.SafeFraction,
+		"cap on --kv-safe-completions as a fraction of the requests in flight on an endpoint (kv-budget; 0: none)")
 	fs.Float64Var(&c.Budget.HeadroomOutputs, "kv-headroom-outputs", DefaultHeadroomOutputs,
 		"mean output lengths of KV kept free once the pool is half full (kv-budget)")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address")

@@ -305,6 +305,11 @@ func (c *Controller) gateOpen(ep *endpoint, prompt, maxNew int) bool {
 		return false
 	}
 	want := c.cfg.Budget.SafeCompletions
+	if f := c.cfg.Budget.SafeFraction; f > 0 {
+		// On a small pool the batch is small: expecting SafeCompletions of a dozen requests to finish is
+		// asking most of them to, and the pool runs half empty. A fraction of the batch bounds the demand.
+		want = min(want, max(1, f*float64(len(ep.leases))))
+	}
 	if want <= 0 {
 		return true
 	}
