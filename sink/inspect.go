@@ -8,6 +8,7 @@ import (
 	"math/bits"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -51,7 +52,8 @@ type Bucket struct {
 // Inspect validates every shard under dir (a run directory, or a sink output directory holding runs) against
 // its manifest and the schema: the manifest's files exist with its sizes and checksums and nothing else is
 // published, every row has len(loss_mask) = len(input_ids) = prompt_len + completion_len with loss_mask 0
-// before prompt_len and 1 after, and (id, turn) is unique per run. It writes a report to w and returns an
+// before prompt_len and 1 after, (id, turn) is unique per run, and each shard's generated-token counts
+// (MetaTokenCounts) are those of its rows. It writes a report to w and returns an
 // error when anything is wrong.
 func Inspect(dir string, w io.Writer) (Summary, error) {
 	var sum Summary
@@ -146,6 +148,7 @@ func inspectRun(rd string, sum *Summary, hist map[int]int64) RunSummary {
 		var st Totals
 		st.Shards = 1
 		st.Bytes = size
+		recount := &tokenCounter{sparse: map[int32]int64{}}
 		err = sf.scan(context.Background(), nil, func(r *ShardRow) error {
 			st.Rows++
 			n := int64(len(r.InputIDs))
@@ -163,10 +166,22 @@ func inspectRun(rd string, sum *Summary, hist map[int]int64) RunSummary {
 			} else {
 				seen[k] = sh.File
 			}
+			if r.PromptLen >= 0 && int(r.PromptLen) <= len(r.InputIDs) {
+				for _, id := range r.InputIDs[r.PromptLen:] {
+					recount.addInt32(id)
+				}
+			}
 			rs.FinishReasons[r.FinishReason]++
 			hist[bits.Len64(uint64(n))]++
 			return nil
 		})
+		if err == nil && sf.meta(MetaTokenCounts) != "" { // shards written before the sink kept counts have none
+			if counts, cerr := shardTokenCounts(sf); cerr != nil {
+				problem("%s: %s: %v", sh.File, MetaTokenCounts, cerr)
+			} else if !slices.Equal(counts, recount.counts()) {
+				problem("%s: %s do not match the generated tokens of its rows", sh.File, MetaTokenCounts)
+			}
+		}
 		sf.Close()
 		if err != nil {
 			problem("%s: %v", sh.File, err)

@@ -125,6 +125,7 @@ func TestRecoveryAtEveryCrashPoint(t *testing.T) {
 			ra, rb := st2.run(RunOf(a1[0])), st2.run(RunOf(b1[0]))
 			checkRowsExact(t, rows[filepath.Base(ra.dir)], append(a1, a2...))
 			checkRowsExact(t, rows[filepath.Base(rb.dir)], append(b1, b2...))
+			checkTokenCounts(t, dir)
 			if _, err := Inspect(dir, nil); err != nil {
 				t.Fatal(err)
 			}
