@@ -25,9 +25,12 @@ deps: deps-go deps-python
 deps-go:
 	$(GO) mod download
 
-# Reference implementations and real readers the tests compare against (pinned).
+# Reference implementations and real readers the tests compare against (pinned), and the trainers' wheels
+# (SpecForge, speculators) whose own loading code the tests run: downloaded, not installed (requirements-trainers.txt).
 deps-python:
 	@$(PYTHON) -m pip install -q --disable-pip-version-check -r requirements-test.txt
+	@mkdir -p "$(DRAFTFLOW_CACHE)/wheels" && $(PYTHON) -m pip download -q --disable-pip-version-check --no-deps \
+	  --require-hashes -r requirements-trainers.txt -d "$(DRAFTFLOW_CACHE)/wheels"
 
 ## test: everything — Go unit, contract, conformance and end-to-end tests, then the Python reader tests.
 test: deps vet test-go test-python

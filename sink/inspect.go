@@ -52,8 +52,8 @@ type Bucket struct {
 // Inspect validates every shard under dir (a run directory, or a sink output directory holding runs) against
 // its manifest and the schema: the manifest's files exist with its sizes and checksums and nothing else is
 // published, every row has len(loss_mask) = len(input_ids) = prompt_len + completion_len with loss_mask 0
-// before prompt_len and 1 after, (id, turn) is unique per run, and each shard's generated-token counts
-// (MetaTokenCounts) are those of its rows. It writes a report to w and returns an
+// before prompt_len and 1 after, (id, turn) is unique per run, and the run's generated-token counts
+// (TokenCountsFile) are those of its rows. It writes a report to w and returns an
 // error when anything is wrong.
 func Inspect(dir string, w io.Writer) (Summary, error) {
 	var sum Summary
@@ -123,6 +123,7 @@ func inspectRun(rd string, sum *Summary, hist map[int]int64) RunSummary {
 		}
 	}
 	seen := map[rowKey]string{}
+	recount := map[int32]int64{}
 	for _, sh := range m.Shards {
 		path := filepath.Join(rd, sh.File)
 		digest, size, err := fileSHA256(path)
@@ -148,7 +149,6 @@ func inspectRun(rd string, sum *Summary, hist map[int]int64) RunSummary {
 		var st Totals
 		st.Shards = 1
 		st.Bytes = size
-		recount := &tokenCounter{sparse: map[int32]int64{}}
 		err = sf.scan(context.Background(), nil, func(r *ShardRow) error {
 			st.Rows++
 			n := int64(len(r.InputIDs))
@@ -168,20 +168,13 @@ func inspectRun(rd string, sum *Summary, hist map[int]int64) RunSummary {
 			}
 			if r.PromptLen >= 0 && int(r.PromptLen) <= len(r.InputIDs) {
 				for _, id := range r.InputIDs[r.PromptLen:] {
-					recount.addInt32(id)
+					recount[id]++
 				}
 			}
 			rs.FinishReasons[r.FinishReason]++
 			hist[bits.Len64(uint64(n))]++
 			return nil
 		})
-		if err == nil && sf.meta(MetaTokenCounts) != "" { // shards written before the sink kept counts have none
-			if counts, cerr := shardTokenCounts(sf); cerr != nil {
-				problem("%s: %s: %v", sh.File, MetaTokenCounts, cerr)
-			} else if !slices.Equal(counts, recount.counts()) {
-				problem("%s: %s do not match the generated tokens of its rows", sh.File, MetaTokenCounts)
-			}
-		}
 		sf.Close()
 		if err != nil {
 			problem("%s: %v", sh.File, err)
@@ -196,6 +189,11 @@ func inspectRun(rd string, sum *Summary, hist map[int]int64) RunSummary {
 		rs.Totals.PromptTokens += st.PromptTokens
 		rs.Totals.CompletionTokens += st.CompletionTokens
 		rs.Totals.Bytes += st.Bytes
+	}
+	if counts, err := RunTokenCounts(rd); err != nil {
+		problem("%s: %v", TokenCountsFile, err)
+	} else if !slices.Equal(counts, sortedCounts(recount)) {
+		problem("%s does not match the generated tokens of the rows", TokenCountsFile)
 	}
 	sum.Shards += rs.Totals.Shards
 	sum.Rows += rs.Totals.Rows

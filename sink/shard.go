@@ -36,7 +36,6 @@ const (
 	MetaLog         = "draftflow.log"          // short topic ID of the topic incarnation the offsets belong to
 	MetaRows        = "draftflow.rows"         // rows in the shard
 	MetaTokens      = "draftflow.tokens"       // total tokens (sum of input_ids lengths)
-	// MetaTokenCounts (tokencount.go): per generated token id, its count in the shard.
 )
 
 // Column is one documented shard column.
@@ -238,9 +237,6 @@ func writeShard(w io.Writer, rows []*row, kv map[string]string, rowGroupRows, zs
 		return st, err
 	}
 	if err := fw.AppendKeyValueMetadata(MetaTokens, strconv.FormatInt(st.Tokens, 10)); err != nil {
-		return st, err
-	}
-	if err := fw.AppendKeyValueMetadata(MetaTokenCounts, formatTokenCounts(outputTokenCounts(rows))); err != nil {
 		return st, err
 	}
 	return st, fw.Close()

@@ -2,18 +2,21 @@ package sink
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 )
 
-// MetaTokenCounts is the shard key-value metadata key holding how often each generated token id (loss mask 1)
-// occurs in the shard: "id:count" pairs, ids ascending, joined by commas. Kept in the shard's own footer, the
-// counts are committed, rolled forward, recovered and deduplicated exactly like the rows they count, and their
-// sum is the shard's completion_tokens.
-const MetaTokenCounts = "draftflow.token_counts"
+// TokenCountsFile is the file, in each run directory, that holds how often each generated token id (loss mask
+// 1) occurs in the run's committed shards. The sink rewrites it atomically after the manifest at every flush,
+// naming the manifest shards it covers; a crash between the two leaves it covering a prefix of the manifest,
+// and the shards past it are counted from their rows (by the sink on start, which then rewrites the file, and
+// by RunTokenCounts). Its total is therefore always the manifest's completion-token total.
+const TokenCountsFile = "token_counts.json"
 
 // TokenCount is how often one token id occurs.
 type TokenCount struct {
@@ -21,131 +24,48 @@ type TokenCount struct {
 	Count int64
 }
 
+// runCounts is TokenCountsFile.
+type runCounts struct {
+	FormatVersion int `json:"format_version"`
+	// Shards is how many manifest shards, from the first, the counts cover; LastShard names the last of them.
+	Shards    int    `json:"shards"`
+	LastShard string `json:"last_shard"`
+	// CompletionTokens is the sum of Counts.
+	CompletionTokens int64 `json:"completion_tokens"`
+	// Counts holds [token id, count] pairs, ids ascending.
+	Counts [][2]int64 `json:"counts"`
+}
+
 // denseCountLimit bounds the id range counted in a dense array; rows with larger ids (possible: ids up to
 // math.MaxInt32 are valid) are counted in a map instead, so a stray id cannot make a flush allocate gigabytes.
 const denseCountLimit = 1 << 22
 
-// tokenCounter counts token ids: a dense array for the usual vocabulary sizes, a map past denseCountLimit.
-type tokenCounter struct {
-	dense  []int64
-	sparse map[int32]int64
-}
-
-func newTokenCounter(maxID uint32) *tokenCounter {
-	if maxID < denseCountLimit {
-		return &tokenCounter{dense: make([]int64, int(maxID)+1)}
-	}
-	return &tokenCounter{sparse: map[int32]int64{}}
-}
-
-func (c *tokenCounter) addUint32(ids []uint32) {
-	if c.dense != nil {
-		d := c.dense
-		for _, id := range ids {
-			d[id]++
-		}
-		return
-	}
-	for _, id := range ids {
-		c.sparse[int32(id)]++
-	}
-}
-
-func (c *tokenCounter) addInt32(id int32) {
-	if c.dense != nil && id >= 0 && int(id) < len(c.dense) {
-		c.dense[id]++
-		return
-	}
-	if c.sparse == nil {
-		c.sparse = map[int32]int64{}
-	}
-	c.sparse[id]++
-}
-
-// counts returns the non-zero counts, ids ascending.
-func (c *tokenCounter) counts() []TokenCount {
-	var out []TokenCount
-	for id, n := range c.dense {
-		if n != 0 {
-			out = append(out, TokenCount{int32(id), n})
-		}
-	}
-	if len(c.sparse) > 0 {
-		for id, n := range c.sparse {
-			out = append(out, TokenCount{id, n})
-		}
-		slices.SortFunc(out, func(a, b TokenCount) int { return int(a.ID) - int(b.ID) })
-		// Dense and sparse may hold the same id (addInt32 past the dense range never does; kept for safety).
-		merged := out[:0]
-		for _, tc := range out {
-			if n := len(merged); n > 0 && merged[n-1].ID == tc.ID {
-				merged[n-1].Count += tc.Count
-				continue
-			}
-			merged = append(merged, tc)
-		}
-		out = merged
-	}
-	return out
-}
-
-// outputTokenCounts counts the output ids of rows.
-func outputTokenCounts(rows []*row) []TokenCount {
+// outputTokenCounts counts the output ids of rows into acc.
+func outputTokenCounts(rows []*row, acc map[int32]int64) {
 	var maxID uint32
 	for _, r := range rows {
 		for _, id := range r.output {
 			maxID = max(maxID, id)
 		}
 	}
-	c := newTokenCounter(maxID)
+	if maxID >= denseCountLimit {
+		for _, r := range rows {
+			for _, id := range r.output {
+				acc[int32(id)]++
+			}
+		}
+		return
+	}
+	dense := make([]int64, int(maxID)+1)
 	for _, r := range rows {
-		c.addUint32(r.output)
-	}
-	return c.counts()
-}
-
-// formatTokenCounts encodes counts as MetaTokenCounts holds them.
-func formatTokenCounts(counts []TokenCount) string {
-	b := make([]byte, 0, 12*len(counts))
-	for i, tc := range counts {
-		if i > 0 {
-			b = append(b, ',')
+		for _, id := range r.output {
+			dense[id]++
 		}
-		b = strconv.AppendInt(b, int64(tc.ID), 10)
-		b = append(b, ':')
-		b = strconv.AppendInt(b, tc.Count, 10)
 	}
-	return string(b)
-}
-
-// parseTokenCounts decodes MetaTokenCounts; ids must be strictly ascending and counts positive.
-func parseTokenCounts(s string) ([]TokenCount, error) {
-	if s == "" {
-		return nil, nil
-	}
-	out := make([]TokenCount, 0, strings.Count(s, ",")+1)
-	for _, p := range strings.Split(s, ",") {
-		id, n, ok := strings.Cut(p, ":")
-		if !ok {
-			return nil, fmt.Errorf("bad token count %q", p)
+	for id, n := range dense {
+		if n != 0 {
+			acc[int32(id)] += n
 		}
-		i, err1 := strconv.ParseInt(id, 10, 32)
-		c, err2 := strconv.ParseInt(n, 10, 64)
-		if err1 != nil || err2 != nil || i < 0 || c <= 0 {
-			return nil, fmt.Errorf("bad token count %q", p)
-		}
-		if k := len(out); k > 0 && out[k-1].ID >= int32(i) {
-			return nil, fmt.Errorf("token ids not ascending at %q", p)
-		}
-		out = append(out, TokenCount{int32(i), c})
-	}
-	return out, nil
-}
-
-// addCounts adds b into acc.
-func addCounts(acc map[int32]int64, b []TokenCount) {
-	for _, tc := range b {
-		acc[tc.ID] += tc.Count
 	}
 }
 
@@ -161,48 +81,92 @@ func sortedCounts(acc map[int32]int64) []TokenCount {
 	return out
 }
 
-// shardTokenCounts returns a shard's generated-token counts: from its footer, or, for a shard written before
-// the sink kept them, by counting its rows.
-func shardTokenCounts(sf *shardFile) ([]TokenCount, error) {
-	if v := sf.pf.MetaData().KeyValueMetadata().FindValue(MetaTokenCounts); v != nil {
-		return parseTokenCounts(*v)
+// countShardRows adds the generated tokens of a shard's rows to acc.
+func countShardRows(path string, acc map[int32]int64) error {
+	sf, err := openShard(path)
+	if err != nil {
+		return err
 	}
-	acc := &tokenCounter{sparse: map[int32]int64{}}
-	err := sf.scan(context.Background(), []int{colInputIDs, colPromptLen}, func(r *ShardRow) error {
+	defer sf.Close()
+	return sf.scan(context.Background(), []int{colInputIDs, colPromptLen}, func(r *ShardRow) error {
+		if r.PromptLen < 0 || int(r.PromptLen) > len(r.InputIDs) {
+			return fmt.Errorf("%s: prompt_len %d of %d tokens", path, r.PromptLen, len(r.InputIDs))
+		}
 		for _, id := range r.InputIDs[r.PromptLen:] {
-			acc.addInt32(id)
+			acc[id]++
 		}
 		return nil
 	})
-	return acc.counts(), err
 }
 
-// RunTokenCounts returns the generated-token counts (loss mask 1) of a run directory, summed over the shards
-// its manifest lists, ids ascending, and checks that they add up to the manifest's completion-token total.
+// writeRunCounts writes a run's counts, covering every shard of m.
+func writeRunCounts(runDir string, m *Manifest, acc map[int32]int64) error {
+	rc := runCounts{FormatVersion: FormatVersion, Shards: len(m.Shards)}
+	if len(m.Shards) > 0 {
+		rc.LastShard = m.Shards[len(m.Shards)-1].File
+	}
+	for _, tc := range sortedCounts(acc) {
+		rc.Counts = append(rc.Counts, [2]int64{int64(tc.ID), tc.Count})
+		rc.CompletionTokens += tc.Count
+	}
+	b, err := json.Marshal(&rc)
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(filepath.Join(runDir, TokenCountsFile), append(b, '\n'))
+}
+
+// loadRunCounts returns the counts of every shard m lists: TokenCountsFile where it covers them, the rows of
+// the shards past it otherwise (all of them when the file is missing or names shards m no longer lists).
+// stale reports whether the file did not cover m exactly.
+func loadRunCounts(runDir string, m *Manifest) (acc map[int32]int64, stale bool, err error) {
+	acc = map[int32]int64{}
+	from := 0
+	b, err := os.ReadFile(filepath.Join(runDir, TokenCountsFile))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		stale = len(m.Shards) > 0
+	case err != nil:
+		return nil, false, err
+	default:
+		var rc runCounts
+		if err := json.Unmarshal(b, &rc); err != nil || rc.FormatVersion != FormatVersion {
+			return nil, false, fmt.Errorf("%s: unreadable (%v) or format version %d", filepath.Join(runDir, TokenCountsFile), err, rc.FormatVersion)
+		}
+		if rc.Shards <= len(m.Shards) && (rc.Shards == 0 || m.Shards[rc.Shards-1].File == rc.LastShard) {
+			for _, p := range rc.Counts {
+				acc[int32(p[0])] += p[1]
+			}
+			from = rc.Shards
+		}
+		stale = from != len(m.Shards)
+	}
+	for _, sh := range m.Shards[from:] {
+		if err := countShardRows(filepath.Join(runDir, sh.File), acc); err != nil {
+			return nil, false, err
+		}
+	}
+	return acc, stale, nil
+}
+
+// RunTokenCounts returns the generated-token counts (loss mask 1) of a run directory's committed shards, ids
+// ascending, and checks that they add up to the manifest's completion-token total.
 func RunTokenCounts(runDir string) ([]TokenCount, error) {
 	m, err := ReadManifest(runDir)
 	if err != nil {
 		return nil, err
 	}
-	acc := map[int32]int64{}
-	for _, sh := range m.Shards {
-		sf, err := openShard(filepath.Join(runDir, sh.File))
-		if err != nil {
-			return nil, err
-		}
-		c, err := shardTokenCounts(sf)
-		sf.Close()
-		if err != nil {
-			return nil, fmt.Errorf("%s: %s: %w", runDir, sh.File, err)
-		}
-		var sum int64
-		for _, tc := range c {
-			sum += tc.Count
-		}
-		if sum != sh.CompletionTokens {
-			return nil, fmt.Errorf("%s: %s: token counts add up to %d, manifest says %d completion tokens", runDir, sh.File, sum, sh.CompletionTokens)
-		}
-		addCounts(acc, c)
+	acc, _, err := loadRunCounts(runDir, m)
+	if err != nil {
+		return nil, err
 	}
-	return sortedCounts(acc), nil
+	counts := sortedCounts(acc)
+	var sum int64
+	for _, tc := range counts {
+		sum += tc.Count
+	}
+	if sum != m.Totals.CompletionTokens {
+		return nil, fmt.Errorf("%s: token counts add up to %d, the manifest says %d completion tokens", runDir, sum, m.Totals.CompletionTokens)
+	}
+	return counts, nil
 }

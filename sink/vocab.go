@@ -101,7 +101,9 @@ func Vocab(dir string, opts VocabOptions) (*Vocabulary, error) {
 			if err != nil {
 				return nil, fmt.Errorf("vocab: %w", err)
 			}
-			addCounts(acc, c)
+			for _, tc := range c {
+				acc[tc.ID] += tc.Count
+			}
 		}
 	} else {
 		v.Info.Source = "rows"
