@@ -135,6 +135,22 @@ func cmdInspect(ctx context.Context, args []string) error {
 	return err
 }
 
+// parseAnywhere parses fs from args with flags allowed before, between and after the positional arguments
+// (`draftflow vocab DIR --run NAME`), and returns the positional arguments.
+func parseAnywhere(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
 // limitFlags registers the length options export and vocab share.
 func limitFlags(fs *flag.FlagSet) *sink.Limits {
 	l := &sink.Limits{}
@@ -150,20 +166,21 @@ func cmdExport(ctx context.Context, args []string) error {
 	var runs stringList
 	fs.Var(&runs, "run", "run to export: its directory name, or a prefix of it or of its fingerprint (repeatable; runs of one model and tokenizer only)")
 	limits := limitFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	pos, err := parseAnywhere(fs, args)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() != 2 {
+	if len(pos) != 2 {
 		return errors.New("usage: draftflow export --format specforge|speculators [--run NAME] [--max-length N [--overlong truncate|drop]] [--min-loss-tokens N] DIR OUT.jsonl")
 	}
-	out := fs.Arg(1)
+	out := pos[1]
 	tmp, err := os.CreateTemp(filepath.Dir(out), ".export-*")
 	if err != nil {
 		return err
 	}
 	defer os.Remove(tmp.Name())
 	bw := bufio.NewWriterSize(tmp, 1<<20)
-	rep, err := sink.Export(fs.Arg(0), sink.ExportOptions{Format: *format, Runs: runs, Limits: *limits}, bw)
+	rep, err := sink.Export(pos[0], sink.ExportOptions{Format: *format, Runs: runs, Limits: *limits}, bw)
 	if err == nil {
 		err = bw.Flush()
 	}
@@ -191,13 +208,14 @@ func cmdVocab(ctx context.Context, args []string) error {
 	target := fs.Int("target-vocab-size", 0, "target vocabulary size, where no model directory has a config.json")
 	outDir := fs.String("out", "", "write the files here (default: the run directory)")
 	limits := limitFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	pos, err := parseAnywhere(fs, args)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() != 1 || *draft <= 0 {
+	if len(pos) != 1 || *draft <= 0 {
 		return errors.New("usage: draftflow vocab DIR [--run NAME] --draft-vocab-size N [--model DIR | --target-vocab-size N] [--out DIR2] [--max-length N [--overlong truncate|drop]] [--min-loss-tokens N]")
 	}
-	dirs, err := sink.SelectRuns(fs.Arg(0), runs)
+	dirs, err := sink.SelectRuns(pos[0], runs)
 	if err != nil {
 		return err
 	}
@@ -224,7 +242,7 @@ func cmdVocab(ctx context.Context, args []string) error {
 			return fmt.Errorf("target vocabulary size: %w (pass --model DIR or --target-vocab-size N)", err)
 		}
 	}
-	v, err := sink.Vocab(fs.Arg(0), sink.VocabOptions{Runs: runs, DraftVocabSize: *draft, TargetVocabSize: tsize, Limits: *limits})
+	v, err := sink.Vocab(pos[0], sink.VocabOptions{Runs: runs, DraftVocabSize: *draft, TargetVocabSize: tsize, Limits: *limits})
 	if err != nil {
 		return err
 	}
