@@ -123,7 +123,7 @@ func inspectRun(rd string, sum *Summary, hist map[int]int64) RunSummary {
 		}
 	}
 	seen := map[rowKey]string{}
-	recount := map[int32]int64{}
+	recount := &countTable{}
 	for _, sh := range m.Shards {
 		path := filepath.Join(rd, sh.File)
 		digest, size, err := fileSHA256(path)
@@ -168,7 +168,7 @@ func inspectRun(rd string, sum *Summary, hist map[int]int64) RunSummary {
 			}
 			if r.PromptLen >= 0 && int(r.PromptLen) <= len(r.InputIDs) {
 				for _, id := range r.InputIDs[r.PromptLen:] {
-					recount[id]++
+					recount.add(id, 1)
 				}
 			}
 			rs.FinishReasons[r.FinishReason]++
@@ -192,7 +192,7 @@ func inspectRun(rd string, sum *Summary, hist map[int]int64) RunSummary {
 	}
 	if counts, err := RunTokenCounts(rd); err != nil {
 		problem("%s: %v", TokenCountsFile, err)
-	} else if !slices.Equal(counts, sortedCounts(recount)) {
+	} else if !slices.Equal(counts, recount.counts()) {
 		problem("%s does not match the generated tokens of the rows", TokenCountsFile)
 	}
 	sum.Shards += rs.Totals.Shards

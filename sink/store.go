@@ -57,7 +57,7 @@ type runState struct {
 	manifest Manifest
 	written  map[rowKey]struct{} // in committed shards
 	buffered map[rowKey]struct{} // buffered, not yet durable
-	counts   map[int32]int64     // generated-token counts of the committed shards (TokenCountsFile)
+	counts   *countTable         // generated-token counts of the committed shards (TokenCountsFile)
 }
 
 // store owns Config.Dir: the checkpoint, the run directories and their manifests.
@@ -335,7 +335,7 @@ func (s *store) run(info RunInfo) *runState {
 	}
 	rs := &runState{info: info, dir: filepath.Join(s.dir, info.DirName()),
 		manifest: Manifest{FormatVersion: FormatVersion, Run: info, Schema: Columns},
-		written:  map[rowKey]struct{}{}, buffered: map[rowKey]struct{}{}, counts: map[int32]int64{}}
+		written:  map[rowKey]struct{}{}, buffered: map[rowKey]struct{}{}, counts: &countTable{}}
 	s.runs[info.Fingerprint] = rs
 	return rs
 }
@@ -360,7 +360,7 @@ type committedShard struct {
 	run    *runState
 	entry  ManifestShard
 	ids    []string
-	counts map[int32]int64 // generated-token counts of the shard
+	counts *countTable // generated-token counts of the shard
 }
 
 // commitFlush makes the rows of one partition's offset range [first, last] durable, one shard per run, and
@@ -411,8 +411,8 @@ func (s *store) commitFlush(pk partKey, first, last int64, groups []runRows, row
 		for i, r := range g.rows {
 			ids[i] = r.id
 		}
-		counts := map[int32]int64{}
-		outputTokenCounts(g.rows, counts)
+		counts := &countTable{}
+		counts.addOutputs(g.rows)
 		out = append(out, committedShard{run: g.run, entry: entry, ids: ids, counts: counts})
 		dirs[g.run.dir] = true
 	}
@@ -473,9 +473,7 @@ func (s *store) commitFlush(pk partKey, first, last int64, groups []runRows, row
 		if crashed("manifest-written") {
 			return nil, errCrashed
 		}
-		for id, n := range c.counts {
-			c.run.counts[id] += n
-		}
+		c.run.counts.addTable(c.counts)
 		if err := writeRunCounts(c.run.dir, &c.run.manifest, c.run.counts); err != nil {
 			return nil, fmt.Errorf("sink: write token counts: %w", err)
 		}

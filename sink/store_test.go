@@ -294,7 +294,7 @@ func expectProblem(t *testing.T, dir, want string) {
 // no longer lists are recounted from the rows on start, and readers count past them meanwhile.
 func TestTokenCountsRecovered(t *testing.T) {
 	ctx := context.Background()
-	for _, damage := range []string{"missing", "lagging", "foreign"} {
+	for _, damage := range []string{"missing", "lagging", "foreign", "torn"} {
 		t.Run(damage, func(t *testing.T) {
 			dir := t.TempDir()
 			st, err := openStore(ctx, dir, quietLogger())
@@ -318,6 +318,8 @@ func TestTokenCountsRecovered(t *testing.T) {
 				os.WriteFile(p, saved, 0o644)
 			case "foreign":
 				os.WriteFile(p, bytes.Replace(saved, []byte(`"last_shard":"`), []byte(`"last_shard":"x`), 1), 0o644)
+			case "torn":
+				os.WriteFile(p, saved[:len(saved)-3], 0o644)
 			}
 			checkTokenCounts(t, dir) // readers count past the damage
 			if _, err := openStore(ctx, dir, quietLogger()); err != nil {

@@ -93,7 +93,7 @@ func Vocab(dir string, opts VocabOptions) (*Vocabulary, error) {
 	}
 	v := &Vocabulary{Info: VocabInfo{Runs: runs, DraftVocabSize: opts.DraftVocabSize, TargetVocabSize: opts.TargetVocabSize,
 		TieBreak: "equal counts: lower token id first"}}
-	acc := map[int32]int64{}
+	acc := &countTable{}
 	if opts.Limits.none() {
 		v.Info.Source = "sink"
 		for _, rd := range runs {
@@ -102,7 +102,7 @@ func Vocab(dir string, opts VocabOptions) (*Vocabulary, error) {
 				return nil, fmt.Errorf("vocab: %w", err)
 			}
 			for _, tc := range c {
-				acc[tc.ID] += tc.Count
+				acc.add(tc.ID, tc.Count)
 			}
 		}
 	} else {
@@ -121,7 +121,7 @@ func Vocab(dir string, opts VocabOptions) (*Vocabulary, error) {
 		return nil, err
 	}
 	v.Info.Model, v.Info.TokenizerHash = m.Run.Model, m.Run.TokenizerHash
-	v.Counts = sortedCounts(acc)
+	v.Counts = acc.counts()
 	for _, tc := range v.Counts {
 		if int(tc.ID) >= opts.TargetVocabSize {
 			return nil, fmt.Errorf("vocab: token id %d occurs in the rows but the target vocabulary has %d ids: wrong model or --target-vocab-size", tc.ID, opts.TargetVocabSize)
@@ -169,7 +169,7 @@ func (v *Vocabulary) choose() {
 }
 
 // countRows adds the generated tokens of a run's rows, as Export writes them under l, to acc.
-func countRows(runDir string, l Limits, acc map[int32]int64, rep *LimitReport) error {
+func countRows(runDir string, l Limits, acc *countTable, rep *LimitReport) error {
 	m, err := ReadManifest(runDir)
 	if err != nil {
 		return err
@@ -189,7 +189,7 @@ func countRows(runDir string, l Limits, acc map[int32]int64, rep *LimitReport) e
 				return nil
 			}
 			for _, id := range ids[r.PromptLen:] {
-				acc[id]++
+				acc.add(id, 1)
 			}
 			return nil
 		})

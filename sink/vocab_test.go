@@ -84,16 +84,18 @@ func TestVocabSelection(t *testing.T) {
 	}
 }
 
-func TestOutputTokenCounts(t *testing.T) {
+func TestCountTable(t *testing.T) {
 	rows := []*row{{id: "a", prompt: []uint32{9, 9}, output: []uint32{5, 1, 5}}, {id: "b", prompt: []uint32{1}, output: []uint32{7, 5}}}
-	acc := map[int32]int64{}
-	outputTokenCounts(rows, acc)
-	if got := sortedCounts(acc); !slices.Equal(got, []TokenCount{{1, 1}, {5, 3}, {7, 1}}) {
+	acc := &countTable{}
+	acc.addOutputs(rows)
+	if got := acc.counts(); !slices.Equal(got, []TokenCount{{1, 1}, {5, 3}, {7, 1}}) || len(acc.dense) != 8 {
 		t.Fatalf("dense: %v", got)
 	}
-	outputTokenCounts([]*row{{id: "c", prompt: []uint32{1}, output: []uint32{1 << 30, 5}}}, acc)
-	if got := sortedCounts(acc); !slices.Equal(got, []TokenCount{{1, 1}, {5, 4}, {7, 1}, {1 << 30, 1}}) {
-		t.Fatalf("past the dense range: %v", got)
+	more := &countTable{}
+	more.addOutputs([]*row{{id: "c", prompt: []uint32{1}, output: []uint32{1 << 30, 5, 100}}})
+	acc.addTable(more)
+	if got := acc.counts(); !slices.Equal(got, []TokenCount{{1, 1}, {5, 4}, {7, 1}, {100, 1}, {1 << 30, 1}}) || len(acc.dense) > denseCountLimit {
+		t.Fatalf("past the dense range: %v (dense %d)", got, len(acc.dense))
 	}
 }
 
