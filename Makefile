@@ -64,7 +64,7 @@ kafka-down:
 bench: build
 	$(BIN) bench generate --plot bench-generate.svg
 	$(BIN) bench pipeline $(if $(DRAFTFLOW_TEST_BROKERS),--brokers $(DRAFTFLOW_TEST_BROKERS))
-	$(GO) test -run '^$$' -bench 'ShardEncode|JSONLZstd|TokenBounds|Flush' -cpu 1 -benchtime 5x ./sink/
+	$(GO) test -run '^$$' -bench 'ShardEncode|JSONLZstd|TokenBounds|Flush|TokenCounting' -cpu 1 -benchtime 5x ./sink/
 	bash stages/tokenize/tokenizer/bench.sh
 
 bench-kafka: build

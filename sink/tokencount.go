@@ -15,7 +15,8 @@ import (
 )
 
 // TokenCountsFile is the file, in each run directory, that holds how often each generated token id (loss mask
-// 1) occurs in the run's committed shards. The sink rewrites it atomically after the manifest at every flush,
+// 1) occurs in the run's committed shards. The sink rewrites it (temporary file and rename) after the manifest
+// at every flush,
 // naming the manifest shards it covers; a crash between the two leaves it covering a prefix of the manifest,
 // and the shards past it are counted from their rows (by the sink on start, which then rewrites the file, and
 // by RunTokenCounts). Its total is therefore always the manifest's completion-token total.
@@ -150,7 +151,9 @@ func countShardRows(path string, acc *countTable) error {
 // writeRunCounts writes a run's counts, covering every shard of m: runCounts as one JSON line (without
 // Counts), then the dense counts as little-endian int64 (count of id 0, 1, ...: runCounts.Dense of them) and the
 // sparse ones as little-endian int64 (id, count) pairs (runCounts.Sparse of them). It runs at every flush, over
-// up to the whole vocabulary, so it is a copy rather than an encoding (BenchmarkTokenCounting).
+// up to the whole vocabulary, so it is a copy rather than an encoding, and it is not fsynced: a version lost or
+// torn by a crash fails readRunCounts' length and sum checks, and the shards are then counted from their rows
+// (BenchmarkTokenCounting).
 func writeRunCounts(runDir string, m *Manifest, acc *countTable) error {
 	rc := runCounts{FormatVersion: FormatVersion, Shards: len(m.Shards), Dense: len(acc.dense), Sparse: len(acc.sparse)}
 	if len(m.Shards) > 0 {
@@ -175,7 +178,7 @@ func writeRunCounts(runDir string, m *Manifest, acc *countTable) error {
 		b = binary.LittleEndian.AppendUint64(b, uint64(id))
 		b = binary.LittleEndian.AppendUint64(b, uint64(n))
 	}
-	return writeFileAtomic(filepath.Join(runDir, TokenCountsFile), b)
+	return replaceFile(filepath.Join(runDir, TokenCountsFile), b)
 }
 
 // readRunCounts parses what writeRunCounts wrote.
