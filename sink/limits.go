@@ -18,12 +18,12 @@ const (
 // left out is counted and reported. The zero value keeps every row whole.
 type Limits struct {
 	// MaxLength is the most tokens a row may have (0: no limit).
-	MaxLength int
+	MaxLength int `json:"max_length"`
 	// Overlong says what happens to a longer row: OverlongTruncate (default) or OverlongDrop.
-	Overlong string
+	Overlong string `json:"overlong"`
 	// MinLossTokens leaves out rows with fewer generated tokens (loss mask 1), counted after truncation
 	// (0 or 1: only rows left without any, which only truncation makes).
-	MinLossTokens int
+	MinLossTokens int `json:"min_loss_tokens"`
 }
 
 // Validate checks the options.
