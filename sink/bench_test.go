@@ -322,7 +322,7 @@ func TestZstdLevels(t *testing.T) {
 
 // BenchmarkTokenCounting measures what keeping the generated-token counts adds to a flush of the rows
 // BenchmarkFlush writes: counting the flush's output ids, merging them into the run's counts and rewriting
-// token_counts.json (atomically, with fsync) for a run that has already seen 150,000 distinct ids, the worst
+// token_counts.bin (temporary file and rename) for a run that has already seen 150,000 distinct ids, the worst
 // case of a full vocabulary. Compare its tokens/cpu-s with BenchmarkFlush's (README, Performance).
 func BenchmarkTokenCounting(b *testing.B) {
 	rows := textRows(256)
