@@ -25,9 +25,12 @@ deps: deps-go deps-python
 deps-go:
 	$(GO) mod download
 
-# Reference implementations and real readers the tests compare against (pinned).
+# Reference implementations and real readers the tests compare against (pinned), and the trainers' wheels
+# (SpecForge, speculators) whose own loading code the tests run: downloaded, not installed (requirements-trainers.txt).
 deps-python:
 	@$(PYTHON) -m pip install -q --disable-pip-version-check -r requirements-test.txt
+	@mkdir -p "$(DRAFTFLOW_CACHE)/wheels" && $(PYTHON) -m pip download -q --disable-pip-version-check --no-deps \
+	  --require-hashes -r requirements-trainers.txt -d "$(DRAFTFLOW_CACHE)/wheels"
 
 ## test: everything — Go unit, contract, conformance and end-to-end tests, then the Python reader tests.
 test: deps vet test-go test-python
@@ -61,7 +64,7 @@ kafka-down:
 bench: build
 	$(BIN) bench generate --plot bench-generate.svg
 	$(BIN) bench pipeline $(if $(DRAFTFLOW_TEST_BROKERS),--brokers $(DRAFTFLOW_TEST_BROKERS))
-	$(GO) test -run '^$$' -bench 'ShardEncode|JSONLZstd|TokenBounds|Flush' -cpu 1 -benchtime 5x ./sink/
+	$(GO) test -run '^$$' -bench 'ShardEncode|JSONLZstd|TokenBounds|Flush|TokenCounting' -cpu 1 -benchtime 5x ./sink/
 	bash stages/tokenize/tokenizer/bench.sh
 
 bench-kafka: build

@@ -319,3 +319,30 @@ func TestZstdLevels(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkTokenCounting measures what keeping the generated-token counts adds to a flush of the rows
+// BenchmarkFlush writes: counting the flush's output ids, merging them into the run's counts and rewriting
+// token_counts.bin (temporary file and rename) for a run that has already seen 150,000 distinct ids, the worst
+// case of a full vocabulary. Compare its tokens/cpu-s with BenchmarkFlush's (README, Performance).
+func BenchmarkTokenCounting(b *testing.B) {
+	rows := textRows(256)
+	toks := rowTokens(rows)
+	dir := b.TempDir()
+	m := &Manifest{Shards: []ManifestShard{{File: "x.parquet"}}}
+	run := &countTable{}
+	for id := int32(0); id < 150_000; id++ {
+		run.add(id, int64(1+id%97))
+	}
+	b.ResetTimer()
+	cpu0 := cpuSeconds()
+	for i := 0; i < b.N; i++ {
+		flush := &countTable{}
+		flush.addOutputs(rows)
+		run.addTable(flush)
+		if err := writeRunCounts(dir, m, run); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(toks)*float64(b.N)/b.Elapsed().Seconds(), "tokens/s")
+	b.ReportMetric(float64(toks)*float64(b.N)/(cpuSeconds()-cpu0), "tokens/cpu-s")
+}

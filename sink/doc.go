@@ -1,7 +1,7 @@
 // Package sink is draftflow's last stage: it consumes Generation records from the generated topic and writes
 // them, exactly once, into zstd-compressed Parquet shards that drafter training reads directly (through
 // pyarrow, Hugging Face datasets, or the python/draftflow_data package), plus the tools that check and convert
-// those shards (Inspect, Export).
+// those shards (Inspect, Export, Vocab).
 //
 // # Layout
 //
@@ -47,15 +47,17 @@
 //  3. It then rewrites checkpoint.json atomically (temporary file, fsync, rename, directory fsync) with the
 //     partition's next offset, last+1, and the list of shards this flush wrote. This rename is the commit point.
 //  4. It renames each temporary shard to its final name, fsyncs the run directories, rewrites each run's
-//     manifest.json atomically, and only then marks the Kafka deliveries Done (so the group commits their
-//     offsets) and reports the ids through Config.OnDurable.
+//     manifest.json atomically and then its token_counts.bin (TokenCountsFile: the generated-token counts and
+//     the manifest shards they cover), and only then marks the Kafka deliveries Done (so the group commits
+//     their offsets) and reports the ids through Config.OnDurable.
 //
 // On start, before consuming, the sink recovers: the shards named by the checkpoint's last flush of each
 // partition are rolled forward (a temporary file the checkpoint names is renamed to its final name); every
 // other temporary file is a torn write and is deleted; each manifest is reconciled with the shards on disk;
 // the next offset of each partition is the larger of the checkpoint's and, as in the Kafka Connect S3 sink,
-// the last offset + 1 of the shards on disk (a final shard name only ever exists for a committed flush); and
-// the (id, turn) keys of every run are loaded. While consuming, a record at an offset below its partition's
+// the last offset + 1 of the shards on disk (a final shard name only ever exists for a committed flush); the
+// (id, turn) keys of every run are loaded; and the token counts are brought up to the manifest by counting the
+// rows of the shards they do not cover. While consuming, a record at an offset below its partition's
 // next offset is already in a shard and is acknowledged without being written, whatever the group's committed
 // offset says, and a record whose (id, turn) is already written (or buffered) for its run is dropped as a
 // duplicate and reported through Config.OnDuplicate. Readers never see a partial shard: final names appear

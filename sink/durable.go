@@ -68,6 +68,23 @@ func writeFileAtomic(path string, data []byte) error {
 	return nil
 }
 
+// replaceFile replaces path with data by a temporary file and a rename, without fsyncs: for files the sink can
+// rebuild from the shards on start (token counts), where a crash may leave the old or a torn version, never a
+// wrong one that passes the reader's checks.
+func replaceFile(path string, data []byte) error {
+	dir, base := filepath.Split(path)
+	tmp := filepath.Join(dir, tmpPrefix+base)
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil
+}
+
 // errRenamedNotSynced is wrapped by a writeFileAtomic error that came after the rename: the new content may
 // already be what a restart reads, so the caller must not undo what that content points to.
 var errRenamedNotSynced = errors.New("renamed into place, but the directory fsync failed")

@@ -16,59 +16,75 @@ const (
 	FormatSpecForge = "specforge"
 	// FormatSpeculators writes vllm-project/speculators regeneration rows: {"id": "<id>_gen<turn>", "primary_id",
 	// "input_ids", "loss_mask", "metadata": {idx, finish_reason, usage, endpoint, sampling_params, model,
-	// dataset, turn}}. speculators' "text" is not written: the sink holds tokens only.
+	// dataset, turn, truncated_from (the row's length before --max-length cut it, only then)}}. speculators'
+	// "text" is not written: the sink holds tokens only.
 	FormatSpeculators = "speculators"
 )
 
-// Export writes every row under dir (a run directory, or a sink output directory: all its runs, in directory
-// order, each in manifest order) to w as JSON lines in the given format, and returns the number of rows. Each
+// ExportOptions says what Export writes.
+type ExportOptions struct {
+	// Format is FormatSpecForge or FormatSpeculators.
+	Format string
+	// Runs names the runs to export (see SelectRuns); empty: the only run under the directory.
+	Runs []string
+	// Limits are the length rules applied to each row.
+	Limits Limits
+}
+
+// Export writes the rows of the selected runs under dir (each run in manifest order) to w as JSON lines in
+// the given format, after applying the length limits, and reports what it kept, truncated and dropped. Each
 // row is checked like Inspect checks it before it is written.
-func Export(dir, format string, w io.Writer) (int, error) {
-	if format != FormatSpecForge && format != FormatSpeculators {
-		return 0, fmt.Errorf("export: unknown format %q (want %s or %s)", format, FormatSpecForge, FormatSpeculators)
+func Export(dir string, opts ExportOptions, w io.Writer) (LimitReport, error) {
+	var rep LimitReport
+	if opts.Format != FormatSpecForge && opts.Format != FormatSpeculators {
+		return rep, fmt.Errorf("export: unknown format %q (want %s or %s)", opts.Format, FormatSpecForge, FormatSpeculators)
 	}
-	runs, err := RunDirs(dir)
+	if err := opts.Limits.Validate(); err != nil {
+		return rep, fmt.Errorf("export: %w", err)
+	}
+	runs, err := SelectRuns(dir, opts.Runs)
 	if err != nil {
-		return 0, fmt.Errorf("export: %w", err)
+		return rep, fmt.Errorf("export: %w", err)
 	}
-	if len(runs) == 0 {
-		return 0, fmt.Errorf("export: no run (no %s) under %s", ManifestName, dir)
-	}
-	n := 0
 	buf := make([]byte, 0, 1<<16)
 	for _, rd := range runs {
 		m, err := ReadManifest(rd)
 		if err != nil {
-			return n, fmt.Errorf("export: %w", err)
+			return rep, fmt.Errorf("export: %w", err)
 		}
 		sampling, err := json.Marshal(m.Run.Sampling)
 		if err != nil {
-			return n, err
+			return rep, err
 		}
 		model, _ := json.Marshal(m.Run.Model)
 		for _, sh := range m.Shards {
 			sf, err := openShard(filepath.Join(rd, sh.File))
 			if err != nil {
-				return n, fmt.Errorf("export: %w", err)
+				return rep, fmt.Errorf("export: %w", err)
 			}
 			err = sf.scan(context.Background(), nil, func(r *ShardRow) error {
 				if msg := checkRow(r); msg != "" {
 					return fmt.Errorf("%s: row %q: %s", sh.File, r.ID, msg)
 				}
+				ids, mask, fate := opts.Limits.apply(r)
+				rep.add(r, ids, fate)
+				if fate == rowDroppedOverlong || fate == rowDroppedLoss {
+					return nil
+				}
 				buf = buf[:0]
-				switch format {
+				switch opts.Format {
 				case FormatSpecForge:
 					buf = append(buf, `{"id":`...)
 					buf = appendJSONString(buf, r.ID)
-					buf = appendLists(buf, r)
+					buf = appendLists(buf, ids, mask)
 				case FormatSpeculators:
 					buf = append(buf, `{"id":`...)
 					buf = appendJSONString(buf, r.ID+"_gen"+strconv.Itoa(int(r.Turn)))
 					buf = append(buf, `,"primary_id":`...)
 					buf = appendJSONString(buf, r.ID)
-					buf = appendLists(buf, r)
+					buf = appendLists(buf, ids, mask)
 					buf = append(buf, `,"metadata":{"idx":`...)
-					buf = strconv.AppendInt(buf, int64(n), 10)
+					buf = strconv.AppendInt(buf, rep.Kept-1, 10)
 					buf = append(buf, `,"finish_reason":`...)
 					buf = appendJSONString(buf, r.FinishReason)
 					buf = append(buf, `,"usage":{"prompt_tokens":`...)
@@ -85,35 +101,36 @@ func Export(dir, format string, w io.Writer) (int, error) {
 					buf = appendJSONString(buf, r.Dataset)
 					buf = append(buf, `,"turn":`...)
 					buf = strconv.AppendInt(buf, int64(r.Turn), 10)
+					if fate == rowTruncated {
+						buf = append(buf, `,"truncated_from":`...)
+						buf = strconv.AppendInt(buf, int64(len(r.InputIDs)), 10)
+					}
 					buf = append(buf, '}')
 				}
 				buf = append(buf, "}\n"...)
-				if _, err := w.Write(buf); err != nil {
-					return err
-				}
-				n++
-				return nil
+				_, err := w.Write(buf)
+				return err
 			})
 			sf.Close()
 			if err != nil {
-				return n, fmt.Errorf("export: %w", err)
+				return rep, fmt.Errorf("export: %w", err)
 			}
 		}
 	}
-	return n, nil
+	return rep, nil
 }
 
 // appendLists appends ,"input_ids":[...],"loss_mask":[...].
-func appendLists(buf []byte, r *ShardRow) []byte {
+func appendLists(buf []byte, ids []int32, mask []uint8) []byte {
 	buf = append(buf, `,"input_ids":[`...)
-	for i, id := range r.InputIDs {
+	for i, id := range ids {
 		if i > 0 {
 			buf = append(buf, ',')
 		}
 		buf = strconv.AppendInt(buf, int64(id), 10)
 	}
 	buf = append(buf, `],"loss_mask":[`...)
-	for i, v := range r.LossMask {
+	for i, v := range mask {
 		if i > 0 {
 			buf = append(buf, ',')
 		}

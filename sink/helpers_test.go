@@ -265,3 +265,41 @@ func checkRowsExact(t testing.TB, rows []ShardRow, gens []*topics.Generation) {
 		t.Fatalf("%d rows for %d generations: missing %v, more than once %v", len(rows), len(want), missing, doubled)
 	}
 }
+
+// checkTokenCounts asserts that every run's generated-token counts, as the sink kept them with its shards, are
+// exactly those of the rows on disk and add up to the manifest's completion-token total.
+func checkTokenCounts(t testing.TB, dir string) {
+	t.Helper()
+	rows := readRows(t, dir)
+	runs, err := RunDirs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rd := range runs {
+		want := map[int32]int64{}
+		for _, r := range rows[filepath.Base(rd)] {
+			for _, id := range r.InputIDs[r.PromptLen:] {
+				want[id]++
+			}
+		}
+		got, err := RunTokenCounts(rd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := ReadManifest(rd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sum int64
+		for _, tc := range got {
+			sum += tc.Count
+			if want[tc.ID] != tc.Count {
+				t.Fatalf("%s: token %d counted %d times, the rows hold it %d times", filepath.Base(rd), tc.ID, tc.Count, want[tc.ID])
+			}
+		}
+		if len(got) != len(want) || sum != m.Totals.CompletionTokens {
+			t.Fatalf("%s: %d distinct ids summing to %d; rows have %d distinct, manifest %d completion tokens",
+				filepath.Base(rd), len(got), sum, len(want), m.Totals.CompletionTokens)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"math/bits"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -51,7 +52,8 @@ type Bucket struct {
 // Inspect validates every shard under dir (a run directory, or a sink output directory holding runs) against
 // its manifest and the schema: the manifest's files exist with its sizes and checksums and nothing else is
 // published, every row has len(loss_mask) = len(input_ids) = prompt_len + completion_len with loss_mask 0
-// before prompt_len and 1 after, and (id, turn) is unique per run. It writes a report to w and returns an
+// before prompt_len and 1 after, (id, turn) is unique per run, and the run's generated-token counts
+// (TokenCountsFile) are those of its rows. It writes a report to w and returns an
 // error when anything is wrong.
 func Inspect(dir string, w io.Writer) (Summary, error) {
 	var sum Summary
@@ -121,6 +123,7 @@ func inspectRun(rd string, sum *Summary, hist map[int]int64) RunSummary {
 		}
 	}
 	seen := map[rowKey]string{}
+	recount := &countTable{}
 	for _, sh := range m.Shards {
 		path := filepath.Join(rd, sh.File)
 		digest, size, err := fileSHA256(path)
@@ -163,6 +166,11 @@ func inspectRun(rd string, sum *Summary, hist map[int]int64) RunSummary {
 			} else {
 				seen[k] = sh.File
 			}
+			if r.PromptLen >= 0 && int(r.PromptLen) <= len(r.InputIDs) {
+				for _, id := range r.InputIDs[r.PromptLen:] {
+					recount.add(id, 1)
+				}
+			}
 			rs.FinishReasons[r.FinishReason]++
 			hist[bits.Len64(uint64(n))]++
 			return nil
@@ -181,6 +189,11 @@ func inspectRun(rd string, sum *Summary, hist map[int]int64) RunSummary {
 		rs.Totals.PromptTokens += st.PromptTokens
 		rs.Totals.CompletionTokens += st.CompletionTokens
 		rs.Totals.Bytes += st.Bytes
+	}
+	if counts, err := RunTokenCounts(rd); err != nil {
+		problem("%s: %v", TokenCountsFile, err)
+	} else if !slices.Equal(counts, recount.counts()) {
+		problem("%s does not match the generated tokens of the rows", TokenCountsFile)
 	}
 	sum.Shards += rs.Totals.Shards
 	sum.Rows += rs.Totals.Rows

@@ -156,9 +156,9 @@ func TestSinkEndToEnd(t *testing.T) {
 	}
 	for _, format := range []string{FormatSpecForge, FormatSpeculators} {
 		var buf bytes.Buffer
-		n, err := Export(dir, format, &buf)
-		if err != nil || n != 300 {
-			t.Fatalf("export %s: %d rows, %v", format, n, err)
+		rep, err := Export(dir, ExportOptions{Format: format}, &buf)
+		if err != nil || rep.Kept != 300 || rep.Rows != 300 {
+			t.Fatalf("export %s: %+v, %v", format, rep, err)
 		}
 		sc := bufio.NewScanner(&buf)
 		sc.Buffer(nil, 1<<24)
@@ -196,7 +196,7 @@ func TestSinkEndToEnd(t *testing.T) {
 			}
 		}
 	}
-	if _, err := Export(dir, "csv", &bytes.Buffer{}); err == nil {
+	if _, err := Export(dir, ExportOptions{Format: "csv"}, &bytes.Buffer{}); err == nil {
 		t.Fatal("unknown export format accepted")
 	}
 }
@@ -255,6 +255,7 @@ func TestSinkRestartDuplicatesAndRewind(t *testing.T) {
 	for _, rs := range readRows(t, dir) {
 		checkRowsExact(t, rs, all)
 	}
+	checkTokenCounts(t, dir)
 	if _, err := Inspect(dir, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -292,6 +293,7 @@ func TestReplayWithNewSamplingGoesToNewRun(t *testing.T) {
 		}
 		checkRowsExact(t, rs, want[name])
 	}
+	checkTokenCounts(t, dir)
 	if _, err := Inspect(dir, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -359,6 +361,7 @@ func TestSinkKilledMidRun(t *testing.T) {
 	for _, rs := range readRows(t, dir) {
 		checkRowsExact(t, rs, append(gens, sentinels...))
 	}
+	checkTokenCounts(t, dir)
 	if _, err := Inspect(dir, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -424,6 +427,7 @@ func TestNewBrokerSameDir(t *testing.T) {
 	for _, rs := range readRows(t, dir) {
 		checkRowsExact(t, rs, second)
 	}
+	checkTokenCounts(t, dir)
 	if _, err := Inspect(dir, nil); err != nil {
 		t.Fatal(err)
 	}

@@ -57,6 +57,7 @@ type runState struct {
 	manifest Manifest
 	written  map[rowKey]struct{} // in committed shards
 	buffered map[rowKey]struct{} // buffered, not yet durable
+	counts   *countTable         // generated-token counts of the committed shards (TokenCountsFile)
 }
 
 // store owns Config.Dir: the checkpoint, the run directories and their manifests.
@@ -245,7 +246,17 @@ func (s *store) loadRun(ctx context.Context, runDir string) error {
 			return err
 		}
 	}
-	rs := &runState{info: m.Run, dir: runDir, manifest: *m, written: map[rowKey]struct{}{}, buffered: map[rowKey]struct{}{}}
+	counts, stale, err := loadRunCounts(runDir, m)
+	if err != nil {
+		return fmt.Errorf("sink: recover token counts: %w", err)
+	}
+	if stale {
+		if err := writeRunCounts(runDir, m, counts); err != nil {
+			return fmt.Errorf("sink: recover token counts: %w", err)
+		}
+		s.log.Info("counted the generated tokens of shards the token counts did not cover", "run", runDir)
+	}
+	rs := &runState{info: m.Run, dir: runDir, manifest: *m, written: map[rowKey]struct{}{}, buffered: map[rowKey]struct{}{}, counts: counts}
 	for _, sh := range m.Shards {
 		si := onDisk[sh.File]
 		s.advanceKey(cpKey{si.Log, si.Topic, si.Partition}, si.LastOffset+1)
@@ -324,7 +335,7 @@ func (s *store) run(info RunInfo) *runState {
 	}
 	rs := &runState{info: info, dir: filepath.Join(s.dir, info.DirName()),
 		manifest: Manifest{FormatVersion: FormatVersion, Run: info, Schema: Columns},
-		written:  map[rowKey]struct{}{}, buffered: map[rowKey]struct{}{}}
+		written:  map[rowKey]struct{}{}, buffered: map[rowKey]struct{}{}, counts: &countTable{}}
 	s.runs[info.Fingerprint] = rs
 	return rs
 }
@@ -346,9 +357,10 @@ type runRows struct {
 
 // committedShard is a shard a flush made durable.
 type committedShard struct {
-	run   *runState
-	entry ManifestShard
-	ids   []string
+	run    *runState
+	entry  ManifestShard
+	ids    []string
+	counts *countTable // generated-token counts of the shard
 }
 
 // commitFlush makes the rows of one partition's offset range [first, last] durable, one shard per run, and
@@ -399,7 +411,9 @@ func (s *store) commitFlush(pk partKey, first, last int64, groups []runRows, row
 		for i, r := range g.rows {
 			ids[i] = r.id
 		}
-		out = append(out, committedShard{run: g.run, entry: entry, ids: ids})
+		counts := &countTable{}
+		counts.addOutputs(g.rows)
+		out = append(out, committedShard{run: g.run, entry: entry, ids: ids, counts: counts})
 		dirs[g.run.dir] = true
 	}
 	for d := range dirs {
@@ -457,6 +471,13 @@ func (s *store) commitFlush(pk partKey, first, last int64, groups []runRows, row
 			return nil, fmt.Errorf("sink: write manifest: %w", err)
 		}
 		if crashed("manifest-written") {
+			return nil, errCrashed
+		}
+		c.run.counts.addTable(c.counts)
+		if err := writeRunCounts(c.run.dir, &c.run.manifest, c.run.counts); err != nil {
+			return nil, fmt.Errorf("sink: write token counts: %w", err)
+		}
+		if crashed("counts-written") {
 			return nil, errCrashed
 		}
 	}

@@ -79,7 +79,7 @@ func interleaved(base, n int) ([]*mixedGen, []*topics.Generation, []*topics.Gene
 }
 
 func TestRecoveryAtEveryCrashPoint(t *testing.T) {
-	steps := []string{"shard-written", "shards-synced", "checkpoint-written", "shard-renamed", "manifest-written"}
+	steps := []string{"shard-written", "shards-synced", "checkpoint-written", "shard-renamed", "manifest-written", "counts-written"}
 	for _, step := range steps {
 		t.Run(step, func(t *testing.T) {
 			dir := t.TempDir()
@@ -125,6 +125,7 @@ func TestRecoveryAtEveryCrashPoint(t *testing.T) {
 			ra, rb := st2.run(RunOf(a1[0])), st2.run(RunOf(b1[0]))
 			checkRowsExact(t, rows[filepath.Base(ra.dir)], append(a1, a2...))
 			checkRowsExact(t, rows[filepath.Base(rb.dir)], append(b1, b2...))
+			checkTokenCounts(t, dir)
 			if _, err := Inspect(dir, nil); err != nil {
 				t.Fatal(err)
 			}
@@ -287,4 +288,48 @@ func expectProblem(t *testing.T, dir, want string) {
 		}
 	}
 	t.Fatalf("no problem mentions %q: %v", want, sum.Problems)
+}
+
+// TestTokenCountsRecovered: a run's token counts that are missing, lag behind the manifest or name a shard it
+// no longer lists are recounted from the rows on start, and readers count past them meanwhile.
+func TestTokenCountsRecovered(t *testing.T) {
+	ctx := context.Background()
+	for _, damage := range []string{"missing", "lagging", "foreign", "torn"} {
+		t.Run(damage, func(t *testing.T) {
+			dir := t.TempDir()
+			st, err := openStore(ctx, dir, quietLogger())
+			if err != nil {
+				t.Fatal(err)
+			}
+			gens, a, _ := interleaved(0, 20)
+			if err := flushGens(st, 0, gens[:10]); err != nil {
+				t.Fatal(err)
+			}
+			rd := st.run(RunOf(a[0])).dir
+			saved, _ := os.ReadFile(filepath.Join(rd, TokenCountsFile))
+			if err := flushGens(st, 10, gens[10:]); err != nil {
+				t.Fatal(err)
+			}
+			p := filepath.Join(rd, TokenCountsFile)
+			switch damage {
+			case "missing":
+				os.Remove(p)
+			case "lagging":
+				os.WriteFile(p, saved, 0o644)
+			case "foreign":
+				os.WriteFile(p, bytes.Replace(saved, []byte(`"last_shard":"`), []byte(`"last_shard":"x`), 1), 0o644)
+			case "torn":
+				os.WriteFile(p, saved[:len(saved)-3], 0o644)
+			}
+			checkTokenCounts(t, dir) // readers count past the damage
+			if _, err := openStore(ctx, dir, quietLogger()); err != nil {
+				t.Fatal(err)
+			}
+			m, _ := ReadManifest(rd)
+			if _, stale, err := loadRunCounts(rd, m); err != nil || stale {
+				t.Fatalf("after recovery the counts are stale (%v) or unreadable (%v)", stale, err)
+			}
+			checkTokenCounts(t, dir)
+		})
+	}
 }

@@ -3,7 +3,7 @@
 //
 // Each stage subcommand (ingest, tokenize, generate, sink) is what one container runs; `run` starts every
 // stage in one process, against an embedded broker and a simulated SGLang server unless told otherwise; `sim`
-// serves the simulator over HTTP; `encode`, `inspect`, `export` and `bench` are tools around the pipeline.
+// serves the simulator over HTTP; `encode`, `inspect`, `export`, `vocab` and `bench` are tools around the pipeline.
 package main
 
 import (
@@ -42,7 +42,8 @@ func commands() []command {
 		{"sim", "serve a simulated SGLang server", cmdSim},
 		{"encode", "print the token ids the tokenize stage would produce for JSONL conversations on stdin", cmdEncode},
 		{"inspect", "validate shards against their manifest and print totals", cmdInspect},
-		{"export", "export shards as SpecForge or speculators JSONL", cmdExport},
+		{"export", "export one run's shards as SpecForge or speculators JSONL, with the trainer's length limits", cmdExport},
+		{"vocab", "count a run's generated tokens and write the draft vocabulary maps (d2t.npy, t2d.npy)", cmdVocab},
 		{"bench", "benchmarks: bench generate (serving policies), bench pipeline (Kafka throughput)", cmdBench},
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -134,23 +135,52 @@ func cmdInspect(ctx context.Context, args []string) error {
 	return err
 }
 
+// parseAnywhere parses fs from args with flags allowed before, between and after the positional arguments
+// (`draftflow vocab DIR --run NAME`), and returns the positional arguments.
+func parseAnywhere(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+// limitFlags registers the length options export and vocab share.
+func limitFlags(fs *flag.FlagSet) *sink.Limits {
+	l := &sink.Limits{}
+	fs.IntVar(&l.MaxLength, "max-length", 0, "most tokens per row, as the trainer's max length (0: no limit)")
+	fs.StringVar(&l.Overlong, "overlong", sink.OverlongTruncate, "a row longer than --max-length: truncate (as the trainers do) or drop")
+	fs.IntVar(&l.MinLossTokens, "min-loss-tokens", 1, "leave out rows with fewer generated tokens (counted after truncation)")
+	return l
+}
+
 func cmdExport(ctx context.Context, args []string) error {
 	fs := newFlagSet("export")
 	format := fs.String("format", "specforge", "specforge or speculators")
-	if err := fs.Parse(args); err != nil {
+	var runs stringList
+	fs.Var(&runs, "run", "run to export: its directory name, or a prefix of it or of its fingerprint (repeatable; runs of one model and tokenizer only)")
+	limits := limitFlags(fs)
+	pos, err := parseAnywhere(fs, args)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() != 2 {
-		return errors.New("usage: draftflow export --format specforge|speculators DIR OUT.jsonl")
+	if len(pos) != 2 {
+		return errors.New("usage: draftflow export --format specforge|speculators [--run NAME] [--max-length N [--overlong truncate|drop]] [--min-loss-tokens N] DIR OUT.jsonl")
 	}
-	out := fs.Arg(1)
+	out := pos[1]
 	tmp, err := os.CreateTemp(filepath.Dir(out), ".export-*")
 	if err != nil {
 		return err
 	}
 	defer os.Remove(tmp.Name())
 	bw := bufio.NewWriterSize(tmp, 1<<20)
-	n, err := sink.Export(fs.Arg(0), *format, bw)
+	rep, err := sink.Export(pos[0], sink.ExportOptions{Format: *format, Runs: runs, Limits: *limits}, bw)
 	if err == nil {
 		err = bw.Flush()
 	}
@@ -164,6 +194,71 @@ func cmdExport(ctx context.Context, args []string) error {
 	if err := os.Rename(tmp.Name(), out); err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "exported %d rows to %s\n", n, out)
+	rep.Print(os.Stderr, *limits)
+	fmt.Fprintf(os.Stderr, "exported %d rows to %s\n", rep.Kept, out)
+	return nil
+}
+
+func cmdVocab(ctx context.Context, args []string) error {
+	fs := newFlagSet("vocab")
+	var runs stringList
+	fs.Var(&runs, "run", "run to count: its directory name, or a prefix of it or of its fingerprint (repeatable; runs of one model and tokenizer only)")
+	draft := fs.Int("draft-vocab-size", 0, "ids the draft vocabulary keeps (required), e.g. 32000")
+	modelDir := fs.String("model", "", "target model directory whose config.json gives vocab_size (default: the run's model, when it is a directory)")
+	target := fs.Int("target-vocab-size", 0, "target vocabulary size, where no model directory has a config.json")
+	outDir := fs.String("out", "", "write the files here (default: the run directory)")
+	limits := limitFlags(fs)
+	pos, err := parseAnywhere(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 || *draft <= 0 {
+		return errors.New("usage: draftflow vocab DIR [--run NAME] --draft-vocab-size N [--model DIR | --target-vocab-size N] [--out DIR2] [--max-length N [--overlong truncate|drop]] [--min-loss-tokens N]")
+	}
+	dirs, err := sink.SelectRuns(pos[0], runs)
+	if err != nil {
+		return err
+	}
+	if *outDir == "" {
+		if len(dirs) > 1 {
+			return errors.New("several runs counted together: say where the files go with --out")
+		}
+		*outDir = dirs[0]
+	}
+	tsize := *target
+	if tsize > 0 && *modelDir != "" {
+		return errors.New("give --model or --target-vocab-size, not both")
+	}
+	if tsize == 0 {
+		md := *modelDir
+		if md == "" {
+			m, err := sink.ReadManifest(dirs[0])
+			if err != nil {
+				return err
+			}
+			md = m.Run.Model
+		}
+		if tsize, err = sink.TargetVocabSize(md); err != nil {
+			return fmt.Errorf("target vocabulary size: %w (pass --model DIR or --target-vocab-size N)", err)
+		}
+	}
+	v, err := sink.Vocab(pos[0], sink.VocabOptions{Runs: runs, DraftVocabSize: *draft, TargetVocabSize: tsize, Limits: *limits})
+	if err != nil {
+		return err
+	}
+	if err := v.Write(*outDir); err != nil {
+		return err
+	}
+	if v.Info.Report != nil {
+		v.Info.Report.Print(os.Stderr, *limits)
+	}
+	cover := 0.0
+	if v.Info.GeneratedTokens > 0 {
+		cover = float64(v.Info.SelectedTokens) / float64(v.Info.GeneratedTokens)
+	}
+	fmt.Fprintf(os.Stderr, "%d generated tokens (%s counts), %d distinct ids; the top %d cover %.2f%%\n", v.Info.GeneratedTokens,
+		v.Info.Source, v.Info.DistinctTokens, *draft, 100*cover)
+	fmt.Fprintf(os.Stderr, "wrote %s, %s (target vocabulary %d), %s and %s to %s\n", sink.D2TName, sink.T2DName, tsize,
+		sink.TokenCountsName, sink.VocabInfoName, *outDir)
 	return nil
 }

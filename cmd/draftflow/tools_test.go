@@ -2,12 +2,21 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/draftflow/draftflow/sink"
 	"github.com/draftflow/draftflow/topics"
+	"github.com/draftflow/draftflow/topics/topictest"
 )
 
 func TestEncodeStream(t *testing.T) {
@@ -72,5 +81,101 @@ func TestEncodeStream(t *testing.T) {
 	err = encodeStream(strings.NewReader(in+`{"messages": [{"role": "wizard", "content": "x"}]}`+"\n"), &out, m, nil, false)
 	if err == nil || !strings.Contains(err.Error(), "stdin line 5") || !strings.Contains(err.Error(), "wizard") {
 		t.Fatalf("bad line error %v does not name line 5 and the reason", err)
+	}
+}
+
+// TestVocabAndExportCommands runs `draftflow vocab` and `draftflow export` on a sink directory of one run:
+// vocab into the run directory with the target size from a model directory's config.json, export with
+// length limits, flags after the positional arguments.
+func TestVocabAndExportCommands(t *testing.T) {
+	dir := t.TempDir()
+	writeSampleRun(t, dir)
+	runs, err := sink.RunDirs(dir)
+	if err != nil || len(runs) != 1 {
+		t.Fatalf("runs %v %v", runs, err)
+	}
+	if err := cmdVocab(context.Background(), []string{dir, "--draft-vocab-size", "8"}); err == nil ||
+		!strings.Contains(err.Error(), "--target-vocab-size") {
+		t.Fatalf("vocab without a model directory or size: %v", err)
+	}
+	model := t.TempDir()
+	os.WriteFile(filepath.Join(model, "config.json"), []byte(`{"vocab_size": 1000}`), 0o644)
+	if err := cmdVocab(context.Background(), []string{dir, "--draft-vocab-size", "8", "--model", model}); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{sink.D2TName, sink.T2DName, sink.TokenCountsName, sink.VocabInfoName} {
+		if _, err := os.Stat(filepath.Join(runs[0], f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var info sink.VocabInfo
+	b, _ := os.ReadFile(filepath.Join(runs[0], sink.VocabInfoName))
+	if err := json.Unmarshal(b, &info); err != nil || info.TargetVocabSize != 1000 || info.DraftVocabSize != 8 || info.Source != "sink" {
+		t.Fatalf("vocab.json %+v %v", info, err)
+	}
+	// vocab.json and the maps are not shards: the run still inspects clean.
+	if _, err := sink.Inspect(dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "rows.jsonl")
+	if err := cmdExport(context.Background(), []string{dir, out, "--max-length", "6", "--overlong", "drop"}); err != nil {
+		t.Fatal(err)
+	}
+	data, _ := os.ReadFile(out)
+	if n := strings.Count(string(data), "\n"); n != 1 {
+		t.Fatalf("%d rows exported, want the 1 of at most 6 tokens", n)
+	}
+	if err := cmdExport(context.Background(), []string{dir, out, "--overlong", "wrap"}); err == nil {
+		t.Fatal("bad --overlong accepted")
+	}
+}
+
+// writeSampleRun writes a run of three rows (lengths 5, 8 and 12) to dir through a sink on an embedded broker.
+func writeSampleRun(t *testing.T, dir string) {
+	t.Helper()
+	kc := topictest.Config(t, 1)
+	p := kc.NewProducer(topics.TopicGenerated, topics.ProducerConfig{})
+	for i, n := range []int{5, 8, 12} {
+		g := &topics.Generation{ID: fmt.Sprintf("c%d", i), Model: "draftflow-sample-bpe", TokenizerHash: "h",
+			Meta: topics.GenerationMeta{FinishReason: "stop"}}
+		for j := 0; j < n; j++ {
+			if j < 3 {
+				g.PromptIDs = append(g.PromptIDs, uint32(100+j))
+			} else {
+				g.OutputIDs = append(g.OutputIDs, uint32(j))
+			}
+		}
+		if err := p.Send(context.Background(), g.ID, g, func(error) {}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	var mu sync.Mutex
+	durable := 0
+	all := make(chan struct{})
+	go func() {
+		done <- sink.Run(ctx, sink.Config{Kafka: kc, Dir: dir, IdleFlush: 100 * time.Millisecond,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), OnDurable: func(ids []string) {
+				mu.Lock()
+				defer mu.Unlock()
+				if durable += len(ids); durable == 3 {
+					close(all)
+				}
+			}})
+	}()
+	select {
+	case <-all:
+	case err := <-done:
+		t.Fatalf("sink stopped: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("rows not durable")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }

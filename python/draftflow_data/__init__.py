@@ -5,8 +5,13 @@ draftflow's sink writes one directory per run (model, tokenizer, sampling settin
 shards' row groups across distributed ranks and data-loader workers, and yields rows with
 ``input_ids`` and ``loss_mask`` ready for EAGLE-3 drafter training.
 
-``iter_rows`` and ``Shards`` need only pyarrow and numpy. ``ShardDataset`` is a
+``iter_rows`` and ``Shards`` read one run (or several of one model and tokenizer, named with ``runs``)
+and need only pyarrow and numpy. ``ShardDataset`` is a
 ``torch.utils.data.IterableDataset`` when torch is installed, and a plain iterable otherwise.
+
+``draftflow_data.vocab`` turns what ``draftflow vocab`` wrote (``token_counts.tsv``, ``d2t.npy``,
+``t2d.npy``) into the trainers' torch files: speculators' ``token_freq.pt`` and SpecForge's
+``vocab_mapping_path`` file (``python -m draftflow_data.vocab DIR``; needs torch).
 """
 
 from .shards import (
@@ -17,7 +22,8 @@ from .shards import (
     Unit,
     iter_rows,
     read_manifests,
+    select_runs,
 )
 
-__all__ = ["COLUMNS", "Manifest", "ShardDataset", "Shards", "Unit", "iter_rows", "read_manifests"]
+__all__ = ["COLUMNS", "Manifest", "ShardDataset", "Shards", "Unit", "iter_rows", "read_manifests", "select_runs"]
 __version__ = "0.1.0"

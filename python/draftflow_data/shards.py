@@ -77,6 +77,46 @@ def read_manifests(path: str) -> List[Manifest]:
     return out
 
 
+def select_runs(manifests: List[Manifest], runs: Optional[Sequence[str]] = None) -> List[Manifest]:
+    """The runs named in ``runs``, as ``draftflow export --run`` picks them.
+
+    A name matches a run directory's name exactly, or is a prefix of its name or fingerprint that no other
+    run shares. Without names there must be exactly one run; otherwise the error lists them. Runs of
+    different models or tokenizers are refused together: their token ids do not mean the same thing.
+    """
+
+    def listing(ms: List[Manifest]) -> str:
+        return "\n".join(
+            f"  {os.path.basename(m.run_dir)}  model {m.run.get('model')}  tokenizer {m.run.get('tokenizer_hash')}"
+            f"  {m.totals.get('rows')} rows"
+            for m in ms
+        )
+
+    if not runs:
+        if len(manifests) == 1:
+            return list(manifests)
+        raise ValueError(f"{len(manifests)} runs; choose with runs=[...]:\n{listing(manifests)}")
+    chosen: List[Manifest] = []
+    for name in runs:
+        exact = [m for m in manifests if os.path.basename(m.run_dir) == name]
+        hits = exact or [
+            m
+            for m in manifests
+            if os.path.basename(m.run_dir).startswith(name) or m.run.get("fingerprint", "").startswith(name)
+        ]
+        if not hits:
+            raise ValueError(f"no run {name!r}; the runs are:\n{listing(manifests)}")
+        if len(hits) > 1:
+            raise ValueError(f"run {name!r} is ambiguous; the runs are:\n{listing(manifests)}")
+        if hits[0] not in chosen:
+            chosen.append(hits[0])
+    first = chosen[0].run
+    for m in chosen[1:]:
+        if (m.run.get("model"), m.run.get("tokenizer_hash")) != (first.get("model"), first.get("tokenizer_hash")):
+            raise ValueError("refusing to mix runs of different models or tokenizers:\n" + listing(chosen))
+    return chosen
+
+
 @dataclass(frozen=True)
 class Unit:
     """The unit of work: one row group of one shard."""
@@ -98,8 +138,9 @@ def _sha256(path: str) -> str:
 class Shards:
     """The shards under a path, as units of work (row groups) that ranks and workers split.
 
-    ``runs`` restricts reading to run directories whose name or fingerprint starts with one of the
-    given strings. ``verify_checksums`` checks every shard's sha256 against its manifest first.
+    ``runs`` names the runs to read (see ``select_runs``): required when ``path`` holds several, and
+    only runs of one model and tokenizer together. ``verify_checksums`` checks every shard's sha256
+    against its manifest first.
     """
 
     path: str
@@ -109,16 +150,7 @@ class Shards:
     units: List[Unit] = field(init=False)
 
     def __post_init__(self) -> None:
-        ms = read_manifests(self.path)
-        if self.runs:
-            ms = [
-                m
-                for m in ms
-                if any(
-                    os.path.basename(m.run_dir).startswith(r) or m.run.get("fingerprint", "").startswith(r)
-                    for r in self.runs
-                )
-            ]
+        ms = select_runs(read_manifests(self.path), self.runs)
         self.manifests = ms
         self.units = []
         for m in ms:

@@ -67,10 +67,14 @@ def test_hf_datasets_load_parquet(sample):
         assert len(ids) == ds.num_rows
 
 
+def _all_runs(out):
+    return [os.path.basename(m.run_dir) for m in dd.read_manifests(out)]
+
+
 def test_iter_rows_token_exact(sample):
     out, expected = sample
     seen = {}
-    for row in dd.iter_rows(out, verify_checksums=True):
+    for row in dd.iter_rows(out, verify_checksums=True, runs=_all_runs(out)):
         assert row["input_ids"].dtype == np.int32 and row["loss_mask"].dtype == np.uint8
         seen[row["id"]] = seen.get(row["id"], 0) + 1
     # Two runs share ids: each id appears once per run.
@@ -87,7 +91,7 @@ def test_iter_rows_token_exact(sample):
 @pytest.mark.parametrize("world,workers", [(1, 1), (2, 1), (3, 2), (4, 3)])
 def test_rank_and_worker_split_is_a_partition(sample, world, workers):
     out, expected = sample
-    shards = dd.Shards(out)
+    shards = dd.Shards(out, runs=_all_runs(out))
     assert shards.num_rows == len(expected)
     got = []
     for rank in range(world):
@@ -95,7 +99,8 @@ def test_rank_and_worker_split_is_a_partition(sample, world, workers):
             got += [
                 (r["id"], r["input_ids"].shape[0])
                 for r in dd.iter_rows(out, rank=rank, world_size=world, worker_id=w, num_workers=workers,
-                                      shuffle=True, seed=3, epoch=1, columns=("id", "input_ids"))
+                                      shuffle=True, seed=3, epoch=1, columns=("id", "input_ids"),
+                                      runs=_all_runs(out))
             ]
     assert len(got) == len(expected)
     assert sorted(got) == sorted((k[1], len(v["input_ids"])) for k, v in expected.items())
@@ -103,7 +108,7 @@ def test_rank_and_worker_split_is_a_partition(sample, world, workers):
 
 def test_shuffle_changes_order_by_epoch(sample):
     out, _ = sample
-    s = dd.Shards(out)
+    s = dd.Shards(out, runs=_all_runs(out))
     a = s.split(shuffle=True, seed=1, epoch=0)
     b = s.split(shuffle=True, seed=1, epoch=1)
     assert sorted(a, key=repr) == sorted(b, key=repr) and a != b
@@ -131,7 +136,7 @@ def test_run_filter_and_bad_checksum(sample, tmp_path):
 def test_torch_dataset(sample):
     torch = pytest.importorskip("torch")
     out, expected = sample
-    ds = dd.ShardDataset(out, rank=0, world_size=1)
+    ds = dd.ShardDataset(out, rank=0, world_size=1, runs=_all_runs(out))
     assert isinstance(ds, torch.utils.data.IterableDataset)
     loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)
     n = 0
@@ -140,3 +145,28 @@ def test_torch_dataset(sample):
         assert int(row["loss_mask"].sum()) == row["completion_len"]
         n += 1
     assert n == len(expected)
+
+
+def test_one_run_unless_named(sample, tmp_path):
+    out, _ = sample
+    ms = dd.read_manifests(out)
+    names = [os.path.basename(m.run_dir) for m in ms]
+    with pytest.raises(ValueError, match="2 runs") as e:
+        dd.Shards(out)
+    assert all(n in str(e.value) for n in names)
+    with pytest.raises(ValueError, match="ambiguous"):
+        dd.Shards(out, runs=["Sample-Model"])
+    with pytest.raises(ValueError, match="no run"):
+        dd.Shards(out, runs=["nope"])
+    assert dd.Shards(ms[1].run_dir).num_rows == ms[1].totals["rows"]
+    # A run of another tokenizer is never read together with these.
+    import shutil
+
+    other = tmp_path / "out"
+    shutil.copytree(out, other)
+    mpath = other / names[1] / "manifest.json"
+    m = json.loads(mpath.read_text())
+    m["run"]["tokenizer_hash"] = "another-tokenizer"
+    mpath.write_text(json.dumps(m))
+    with pytest.raises(ValueError, match="refusing to mix"):
+        dd.Shards(str(other), runs=names)

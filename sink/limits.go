@@ -1,0 +1,116 @@
+package sink
+
+import (
+	"fmt"
+	"io"
+)
+
+// Overlong policies of Limits.
+const (
+	// OverlongTruncate cuts a row longer than MaxLength to its first MaxLength tokens, as SpecForge and
+	// speculators do.
+	OverlongTruncate = "truncate"
+	// OverlongDrop leaves out a row longer than MaxLength.
+	OverlongDrop = "drop"
+)
+
+// Limits are the length rules a trainer applies to rows, applied by draftflow instead so that what is cut or
+// left out is counted and reported. The zero value keeps every row whole.
+type Limits struct {
+	// MaxLength is the most tokens a row may have (0: no limit).
+	MaxLength int `json:"max_length"`
+	// Overlong says what happens to a longer row: OverlongTruncate (default) or OverlongDrop.
+	Overlong string `json:"overlong"`
+	// MinLossTokens leaves out rows with fewer generated tokens (loss mask 1), counted after truncation
+	// (0 or 1: only rows left without any, which only truncation makes).
+	MinLossTokens int `json:"min_loss_tokens"`
+}
+
+// Validate checks the options.
+func (l Limits) Validate() error {
+	switch {
+	case l.MaxLength < 0:
+		return fmt.Errorf("max length %d is negative", l.MaxLength)
+	case l.MinLossTokens < 0:
+		return fmt.Errorf("min loss tokens %d is negative", l.MinLossTokens)
+	case l.Overlong != "" && l.Overlong != OverlongTruncate && l.Overlong != OverlongDrop:
+		return fmt.Errorf("overlong %q: want %s or %s", l.Overlong, OverlongTruncate, OverlongDrop)
+	}
+	return nil
+}
+
+// none reports whether the limits change no row the sink writes (every row has at least one generated token).
+func (l Limits) none() bool { return l.MaxLength == 0 && l.MinLossTokens <= 1 }
+
+// rowFate is what Limits do to one row.
+type rowFate int
+
+const (
+	rowKept rowFate = iota
+	rowTruncated
+	rowDroppedOverlong
+	rowDroppedLoss
+)
+
+// apply returns the row's tokens as a trainer would see them (a prefix of r's slices) and the row's fate.
+func (l Limits) apply(r *ShardRow) (ids []int32, mask []uint8, fate rowFate) {
+	ids, mask = r.InputIDs, r.LossMask
+	if l.MaxLength > 0 && len(ids) > l.MaxLength {
+		if l.Overlong == OverlongDrop {
+			return nil, nil, rowDroppedOverlong
+		}
+		ids, mask, fate = ids[:l.MaxLength], mask[:l.MaxLength], rowTruncated
+	}
+	loss := 0
+	if len(ids) > int(r.PromptLen) {
+		loss = len(ids) - int(r.PromptLen) // loss_mask is 0 then 1 (checkRow)
+	}
+	if loss < max(l.MinLossTokens, 1) {
+		return nil, nil, rowDroppedLoss
+	}
+	return ids, mask, fate
+}
+
+// LimitReport counts what Limits did to the rows.
+type LimitReport struct {
+	// Rows read from the shards.
+	Rows int64 `json:"rows"`
+	// Kept rows written (whole or truncated), and Truncated of them cut to MaxLength.
+	Kept      int64 `json:"kept"`
+	Truncated int64 `json:"truncated"`
+	// DroppedOverlong rows were longer than MaxLength under OverlongDrop; DroppedLoss had fewer than
+	// MinLossTokens generated tokens left (after truncation).
+	DroppedOverlong int64 `json:"dropped_overlong"`
+	DroppedLoss     int64 `json:"dropped_min_loss_tokens"`
+	// TokensCut counts tokens removed by truncation, GeneratedTokensCut those of them with loss mask 1;
+	// neither counts dropped rows.
+	TokensCut          int64 `json:"tokens_cut"`
+	GeneratedTokensCut int64 `json:"generated_tokens_cut"`
+}
+
+func (rep *LimitReport) add(r *ShardRow, ids []int32, fate rowFate) {
+	rep.Rows++
+	switch fate {
+	case rowKept:
+		rep.Kept++
+	case rowTruncated:
+		rep.Kept++
+		rep.Truncated++
+		rep.TokensCut += int64(len(r.InputIDs) - len(ids))
+		rep.GeneratedTokensCut += int64(len(r.InputIDs)) - max(int64(len(ids)), int64(r.PromptLen))
+	case rowDroppedOverlong:
+		rep.DroppedOverlong++
+	case rowDroppedLoss:
+		rep.DroppedLoss++
+	}
+}
+
+// Print writes the report as one line per fact.
+func (rep LimitReport) Print(w io.Writer, l Limits) {
+	fmt.Fprintf(w, "rows: %d read, %d kept, %d truncated, %d dropped (%d longer than %d tokens, %d with fewer than %d generated tokens)\n",
+		rep.Rows, rep.Kept, rep.Truncated, rep.DroppedOverlong+rep.DroppedLoss, rep.DroppedOverlong, l.MaxLength,
+		rep.DroppedLoss, max(l.MinLossTokens, 1))
+	if rep.Truncated > 0 {
+		fmt.Fprintf(w, "truncation removed %d tokens, %d of them generated (loss mask 1)\n", rep.TokensCut, rep.GeneratedTokensCut)
+	}
+}
