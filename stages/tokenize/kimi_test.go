@@ -395,4 +395,3 @@ func textDiff(want, got string) string {
 	lo := max(0, i-60)
 	return fmt.Sprintf("at byte %d:\n  want %q\n  got  %q", i, want[lo:min(len(want), i+80)], got[lo:min(len(got), i+80)])
 }
-
