@@ -21,8 +21,13 @@ var All = []string{TopicPrompts, TopicTokenized, TopicGenerated, TopicRejected}
 type Message struct {
 	// Role is system, user, assistant or tool.
 	Role string `json:"role"`
-	// Content is the message text.
+	// Content is the message text. When the source gave a list of content parts, it is their texts
+	// joined with "\n" (as vLLM and SGLang join them) and ContentParts holds the list itself.
 	Content string `json:"content"`
+	// ContentParts is the content as given when it was a list of parts (a JSON list, for example
+	// [{"type": "text", "text": "..."}]); chat templates receive this list as the message's content,
+	// as Hugging Face passes it. Empty when the content was a string.
+	ContentParts json.RawMessage `json:"content_parts,omitempty"`
 	// ReasoningContent is an assistant's thinking, kept apart from Content as chat templates expect.
 	ReasoningContent string `json:"reasoning_content,omitempty"`
 	// ToolCalls is an assistant's tool calls, passed to the chat template as they came (a JSON list).

@@ -219,6 +219,9 @@ func parseMessage(where string, raw json.RawMessage) (topics.Message, error) {
 	if m.Content, err = contentText(rawContent, where+"."+contentField); err != nil {
 		return topics.Message{}, err
 	}
+	if !isNull(rawContent) && rawContent[0] == '[' {
+		m.ContentParts = compact(rawContent)
+	}
 	if m.ReasoningContent, err = optString(w.ReasoningContent, where+".reasoning_content"); err != nil {
 		return topics.Message{}, err
 	}
@@ -241,7 +244,8 @@ func parseMessage(where string, raw json.RawMessage) (topics.Message, error) {
 }
 
 // contentText returns the text of a content field: a string, null (empty), or a list of text parts joined
-// with a newline (as vLLM and SGLang join them).
+// with a newline (as vLLM and SGLang join them). A list is also kept as given (Message.ContentParts), for
+// chat templates.
 func contentText(raw json.RawMessage, where string) (string, error) {
 	if isNull(raw) {
 		return "", nil

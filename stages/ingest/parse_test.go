@@ -53,7 +53,8 @@ func TestParseFormats(t *testing.T) {
 			name: "content parts joined",
 			line: `{"id": "p", "messages": [{"role": "user", "content": [{"type": "text", "text": "one"}, {"type": "text", "text": "two"}, "three"]}]}`,
 			id:   "p",
-			msgs: []topics.Message{{Role: "user", Content: "one\ntwo\nthree"}},
+			msgs: []topics.Message{{Role: "user", Content: "one\ntwo\nthree",
+				ContentParts: json.RawMessage(`[{"type":"text","text":"one"},{"type":"text","text":"two"},"three"]`)}},
 		},
 		{
 			name: "tools, tool calls, tool results, reasoning kept in the prompt",

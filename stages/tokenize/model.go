@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/draftflow/draftflow/stages/tokenize/chattemplate"
+	"github.com/draftflow/draftflow/stages/tokenize/kimi"
 	"github.com/draftflow/draftflow/stages/tokenize/tokenizer"
 	"github.com/draftflow/draftflow/topics"
 )
@@ -35,12 +37,29 @@ type Model struct {
 	Tokenizer *tokenizer.Tokenizer
 	// Template renders conversations.
 	Template *chattemplate.Template
+	// CustomCode names the custom tokenizer code the directory ships and draftflow reproduces
+	// (kimi.Variant.Name), empty for a plain tokenizer.json directory.
+	CustomCode string
+	// prepare is the custom code's apply_chat_template override, applied before rendering, or nil.
+	prepare func(chattemplate.Input) (chattemplate.Input, error)
 }
 
 // LoadModel loads tokenizer.json, tokenizer_config.json (chat_template, bos/eos, model_max_length),
-// chat_template.jinja if present, and config.json (max_position_embeddings) from dir.
+// chat_template.jinja if present, and config.json (max_position_embeddings) from dir. A directory
+// whose tokenizer is custom Python code (tokenizer_config.json auto_map, or tokenization_kimi.py
+// without a tokenizer.json) loads only when draftflow reproduces that code (package kimi, which
+// recognises it by content); any other custom code is an error naming the file.
 func LoadModel(dir string) (*Model, error) {
-	tok, err := tokenizer.Load(filepath.Join(dir, "tokenizer.json"))
+	variant, err := customCode(dir)
+	if err != nil {
+		return nil, fmt.Errorf("model %s: %w", dir, err)
+	}
+	var tok *tokenizer.Tokenizer
+	if variant != nil {
+		tok, err = kimi.LoadTokenizer(dir)
+	} else {
+		tok, err = tokenizer.Load(filepath.Join(dir, "tokenizer.json"))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("model %s: %w", dir, err)
 	}
@@ -49,7 +68,7 @@ func LoadModel(dir string) (*Model, error) {
 		return nil, fmt.Errorf("model %s: %w", dir, err)
 	}
 	h := sha256.New()
-	files := []string{"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"}
+	files := []string{"tokenizer.json", "tokenizer_config.json", "chat_template.jinja", kimi.VocabFile, kimi.TokenizerFile, kimi.ToolsFile}
 	extra, _ := filepath.Glob(filepath.Join(dir, "additional_chat_templates", "*.jinja"))
 	for _, e := range extra {
 		files = append(files, filepath.Join("additional_chat_templates", filepath.Base(e)))
@@ -65,11 +84,13 @@ func LoadModel(dir string) (*Model, error) {
 		h.Write(b)
 	}
 	abs, _ := filepath.Abs(dir)
-	special, err := addedTokenStart(filepath.Join(dir, "tokenizer.json"), tok.VocabSize())
-	if err != nil {
+	var special int
+	if variant != nil {
+		special = specialBlockStart(tok)
+	} else if special, err = addedTokenStart(filepath.Join(dir, "tokenizer.json"), tok.VocabSize()); err != nil {
 		return nil, fmt.Errorf("model %s: %w", dir, err)
 	}
-	return &Model{
+	m := &Model{
 		Name:              filepath.Base(abs),
 		Dir:               dir,
 		ContextLength:     contextLength(dir),
@@ -78,7 +99,77 @@ func LoadModel(dir string) (*Model, error) {
 		SpecialTokenStart: special,
 		Tokenizer:         tok,
 		Template:          tmpl,
-	}, nil
+	}
+	if variant != nil {
+		m.CustomCode, m.prepare = variant.Name, variant.PrepareChat
+	}
+	return m, nil
+}
+
+// customCode returns the known custom tokenizer code dir ships, nil when its tokenizer is a plain
+// tokenizer.json, or an error for custom code draftflow does not reproduce.
+func customCode(dir string) (*kimi.Variant, error) {
+	var cfg struct {
+		AutoMap struct {
+			AutoTokenizer json.RawMessage `json:"AutoTokenizer"`
+		} `json:"auto_map"`
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json")); err == nil {
+		if err := json.Unmarshal(b, &cfg); err != nil {
+			return nil, fmt.Errorf("tokenizer_config.json: %w", err)
+		}
+	}
+	var refs []*string
+	var one string
+	if json.Unmarshal(cfg.AutoMap.AutoTokenizer, &refs) != nil && json.Unmarshal(cfg.AutoMap.AutoTokenizer, &one) == nil {
+		refs = []*string{&one}
+	}
+	for _, r := range refs {
+		if r == nil || *r == "" {
+			continue
+		}
+		// "module.Class", or "repo--module.Class" for code taken from another repository.
+		ref := *r
+		if _, after, ok := strings.Cut(ref, "--"); ok {
+			ref = after
+		}
+		module := ref
+		if i := strings.LastIndexByte(ref, '.'); i >= 0 {
+			module = ref[:i]
+		}
+		file := module + ".py"
+		if file != kimi.TokenizerFile {
+			return nil, fmt.Errorf("custom tokenizer code %s (auto_map %q) is not supported: draftflow reproduces only %s (%s)",
+				filepath.Join(dir, file), *r, kimi.TokenizerFile, variantNames())
+		}
+		return kimi.Recognize(dir)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); errors.Is(err, os.ErrNotExist) {
+		if _, err := os.Stat(filepath.Join(dir, kimi.TokenizerFile)); err == nil {
+			return kimi.Recognize(dir)
+		}
+	}
+	return nil, nil
+}
+
+func variantNames() string {
+	names := make([]string, len(kimi.Variants))
+	for i, v := range kimi.Variants {
+		names[i] = v.Name
+	}
+	return strings.Join(names, "; ")
+}
+
+// specialBlockStart returns the first id of the block of special tokens that ends the vocabulary.
+func specialBlockStart(tok *tokenizer.Tokenizer) int {
+	start := tok.VocabSize()
+	for start > 0 && tok.IsSpecial(uint32(start-1)) {
+		start--
+	}
+	if start == tok.VocabSize() {
+		return 0
+	}
+	return start
 }
 
 // addedTokenStart returns the first id of the contiguous block of added tokens that ends the vocabulary, or 0.
@@ -180,14 +271,30 @@ func contextLength(dir string) int {
 // template kwargs) and tokenizes the result without adding special tokens: the ids Hugging Face
 // apply_chat_template(..., tokenize=True) returns.
 func (m *Model) Encode(p *topics.Prompt) ([]uint32, error) {
-	text, err := m.Template.Render(chattemplate.Input{
+	text, err := m.Render(chattemplate.Input{
 		Messages:            p.Messages,
 		Tools:               p.Tools,
 		AddGenerationPrompt: true,
 		Kwargs:              p.Sampling.TemplateKwargs,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("chat template: %w", err)
+		return nil, err
 	}
 	return m.Tokenizer.Encode(text), nil
+}
+
+// Render renders a request with the chat template as the model's apply_chat_template(...,
+// tokenize=False) does, including a custom override (CustomCode).
+func (m *Model) Render(in chattemplate.Input) (string, error) {
+	if m.prepare != nil {
+		var err error
+		if in, err = m.prepare(in); err != nil {
+			return "", fmt.Errorf("chat template: %w", err)
+		}
+	}
+	text, err := m.Template.Render(in)
+	if err != nil {
+		return "", fmt.Errorf("chat template: %w", err)
+	}
+	return text, nil
 }

@@ -766,18 +766,24 @@ func init() {
 		"boolean":   kind(func(v jinja.Value) bool { return v.IsBool() }),
 		"true":      kind(func(v jinja.Value) bool { return v.IsBool() && v.AsBool() }),
 		"false":     kind(func(v jinja.Value) bool { return v.IsBool() && !v.AsBool() }),
-		"integer":   kind(func(v jinja.Value) bool { return v.IsInt() }),
-		"float":     kind(func(v jinja.Value) bool { return v.IsFloat() }),
-		"number":    kind(isNumber),
-		"string":    kind(func(v jinja.Value) bool { return v.IsString() }),
-		"mapping":   kind(func(v jinja.Value) bool { return v.IsDict() }),
+		"integer": kind(func(v jinja.Value) bool {
+			_, big := bigInt(v)
+			return v.IsInt() || big
+		}),
+		"float": kind(func(v jinja.Value) bool { return v.IsFloat() }),
+		"number": kind(func(v jinja.Value) bool {
+			_, big := bigInt(v)
+			return isNumber(v) || big
+		}),
+		"string":  kind(func(v jinja.Value) bool { return v.IsString() }),
+		"mapping": kind(func(v jinja.Value) bool { return v.IsDict() }),
 		"iterable": kind(func(v jinja.Value) bool {
 			return v.IsList() || v.IsDict() || v.IsString() || v.IsUndefined()
 		}),
 		"sequence": kind(func(v jinja.Value) bool {
 			return v.IsList() || v.IsDict() || v.IsString() || v.IsUndefined()
 		}),
-		"callable": kind(func(v jinja.Value) bool { return v.IsCallable() }),
+		"callable": kind(isCallable),
 		"escaped":  kind(func(v jinja.Value) bool { return false }),
 		"lower": kind(func(v jinja.Value) bool {
 			s, _ := softStr(v)

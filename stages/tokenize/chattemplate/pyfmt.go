@@ -108,6 +108,9 @@ func writeRepr(b *strings.Builder, v jinja.Value) error {
 		}
 	case v.IsInt():
 		b.WriteString(strconv.FormatInt(v.AsInt(), 10))
+	case isBig(v):
+		d, _ := bigInt(v)
+		b.WriteString(d)
 	case v.IsFloat():
 		b.WriteString(pyFloatRepr(v.AsFloat()))
 	case v.IsString():
@@ -224,6 +227,9 @@ func typeName(v jinja.Value) string {
 	case v.IsDict():
 		return "dict"
 	case v.IsCallable():
+		if _, big := bigInt(v); big {
+			return "int"
+		}
 		return "function"
 	}
 	return "object"
@@ -265,6 +271,9 @@ func writeJSON(b *strings.Builder, v jinja.Value, o jsonOptions, depth int) erro
 		}
 	case v.IsInt():
 		b.WriteString(strconv.FormatInt(v.AsInt(), 10))
+	case isBig(v):
+		d, _ := bigInt(v)
+		b.WriteString(d)
 	case v.IsFloat():
 		f := v.AsFloat()
 		switch {

@@ -876,6 +876,10 @@ func pyEqual(a, b jinja.Value) bool {
 	switch {
 	case a.IsUndefined() || b.IsUndefined():
 		return a.IsUndefined() && b.IsUndefined()
+	case isBig(a) || isBig(b):
+		x, okA := bigInt(a)
+		y, okB := bigInt(b)
+		return okA && okB && x == y
 	case isNumber(a) && isNumber(b):
 		if isIntLike(a) && isIntLike(b) {
 			return asInt(a) == asInt(b)

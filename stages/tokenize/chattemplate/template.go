@@ -39,7 +39,7 @@ type compiled struct {
 // Input is one render request: what apply_chat_template receives.
 type Input struct {
 	// Messages is the conversation. Each message reaches the template as a mapping with "role" and
-	// "content" always present and "reasoning_content", "tool_calls" (decoded JSON, key order kept),
+	// "content" (the ContentParts list when set, else the Content string) always present and "reasoning_content", "tool_calls" (decoded JSON, key order kept),
 	// "tool_call_id" and "name" only when set.
 	Messages []topics.Message
 	// Tools is the JSON list of tool schemas, or empty for none (the template then sees tools=None).
@@ -362,7 +362,15 @@ func messageValue(m topics.Message) (jinja.Value, error) {
 	d := jinja.NewDict()
 	dd := d.AsDict()
 	dd.Set("role", jinja.NewString(m.Role))
-	dd.Set("content", jinja.NewString(m.Content))
+	if parts := strings.TrimSpace(string(m.ContentParts)); parts != "" && parts != "null" {
+		v, err := decodeJSON(m.ContentParts)
+		if err != nil {
+			return d, fmt.Errorf("content: %w", err)
+		}
+		dd.Set("content", v)
+	} else {
+		dd.Set("content", jinja.NewString(m.Content))
+	}
 	if m.ReasoningContent != "" {
 		dd.Set("reasoning_content", jinja.NewString(m.ReasoningContent))
 	}

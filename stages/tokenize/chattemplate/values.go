@@ -87,13 +87,13 @@ func decodeJSONValue(dec *json.Decoder) (jinja.Value, error) {
 }
 
 // numberValue converts a JSON number as Python's json.loads would: int when it has no fraction or
-// exponent, float otherwise. Integers beyond int64 are refused rather than rounded.
+// exponent, float otherwise. Integers beyond int64 keep all their digits (newBigInt).
 func numberValue(n json.Number) (jinja.Value, error) {
 	s := string(n)
 	if !strings.ContainsAny(s, ".eE") {
 		i, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
-			return jinja.Undefined(), fmt.Errorf("integer %s does not fit in 64 bits", s)
+			return newBigInt(s), nil
 		}
 		return jinja.NewInt(i), nil
 	}

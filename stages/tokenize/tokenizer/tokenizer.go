@@ -29,6 +29,7 @@ type Tokenizer struct {
 	hasID     []bool
 	vocabSize int
 	pool      sync.Pool
+	chunk     *chunker // text cutting of a Python tokenizer class (WithChunking), or nil
 }
 
 // DefaultCacheWords is the capacity of the per-tokenizer word cache.
@@ -435,6 +436,14 @@ func (t *Tokenizer) AppendEncode(dst []uint32, text string) []uint32 {
 	if !utf8.ValidString(text) {
 		text = strings.ToValidUTF8(text, "\uFFFD")
 	}
+	if t.chunk != nil {
+		return t.appendChunked(dst, text)
+	}
+	return t.appendPlain(dst, text)
+}
+
+// appendPlain encodes valid UTF-8 text without Chunking.
+func (t *Tokenizer) appendPlain(dst []uint32, text string) []uint32 {
 	st := t.getScratch()
 	defer t.pool.Put(st)
 	var raw []addedMatch

@@ -26,7 +26,8 @@ import sys
 
 
 def message_dict(m):
-    d = {"role": m.get("role", ""), "content": m.get("content", "")}
+    content = m.get("content_parts") or m.get("content", "")
+    d = {"role": m.get("role", ""), "content": content}
     if m.get("reasoning_content"):
         d["reasoning_content"] = m["reasoning_content"]
     if m.get("tool_calls") is not None:

@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""Reference ids for the Kimi conformance tests (stages/tokenize/kimi_test.go), from pinned transformers.
+
+Reads one JSON request on stdin, writes one JSON response on stdout:
+
+  {"model_dir": DIR, "want_transformers": "5.20.2",
+   "texts": [str, ...],
+   "cases": [{"id", "messages", "tools", "kwargs", "add_generation_prompt"}]}
+  -> {"texts": [[id, ...], ...], "pattern": pat_str,
+      "results": [{"id", "text"?, "ids"?, "error"?}]}
+
+DIR is a writable copy of a Kimi model directory, loaded with
+AutoTokenizer.from_pretrained(DIR, trust_remote_code=True): its own tokenization_kimi.py and
+tool_declaration_ts.py run. Plain texts are encoded as apply_chat_template(tokenize=True) encodes
+the rendered text: tok.encode(text, add_special_tokens=False). Messages arrive in draftflow's
+topics.Message JSON shape and become the dicts the tokenize stage stands for (content_parts as the
+content list).
+"""
+import contextlib
+import io
+import json
+import sys
+
+
+def message_dict(m):
+    content = m.get("content_parts") or m.get("content", "")
+    d = {"role": m.get("role", ""), "content": content}
+    for k in ("reasoning_content", "tool_call_id", "name"):
+        if m.get(k):
+            d[k] = m[k]
+    if m.get("tool_calls") is not None:
+        d["tool_calls"] = m["tool_calls"]
+    return d
+
+
+def main():
+    req = json.load(sys.stdin)
+    import transformers
+
+    if transformers.__version__ != req["want_transformers"]:
+        raise SystemExit(f"transformers {transformers.__version__} installed, {req['want_transformers']} pinned")
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(req["model_dir"], trust_remote_code=True)
+    out = {"pattern": type(tok).pat_str, "texts": [], "results": []}
+    for text in req.get("texts", []):
+        out["texts"].append(tok.encode(text, add_special_tokens=False))
+    for case in req.get("cases", []):
+        r = {"id": case["id"]}
+        msgs = [message_dict(m) for m in case["messages"]]
+        kwargs = dict(case.get("kwargs") or {})
+        agp = case.get("add_generation_prompt", True)
+        try:
+            # The K2.5 override prints when its TypeScript conversion fails; keep stdout for JSON.
+            with contextlib.redirect_stdout(io.StringIO()):
+                r["text"] = tok.apply_chat_template(
+                    msgs, tools=case.get("tools"), add_generation_prompt=agp, tokenize=False, **kwargs
+                )
+                enc = tok.apply_chat_template(
+                    msgs, tools=case.get("tools"), add_generation_prompt=agp, tokenize=True, **kwargs
+                )
+            ids = enc["input_ids"] if hasattr(enc, "keys") else enc
+            r["ids"] = list(ids)
+        except Exception as e:  # noqa: BLE001 - a failure is a result to compare
+            r["error"] = f"{type(e).__name__}: {e}"
+        out["results"].append(r)
+    json.dump(out, sys.stdout, ensure_ascii=False)
+
+
+if __name__ == "__main__":
+    main()
