@@ -52,8 +52,9 @@ const (
 	DefaultMinServerQueue      = 2
 	DefaultMaxServerQueue      = 8
 	DefaultInitialBudgetFactor = 1.0
-	DefaultSafeCompletions     = 10
-	DefaultHeadroomOutputs     = 6
+	DefaultSafeCompletions     = 8
+	DefaultSafeFraction        = 0.25
+	DefaultHeadroomOutputs     = 5
 )
 
 // DefaultLane is the lane of records that name none and match no configured lane.
@@ -149,14 +150,15 @@ type BudgetConfig struct {
 	// PollInterval is how often /v1/loads and /metrics are polled for feedback (default 1 s).
 	PollInterval time.Duration
 	// SafeCompletions is how many of an endpoint's running requests must be expected to finish before their
-	// growth fills the KV pool for another request to go to it (default 10; see Controller's KV gate). Higher
-	// is safer against retractions and runs the pool emptier.
+	// growth fills the KV pool for another request to go to it (default 8, at most SafeFraction of them; see
+	// Controller's KV gate). Higher is safer against retractions and runs the pool emptier.
 	SafeCompletions float64
-	// SafeFraction caps SafeCompletions at this fraction of the requests in flight on the endpoint (0: no cap),
-	// so a small pool's small batch is not asked for as many completions as a large one's.
+	// SafeFraction caps SafeCompletions at this fraction of the requests in flight on the endpoint (default
+	// 0.25; negative: no cap), so a small pool's small batch is not asked for as many completions as a large
+	// one's.
 	SafeFraction float64
 	// HeadroomOutputs is the gate's backstop: once an endpoint's pool is half full, a request goes to it only
-	// while the KV of this many recent mean output lengths stays free (default 6).
+	// while the KV of this many recent mean output lengths stays free (default 5).
 	HeadroomOutputs float64
 }
 
@@ -292,6 +294,9 @@ func (c Config) withDefaults() Config {
 	if b.HeadroomOutputs <= 0 {
 		b.HeadroomOutputs = DefaultHeadroomOutputs
 	}
+	if b.SafeFraction == 0 {
+		b.SafeFraction = DefaultSafeFraction
+	}
 	if c.Registerer == nil {
 		c.Registerer = prometheus.DefaultRegisterer
 	}
@@ -410,8 +415,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Budget.PollInterval, "kv-poll-interval", DefaultPollInterval, "server load polling interval (kv-budget)")
 	fs.Float64Var(&c.Budget.SafeCompletions, "kv-safe-completions", DefaultSafeCompletions,
 		"running requests expected to finish before the pool fills, for another request to go (kv-budget; higher: fewer retractions, emptier pool)")
-	fs.Float64Var(&c.Budget.SafeFraction, "kv-safe-fraction", c.Budget.SafeFraction,
-		"cap on --kv-safe-completions as a fraction of the requests in flight on an endpoint (kv-budget; 0: none)")
+	fs.Float64Var(&c.Budget.SafeFraction, "kv-safe-fraction", DefaultSafeFraction,
+		"cap on --kv-safe-completions as a fraction of the requests in flight on an endpoint (kv-budget; negative: none)")
 	fs.Float64Var(&c.Budget.HeadroomOutputs, "kv-headroom-outputs", DefaultHeadroomOutputs,
 		"mean output lengths of KV kept free once the pool is half full (kv-budget)")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address")

@@ -29,7 +29,7 @@
 //   - KV gate. Between polls the Controller predicts the server's used KV tokens (the last num_used_tokens,
 //     plus prompts sent and waiting, less what answers freed, plus the decode rate times the time since).
 //     A request goes only while usage stays under TargetUsage and the headroom left, shared by the batch,
-//     is expected to see SafeCompletions running requests finish before the rest fill it (each request's
+//     is expected to see SafeCompletions running requests (at most SafeFraction of them) finish before the rest fill it (each request's
 //     chance to end within its share, from the learnt lengths of requests that ran as long), unless even
 //     every request running to max_new_tokens fits; past half the pool, HeadroomOutputs recent mean
 //     outputs stay free. SGLang's own admission counts on running requests needing a fraction of their
@@ -41,12 +41,18 @@
 // and re-admitted, with a fresh capacity read, once it answers again. Lanes (per-dataset or per-length-class settings) get a guaranteed share of the budget so long
 // requests neither starve nor crowd out short ones.
 //
-// Offer, Finish, EndpointUp and Feedback expose that logic without the I/O, on an injected clock
-// (Config.Clock): the benchmark (stages/generate/bench) drives the Controller through them in a
-// deterministic discrete-event simulation.
+// A server with several data-parallel ranks (dp_size > 1) has one KV pool and running batch per rank: under
+// kv-budget each rank is an admission unit of its own, with its own budget and gate, and its requests carry
+// routed_dp_rank. What the stage reads from the server (introspect.go) is SGLang 0.5.23's API, checked field by
+// field: an answer of the wrong shape is an error naming the endpoint and field. A restart is a changed
+// startup_time in /server_info; a server refusing the API key (Config.APIKey) stops the stage (Fatal).
 //
-// Files: config.go (Config and flags), sglang.go (the HTTP client of one server), estimate.go (output
-// length learning), controller.go (admission, the KV gate, routing, retries), feedback.go (capacity reads,
+// Offer, Finish, Fail, Abandon, Probe, Health and Poll expose that logic without goroutines and timers, on an
+// injected clock (Config.Clock), through the same Client: the benchmark (stages/generate/bench) drives the
+// Controller with them in a deterministic discrete-event simulation over the simulator's HTTP handlers.
+//
+// Files: config.go (Config and flags), sglang.go (the HTTP client of one server), introspect.go (what the
+// server says about itself: /server_info, /v1/loads, /metrics), estimate.go (output length learning), controller.go (admission, the KV gate, routing, retries), feedback.go (capacity reads,
 // load polling, budget adaptation, health checks), driver.go (the I/O-free API), metrics.go (Prometheus),
 // stage.go (the Kafka loop). The bench subpackage measures the policies against the simulator in
 // stages/generate/sim.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -195,7 +196,12 @@ func (c *Client) Generate(ctx context.Context, req *GenerateRequest) (*GenerateR
 	if err != nil {
 		return nil, err
 	}
-	return parseGenerateResponse(data)
+	resp, err := parseGenerateResponse(data)
+	var ir *InvalidResponseError
+	if errors.As(err, &ir) {
+		return nil, &InvalidResponseError{Reason: c.base + "/generate: " + ir.Reason}
+	}
+	return resp, err
 }
 
 // parseGenerateResponse decodes and checks one /generate answer.

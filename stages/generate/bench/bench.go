@@ -1,21 +1,26 @@
 // Package bench measures the generate stage's admission policies against the in-process SGLang simulator
 // (stages/generate/sim): `draftflow bench generate`. Each run is a deterministic discrete-event simulation:
-// the simulated servers' engines run pass by pass on the bench's own clock (sim.NewManual), and the
-// stage's Controller runs on the same clock (generate.Config.Clock), driven through Offer, Finish and
-// Feedback: the admission, output-length estimation, routing and budget code that Controller.Do and
-// Controller.Run use, fed what the stage's client reads over HTTP (/get_server_info, /v1/loads, the
-// /metrics retraction counter, meta_info; TestFeedbackMatchesHTTP checks that the two agree). No Kafka and
-// no HTTP: a backlog of waiting requests is kept deep enough that the policy, not the feed, is the limit.
-// The same seed gives the same figures on a busy or an idle machine. Each run measures, in simulated time,
-// output tok/s, retractions, the servers' queue depth and request latency over the steady-state window
-// after a warm-up.
+// the simulated servers' engines run pass by pass on the bench's own clock (sim.NewManual), and the stage's
+// Controller runs on the same clock (generate.Config.Clock), driven through Offer, Finish, Fail, Abandon,
+// Probe, Health and Poll: the admission, output-length estimation, routing, health and budget code that
+// Controller.Do and Controller.Run use. Everything the Controller learns travels through the stage's own
+// Client over the simulators' real HTTP handlers, called in-process (simNet): /health and /server_info when a
+// server comes up, /v1/loads and /metrics on every poll, /generate answers with their meta_info. No Kafka: a
+// backlog of waiting requests is kept deep enough that the policy, not the feed, is the limit. The same seed
+// gives the same figures on a busy or an idle machine.
 //
-// Scenarios: one server (the reference run's 159,277-token pool); a heterogeneous fleet of three servers
-// (pools of 80K, 160K and 320K tokens); and one server whose workload's output lengths shift halfway. The
+// Steady-state scenarios measure, over a window after a warm-up, output tok/s, retractions, the servers'
+// queue depth and request latency: one server (the reference run's 159,277-token pool); a heterogeneous
+// fleet of three servers (pools of 80K, 160K and 320K tokens); one server whose workload's output lengths
+// shift halfway. Finite scenarios run a dataset the size of one reference-run partition (14,700 prompts) on
+// the fleet to its end and measure the makespan, once as is and once with the 160K server down for 10
+// simulated minutes (its requests in flight lost, retried elsewhere) and a fourth server joining later. The
 // workload is the issue's: prompts of 1-4K tokens, heavy-tailed (lognormal) outputs clipped at 10,240 new
 // tokens. Policies: fixed 150 in flight per server (the reference run), fixed 64 per server round-robin
-// (SpecForge's default), the KV-budgeted controller, and the oracle: the best fixed concurrency per server,
-// found by sweeping. On the fleet the oracle is the sum of each server's own oracle.
+// (SpecForge's default), the KV-budgeted controller with its defaults (what `draftflow generate` runs) and
+// tuned for throughput, and the oracle: the best fixed concurrency per server, found by sweeping (on the
+// fleet the sum of each server's own oracle; in a finite scenario the uniform concurrency with the shortest
+// makespan, which `--policy fixed --concurrency N` runs).
 package bench
 
 import (

@@ -5,11 +5,20 @@ import "strconv"
 // chatTemplate is a ChatML (Qwen-style) template: optional system prompt with a <tools> listing,
 // assistant reasoning_content inside <think>, tool calls inside <tool_call>, consecutive tool
 // results grouped into one user turn as <tool_response>, add_generation_prompt and
-// enable_thinking=false (an empty think block).
-const chatTemplate = `{%- if tools %}
+// enable_thinking=false (an empty think block). Content given as a list of parts renders as its text parts,
+// one per line.
+const chatTemplate = `{%- set sys = namespace(content='') %}
+{%- if messages[0].content is string %}
+    {%- set sys.content = messages[0].content %}
+{%- elif messages[0].content %}
+    {%- for part in messages[0].content if part.type == 'text' %}
+        {%- set sys.content = sys.content + ('' if loop.first else '\n') + part.text %}
+    {%- endfor %}
+{%- endif %}
+{%- if tools %}
     {{- '<|im_start|>system\n' }}
     {%- if messages[0].role == 'system' %}
-        {{- messages[0].content + '\n\n' }}
+        {{- sys.content + '\n\n' }}
     {%- endif %}
     {{- "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>" }}
     {%- for tool in tools %}
@@ -18,27 +27,37 @@ const chatTemplate = `{%- if tools %}
     {%- endfor %}
     {{- "\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n" }}
 {%- elif messages[0].role == 'system' %}
-    {{- '<|im_start|>system\n' + messages[0].content + '<|im_end|>\n' }}
+    {{- '<|im_start|>system\n' + sys.content + '<|im_end|>\n' }}
 {%- endif %}
 {%- for message in messages %}
+    {#- Content given as a list of parts renders as its text parts, one per line. #}
+    {%- set ns = namespace(content='') %}
+    {%- if message.content is string %}
+        {%- set ns.content = message.content %}
+    {%- elif message.content %}
+        {%- for part in message.content if part.type == 'text' %}
+            {%- set ns.content = ns.content + ('' if loop.first else '\n') + part.text %}
+        {%- endfor %}
+    {%- endif %}
+    {%- set content = ns.content %}
     {%- if message.role == 'system' %}
         {%- if not loop.first %}
             {{- raise_exception('The system message must come first.') }}
         {%- endif %}
     {%- elif message.role == 'user' %}
-        {{- '<|im_start|>user\n' + message.content + '<|im_end|>\n' }}
+        {{- '<|im_start|>user\n' + content + '<|im_end|>\n' }}
     {%- elif message.role == 'assistant' %}
         {{- '<|im_start|>assistant\n' }}
         {%- if message.reasoning_content %}
             {{- '<think>\n' + message.reasoning_content.strip('\n') + '\n</think>\n\n' }}
         {%- endif %}
-        {%- if message.content %}
-            {{- message.content }}
+        {%- if content %}
+            {{- content }}
         {%- endif %}
         {%- if message.tool_calls %}
             {%- for tool_call in message.tool_calls %}
                 {%- set call = tool_call.function if tool_call.function is defined else tool_call %}
-                {%- if loop.first and not message.content %}
+                {%- if loop.first and not content %}
                     {{- '<tool_call>\n' }}
                 {%- else %}
                     {{- '\n<tool_call>\n' }}
@@ -57,7 +76,7 @@ const chatTemplate = `{%- if tools %}
         {%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}
             {{- '<|im_start|>user' }}
         {%- endif %}
-        {{- '\n<tool_response>\n' + message.content + '\n</tool_response>' }}
+        {{- '\n<tool_response>\n' + content + '\n</tool_response>' }}
         {%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}
             {{- '<|im_end|>\n' }}
         {%- endif %}
