@@ -879,44 +879,23 @@ func (e *engine) waitingAbortMessage() string {
 // chunked and running ones end with FINISH_ABORT() ("Aborted", status_code
 // and err_type null). It returns how many were aborted.
 func (e *engine) abortAsScheduler(prefix string, all bool) int {
-	n := 0
-	match := func(r *request) bool {
-		return all || strings.HasPrefix(r.rid, prefix)
-	}
-	e.waiting = slices.DeleteFunc(e.waiting, func(r *request) bool {
-		if match(r) {
-			r.queued = false
-			r.waitAbort = true
-			e.finishReq(r, abortReason(e.waitingAbortMessage(), 0))
-			n++
-			return true
-		}
-		return false
-	})
-	if c := e.chunked; c != nil && match(c) {
-		e.releaseKV(c, false)
-		e.chunked = nil
-		e.finishReq(c, finishAbort(""))
-		n++
-	}
-	e.running = slices.DeleteFunc(e.running, func(r *request) bool {
-		if match(r) {
-			e.releaseKV(r, false)
-			e.finishReq(r, finishAbort(""))
-			n++
-			return true
-		}
-		return false
-	})
-	if n > 0 {
-		e.full = false
-	}
-	return n
+	msg := e.waitingAbortMessage()
+	return e.abortMatching(prefix, all, func() *FinishReason { return abortReason(msg, 0) },
+		func() *FinishReason { return finishAbort("") }, true)
 }
 
 // abort ends every request whose rid starts with prefix (all when all is
 // set), wherever it is, with msg.
 func (e *engine) abort(prefix string, all bool, msg string) int {
+	fr := func() *FinishReason { return abortReason(msg, 0) }
+	return e.abortMatching(prefix, all, fr, fr, false)
+}
+
+// abortMatching ends every request whose rid starts with prefix (all when
+// all is set): waiting ones with waiting (marked as answered from the queue
+// when fromQueue), the chunked and running ones with started. It returns
+// how many it ended.
+func (e *engine) abortMatching(prefix string, all bool, waiting, started func() *FinishReason, fromQueue bool) int {
 	n := 0
 	match := func(r *request) bool {
 		return all || strings.HasPrefix(r.rid, prefix)
@@ -924,7 +903,8 @@ func (e *engine) abort(prefix string, all bool, msg string) int {
 	e.waiting = slices.DeleteFunc(e.waiting, func(r *request) bool {
 		if match(r) {
 			r.queued = false
-			e.finishReq(r, abortReason(msg, 0))
+			r.waitAbort = fromQueue
+			e.finishReq(r, waiting())
 			n++
 			return true
 		}
@@ -933,13 +913,13 @@ func (e *engine) abort(prefix string, all bool, msg string) int {
 	if c := e.chunked; c != nil && match(c) {
 		e.releaseKV(c, false)
 		e.chunked = nil
-		e.finishReq(c, abortReason(msg, 0))
+		e.finishReq(c, started())
 		n++
 	}
 	e.running = slices.DeleteFunc(e.running, func(r *request) bool {
 		if match(r) {
 			e.releaseKV(r, false)
-			e.finishReq(r, abortReason(msg, 0))
+			e.finishReq(r, started())
 			n++
 			return true
 		}
