@@ -225,6 +225,11 @@ func FuzzParseGenerateResponse(f *testing.F) {
 	f.Add([]byte(`{"output_ids":[],"meta_info":{"finish_reason":{"type":"abort","message":"x","status_code":503}}}`))
 	f.Add([]byte(`{"loads":[{"num_running_reqs":1}]}`))
 	f.Add([]byte(`{"max_total_num_tokens":5}`))
+	f.Add([]byte(`{"loads":[{"dp_rank":0,"num_running_reqs":1,"num_waiting_reqs":4,"num_used_tokens":9,"num_total_tokens":90,` +
+		`"max_total_num_tokens":50,"token_usage":0.2,"gen_throughput":3.5,"memory":{"token_capacity":50}}]}`))
+	f.Add([]byte(`{"max_total_num_tokens":null,"max_running_requests":null,"dp_size":2,"startup_time":{"load_weight":1.5},` +
+		`"internal_states":[{"memory_usage":{"token_capacity":7}},{"effective_max_running_requests_per_dp":3}]}`))
+	f.Add([]byte("# TYPE sglang:num_retracted_requests_total counter\nsglang:num_retracted_requests_total{dp_rank=\"1\"} 2\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if r, err := parseGenerateResponse(data); err == nil {
 			if r.OutputIDs == nil || r.MetaInfo.FinishReason == nil {
@@ -237,9 +242,18 @@ func FuzzParseGenerateResponse(f *testing.F) {
 		if c, err := parseServerInfo(data); err == nil && c.MaxTotalTokens <= 0 {
 			t.Fatalf("accepted server info without a pool: %q", data)
 		}
-		_, _ = parseLoads(data)
-		if x, err := parseRetracted(data); err == nil && x.Total < 0 && len(x.PerRank) == 0 {
-			t.Logf("negative counter %v", x.Total)
+		if l, err := parseLoads(data); err == nil {
+			if len(l.Ranks) == 0 || l.MaxTokens <= 0 {
+				t.Fatalf("accepted loads without ranks or a pool: %q", data)
+			}
+			for _, r := range l.Ranks {
+				if r.MaxTokens <= 0 {
+					t.Fatalf("accepted a rank without a pool: %q", data)
+				}
+			}
+		}
+		if x, err := parseRetracted(data); err == nil && x.HasCounter && !x.Supported {
+			t.Fatalf("a retraction counter without SGLang metrics: %q", data)
 		}
 		_ = errorMessage(data)
 	})
