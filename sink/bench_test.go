@@ -225,7 +225,17 @@ func BenchmarkJSONLZstd(b *testing.B) { runEncodeBench(b, writeJSONLZstd) }
 // BenchmarkFlush measures a whole durable flush: shard encoding, sha256, write, fsync, checkpoint, rename and
 // manifest, on the test's temporary directory.
 func BenchmarkFlush(b *testing.B) {
-	rows := textRows(256)
+	for _, n := range benchFlushRows {
+		b.Run(fmt.Sprintf("rows=%d", n), func(b *testing.B) { benchFlush(b, n) })
+	}
+}
+
+// benchFlushRows are the flush sizes of BenchmarkFlush and BenchmarkTokenCounting: the small flushes of a
+// slow stream and the default RotateRows.
+var benchFlushRows = []int{256, DefaultRotateRows}
+
+func benchFlush(b *testing.B, n int) {
+	rows := textRows(n)
 	toks := rowTokens(rows)
 	runtime.GC()
 	st, err := openStore(context.Background(), b.TempDir(), quietLogger())
@@ -325,7 +335,13 @@ func TestZstdLevels(t *testing.T) {
 // token_counts.bin (temporary file and rename) for a run that has already seen 150,000 distinct ids, the worst
 // case of a full vocabulary. Compare its tokens/cpu-s with BenchmarkFlush's (README, Performance).
 func BenchmarkTokenCounting(b *testing.B) {
-	rows := textRows(256)
+	for _, n := range benchFlushRows {
+		b.Run(fmt.Sprintf("rows=%d", n), func(b *testing.B) { benchTokenCounting(b, n) })
+	}
+}
+
+func benchTokenCounting(b *testing.B, n int) {
+	rows := textRows(n)
 	toks := rowTokens(rows)
 	dir := b.TempDir()
 	m := &Manifest{Shards: []ManifestShard{{File: "x.parquet"}}}

@@ -6,7 +6,8 @@ shards' row groups across distributed ranks and data-loader workers, and yields 
 ``input_ids`` and ``loss_mask`` ready for EAGLE-3 drafter training.
 
 ``iter_rows`` and ``Shards`` read one run (or several of one model and tokenizer, named with ``runs``)
-and need only pyarrow and numpy. ``ShardDataset`` is a
+and need only pyarrow and numpy. ``Limits`` cuts or leaves out rows by length as ``draftflow export
+--max-length/--overlong/--min-loss-tokens`` does, counting what it did in a ``LimitReport``. ``ShardDataset`` is a
 ``torch.utils.data.IterableDataset`` when torch is installed, and a plain iterable otherwise.
 
 ``draftflow_data.vocab`` turns what ``draftflow vocab`` wrote (``token_counts.tsv``, ``d2t.npy``,
@@ -16,6 +17,8 @@ and need only pyarrow and numpy. ``ShardDataset`` is a
 
 from .shards import (
     COLUMNS,
+    LimitReport,
+    Limits,
     Manifest,
     ShardDataset,
     Shards,
@@ -25,5 +28,5 @@ from .shards import (
     select_runs,
 )
 
-__all__ = ["COLUMNS", "Manifest", "ShardDataset", "Shards", "Unit", "iter_rows", "read_manifests", "select_runs"]
+__all__ = ["COLUMNS", "LimitReport", "Limits", "Manifest", "ShardDataset", "Shards", "Unit", "iter_rows", "read_manifests", "select_runs"]
 __version__ = "0.1.0"

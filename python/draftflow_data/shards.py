@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import random
 from dataclasses import dataclass, field
@@ -21,6 +22,8 @@ except ImportError:  # pragma: no cover - exercised only without torch
     torch = None
     _Base = object
     _HAVE_TORCH = False
+
+_log = logging.getLogger("draftflow_data")
 
 MANIFEST = "manifest.json"
 FORMAT_VERSION = 1
@@ -191,6 +194,100 @@ class Shards:
         return units[me::n]
 
 
+@dataclass(frozen=True)
+class Limits:
+    """The length rules a trainer applies, applied while reading so that what is cut or left out is counted:
+    the same rules as ``draftflow export --max-length N --overlong truncate|drop --min-loss-tokens N``.
+
+    A row longer than ``max_length`` (0: no limit) is cut to its first ``max_length`` tokens
+    (``overlong="truncate"``, what SpecForge and speculators do) or left out (``"drop"``); a row left with
+    fewer than ``min_loss_tokens`` generated tokens (loss mask 1; at least 1) after that is left out.
+    """
+
+    max_length: int = 0
+    overlong: str = "truncate"
+    min_loss_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        if self.max_length < 0:
+            raise ValueError(f"max_length {self.max_length} is negative")
+        if self.min_loss_tokens < 0:
+            raise ValueError(f"min_loss_tokens {self.min_loss_tokens} is negative")
+        if self.overlong not in ("truncate", "drop"):
+            raise ValueError(f"overlong {self.overlong!r}: want 'truncate' or 'drop'")
+
+
+@dataclass
+class LimitReport:
+    """What ``Limits`` did to the rows read (``str()`` reads as ``draftflow export``'s report)."""
+
+    limits: Limits
+    rows: int = 0
+    kept: int = 0
+    truncated: int = 0
+    dropped_overlong: int = 0
+    dropped_loss: int = 0
+    tokens_cut: int = 0
+    generated_tokens_cut: int = 0
+
+    def __str__(self) -> str:
+        lm = self.limits
+        s = (
+            f"rows: {self.rows} read, {self.kept} kept, {self.truncated} truncated, "
+            f"{self.dropped_overlong + self.dropped_loss} dropped ({self.dropped_overlong} longer than "
+            f"{lm.max_length} tokens, {self.dropped_loss} with fewer than {max(lm.min_loss_tokens, 1)} generated tokens)"
+        )
+        if self.truncated:
+            s += f"; truncation removed {self.tokens_cut} tokens, {self.generated_tokens_cut} of them generated"
+        return s
+
+
+def _limit(row: Dict[str, Any], limits: Limits, report: LimitReport) -> bool:
+    """Apply limits to one row in place; False when the row is left out."""
+    report.rows += 1
+    ids, mask = row["input_ids"], row["loss_mask"]
+    prompt_len = int(row["prompt_len"])
+    n = len(ids)
+    truncated = False
+    if limits.max_length and n > limits.max_length:
+        if limits.overlong == "drop":
+            report.dropped_overlong += 1
+            return False
+        cut = n - limits.max_length
+        report.tokens_cut += cut
+        report.generated_tokens_cut += int(np.count_nonzero(mask[limits.max_length :]))
+        row["input_ids"], row["loss_mask"] = ids[: limits.max_length], mask[: limits.max_length]
+        truncated = True
+    loss = max(0, len(row["input_ids"]) - prompt_len)
+    if loss < max(limits.min_loss_tokens, 1):
+        report.dropped_loss += 1
+        return False
+    report.kept += 1
+    report.truncated += truncated
+    return True
+
+
+def _limited(rows: Iterator[Dict[str, Any]], limits: Optional[Limits], report: Optional[LimitReport],
+             columns: Sequence[str]) -> Iterator[Dict[str, Any]]:
+    """Rows with limits applied (and the columns limits needed but the caller did not ask for removed)."""
+    if limits is None:
+        yield from rows
+        return
+    rep = report if report is not None else LimitReport(limits)
+    for row in rows:
+        if _limit(row, limits, rep):
+            for k in [k for k in row if k not in columns]:
+                del row[k]
+            yield row
+    _log.info("%s", rep)
+
+
+def _needed(columns: Sequence[str], limits: Optional[Limits]) -> Sequence[str]:
+    if limits is None:
+        return columns
+    return tuple(columns) + tuple(c for c in ("input_ids", "loss_mask", "prompt_len") if c not in columns)
+
+
 def _read_unit(unit: Unit, columns: Sequence[str]) -> Iterator[Dict[str, Any]]:
     table = pq.ParquetFile(unit.path).read_row_group(unit.row_group, columns=list(columns))
     cols: Dict[str, Any] = {}
@@ -226,11 +323,21 @@ def iter_rows(
     epoch: int = 0,
     runs: Optional[Sequence[str]] = None,
     verify_checksums: bool = False,
+    limits: Optional[Limits] = None,
+    report: Optional[LimitReport] = None,
 ) -> Iterator[Dict[str, Any]]:
-    """Yield this consumer's rows as dicts; ``input_ids`` (int32) and ``loss_mask`` (uint8) are numpy arrays."""
+    """Yield this consumer's rows as dicts; ``input_ids`` (int32) and ``loss_mask`` (uint8) are numpy arrays.
+
+    With ``limits`` the rows are cut or left out as ``draftflow export`` does with the same options; what
+    happened is counted in ``report`` (when given) and logged at the end."""
     shards = Shards(path, runs=runs, verify_checksums=verify_checksums)
-    for unit in shards.split(rank, world_size, worker_id, num_workers, shuffle, seed, epoch):
-        yield from _read_unit(unit, columns)
+    read = _needed(columns, limits)
+
+    def rows() -> Iterator[Dict[str, Any]]:
+        for unit in shards.split(rank, world_size, worker_id, num_workers, shuffle, seed, epoch):
+            yield from _read_unit(unit, read)
+
+    yield from _limited(rows(), limits, report, columns)
 
 
 def _dist_rank_world() -> "tuple[int, int]":
@@ -246,7 +353,8 @@ class ShardDataset(_Base):  # type: ignore[misc,valid-type]
     ``torch.distributed`` (or the RANK / WORLD_SIZE environment variables, or the arguments), the worker
     split from ``torch.utils.data.get_worker_info()``, and rows hold ``input_ids`` and ``loss_mask`` as
     int64 tensors of shape [L] (SpecForge's dtype). Without torch it is a plain iterable of numpy rows.
-    Call ``set_epoch`` each epoch when ``shuffle`` is on.
+    Call ``set_epoch`` each epoch when ``shuffle`` is on. ``limits`` cuts or leaves out rows as
+    ``draftflow export`` does (``Limits``); each iteration's ``report`` counts what it did.
     """
 
     def __init__(
@@ -259,10 +367,14 @@ class ShardDataset(_Base):  # type: ignore[misc,valid-type]
         columns: Sequence[str] = COLUMNS,
         runs: Optional[Sequence[str]] = None,
         verify_checksums: bool = False,
+        limits: Optional[Limits] = None,
     ) -> None:
         if _HAVE_TORCH:
             super().__init__()
         self.shards = Shards(path, runs=runs, verify_checksums=verify_checksums)
+        self.limits = limits
+        #: What ``limits`` did in the last iteration in this process (each data-loader worker has its own).
+        self.report: Optional[LimitReport] = None
         r, w = _dist_rank_world()
         self.rank = r if rank is None else rank
         self.world_size = w if world_size is None else world_size
@@ -282,10 +394,16 @@ class ShardDataset(_Base):  # type: ignore[misc,valid-type]
         units = self.shards.split(
             self.rank, self.world_size, worker_id, num_workers, self.shuffle, self.seed, self.epoch
         )
-        for unit in units:
-            for row in _read_unit(unit, self.columns):
-                if _HAVE_TORCH:
-                    for k in ("input_ids", "loss_mask"):
-                        if k in row:
-                            row[k] = torch.from_numpy(row[k].astype(np.int64))
-                yield row
+        read = _needed(self.columns, self.limits)
+        self.report = LimitReport(self.limits) if self.limits is not None else None
+
+        def rows() -> Iterator[Dict[str, Any]]:
+            for unit in units:
+                yield from _read_unit(unit, read)
+
+        for row in _limited(rows(), self.limits, self.report, self.columns):
+            if _HAVE_TORCH:
+                for k in ("input_ids", "loss_mask"):
+                    if k in row:
+                        row[k] = torch.from_numpy(row[k].astype(np.int64))
+            yield row

@@ -261,3 +261,24 @@ def test_torch_files(run_a, draftflow_bin, trainer_wheels, tmp_path):
     (validate,) = _functions(trainer_wheels["specforge"], "specforge/core/compact_teacher.py",
                              ["validate_vocab_mapping_consistency"])
     validate(t2d_buf, d2t_buf)
+
+
+@pytest.mark.parametrize("overlong", ["truncate", "drop"])
+def test_loader_limits_match_export(run_a, draftflow_bin, tmp_path, overlong):
+    """The Python loader with Limits yields exactly the rows `draftflow export` writes with the same options,
+    and reports the same counts."""
+    out, name, m = run_a
+    cut = str(tmp_path / "cut.jsonl")
+    rep = _report(_draftflow(draftflow_bin, "export", "--run", name, "--max-length", str(MAX_LEN),
+                             "--overlong", overlong, "--min-loss-tokens", "3", out, cut))
+    ours = _rows(cut)
+    limits = dd.Limits(max_length=MAX_LEN, overlong=overlong, min_loss_tokens=3)
+    report = dd.LimitReport(limits)
+    got = list(dd.iter_rows(out, runs=[name], columns=("id", "input_ids", "loss_mask"), limits=limits, report=report))
+    assert sorted((r["id"], r["input_ids"].tolist(), r["loss_mask"].tolist()) for r in got) == \
+        sorted((r["id"], r["input_ids"], r["loss_mask"]) for r in ours)
+    assert all(set(r) == {"id", "input_ids", "loss_mask"} for r in got)  # prompt_len read for the rule, not returned
+    assert (report.rows, report.kept, report.truncated, report.dropped_overlong + report.dropped_loss) == rep
+    assert str(report).startswith("rows: %d read, %d kept, %d truncated, %d dropped" % rep)
+    with pytest.raises(ValueError):
+        dd.Limits(overlong="clip")
