@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
-
-	"github.com/ardanlabs/jinja"
 )
 
 // Jinja2 3.1 filters and tests, with transformers' tojson. A filter or test missing from these
@@ -16,13 +14,16 @@ import (
 
 var filters map[string]fn
 
-var tests map[string]func(v jinja.Value, args []jinja.Value) (bool, error)
+// testFunc is a Jinja2 test: `v is name(args...)`.
+type testFunc = func(v value, args []value) (bool, error)
+
+var tests map[string]testFunc
 
 // softStr is Jinja2's soft_str: str() with Undefined as "".
-func softStr(v jinja.Value) (string, error) { return pyStr(v) }
+func softStr(v value) (string, error) { return pyStr(v) }
 
 func strFilter(name string, f func(string) string) fn {
-	return func(a []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
+	return func(a []value, kw map[string]value) (value, error) {
 		if len(a) != 1 || len(kw) > 0 {
 			return vUndef, rerr("filter %s takes no arguments", name)
 		}
@@ -31,7 +32,7 @@ func strFilter(name string, f func(string) string) fn {
 	}
 }
 
-func length(v jinja.Value) (int64, error) {
+func length(v value) (int64, error) {
 	switch {
 	case v.IsString():
 		return int64(utf8.RuneCountInString(v.AsString())), nil
@@ -46,26 +47,26 @@ func length(v jinja.Value) (int64, error) {
 }
 
 // attrGetter is Jinja2's make_attrgetter: dotted attribute paths, integer parts as indexes.
-func attrGetter(attr jinja.Value, def *jinja.Value) (func(jinja.Value) (jinja.Value, error), error) {
+func attrGetter(attr value, def *value) (func(value) (value, error), error) {
 	if attr.IsUndefined() || attr.IsNone() {
-		return func(v jinja.Value) (jinja.Value, error) { return v, nil }, nil
+		return func(v value) (value, error) { return v, nil }, nil
 	}
-	var parts []jinja.Value
+	var parts []value
 	switch {
 	case attr.IsString():
 		for _, p := range strings.Split(attr.AsString(), ".") {
 			if n, err := strconv.ParseInt(p, 10, 64); err == nil {
-				parts = append(parts, jinja.NewInt(n))
+				parts = append(parts, newInt(n))
 			} else {
 				parts = append(parts, str(p))
 			}
 		}
 	case isIntLike(attr):
-		parts = []jinja.Value{attr}
+		parts = []value{attr}
 	default:
 		return nil, rerr("attribute must be a string or integer")
 	}
-	return func(v jinja.Value) (jinja.Value, error) {
+	return func(v value) (value, error) {
 		for _, p := range parts {
 			var err error
 			if v, err = getItem(v, p, nil); err != nil {
@@ -80,15 +81,15 @@ func attrGetter(attr jinja.Value, def *jinja.Value) (func(jinja.Value) (jinja.Va
 }
 
 // sortKey lowercases strings unless case-sensitive (Jinja2's ignore_case).
-func sortKey(v jinja.Value, caseSensitive bool) jinja.Value {
+func sortKey(v value, caseSensitive bool) value {
 	if !caseSensitive && v.IsString() {
 		return str(pyLower(v.AsString()))
 	}
 	return v
 }
 
-func sortValues(items []jinja.Value, key func(jinja.Value) (jinja.Value, error), reverse bool) ([]jinja.Value, error) {
-	keys := make([]jinja.Value, len(items))
+func sortValues(items []value, key func(value) (value, error), reverse bool) ([]value, error) {
+	keys := make([]value, len(items))
 	for i, it := range items {
 		k, err := key(it)
 		if err != nil {
@@ -115,7 +116,7 @@ func sortValues(items []jinja.Value, key func(jinja.Value) (jinja.Value, error),
 	if sortErr != nil {
 		return nil, sortErr
 	}
-	out := make([]jinja.Value, len(items))
+	out := make([]value, len(items))
 	for i, k := range idx {
 		out[i] = items[k]
 	}
@@ -123,7 +124,7 @@ func sortValues(items []jinja.Value, key func(jinja.Value) (jinja.Value, error),
 }
 
 func selectOrReject(name string, byAttr, keep bool) fn {
-	return func(a []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
+	return func(a []value, kw map[string]value) (value, error) {
 		if len(kw) > 0 {
 			return vUndef, rerr("filter %s takes no keyword arguments", name)
 		}
@@ -132,7 +133,7 @@ func selectOrReject(name string, byAttr, keep bool) fn {
 			return vUndef, err
 		}
 		rest := a[1:]
-		get := func(v jinja.Value) (jinja.Value, error) { return v, nil }
+		get := func(v value) (value, error) { return v, nil }
 		if byAttr {
 			if len(rest) == 0 {
 				return vUndef, rerr("filter %s needs an attribute", name)
@@ -142,7 +143,7 @@ func selectOrReject(name string, byAttr, keep bool) fn {
 			}
 			rest = rest[1:]
 		}
-		test := func(v jinja.Value, _ []jinja.Value) (bool, error) { return v.IsTruthy(), nil }
+		test := func(v value, _ []value) (bool, error) { return v.IsTruthy(), nil }
 		if len(rest) > 0 {
 			if !rest[0].IsString() {
 				return vUndef, rerr("filter %s: test name must be a string", name)
@@ -154,7 +155,7 @@ func selectOrReject(name string, byAttr, keep bool) fn {
 			test = t
 			rest = rest[1:]
 		}
-		var out []jinja.Value
+		var out []value
 		for _, it := range items {
 			v, err := get(it)
 			if err != nil {
@@ -168,12 +169,12 @@ func selectOrReject(name string, byAttr, keep bool) fn {
 				out = append(out, it)
 			}
 		}
-		return jinja.NewList(out), nil
+		return newList(out), nil
 	}
 }
 
 func minMax(name string, wantMax bool) fn {
-	return func(a []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
+	return func(a []value, kw map[string]value) (value, error) {
 		p, err := params(name, a[1:], kw, "case_sensitive", "attribute")
 		if err != nil {
 			return vUndef, err
@@ -220,7 +221,7 @@ var titleSplitRe = regexp.MustCompile(`([-\s({\[<]+)`)
 
 func init() {
 	filters = map[string]fn{
-		"abs": func(a []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
+		"abs": func(a []value, kw map[string]value) (value, error) {
 			v := a[0]
 			switch {
 			case isIntLike(v):
@@ -228,9 +229,9 @@ func init() {
 				if n < 0 {
 					n = -n
 				}
-				return jinja.NewInt(n), nil
+				return newInt(n), nil
 			case v.IsFloat():
-				return jinja.NewFloat(math.Abs(v.AsFloat())), nil
+				return newFloat(math.Abs(v.AsFloat())), nil
 			}
 			return vUndef, rerr("TypeError: bad operand type for abs(): '%s'", typeName(v))
 		},
@@ -256,11 +257,11 @@ func init() {
 			word(s[prev:])
 			return b.String()
 		}),
-		"length": func(a []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
+		"length": func(a []value, kw map[string]value) (value, error) {
 			n, err := length(a[0])
-			return jinja.NewInt(n), err
+			return newInt(n), err
 		},
-		"default": func(a []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
+		"default": func(a []value, kw map[string]value) (value, error) {
 			p, err := params("default", a[1:], kw, "default_value", "boolean")
 			if err != nil {
 				return vUndef, err
@@ -274,7 +275,7 @@ func init() {
 			}
 			return a[0], nil
 		},
-		"dictsort": func(a []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
+		"dictsort": func(a []value, kw map[string]value) (value, error) {
 			p, err := params("dictsort", a[1:], kw, "case_sensitive", "by", "reverse")
 			if err != nil {
 				return vUndef, err
@@ -297,56 +298,56 @@ func init() {
 			}
 			cs := p[0].IsTruthy()
 			items := dictItems(a[0]).AsList().Items
-			out, err := sortValues(items, func(v jinja.Value) (jinja.Value, error) {
+			out, err := sortValues(items, func(v value) (value, error) {
 				return sortKey(v.AsList().Items[pos], cs), nil
 			}, p[2].IsTruthy())
-			return jinja.NewList(out), err
+			return newList(out), err
 		},
 		"escape": strFilter("escape", htmlEscape),
-		"first": func(a []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
+		"first": func(a []value, kw map[string]value) (value, error) {
 			items, err := iterate(a[0])
 			if err != nil || len(items) == 0 {
 				return vUndef, err
 			}
 			return items[0], nil
 		},
-		"last": func(a []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
+		"last": func(a []value, kw map[string]value) (value, error) {
 			items, err := iterate(a[0])
 			if err != nil || len(items) == 0 {
 				return vUndef, err
 			}
 			return items[len(items)-1], nil
 		},
-		"float": func(a []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
+		"float": func(a []value, kw map[string]value) (value, error) {
 			p, err := params("float", a[1:], kw, "default")
 			if err != nil {
 				return vUndef, err
 			}
 			def := p[0]
 			if def.IsUndefined() {
-				def = jinja.NewFloat(0)
+				def = newFloat(0)
 			}
 			v := a[0]
 			switch {
 			case v.IsUndefined():
 				return vUndef, undefErr("float()")
 			case isNumber(v):
-				return jinja.NewFloat(asFloat(v)), nil
+				return newFloat(asFloat(v)), nil
 			case v.IsString():
 				if f, ok := parsePyFloat(v.AsString()); ok {
-					return jinja.NewFloat(f), nil
+					return newFloat(f), nil
 				}
 			}
 			return def, nil
 		},
-		"int": func(a []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
+		"int": func(a []value, kw map[string]value) (value, error) {
 			p, err := params("int", a[1:], kw, "default", "base")
 			if err != nil {
 				return vUndef, err
 			}
 			def := p[0]
 			if def.IsUndefined() {
-				def = jinja.NewInt(0)
+				def = newInt(0)
 			}
 			base, err := optInt("int", p[1], 10)
 			if err != nil {
@@ -357,33 +358,33 @@ func init() {
 			case v.IsUndefined():
 				return vUndef, undefErr("int()")
 			case isIntLike(v):
-				return jinja.NewInt(asInt(v)), nil
+				return newInt(asInt(v)), nil
 			case v.IsFloat():
 				f := v.AsFloat()
 				if math.IsNaN(f) || math.IsInf(f, 0) || math.Abs(f) >= 9.2e18 {
 					return def, nil
 				}
-				return jinja.NewInt(int64(f)), nil
+				return newInt(int64(f)), nil
 			case v.IsString():
 				if n, ok := parsePyInt(v.AsString(), int(base)); ok {
-					return jinja.NewInt(n), nil
+					return newInt(n), nil
 				}
 				if f, ok := parsePyFloat(v.AsString()); ok && !math.IsNaN(f) && !math.IsInf(f, 0) && math.Abs(f) < 9.2e18 {
-					return jinja.NewInt(int64(f)), nil
+					return newInt(int64(f)), nil
 				}
 			}
 			return def, nil
 		},
-		"items": func(a []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
+		"items": func(a []value, kw map[string]value) (value, error) {
 			switch {
 			case a[0].IsUndefined():
-				return jinja.NewList(nil), nil
+				return newList(nil), nil
 			case a[0].IsDict():
 				return dictItems(a[0]), nil
 			}
 			return vUndef, rerr("TypeError: Can only get item pairs from a mapping.")
 		},
-		"join": func(a []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
+		"join": func(a []value, kw map[string]value) (value, error) {
 			p, err := params("join", a[1:], kw, "d", "attribute")
 			if err != nil {
 				return vUndef, err
@@ -414,18 +415,18 @@ func init() {
 			}
 			return str(strings.Join(parts, sep)), nil
 		},
-		"list": func(a []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
+		"list": func(a []value, kw map[string]value) (value, error) {
 			items, err := iterate(a[0])
-			return jinja.NewList(append([]jinja.Value(nil), items...)), err
+			return newList(append([]value(nil), items...)), err
 		},
-		"map": func(a []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
+		"map": func(a []value, kw map[string]value) (value, error) {
 			items, err := iterate(a[0])
 			if err != nil {
 				return vUndef, err
 			}
-			var f func(jinja.Value) (jinja.Value, error)
+			var f func(value) (value, error)
 			if attr, ok := kw["attribute"]; ok {
-				var def *jinja.Value
+				var def *value
 				if d, ok := kw["default"]; ok {
 					def = &d
 				}
@@ -445,17 +446,17 @@ func init() {
 					return vUndef, rerr("no filter named '%s'", name)
 				}
 				extra := a[2:]
-				f = func(v jinja.Value) (jinja.Value, error) {
-					return filt(append([]jinja.Value{v}, extra...), kw)
+				f = func(v value) (value, error) {
+					return filt(append([]value{v}, extra...), kw)
 				}
 			}
-			out := make([]jinja.Value, len(items))
+			out := make([]value, len(items))
 			for i, it := range items {
 				if out[i], err = f(it); err != nil {
 					return vUndef, err
 				}
 			}
-			return jinja.NewList(out), nil
+			return newList(out), nil
 		},
 		"max":        minMax("max", true),
 		"min":        minMax("min", false),
@@ -463,7 +464,7 @@ func init() {
 		"reject":     selectOrReject("reject", false, false),
 		"selectattr": selectOrReject("selectattr", true, true),
 		"rejectattr": selectOrReject("rejectattr", true, false),
-		"replace": func(a []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
+		"replace": func(a []value, kw map[string]value) (value, error) {
 			p, err := params("replace", a[1:], kw, "old", "new", "count")
 			if err != nil {
 				return vUndef, err
@@ -488,7 +489,7 @@ func init() {
 			}
 			return str(strings.Replace(s, old, nw, int(n))), nil
 		},
-		"reverse": func(a []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
+		"reverse": func(a []value, kw map[string]value) (value, error) {
 			if a[0].IsString() {
 				r := []rune(a[0].AsString())
 				for i, j := 0, len(r)-1; i < j; i, j = i+1, j-1 {
@@ -500,13 +501,13 @@ func init() {
 			if err != nil {
 				return vUndef, rerr("FilterArgumentError: argument must be iterable")
 			}
-			out := make([]jinja.Value, len(items))
+			out := make([]value, len(items))
 			for i, it := range items {
 				out[len(items)-1-i] = it
 			}
-			return jinja.NewList(out), nil
+			return newList(out), nil
 		},
-		"round": func(a []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
+		"round": func(a []value, kw map[string]value) (value, error) {
 			p, err := params("round", a[1:], kw, "precision", "method")
 			if err != nil {
 				return vUndef, err
@@ -535,19 +536,19 @@ func init() {
 					s = strconv.FormatFloat(math.RoundToEven(x*pow)/pow, 'f', -1, 64)
 				}
 				f, _ := strconv.ParseFloat(s, 64)
-				return jinja.NewFloat(f), nil
+				return newFloat(f), nil
 			case "ceil":
-				return jinja.NewFloat(math.Ceil(x*pow) / pow), nil
+				return newFloat(math.Ceil(x*pow) / pow), nil
 			case "floor":
-				return jinja.NewFloat(math.Floor(x*pow) / pow), nil
+				return newFloat(math.Floor(x*pow) / pow), nil
 			}
 			return vUndef, rerr("FilterArgumentError: method must be common, ceil or floor")
 		},
-		"safe": func(a []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
+		"safe": func(a []value, kw map[string]value) (value, error) {
 			s, err := softStr(a[0])
 			return str(s), err
 		},
-		"sort": func(a []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
+		"sort": func(a []value, kw map[string]value) (value, error) {
 			p, err := params("sort", a[1:], kw, "reverse", "case_sensitive", "attribute")
 			if err != nil {
 				return vUndef, err
@@ -561,17 +562,17 @@ func init() {
 				return vUndef, err
 			}
 			cs := p[1].IsTruthy()
-			out, err := sortValues(items, func(v jinja.Value) (jinja.Value, error) {
+			out, err := sortValues(items, func(v value) (value, error) {
 				k, err := get(v)
 				return sortKey(k, cs), err
 			}, p[0].IsTruthy())
-			return jinja.NewList(out), err
+			return newList(out), err
 		},
-		"string": func(a []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
+		"string": func(a []value, kw map[string]value) (value, error) {
 			s, err := softStr(a[0])
 			return str(s), err
 		},
-		"sum": func(a []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
+		"sum": func(a []value, kw map[string]value) (value, error) {
 			p, err := params("sum", a[1:], kw, "attribute", "start")
 			if err != nil {
 				return vUndef, err
@@ -586,7 +587,7 @@ func init() {
 			}
 			total := p[1]
 			if total.IsUndefined() {
-				total = jinja.NewInt(0)
+				total = newInt(0)
 			}
 			for _, it := range items {
 				v, err := get(it)
@@ -599,7 +600,7 @@ func init() {
 			}
 			return total, nil
 		},
-		"tojson": func(a []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
+		"tojson": func(a []value, kw map[string]value) (value, error) {
 			p, err := params("tojson", a[1:], kw, "ensure_ascii", "indent", "separators", "sort_keys")
 			if err != nil {
 				return vUndef, err
@@ -631,7 +632,7 @@ func init() {
 			}
 			return str(s), nil
 		},
-		"trim": func(a []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
+		"trim": func(a []value, kw map[string]value) (value, error) {
 			p, err := params("trim", a[1:], kw, "chars")
 			if err != nil {
 				return vUndef, err
@@ -646,7 +647,7 @@ func init() {
 			}
 			return str(pyStrip(s, chars, true, true)), nil
 		},
-		"unique": func(a []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
+		"unique": func(a []value, kw map[string]value) (value, error) {
 			p, err := params("unique", a[1:], kw, "case_sensitive", "attribute")
 			if err != nil {
 				return vUndef, err
@@ -659,8 +660,8 @@ func init() {
 			if err != nil {
 				return vUndef, err
 			}
-			var seen []jinja.Value
-			var out []jinja.Value
+			var seen []value
+			var out []value
 		next:
 			for _, it := range items {
 				k, err := get(it)
@@ -676,13 +677,13 @@ func init() {
 				seen = append(seen, k)
 				out = append(out, it)
 			}
-			return jinja.NewList(out), nil
+			return newList(out), nil
 		},
-		"wordcount": func(a []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
+		"wordcount": func(a []value, kw map[string]value) (value, error) {
 			s, err := softStr(a[0])
-			return jinja.NewInt(int64(len(wordRe.FindAllStringIndex(s, -1)))), err
+			return newInt(int64(len(wordRe.FindAllStringIndex(s, -1)))), err
 		},
-		"indent": func(a []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
+		"indent": func(a []value, kw map[string]value) (value, error) {
 			p, err := params("indent", a[1:], kw, "width", "first", "blank")
 			if err != nil {
 				return vUndef, err
@@ -728,7 +729,7 @@ func init() {
 			return str(rv), nil
 		},
 	}
-	filters["format"] = func(a []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
+	filters["format"] = func(a []value, kw map[string]value) (value, error) {
 		if len(kw) > 0 {
 			return vUndef, rerr("format with keyword arguments is not supported")
 		}
@@ -743,72 +744,72 @@ func init() {
 	filters["d"] = filters["default"]
 	filters["e"] = filters["escape"]
 
-	cmp := func(op string) func(v jinja.Value, args []jinja.Value) (bool, error) {
-		return func(v jinja.Value, args []jinja.Value) (bool, error) {
+	cmp := func(op string) func(v value, args []value) (bool, error) {
+		return func(v value, args []value) (bool, error) {
 			if len(args) != 1 {
 				return false, rerr("test needs one argument")
 			}
 			return compareOp(op, v, args[0])
 		}
 	}
-	kind := func(f func(jinja.Value) bool) func(v jinja.Value, args []jinja.Value) (bool, error) {
-		return func(v jinja.Value, args []jinja.Value) (bool, error) {
+	kind := func(f func(value) bool) func(v value, args []value) (bool, error) {
+		return func(v value, args []value) (bool, error) {
 			if len(args) > 0 {
 				return false, rerr("test takes no arguments")
 			}
 			return f(v), nil
 		}
 	}
-	tests = map[string]func(v jinja.Value, args []jinja.Value) (bool, error){
-		"defined":   kind(func(v jinja.Value) bool { return !v.IsUndefined() }),
-		"undefined": kind(func(v jinja.Value) bool { return v.IsUndefined() }),
-		"none":      kind(func(v jinja.Value) bool { return v.IsNone() }),
-		"boolean":   kind(func(v jinja.Value) bool { return v.IsBool() }),
-		"true":      kind(func(v jinja.Value) bool { return v.IsBool() && v.AsBool() }),
-		"false":     kind(func(v jinja.Value) bool { return v.IsBool() && !v.AsBool() }),
-		"integer": kind(func(v jinja.Value) bool {
+	tests = map[string]func(v value, args []value) (bool, error){
+		"defined":   kind(func(v value) bool { return !v.IsUndefined() }),
+		"undefined": kind(func(v value) bool { return v.IsUndefined() }),
+		"none":      kind(func(v value) bool { return v.IsNone() }),
+		"boolean":   kind(func(v value) bool { return v.IsBool() }),
+		"true":      kind(func(v value) bool { return v.IsBool() && v.AsBool() }),
+		"false":     kind(func(v value) bool { return v.IsBool() && !v.AsBool() }),
+		"integer": kind(func(v value) bool {
 			_, big := bigInt(v)
 			return v.IsInt() || big
 		}),
-		"float": kind(func(v jinja.Value) bool { return v.IsFloat() }),
-		"number": kind(func(v jinja.Value) bool {
+		"float": kind(func(v value) bool { return v.IsFloat() }),
+		"number": kind(func(v value) bool {
 			_, big := bigInt(v)
 			return isNumber(v) || big
 		}),
-		"string":  kind(func(v jinja.Value) bool { return v.IsString() }),
-		"mapping": kind(func(v jinja.Value) bool { return v.IsDict() }),
-		"iterable": kind(func(v jinja.Value) bool {
+		"string":  kind(func(v value) bool { return v.IsString() }),
+		"mapping": kind(func(v value) bool { return v.IsDict() }),
+		"iterable": kind(func(v value) bool {
 			return v.IsList() || v.IsDict() || v.IsString() || v.IsUndefined()
 		}),
-		"sequence": kind(func(v jinja.Value) bool {
+		"sequence": kind(func(v value) bool {
 			return v.IsList() || v.IsDict() || v.IsString() || v.IsUndefined()
 		}),
 		"callable": kind(isCallable),
-		"escaped":  kind(func(v jinja.Value) bool { return false }),
-		"lower": kind(func(v jinja.Value) bool {
+		"escaped":  kind(func(v value) bool { return false }),
+		"lower": kind(func(v value) bool {
 			s, _ := softStr(v)
 			return pyIsLower(s)
 		}),
-		"upper": kind(func(v jinja.Value) bool {
+		"upper": kind(func(v value) bool {
 			s, _ := softStr(v)
 			return pyIsUpper(s)
 		}),
-		"odd": func(v jinja.Value, args []jinja.Value) (bool, error) {
-			r, err := binaryOp("%", v, jinja.NewInt(2))
-			return err == nil && pyEqual(r, jinja.NewInt(1)), err
+		"odd": func(v value, args []value) (bool, error) {
+			r, err := binaryOp("%", v, newInt(2))
+			return err == nil && pyEqual(r, newInt(1)), err
 		},
-		"even": func(v jinja.Value, args []jinja.Value) (bool, error) {
-			r, err := binaryOp("%", v, jinja.NewInt(2))
-			return err == nil && pyEqual(r, jinja.NewInt(0)), err
+		"even": func(v value, args []value) (bool, error) {
+			r, err := binaryOp("%", v, newInt(2))
+			return err == nil && pyEqual(r, newInt(0)), err
 		},
-		"divisibleby": func(v jinja.Value, args []jinja.Value) (bool, error) {
+		"divisibleby": func(v value, args []value) (bool, error) {
 			if len(args) != 1 {
 				return false, rerr("divisibleby needs one argument")
 			}
 			r, err := binaryOp("%", v, args[0])
-			return err == nil && pyEqual(r, jinja.NewInt(0)), err
+			return err == nil && pyEqual(r, newInt(0)), err
 		},
-		"sameas": func(v jinja.Value, args []jinja.Value) (bool, error) {
+		"sameas": func(v value, args []value) (bool, error) {
 			if len(args) != 1 {
 				return false, rerr("sameas needs one argument")
 			}
@@ -825,17 +826,17 @@ func init() {
 			}
 			return false, rerr("sameas on %s values is not supported", typeName(v))
 		},
-		"in": func(v jinja.Value, args []jinja.Value) (bool, error) {
+		"in": func(v value, args []value) (bool, error) {
 			if len(args) != 1 {
 				return false, rerr("in needs one argument")
 			}
 			return contains(args[0], v)
 		},
-		"filter": func(v jinja.Value, args []jinja.Value) (bool, error) {
+		"filter": func(v value, args []value) (bool, error) {
 			_, ok := filters[v.AsString()]
 			return v.IsString() && ok, nil
 		},
-		"test": func(v jinja.Value, args []jinja.Value) (bool, error) {
+		"test": func(v value, args []value) (bool, error) {
 			if !v.IsString() {
 				return false, nil
 			}
