@@ -232,7 +232,7 @@ func TestGoValueKwargs(t *testing.T) {
 		t.Fatal("struct accepted")
 	}
 	if !boolV(true).IsTruthy() {
-		t.Fatal("engine truthiness")
+		t.Fatal("truthiness")
 	}
 }
 
