@@ -342,88 +342,33 @@ func allRunes(s string, f func(rune) bool) bool {
 	return true
 }
 
-var strMethods map[string]method
-
-func init() {
-	strMethods = map[string]method{
-		"strip":      stripMethod("strip", true, true),
-		"lstrip":     stripMethod("lstrip", true, false),
-		"rstrip":     stripMethod("rstrip", false, true),
-		"split":      splitMethod("split", false),
-		"rsplit":     splitMethod("rsplit", true),
-		"startswith": affixMethod("startswith", false),
-		"endswith":   affixMethod("endswith", true),
-		"find":       findMethod("find", false, false),
-		"rfind":      findMethod("rfind", true, false),
-		"index":      findMethod("index", false, true),
-		"rindex":     findMethod("rindex", true, true),
-		"upper":      noArgs("upper", func(s string) value { return str(pyUpper(s)) }),
-		"lower":      noArgs("lower", func(s string) value { return str(pyLower(s)) }),
-		"title":      noArgs("title", func(s string) value { return str(pyTitle(s)) }),
-		"capitalize": noArgs("capitalize", func(s string) value { return str(pyCapitalize(s)) }),
-		"isdigit":    noArgs("isdigit", func(s string) value { return boolV(allRunes(s, unicode.IsDigit)) }),
-		"isalpha":    noArgs("isalpha", func(s string) value { return boolV(allRunes(s, unicode.IsLetter)) }),
-		"isspace":    noArgs("isspace", func(s string) value { return boolV(allRunes(s, pyIsSpace)) }),
-		"islower":    noArgs("islower", func(s string) value { return boolV(pyIsLower(s)) }),
-		"isupper":    noArgs("isupper", func(s string) value { return boolV(pyIsUpper(s)) }),
-		"splitlines": func(recv value, args []value, kw map[string]value) (value, error) {
-			p, err := params("splitlines", args, kw, "keepends")
-			if err != nil {
-				return vUndef, err
-			}
-			return strList(pySplitlines(recv.AsString(), p[0].IsTruthy())), nil
-		},
-		"replace": func(recv value, args []value, kw map[string]value) (value, error) {
-			p, err := params("replace", args, kw, "old", "new", "count")
-			if err != nil {
-				return vUndef, err
-			}
-			old, err := needStr("replace", p[0])
-			if err != nil {
-				return vUndef, err
-			}
-			nw, err := needStr("replace", p[1])
-			if err != nil {
-				return vUndef, err
-			}
-			n, err := optInt("replace", p[2], -1)
-			if err != nil {
-				return vUndef, err
-			}
-			return str(strings.Replace(recv.AsString(), old, nw, int(n))), nil
-		},
-		"count": func(recv value, args []value, kw map[string]value) (value, error) {
-			if len(args) != 1 || len(kw) > 0 {
-				return vUndef, rerr("count() with start/end arguments is not supported")
-			}
-			sub, err := needStr("count", args[0])
-			if err != nil {
-				return vUndef, err
-			}
-			s := recv.AsString()
-			if sub == "" {
-				return newInt(int64(utf8.RuneCountInString(s)) + 1), nil
-			}
-			return newInt(int64(strings.Count(s, sub))), nil
-		},
-		"join": func(recv value, args []value, kw map[string]value) (value, error) {
-			if len(args) != 1 || len(kw) > 0 {
-				return vUndef, rerr("TypeError: join() takes exactly one argument")
-			}
-			items, err := iterate(args[0])
-			if err != nil {
-				return vUndef, err
-			}
-			parts := make([]string, len(items))
-			for i, it := range items {
-				if parts[i], err = needStr("join", it); err != nil {
-					return vUndef, rerr("TypeError: sequence item %d: expected str instance, %s found", i, typeName(it))
-				}
-			}
-			return str(strings.Join(parts, recv.AsString())), nil
-		},
-		"format": strFormat,
-	}
+// strMethods are the str methods a template may call.
+var strMethods = map[string]method{
+	"strip":      stripMethod("strip", true, true),
+	"lstrip":     stripMethod("lstrip", true, false),
+	"rstrip":     stripMethod("rstrip", false, true),
+	"split":      splitMethod("split", false),
+	"rsplit":     splitMethod("rsplit", true),
+	"startswith": affixMethod("startswith", false),
+	"endswith":   affixMethod("endswith", true),
+	"find":       findMethod("find", false, false),
+	"rfind":      findMethod("rfind", true, false),
+	"index":      findMethod("index", false, true),
+	"rindex":     findMethod("rindex", true, true),
+	"upper":      noArgs("upper", func(s string) value { return str(pyUpper(s)) }),
+	"lower":      noArgs("lower", func(s string) value { return str(pyLower(s)) }),
+	"title":      noArgs("title", func(s string) value { return str(pyTitle(s)) }),
+	"capitalize": noArgs("capitalize", func(s string) value { return str(pyCapitalize(s)) }),
+	"isdigit":    noArgs("isdigit", func(s string) value { return boolV(allRunes(s, unicode.IsDigit)) }),
+	"isalpha":    noArgs("isalpha", func(s string) value { return boolV(allRunes(s, unicode.IsLetter)) }),
+	"isspace":    noArgs("isspace", func(s string) value { return boolV(allRunes(s, pyIsSpace)) }),
+	"islower":    noArgs("islower", func(s string) value { return boolV(pyIsLower(s)) }),
+	"isupper":    noArgs("isupper", func(s string) value { return boolV(pyIsUpper(s)) }),
+	"splitlines": strSplitlinesMethod,
+	"replace":    strReplaceMethod,
+	"count":      strCountMethod,
+	"join":       strJoinMethod,
+	"format":     strFormat,
 }
 
 // strFormat is str.format for plain replacement fields ({}, {0}, {name}); format specs and
@@ -495,76 +440,25 @@ func strFormat(recv value, args []value, kw map[string]value) (value, error) {
 }
 
 var (
-	dictMethods       map[string]method
-	listMethods       map[string]method
 	unsafeDictMethods = map[string]bool{"clear": true, "pop": true, "popitem": true, "setdefault": true, "update": true}
 	unsafeListMethods = map[string]bool{"append": true, "extend": true, "insert": true, "pop": true, "remove": true,
 		"reverse": true, "sort": true, "clear": true}
 )
 
-func init() {
-	dictMethods = map[string]method{
-		"get": func(recv value, args []value, kw map[string]value) (value, error) {
-			if len(args) < 1 || len(args) > 2 || len(kw) > 0 {
-				return vUndef, rerr("TypeError: get expected 1 or 2 arguments")
-			}
-			if args[0].IsString() {
-				if v, ok := recv.AsDict().Get(args[0].AsString()); ok {
-					return v, nil
-				}
-			}
-			if len(args) == 2 {
-				return args[1], nil
-			}
-			return vNone, nil
-		},
-		"items": func(recv value, args []value, kw map[string]value) (value, error) {
-			return dictItems(recv), nil
-		},
-		"keys": func(recv value, args []value, kw map[string]value) (value, error) {
-			items, _ := iterate(recv)
-			return newList(items), nil
-		},
-		"values": func(recv value, args []value, kw map[string]value) (value, error) {
-			d := recv.AsDict()
-			out := make([]value, len(d.Keys))
-			for i, k := range d.Keys {
-				out[i] = d.Data[k]
-			}
-			return newList(out), nil
-		},
-		"copy": func(recv value, args []value, kw map[string]value) (value, error) {
-			return dictFromArgs([]value{recv})
-		},
-	}
-	listMethods = map[string]method{
-		"index": func(recv value, args []value, kw map[string]value) (value, error) {
-			if len(args) != 1 || len(kw) > 0 {
-				return vUndef, rerr("list.index() with start/stop is not supported")
-			}
-			for i, v := range recv.AsList().Items {
-				if pyEqual(v, args[0]) {
-					return newInt(int64(i)), nil
-				}
-			}
-			return vUndef, rerr("ValueError: value is not in list")
-		},
-		"count": func(recv value, args []value, kw map[string]value) (value, error) {
-			if len(args) != 1 || len(kw) > 0 {
-				return vUndef, rerr("TypeError: list.count() takes exactly one argument")
-			}
-			n := 0
-			for _, v := range recv.AsList().Items {
-				if pyEqual(v, args[0]) {
-					n++
-				}
-			}
-			return newInt(int64(n)), nil
-		},
-		"copy": func(recv value, args []value, kw map[string]value) (value, error) {
-			return newList(append([]value(nil), recv.AsList().Items...)), nil
-		},
-	}
+// dictMethods are the dict methods a template may call.
+var dictMethods = map[string]method{
+	"get":    dictGetMethod,
+	"items":  dictItemsMethod,
+	"keys":   dictKeysMethod,
+	"values": dictValuesMethod,
+	"copy":   dictCopyMethod,
+}
+
+// listMethods are the list methods a template may call.
+var listMethods = map[string]method{
+	"index": listIndexMethod,
+	"count": listCountMethod,
+	"copy":  listCopyMethod,
 }
 
 func dictItems(v value) value {
@@ -574,4 +468,142 @@ func dictItems(v value) value {
 		out[i] = newTuple([]value{str(k), d.Data[k]})
 	}
 	return newList(out)
+}
+
+// strSplitlinesMethod is str.splitlines.
+func strSplitlinesMethod(recv value, args []value, kw map[string]value) (value, error) {
+	p, err := params("splitlines", args, kw, "keepends")
+	if err != nil {
+		return vUndef, err
+	}
+	return strList(pySplitlines(recv.AsString(), p[0].IsTruthy())), nil
+}
+
+// strReplaceMethod is str.replace.
+func strReplaceMethod(recv value, args []value, kw map[string]value) (value, error) {
+	p, err := params("replace", args, kw, "old", "new", "count")
+	if err != nil {
+		return vUndef, err
+	}
+	old, err := needStr("replace", p[0])
+	if err != nil {
+		return vUndef, err
+	}
+	nw, err := needStr("replace", p[1])
+	if err != nil {
+		return vUndef, err
+	}
+	n, err := optInt("replace", p[2], -1)
+	if err != nil {
+		return vUndef, err
+	}
+	return str(strings.Replace(recv.AsString(), old, nw, int(n))), nil
+}
+
+// strCountMethod is str.count.
+func strCountMethod(recv value, args []value, kw map[string]value) (value, error) {
+	if len(args) != 1 || len(kw) > 0 {
+		return vUndef, rerr("count() with start/end arguments is not supported")
+	}
+	sub, err := needStr("count", args[0])
+	if err != nil {
+		return vUndef, err
+	}
+	s := recv.AsString()
+	if sub == "" {
+		return newInt(int64(utf8.RuneCountInString(s)) + 1), nil
+	}
+	return newInt(int64(strings.Count(s, sub))), nil
+}
+
+// strJoinMethod is str.join.
+func strJoinMethod(recv value, args []value, kw map[string]value) (value, error) {
+	if len(args) != 1 || len(kw) > 0 {
+		return vUndef, rerr("TypeError: join() takes exactly one argument")
+	}
+	items, err := iterate(args[0])
+	if err != nil {
+		return vUndef, err
+	}
+	parts := make([]string, len(items))
+	for i, it := range items {
+		if parts[i], err = needStr("join", it); err != nil {
+			return vUndef, rerr("TypeError: sequence item %d: expected str instance, %s found", i, typeName(it))
+		}
+	}
+	return str(strings.Join(parts, recv.AsString())), nil
+}
+
+// dictGetMethod is dict.get.
+func dictGetMethod(recv value, args []value, kw map[string]value) (value, error) {
+	if len(args) < 1 || len(args) > 2 || len(kw) > 0 {
+		return vUndef, rerr("TypeError: get expected 1 or 2 arguments")
+	}
+	if args[0].IsString() {
+		if v, ok := recv.AsDict().Get(args[0].AsString()); ok {
+			return v, nil
+		}
+	}
+	if len(args) == 2 {
+		return args[1], nil
+	}
+	return vNone, nil
+}
+
+// dictItemsMethod is dict.items.
+func dictItemsMethod(recv value, args []value, kw map[string]value) (value, error) {
+	return dictItems(recv), nil
+}
+
+// dictKeysMethod is dict.keys.
+func dictKeysMethod(recv value, args []value, kw map[string]value) (value, error) {
+	items, _ := iterate(recv)
+	return newList(items), nil
+}
+
+// dictValuesMethod is dict.values.
+func dictValuesMethod(recv value, args []value, kw map[string]value) (value, error) {
+	d := recv.AsDict()
+	out := make([]value, len(d.Keys))
+	for i, k := range d.Keys {
+		out[i] = d.Data[k]
+	}
+	return newList(out), nil
+}
+
+// dictCopyMethod is dict.copy.
+func dictCopyMethod(recv value, args []value, kw map[string]value) (value, error) {
+	return dictFromArgs([]value{recv})
+}
+
+// listIndexMethod is list.index.
+func listIndexMethod(recv value, args []value, kw map[string]value) (value, error) {
+	if len(args) != 1 || len(kw) > 0 {
+		return vUndef, rerr("list.index() with start/stop is not supported")
+	}
+	for i, v := range recv.AsList().Items {
+		if pyEqual(v, args[0]) {
+			return newInt(int64(i)), nil
+		}
+	}
+	return vUndef, rerr("ValueError: value is not in list")
+}
+
+// listCountMethod is list.count.
+func listCountMethod(recv value, args []value, kw map[string]value) (value, error) {
+	if len(args) != 1 || len(kw) > 0 {
+		return vUndef, rerr("TypeError: list.count() takes exactly one argument")
+	}
+	n := 0
+	for _, v := range recv.AsList().Items {
+		if pyEqual(v, args[0]) {
+			n++
+		}
+	}
+	return newInt(int64(n)), nil
+}
+
+// listCopyMethod is list.copy.
+func listCopyMethod(recv value, args []value, kw map[string]value) (value, error) {
+	return newList(append([]value(nil), recv.AsList().Items...)), nil
 }
