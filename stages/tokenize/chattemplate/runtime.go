@@ -62,13 +62,6 @@ func asFloat(v value) float64 {
 	return float64(asInt(v))
 }
 
-func argN(name string, args []value, n int) error {
-	if len(args) != n {
-		return rerr("%s() takes %d argument(s), got %d", name, n, len(args))
-	}
-	return nil
-}
-
 // builtins are the global functions Jinja2 and transformers give every template, keyed by name;
 // namespace and strftime_now, which need the render's state, are added per render (renderBuiltins).
 var builtins = map[string]value{}

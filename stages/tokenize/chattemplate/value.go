@@ -112,6 +112,8 @@ func newCallable(name string, f fn) value {
 // an error rather than giving a different answer.
 func newBigInt(digits string) value { return value{k: kindBigInt, s: digits} }
 
+// The Is methods test the kind; the As methods return the payload of a value known to be of that kind.
+
 func (v value) IsUndefined() bool { return v.k == kindUndefined }
 func (v value) IsNone() bool      { return v.k == kindNone }
 func (v value) IsBool() bool      { return v.k == kindBool }
