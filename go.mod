@@ -4,7 +4,6 @@ go 1.26.8
 
 require (
 	github.com/apache/arrow/go/v17 v17.0.0
-	github.com/ardanlabs/jinja v1.8.0
 	github.com/cenkalti/backoff/v4 v4.3.0
 	github.com/dlclark/regexp2 v1.12.0
 	github.com/klauspost/compress v1.20.4

@@ -210,6 +210,11 @@ func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
 		}
 		model = m
 	}
+	// The too-long check needs the model's context window: from the directory or --context-length.
+	ctxLen, err := model.ContextWindow(rc.Tokenize.ContextLength)
+	if err != nil {
+		return nil, err
+	}
 
 	// Engine.
 	if len(rc.Generate.Endpoints) == 0 {
@@ -232,9 +237,7 @@ func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
 				scfg.ToolCallTokenIDs, scfg.ToolCallRate = []int{int(a), int(b)}, 0.1
 			}
 		}
-		if model.ContextLength > 0 {
-			scfg.ContextLength = model.ContextLength
-		}
+		scfg.ContextLength = ctxLen
 		s, err := sim.New(scfg)
 		if err != nil {
 			return nil, err

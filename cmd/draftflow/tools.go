@@ -48,6 +48,8 @@ func cmdEncode(ctx context.Context, args []string) error {
 	modelDir := fs.String("model", "", "model directory (default: the bundled sample tokenizer)")
 	kwargs := fs.String("template-kwargs", "", `extra chat-template variables as a JSON object, e.g. '{"enable_thinking": false}'`)
 	text := fs.Bool("text", false, `encode each line's "text" field without a chat template`)
+	ctxLen := fs.Int("context-length", 0,
+		"the model's context window in tokens, for the too-long check (default: from the model directory; required when it gives none)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -62,11 +64,20 @@ func cmdEncode(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	return encodeStream(os.Stdin, os.Stdout, m, kw, *text)
+	window := 0
+	if !*text {
+		// Conversations get the stage's too-long check; raw text (--text) has no sampling to check.
+		if window, err = m.ContextWindow(*ctxLen); err != nil {
+			return err
+		}
+	}
+	return encodeStream(os.Stdin, os.Stdout, m, kw, *text, window)
 }
 
 // encodeStream is `draftflow encode`: one output line per input line, or an error naming the line.
-func encodeStream(r io.Reader, w io.Writer, m *tokenize.Model, kwargs map[string]any, textMode bool) error {
+// A conversation that the tokenize stage would dead-letter as too long for a context window of
+// ctxLen tokens (0: no check) is such an error.
+func encodeStream(r io.Reader, w io.Writer, m *tokenize.Model, kwargs map[string]any, textMode bool, ctxLen int) error {
 	in := bufio.NewReader(r)
 	out := bufio.NewWriter(w)
 	defer out.Flush()
@@ -101,6 +112,10 @@ func encodeStream(r io.Reader, w io.Writer, m *tokenize.Model, kwargs map[string
 				}
 				if ids, err = m.Encode(&p); err != nil {
 					return fmt.Errorf("stdin line %d (id %s): %w", line, p.ID, err)
+				}
+				if ctxLen > 0 && !tokenize.Fits(len(ids), p.Sampling.MaxNewTokens, ctxLen) {
+					return fmt.Errorf("stdin line %d (id %s): %d tokens; with max_new_tokens %d it does not fit the model context of %d tokens",
+						line, p.ID, len(ids), p.Sampling.MaxNewTokens, ctxLen)
 				}
 				id = p.ID
 			}

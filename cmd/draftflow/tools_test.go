@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/draftflow/draftflow/sink"
+	"github.com/draftflow/draftflow/stages/tokenize/tokenizer/bundled"
 	"github.com/draftflow/draftflow/topics"
 	"github.com/draftflow/draftflow/topics/topictest"
 )
@@ -31,7 +32,7 @@ func TestEncodeStream(t *testing.T) {
 {"id": 7, "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "x  123"}]}
 `
 	var out bytes.Buffer
-	if err := encodeStream(strings.NewReader(in), &out, m, map[string]any{"enable_thinking": false}, false); err != nil {
+	if err := encodeStream(strings.NewReader(in), &out, m, map[string]any{"enable_thinking": false}, false, 0); err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
@@ -65,7 +66,7 @@ func TestEncodeStream(t *testing.T) {
 	}
 
 	out.Reset()
-	if err := encodeStream(strings.NewReader(`{"text": "plain  text 42"}`+"\n"), &out, m, nil, true); err != nil {
+	if err := encodeStream(strings.NewReader(`{"text": "plain  text 42"}`+"\n"), &out, m, nil, true, 0); err != nil {
 		t.Fatal(err)
 	}
 	var textRow struct {
@@ -78,9 +79,51 @@ func TestEncodeStream(t *testing.T) {
 		t.Errorf("text mode gave %v, want %v", textRow.InputIDs, want)
 	}
 
-	err = encodeStream(strings.NewReader(in+`{"messages": [{"role": "wizard", "content": "x"}]}`+"\n"), &out, m, nil, false)
+	err = encodeStream(strings.NewReader(in+`{"messages": [{"role": "wizard", "content": "x"}]}`+"\n"), &out, m, nil, false, 0)
 	if err == nil || !strings.Contains(err.Error(), "stdin line 5") || !strings.Contains(err.Error(), "wizard") {
 		t.Fatalf("bad line error %v does not name line 5 and the reason", err)
+	}
+}
+
+// TestEncodeContextLength: encode applies the stage's too-long check, and a model directory without a
+// usable context length needs --context-length, as the stage does.
+func TestEncodeContextLength(t *testing.T) {
+	m, cleanup, err := loadModelOrBundled("")
+	defer cleanup()
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := `{"id": "a", "messages": [{"role": "user", "content": "Hello there"}]}` + "\n"
+	var out bytes.Buffer
+	err = encodeStream(strings.NewReader(in), &out, m, nil, false, 5)
+	if err == nil || !strings.Contains(err.Error(), "stdin line 1") || !strings.Contains(err.Error(), "does not fit") {
+		t.Fatalf("a conversation over the context window: %v", err)
+	}
+
+	dir := t.TempDir()
+	if err := bundled.WriteDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, "config.json")); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "tokenizer_config.json")
+	b, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfg, []byte(strings.Replace(string(b), `"model_max_length": 32768`, `"model_max_length": 1e30`, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err = cmdEncode(context.Background(), []string{"--model", dir})
+	if err == nil || !strings.Contains(err.Error(), "--context-length") {
+		t.Fatalf("encode of a model without a context length: %v", err)
+	}
+	if err := cmdEncode(context.Background(), []string{"--model", dir, "--text"}); err != nil {
+		t.Fatalf("encode --text needs no context length: %v", err)
+	}
+	if err := cmdEncode(context.Background(), []string{"--model", dir, "--context-length", "4096"}); err != nil {
+		t.Fatalf("encode --context-length 4096: %v", err)
 	}
 }
 
@@ -177,5 +220,33 @@ func writeSampleRun(t *testing.T, dir string) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRunNeedsContextLength: `draftflow run` with a model directory that gives no usable context
+// length stops before any stage starts and names --context-length.
+func TestRunNeedsContextLength(t *testing.T) {
+	dir := t.TempDir()
+	if err := bundled.WriteDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"model_type": "sample"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "tokenizer_config.json")
+	b, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfg, []byte(strings.Replace(string(b), `"model_max_length": 32768`, `"model_max_length": 1e30`, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	input := filepath.Join(t.TempDir(), "in.jsonl")
+	if err := os.WriteFile(input, []byte(`{"messages": [{"role": "user", "content": "hi"}]}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err = cmdRun(context.Background(), []string{"--input", input, "--model", dir, "--out", t.TempDir(), "--timeout", "1m"})
+	if err == nil || !strings.Contains(err.Error(), "--context-length") {
+		t.Fatalf("run of a model without a context length: %v", err)
 	}
 }

@@ -23,7 +23,9 @@ type Model struct {
 	Name string
 	// Dir is the model directory.
 	Dir string
-	// ContextLength is the model's context window in tokens (0 if the directory does not say).
+	// ContextLength is the model's context window in tokens as the directory gives it: config.json's
+	// max_position_embeddings or max_seq_len, else a real tokenizer_config.json model_max_length; 0 if
+	// the directory does not say (then ContextWindow needs it from --context-length).
 	ContextLength int
 	// Hash fingerprints the tokenizer files and chat template (sha256 of their bytes, 16 hex digits).
 	Hash string
@@ -45,7 +47,8 @@ type Model struct {
 }
 
 // LoadModel loads tokenizer.json, tokenizer_config.json (chat_template, bos/eos, model_max_length),
-// chat_template.jinja if present, and config.json (max_position_embeddings) from dir. A directory
+// chat_template.jinja if present, and config.json (max_position_embeddings) from dir; a config.json
+// that is not a JSON object with numeric context fields is an error. A directory
 // whose tokenizer is custom Python code (tokenizer_config.json auto_map, or tokenization_kimi.py
 // without a tokenizer.json) loads only when draftflow reproduces that code (package kimi, which
 // recognises it by content); any other custom code is an error naming the file.
@@ -83,6 +86,10 @@ func LoadModel(dir string) (*Model, error) {
 		fmt.Fprintf(h, "%s:%d:", f, len(b))
 		h.Write(b)
 	}
+	ctxLen, err := contextLength(dir)
+	if err != nil {
+		return nil, fmt.Errorf("model %s: %w", dir, err)
+	}
 	abs, _ := filepath.Abs(dir)
 	var special int
 	if variant != nil {
@@ -93,7 +100,7 @@ func LoadModel(dir string) (*Model, error) {
 	m := &Model{
 		Name:              filepath.Base(abs),
 		Dir:               dir,
-		ContextLength:     contextLength(dir),
+		ContextLength:     ctxLen,
 		Hash:              hex.EncodeToString(h.Sum(nil))[:16],
 		EOSTokenIDs:       eosTokenIDs(dir, tok),
 		SpecialTokenStart: special,
@@ -242,30 +249,79 @@ func eosTokenIDs(dir string, tok *tokenizer.Tokenizer) []uint32 {
 	return ids
 }
 
-// contextLength reads the context window from config.json, falling back to tokenizer_config.json's
-// model_max_length when that is a real number (transformers stores 1e30 for "unknown").
-func contextLength(dir string) int {
+// maxRealContext bounds a believable model_max_length: transformers writes a placeholder (1e30, or
+// int(1e30)) when the model's window is unknown.
+const maxRealContext = 1 << 30
+
+// contextLength reads the context window from config.json (max_position_embeddings, else max_seq_len,
+// at the top level or, for multimodal models, in text_config), falling back to tokenizer_config.json's model_max_length when that is a real number. It returns 0
+// when the directory does not say, and an error for a config.json or tokenizer_config.json that does
+// not parse.
+func contextLength(dir string) (int, error) {
+	type lengths struct {
+		MaxPositionEmbeddings int `json:"max_position_embeddings"`
+		MaxSeqLen             int `json:"max_seq_len"`
+	}
 	var cfg struct {
-		MaxPositionEmbeddings int     `json:"max_position_embeddings"`
-		MaxSeqLen             int     `json:"max_seq_len"`
-		ModelMaxLength        float64 `json:"model_max_length"`
+		lengths
+		TextConfig lengths `json:"text_config"`
 	}
-	if b, err := os.ReadFile(filepath.Join(dir, "config.json")); err == nil && json.Unmarshal(b, &cfg) == nil {
-		if cfg.MaxPositionEmbeddings > 0 {
-			return cfg.MaxPositionEmbeddings
+	b, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	switch {
+	case err == nil:
+		if err := json.Unmarshal(b, &cfg); err != nil {
+			return 0, fmt.Errorf("config.json: %w", err)
 		}
-		if cfg.MaxSeqLen > 0 {
-			return cfg.MaxSeqLen
+		for _, l := range []lengths{cfg.lengths, cfg.TextConfig} {
+			if l.MaxPositionEmbeddings > 0 {
+				return l.MaxPositionEmbeddings, nil
+			}
+			if l.MaxSeqLen > 0 {
+				return l.MaxSeqLen, nil
+			}
 		}
+	case !errors.Is(err, os.ErrNotExist):
+		return 0, err
 	}
-	cfg.ModelMaxLength = 0
-	if b, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json")); err == nil && json.Unmarshal(b, &cfg) == nil {
-		if cfg.ModelMaxLength > 0 && cfg.ModelMaxLength < 1e9 {
-			return int(cfg.ModelMaxLength)
-		}
+	var tc struct {
+		ModelMaxLength float64 `json:"model_max_length"`
 	}
-	return 0
+	b, err = os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
+	switch {
+	case err == nil:
+		if err := json.Unmarshal(b, &tc); err != nil {
+			return 0, fmt.Errorf("tokenizer_config.json: %w", err)
+		}
+		if tc.ModelMaxLength >= 1 && tc.ModelMaxLength < maxRealContext {
+			return int(tc.ModelMaxLength), nil
+		}
+	case !errors.Is(err, os.ErrNotExist):
+		return 0, err
+	}
+	return 0, nil
 }
+
+// ContextWindow returns the context window the too-long check uses: override when positive (the
+// --context-length flag), else the model directory's ContextLength. A model whose directory does not
+// give a usable one is an error that says to pass --context-length: the check is never switched off.
+func (m *Model) ContextWindow(override int) (int, error) {
+	switch {
+	case override < 0:
+		return 0, fmt.Errorf("--context-length %d: must be positive", override)
+	case override > 0:
+		return override, nil
+	case m.ContextLength > 0:
+		return m.ContextLength, nil
+	}
+	return 0, fmt.Errorf("model %s: no usable context length (config.json has no max_position_embeddings or max_seq_len, "+
+		"and tokenizer_config.json's model_max_length is missing or a placeholder such as 1e30): give the model's "+
+		"context window with --context-length", m.Dir)
+}
+
+// Fits reports whether a prompt of n ids leaves room for maxNew generated tokens in a context window
+// of ctxLen tokens. SGLang refuses input + max_new_tokens >= context length, so the boundary case
+// does not fit.
+func Fits(n, maxNew, ctxLen int) bool { return n+maxNew < ctxLen }
 
 // Encode renders a prompt with the chat template (add_generation_prompt=True, the prompt's tools and
 // template kwargs) and tokenizes the result without adding special tokens: the ids Hugging Face

@@ -33,7 +33,8 @@ type Config struct {
 	Model *Model
 	// ModelName overrides the model name recorded downstream (default: the directory name).
 	ModelName string
-	// ContextLength overrides the model's context window (default: from config.json).
+	// ContextLength is the model's context window in tokens (default: from the model directory's
+	// config.json or tokenizer_config.json; required when the directory gives none).
 	ContextLength int
 	// Workers is the number of concurrent encoders (default GOMAXPROCS).
 	Workers int
@@ -45,7 +46,8 @@ type Config struct {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ModelDir, "model", c.ModelDir, "model directory with tokenizer.json and tokenizer_config.json")
 	fs.StringVar(&c.ModelName, "model-name", c.ModelName, "model name recorded in outputs (default: the directory name)")
-	fs.IntVar(&c.ContextLength, "context-length", c.ContextLength, "override the model context window in tokens")
+	fs.IntVar(&c.ContextLength, "context-length", c.ContextLength,
+		"the model's context window in tokens (default: from the model directory; required when it gives none)")
 	fs.IntVar(&c.Workers, "workers", c.Workers, "concurrent encoders (default: number of CPUs)")
 	fs.StringVar(&c.Group, "group", c.Group, "consumer group (default draftflow-tokenize)")
 }
@@ -84,9 +86,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.ModelName != "" {
 		name = cfg.ModelName
 	}
-	ctxLen := m.ContextLength
-	if cfg.ContextLength > 0 {
-		ctxLen = cfg.ContextLength
+	ctxLen, err := m.ContextWindow(cfg.ContextLength)
+	if err != nil {
+		return err
 	}
 	workers := cfg.Workers
 	if workers <= 0 {
@@ -149,8 +151,7 @@ func Run(ctx context.Context, cfg Config) error {
 					reject(d, &p, fmt.Sprintf("prompt %s%s: %v", p.ID, origin(&p), err), "template")
 					continue
 				}
-				// SGLang refuses input + max_new_tokens >= context length, so the boundary case is rejected here.
-				if ctxLen > 0 && len(ids)+p.Sampling.MaxNewTokens >= ctxLen {
+				if !Fits(len(ids), p.Sampling.MaxNewTokens, ctxLen) {
 					reject(d, &p, fmt.Sprintf("prompt %s%s is %d tokens; with max_new_tokens %d it does not fit the model context of %d tokens",
 						p.ID, origin(&p), len(ids), p.Sampling.MaxNewTokens, ctxLen), "too_long")
 					continue
@@ -186,7 +187,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}()
 	}
 	in := cfg.Kafka.NewConsumer(topics.TopicPrompts, topics.ConsumerConfig{Group: group, MaxInFlight: 4096})
-	err := in.Run(runCtx, func(d *topics.Delivery) {
+	err = in.Run(runCtx, func(d *topics.Delivery) {
 		select {
 		case work <- d:
 		case <-runCtx.Done():

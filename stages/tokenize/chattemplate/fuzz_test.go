@@ -8,9 +8,9 @@ import (
 	"github.com/draftflow/draftflow/topics"
 )
 
-// FuzzParse feeds arbitrary template sources to the lexer, parser and compiler. A source is either
-// refused with a *SyntaxError or compiles into target-engine source that the engine accepts (anything
-// else is a bug in the compiler), and rendering never fails with an internal error.
+// FuzzParse feeds arbitrary template sources to the lexer, parser and tree builder. A source is either
+// refused with a *SyntaxError or parses (anything else is a bug in the parser), and rendering never
+// fails with an internal error (a panic or an expression the evaluator does not know).
 func FuzzParse(f *testing.F) {
 	for _, seed := range []string{
 		"{{ bos_token }}{% for m in messages %}{{ m.role|upper }}: {{ m.content|trim }}\n{% endfor %}",

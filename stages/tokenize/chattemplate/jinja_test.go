@@ -2,8 +2,6 @@ package chattemplate
 
 import (
 	"testing"
-
-	"github.com/ardanlabs/jinja"
 )
 
 // renderTemplateVars parses source and renders it with JSON-decoded variables.
@@ -12,7 +10,7 @@ func renderTemplateVars(source string, varsJSON []byte) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	vars := map[string]jinja.Value{}
+	vars := map[string]value{}
 	if len(varsJSON) > 0 {
 		v, err := decodeJSON(varsJSON)
 		if err != nil {

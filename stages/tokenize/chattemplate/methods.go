@@ -5,7 +5,6 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/ardanlabs/jinja"
 	"golang.org/x/text/cases"
 	"golang.org/x/text/language"
 )
@@ -164,20 +163,20 @@ func pySplitlines(s string, keepends bool) []string {
 	return out
 }
 
-func strList(ss []string) jinja.Value {
-	items := make([]jinja.Value, len(ss))
+func strList(ss []string) value {
+	items := make([]value, len(ss))
 	for i, s := range ss {
 		items[i] = str(s)
 	}
-	return jinja.NewList(items)
+	return newList(items)
 }
 
 // params binds positional and keyword arguments to parameter names, Python style.
-func params(fname string, args []jinja.Value, kw map[string]jinja.Value, names ...string) ([]jinja.Value, error) {
+func params(fname string, args []value, kw map[string]value, names ...string) ([]value, error) {
 	if len(args) > len(names) {
 		return nil, rerr("TypeError: %s() takes at most %d arguments (%d given)", fname, len(names), len(args))
 	}
-	out := make([]jinja.Value, len(names))
+	out := make([]value, len(names))
 	for i := range out {
 		out[i] = vUndef
 	}
@@ -200,7 +199,7 @@ func params(fname string, args []jinja.Value, kw map[string]jinja.Value, names .
 	return out, nil
 }
 
-func optChars(fname string, v jinja.Value) (*string, error) {
+func optChars(fname string, v value) (*string, error) {
 	switch {
 	case v.IsUndefined() || v.IsNone():
 		return nil, nil
@@ -211,7 +210,7 @@ func optChars(fname string, v jinja.Value) (*string, error) {
 	return nil, rerr("TypeError: %s arg must be None or str", fname)
 }
 
-func optInt(fname string, v jinja.Value, def int64) (int64, error) {
+func optInt(fname string, v value, def int64) (int64, error) {
 	switch {
 	case v.IsUndefined():
 		return def, nil
@@ -221,7 +220,7 @@ func optInt(fname string, v jinja.Value, def int64) (int64, error) {
 	return 0, rerr("TypeError: %s: '%s' object cannot be interpreted as an integer", fname, typeName(v))
 }
 
-func needStr(fname string, v jinja.Value) (string, error) {
+func needStr(fname string, v value) (string, error) {
 	if !v.IsString() {
 		return "", rerr("TypeError: %s: must be str, not %s", fname, typeName(v))
 	}
@@ -229,7 +228,7 @@ func needStr(fname string, v jinja.Value) (string, error) {
 }
 
 func stripMethod(name string, left, right bool) method {
-	return func(recv jinja.Value, args []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
+	return func(recv value, args []value, kw map[string]value) (value, error) {
 		p, err := params(name, args, kw, "chars")
 		if err != nil {
 			return vUndef, err
@@ -243,7 +242,7 @@ func stripMethod(name string, left, right bool) method {
 }
 
 func splitMethod(name string, fromRight bool) method {
-	return func(recv jinja.Value, args []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
+	return func(recv value, args []value, kw map[string]value) (value, error) {
 		p, err := params(name, args, kw, "sep", "maxsplit")
 		if err != nil {
 			return vUndef, err
@@ -267,12 +266,12 @@ func splitMethod(name string, fromRight bool) method {
 }
 
 func affixMethod(name string, suffix bool) method {
-	return func(recv jinja.Value, args []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
+	return func(recv value, args []value, kw map[string]value) (value, error) {
 		if len(args) != 1 || len(kw) > 0 {
 			return vUndef, rerr("%s() with start/end arguments is not supported", name)
 		}
 		s := recv.AsString()
-		var cands []jinja.Value
+		var cands []value
 		switch {
 		case args[0].IsString():
 			cands = args[:1]
@@ -302,7 +301,7 @@ func runeIndex(s string, byteIdx int) int64 {
 }
 
 func findMethod(name string, last, raise bool) method {
-	return func(recv jinja.Value, args []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
+	return func(recv value, args []value, kw map[string]value) (value, error) {
 		if len(args) != 1 || len(kw) > 0 {
 			return vUndef, rerr("%s() with start/end arguments is not supported", name)
 		}
@@ -318,12 +317,12 @@ func findMethod(name string, last, raise bool) method {
 		if i < 0 && raise {
 			return vUndef, rerr("ValueError: substring not found")
 		}
-		return jinja.NewInt(runeIndex(s, i)), nil
+		return newInt(runeIndex(s, i)), nil
 	}
 }
 
-func noArgs(name string, f func(string) jinja.Value) method {
-	return func(recv jinja.Value, args []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
+func noArgs(name string, f func(string) value) method {
+	return func(recv value, args []value, kw map[string]value) (value, error) {
 		if len(args) > 0 || len(kw) > 0 {
 			return vUndef, rerr("TypeError: str.%s() takes no arguments", name)
 		}
@@ -343,93 +342,38 @@ func allRunes(s string, f func(rune) bool) bool {
 	return true
 }
 
-var strMethods map[string]method
-
-func init() {
-	strMethods = map[string]method{
-		"strip":      stripMethod("strip", true, true),
-		"lstrip":     stripMethod("lstrip", true, false),
-		"rstrip":     stripMethod("rstrip", false, true),
-		"split":      splitMethod("split", false),
-		"rsplit":     splitMethod("rsplit", true),
-		"startswith": affixMethod("startswith", false),
-		"endswith":   affixMethod("endswith", true),
-		"find":       findMethod("find", false, false),
-		"rfind":      findMethod("rfind", true, false),
-		"index":      findMethod("index", false, true),
-		"rindex":     findMethod("rindex", true, true),
-		"upper":      noArgs("upper", func(s string) jinja.Value { return str(pyUpper(s)) }),
-		"lower":      noArgs("lower", func(s string) jinja.Value { return str(pyLower(s)) }),
-		"title":      noArgs("title", func(s string) jinja.Value { return str(pyTitle(s)) }),
-		"capitalize": noArgs("capitalize", func(s string) jinja.Value { return str(pyCapitalize(s)) }),
-		"isdigit":    noArgs("isdigit", func(s string) jinja.Value { return boolV(allRunes(s, unicode.IsDigit)) }),
-		"isalpha":    noArgs("isalpha", func(s string) jinja.Value { return boolV(allRunes(s, unicode.IsLetter)) }),
-		"isspace":    noArgs("isspace", func(s string) jinja.Value { return boolV(allRunes(s, pyIsSpace)) }),
-		"islower":    noArgs("islower", func(s string) jinja.Value { return boolV(pyIsLower(s)) }),
-		"isupper":    noArgs("isupper", func(s string) jinja.Value { return boolV(pyIsUpper(s)) }),
-		"splitlines": func(recv jinja.Value, args []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
-			p, err := params("splitlines", args, kw, "keepends")
-			if err != nil {
-				return vUndef, err
-			}
-			return strList(pySplitlines(recv.AsString(), p[0].IsTruthy())), nil
-		},
-		"replace": func(recv jinja.Value, args []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
-			p, err := params("replace", args, kw, "old", "new", "count")
-			if err != nil {
-				return vUndef, err
-			}
-			old, err := needStr("replace", p[0])
-			if err != nil {
-				return vUndef, err
-			}
-			nw, err := needStr("replace", p[1])
-			if err != nil {
-				return vUndef, err
-			}
-			n, err := optInt("replace", p[2], -1)
-			if err != nil {
-				return vUndef, err
-			}
-			return str(strings.Replace(recv.AsString(), old, nw, int(n))), nil
-		},
-		"count": func(recv jinja.Value, args []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
-			if len(args) != 1 || len(kw) > 0 {
-				return vUndef, rerr("count() with start/end arguments is not supported")
-			}
-			sub, err := needStr("count", args[0])
-			if err != nil {
-				return vUndef, err
-			}
-			s := recv.AsString()
-			if sub == "" {
-				return jinja.NewInt(int64(utf8.RuneCountInString(s)) + 1), nil
-			}
-			return jinja.NewInt(int64(strings.Count(s, sub))), nil
-		},
-		"join": func(recv jinja.Value, args []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
-			if len(args) != 1 || len(kw) > 0 {
-				return vUndef, rerr("TypeError: join() takes exactly one argument")
-			}
-			items, err := iterate(args[0])
-			if err != nil {
-				return vUndef, err
-			}
-			parts := make([]string, len(items))
-			for i, it := range items {
-				if parts[i], err = needStr("join", it); err != nil {
-					return vUndef, rerr("TypeError: sequence item %d: expected str instance, %s found", i, typeName(it))
-				}
-			}
-			return str(strings.Join(parts, recv.AsString())), nil
-		},
-		"format": strFormat,
-	}
+// strMethods are the str methods a template may call.
+var strMethods = map[string]method{
+	"strip":      stripMethod("strip", true, true),
+	"lstrip":     stripMethod("lstrip", true, false),
+	"rstrip":     stripMethod("rstrip", false, true),
+	"split":      splitMethod("split", false),
+	"rsplit":     splitMethod("rsplit", true),
+	"startswith": affixMethod("startswith", false),
+	"endswith":   affixMethod("endswith", true),
+	"find":       findMethod("find", false, false),
+	"rfind":      findMethod("rfind", true, false),
+	"index":      findMethod("index", false, true),
+	"rindex":     findMethod("rindex", true, true),
+	"upper":      noArgs("upper", func(s string) value { return str(pyUpper(s)) }),
+	"lower":      noArgs("lower", func(s string) value { return str(pyLower(s)) }),
+	"title":      noArgs("title", func(s string) value { return str(pyTitle(s)) }),
+	"capitalize": noArgs("capitalize", func(s string) value { return str(pyCapitalize(s)) }),
+	"isdigit":    noArgs("isdigit", func(s string) value { return boolV(allRunes(s, unicode.IsDigit)) }),
+	"isalpha":    noArgs("isalpha", func(s string) value { return boolV(allRunes(s, unicode.IsLetter)) }),
+	"isspace":    noArgs("isspace", func(s string) value { return boolV(allRunes(s, pyIsSpace)) }),
+	"islower":    noArgs("islower", func(s string) value { return boolV(pyIsLower(s)) }),
+	"isupper":    noArgs("isupper", func(s string) value { return boolV(pyIsUpper(s)) }),
+	"splitlines": strSplitlinesMethod,
+	"replace":    strReplaceMethod,
+	"count":      strCountMethod,
+	"join":       strJoinMethod,
+	"format":     strFormat,
 }
 
 // strFormat is str.format for plain replacement fields ({}, {0}, {name}); format specs and
 // conversions are refused.
-func strFormat(recv jinja.Value, args []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
+func strFormat(recv value, args []value, kw map[string]value) (value, error) {
 	s := recv.AsString()
 	var b strings.Builder
 	auto := 0
@@ -452,7 +396,7 @@ func strFormat(recv jinja.Value, args []jinja.Value, kw map[string]jinja.Value) 
 			if strings.ContainsAny(field, "!:[.") {
 				return vUndef, rerr("str.format field %q is not supported", field)
 			}
-			var v jinja.Value
+			var v value
 			switch {
 			case field == "":
 				if auto >= len(args) {
@@ -496,83 +440,170 @@ func strFormat(recv jinja.Value, args []jinja.Value, kw map[string]jinja.Value) 
 }
 
 var (
-	dictMethods       map[string]method
-	listMethods       map[string]method
 	unsafeDictMethods = map[string]bool{"clear": true, "pop": true, "popitem": true, "setdefault": true, "update": true}
 	unsafeListMethods = map[string]bool{"append": true, "extend": true, "insert": true, "pop": true, "remove": true,
 		"reverse": true, "sort": true, "clear": true}
 )
 
-func init() {
-	dictMethods = map[string]method{
-		"get": func(recv jinja.Value, args []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
-			if len(args) < 1 || len(args) > 2 || len(kw) > 0 {
-				return vUndef, rerr("TypeError: get expected 1 or 2 arguments")
-			}
-			if args[0].IsString() {
-				if v, ok := recv.AsDict().Get(args[0].AsString()); ok {
-					return v, nil
-				}
-			}
-			if len(args) == 2 {
-				return args[1], nil
-			}
-			return vNone, nil
-		},
-		"items": func(recv jinja.Value, args []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
-			return dictItems(recv), nil
-		},
-		"keys": func(recv jinja.Value, args []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
-			items, _ := iterate(recv)
-			return jinja.NewList(items), nil
-		},
-		"values": func(recv jinja.Value, args []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
-			d := recv.AsDict()
-			out := make([]jinja.Value, len(d.Keys))
-			for i, k := range d.Keys {
-				out[i] = d.Data[k]
-			}
-			return jinja.NewList(out), nil
-		},
-		"copy": func(recv jinja.Value, args []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
-			return dictFromArgs([]jinja.Value{recv})
-		},
-	}
-	listMethods = map[string]method{
-		"index": func(recv jinja.Value, args []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
-			if len(args) != 1 || len(kw) > 0 {
-				return vUndef, rerr("list.index() with start/stop is not supported")
-			}
-			for i, v := range recv.AsList().Items {
-				if pyEqual(v, args[0]) {
-					return jinja.NewInt(int64(i)), nil
-				}
-			}
-			return vUndef, rerr("ValueError: value is not in list")
-		},
-		"count": func(recv jinja.Value, args []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
-			if len(args) != 1 || len(kw) > 0 {
-				return vUndef, rerr("TypeError: list.count() takes exactly one argument")
-			}
-			n := 0
-			for _, v := range recv.AsList().Items {
-				if pyEqual(v, args[0]) {
-					n++
-				}
-			}
-			return jinja.NewInt(int64(n)), nil
-		},
-		"copy": func(recv jinja.Value, args []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
-			return jinja.NewList(append([]jinja.Value(nil), recv.AsList().Items...)), nil
-		},
-	}
+// dictMethods are the dict methods a template may call.
+var dictMethods = map[string]method{
+	"get":    dictGetMethod,
+	"items":  dictItemsMethod,
+	"keys":   dictKeysMethod,
+	"values": dictValuesMethod,
+	"copy":   dictCopyMethod,
 }
 
-func dictItems(v jinja.Value) jinja.Value {
+// listMethods are the list methods a template may call.
+var listMethods = map[string]method{
+	"index": listIndexMethod,
+	"count": listCountMethod,
+	"copy":  listCopyMethod,
+}
+
+func dictItems(v value) value {
 	d := v.AsDict()
-	out := make([]jinja.Value, len(d.Keys))
+	out := make([]value, len(d.Keys))
 	for i, k := range d.Keys {
-		out[i] = newTuple([]jinja.Value{str(k), d.Data[k]})
+		out[i] = newTuple([]value{str(k), d.Data[k]})
 	}
-	return jinja.NewList(out)
+	return newList(out)
+}
+
+// strSplitlinesMethod is str.splitlines.
+func strSplitlinesMethod(recv value, args []value, kw map[string]value) (value, error) {
+	p, err := params("splitlines", args, kw, "keepends")
+	if err != nil {
+		return vUndef, err
+	}
+	return strList(pySplitlines(recv.AsString(), p[0].IsTruthy())), nil
+}
+
+// strReplaceMethod is str.replace.
+func strReplaceMethod(recv value, args []value, kw map[string]value) (value, error) {
+	p, err := params("replace", args, kw, "old", "new", "count")
+	if err != nil {
+		return vUndef, err
+	}
+	old, err := needStr("replace", p[0])
+	if err != nil {
+		return vUndef, err
+	}
+	nw, err := needStr("replace", p[1])
+	if err != nil {
+		return vUndef, err
+	}
+	n, err := optInt("replace", p[2], -1)
+	if err != nil {
+		return vUndef, err
+	}
+	return str(strings.Replace(recv.AsString(), old, nw, int(n))), nil
+}
+
+// strCountMethod is str.count.
+func strCountMethod(recv value, args []value, kw map[string]value) (value, error) {
+	if len(args) != 1 || len(kw) > 0 {
+		return vUndef, rerr("count() with start/end arguments is not supported")
+	}
+	sub, err := needStr("count", args[0])
+	if err != nil {
+		return vUndef, err
+	}
+	s := recv.AsString()
+	if sub == "" {
+		return newInt(int64(utf8.RuneCountInString(s)) + 1), nil
+	}
+	return newInt(int64(strings.Count(s, sub))), nil
+}
+
+// strJoinMethod is str.join.
+func strJoinMethod(recv value, args []value, kw map[string]value) (value, error) {
+	if len(args) != 1 || len(kw) > 0 {
+		return vUndef, rerr("TypeError: join() takes exactly one argument")
+	}
+	items, err := iterate(args[0])
+	if err != nil {
+		return vUndef, err
+	}
+	parts := make([]string, len(items))
+	for i, it := range items {
+		if parts[i], err = needStr("join", it); err != nil {
+			return vUndef, rerr("TypeError: sequence item %d: expected str instance, %s found", i, typeName(it))
+		}
+	}
+	return str(strings.Join(parts, recv.AsString())), nil
+}
+
+// dictGetMethod is dict.get.
+func dictGetMethod(recv value, args []value, kw map[string]value) (value, error) {
+	if len(args) < 1 || len(args) > 2 || len(kw) > 0 {
+		return vUndef, rerr("TypeError: get expected 1 or 2 arguments")
+	}
+	if args[0].IsString() {
+		if v, ok := recv.AsDict().Get(args[0].AsString()); ok {
+			return v, nil
+		}
+	}
+	if len(args) == 2 {
+		return args[1], nil
+	}
+	return vNone, nil
+}
+
+// dictItemsMethod is dict.items.
+func dictItemsMethod(recv value, args []value, kw map[string]value) (value, error) {
+	return dictItems(recv), nil
+}
+
+// dictKeysMethod is dict.keys.
+func dictKeysMethod(recv value, args []value, kw map[string]value) (value, error) {
+	items, _ := iterate(recv)
+	return newList(items), nil
+}
+
+// dictValuesMethod is dict.values.
+func dictValuesMethod(recv value, args []value, kw map[string]value) (value, error) {
+	d := recv.AsDict()
+	out := make([]value, len(d.Keys))
+	for i, k := range d.Keys {
+		out[i] = d.Data[k]
+	}
+	return newList(out), nil
+}
+
+// dictCopyMethod is dict.copy.
+func dictCopyMethod(recv value, args []value, kw map[string]value) (value, error) {
+	return dictFromArgs([]value{recv})
+}
+
+// listIndexMethod is list.index.
+func listIndexMethod(recv value, args []value, kw map[string]value) (value, error) {
+	if len(args) != 1 || len(kw) > 0 {
+		return vUndef, rerr("list.index() with start/stop is not supported")
+	}
+	for i, v := range recv.AsList().Items {
+		if pyEqual(v, args[0]) {
+			return newInt(int64(i)), nil
+		}
+	}
+	return vUndef, rerr("ValueError: value is not in list")
+}
+
+// listCountMethod is list.count.
+func listCountMethod(recv value, args []value, kw map[string]value) (value, error) {
+	if len(args) != 1 || len(kw) > 0 {
+		return vUndef, rerr("TypeError: list.count() takes exactly one argument")
+	}
+	n := 0
+	for _, v := range recv.AsList().Items {
+		if pyEqual(v, args[0]) {
+			n++
+		}
+	}
+	return newInt(int64(n)), nil
+}
+
+// listCopyMethod is list.copy.
+func listCopyMethod(recv value, args []value, kw map[string]value) (value, error) {
+	return newList(append([]value(nil), recv.AsList().Items...)), nil
 }

@@ -1,16 +1,12 @@
 package chattemplate
 
-import (
-	"github.com/ardanlabs/jinja"
-)
-
 // The expression parser follows jinja2/parser.py, so precedence and associativity are Jinja2's (for
 // example `is` tests and filters bind to the unary operand, `-x|abs` is `(-x)|abs`).
 
 type expr interface{}
 
 type (
-	constExpr   struct{ v jinja.Value }
+	constExpr   struct{ v value }
 	nameExpr    struct{ name string }
 	getattrExpr struct {
 		obj  expr
@@ -32,6 +28,7 @@ type (
 		node   expr // nil for the head of a {% filter %} or {% set x | f %} chain
 		args   []expr
 		kwargs []kwarg
+		fn     fn // the filter, set when the template is checked
 	}
 	testExpr struct {
 		name    string
@@ -39,6 +36,7 @@ type (
 		args    []expr
 		kwargs  []kwarg
 		negated bool
+		test    testFunc // the test, set when the template is checked
 	}
 	binExpr struct {
 		op   string
@@ -60,6 +58,9 @@ type (
 		tuple bool
 	}
 	dictExpr struct{ keys, vals []expr }
+	// failExpr stands for a construct that Jinja2 rejects only when it is evaluated (an unknown filter
+	// in an if branch, a macro call with too many arguments): evaluating it fails with msg.
+	failExpr struct{ msg string }
 )
 
 type parser struct {
@@ -357,11 +358,11 @@ func (p *parser) parsePrimary() (expr, error) {
 		p.next()
 		switch t.text {
 		case "true", "True":
-			return &constExpr{jinja.NewBool(true)}, nil
+			return &constExpr{boolV(true)}, nil
 		case "false", "False":
-			return &constExpr{jinja.NewBool(false)}, nil
+			return &constExpr{boolV(false)}, nil
 		case "none", "None":
-			return &constExpr{jinja.None()}, nil
+			return &constExpr{vNone}, nil
 		}
 		return &nameExpr{name: t.text}, nil
 	case tString:
@@ -370,13 +371,13 @@ func (p *parser) parsePrimary() (expr, error) {
 		for p.cur().kind == tString {
 			s += p.next().text
 		}
-		return &constExpr{jinja.NewString(s)}, nil
+		return &constExpr{str(s)}, nil
 	case tInt:
 		p.next()
-		return &constExpr{jinja.NewInt(t.i)}, nil
+		return &constExpr{newInt(t.i)}, nil
 	case tFloat:
 		p.next()
-		return &constExpr{jinja.NewFloat(t.f)}, nil
+		return &constExpr{newFloat(t.f)}, nil
 	case tOp:
 		switch t.text {
 		case "(":
@@ -480,7 +481,7 @@ func (p *parser) parseSubscript(node expr) (expr, error) {
 		case tName:
 			return &getattrExpr{obj: node, attr: t.text}, nil
 		case tInt:
-			return &getitemExpr{obj: node, key: &constExpr{jinja.NewInt(t.i)}}, nil
+			return &getitemExpr{obj: node, key: &constExpr{newInt(t.i)}}, nil
 		}
 		return nil, syntaxErr(t.line, "expected name or number after '.', got %s", t)
 	}

@@ -3,13 +3,11 @@ package chattemplate
 import (
 	"strconv"
 	"strings"
-
-	"github.com/ardanlabs/jinja"
 )
 
 // printf is Python's printf-style str % args for the conversions s r d i c x X o f F e E and %%,
 // with flags (-, +, space, 0), width and precision. Mapping keys and * widths are refused.
-func printf(format string, args []jinja.Value) (string, error) {
+func printf(format string, args []value) (string, error) {
 	var b strings.Builder
 	next := 0
 	for i := 0; i < len(format); i++ {

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
-
-	"github.com/ardanlabs/jinja"
 )
 
 // This file formats template values the way CPython does: str(), repr() and json.dumps().
@@ -75,7 +73,7 @@ func pyFloatRepr(f float64) string {
 }
 
 // pyStr is Python's str() of a template value, as Jinja2 prints it in {{ }}: Undefined prints as "".
-func pyStr(v jinja.Value) (string, error) {
+func pyStr(v value) (string, error) {
 	switch {
 	case v.IsUndefined():
 		return "", nil
@@ -86,7 +84,7 @@ func pyStr(v jinja.Value) (string, error) {
 }
 
 // pyRepr is Python's repr() of a template value (how containers print their items).
-func pyRepr(v jinja.Value) (string, error) {
+func pyRepr(v value) (string, error) {
 	var b strings.Builder
 	if err := writeRepr(&b, v); err != nil {
 		return "", err
@@ -94,7 +92,7 @@ func pyRepr(v jinja.Value) (string, error) {
 	return b.String(), nil
 }
 
-func writeRepr(b *strings.Builder, v jinja.Value) error {
+func writeRepr(b *strings.Builder, v value) error {
 	switch {
 	case v.IsUndefined():
 		b.WriteString("Undefined")
@@ -208,7 +206,7 @@ func pyIsSpace(r rune) bool {
 }
 
 // typeName is the Python type name of a value, for error messages.
-func typeName(v jinja.Value) string {
+func typeName(v value) string {
 	switch {
 	case v.IsUndefined():
 		return "Undefined"
@@ -245,7 +243,7 @@ type jsonOptions struct {
 }
 
 // pyJSONDumps is Python's json.dumps with allow_nan=True.
-func pyJSONDumps(v jinja.Value, o jsonOptions) (string, error) {
+func pyJSONDumps(v value, o jsonOptions) (string, error) {
 	var b strings.Builder
 	if err := writeJSON(&b, v, o, 0); err != nil {
 		return "", err
@@ -253,7 +251,7 @@ func pyJSONDumps(v jinja.Value, o jsonOptions) (string, error) {
 	return b.String(), nil
 }
 
-func writeJSON(b *strings.Builder, v jinja.Value, o jsonOptions, depth int) error {
+func writeJSON(b *strings.Builder, v value, o jsonOptions, depth int) error {
 	newline := func(d int) {
 		if o.indent != nil {
 			b.WriteByte('\n')

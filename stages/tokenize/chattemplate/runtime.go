@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
-
-	"github.com/ardanlabs/jinja"
 )
 
 // RaiseError is the error a template raises on purpose with raise_exception(message), for example to
@@ -37,35 +35,17 @@ func undefErr(what string) error {
 	return rerr("UndefinedError: %s of an undefined value", what)
 }
 
-type fn = func(args []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error)
-
 // state is what one render's runtime functions share.
 type state struct {
-	namespaces map[*jinja.Dict]bool
+	namespaces map[*dictValue]bool
 	now        func() time.Time
 }
 
-var (
-	vNone  = jinja.None()
-	vUndef = jinja.Undefined()
-	vTrue  = jinja.NewBool(true)
-	vFalse = jinja.NewBool(false)
-)
-
-func str(s string) jinja.Value { return jinja.NewString(s) }
-
-func boolV(b bool) jinja.Value {
-	if b {
-		return vTrue
-	}
-	return vFalse
-}
-
 // isIntLike reports Python int (bool is an int subclass).
-func isIntLike(v jinja.Value) bool { return v.IsInt() || v.IsBool() }
-func isNumber(v jinja.Value) bool  { return v.IsInt() || v.IsBool() || v.IsFloat() }
+func isIntLike(v value) bool { return v.IsInt() || v.IsBool() }
+func isNumber(v value) bool  { return v.IsInt() || v.IsBool() || v.IsFloat() }
 
-func asInt(v jinja.Value) int64 {
+func asInt(v value) int64 {
 	if v.IsBool() {
 		if v.AsBool() {
 			return 1
@@ -75,179 +55,83 @@ func asInt(v jinja.Value) int64 {
 	return v.AsInt()
 }
 
-func asFloat(v jinja.Value) float64 {
+func asFloat(v value) float64 {
 	if v.IsFloat() {
 		return v.AsFloat()
 	}
 	return float64(asInt(v))
 }
 
-func argN(name string, args []jinja.Value, n int) error {
-	if len(args) != n {
-		return rerr("%s() takes %d argument(s), got %d", name, n, len(args))
-	}
-	return nil
-}
-
-// staticFuncs are the runtime functions without per-render state, keyed by their target-engine name.
-var staticFuncs = map[string]fn{}
+// builtins are the global functions Jinja2 and transformers give every template, keyed by name;
+// namespace and strftime_now, which need the render's state, are added per render (renderBuiltins).
+var builtins = map[string]value{}
 
 func init() {
-	reg := func(name string, f fn) { staticFuncs[rtPrefix+name] = f }
-	reg("str", func(a []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
-		s, err := pyStr(a[0])
+	for name, f := range map[string]fn{
+		"range":           builtinRange,
+		"raise_exception": builtinRaiseException,
+		"dict":            builtinDict,
+		"joiner":          builtinJoiner,
+		"cycler":          builtinCycler,
+		"lipsum":          builtinLipsum,
+	} {
+		builtins[name] = newCallable(name, f)
+	}
+	builtins["dict"].AsCallable().ordered = dictOrdered
+}
+
+// renderBuiltins returns the builtins of one render.
+func (st *state) renderBuiltins() map[string]value {
+	m := make(map[string]value, len(builtins)+2)
+	for k, v := range builtins {
+		m[k] = v
+	}
+	ns := newCallable("namespace", func(a []value, kw map[string]value) (value, error) {
+		return st.namespace(a, nil, nil, kw)
+	})
+	ns.AsCallable().ordered = func(pos []value, names []string, vals []value) (value, error) {
+		return st.namespace(pos, names, vals, nil)
+	}
+	m["namespace"] = ns
+	m["strftime_now"] = newCallable("strftime_now", func(a []value, _ map[string]value) (value, error) {
+		if len(a) != 1 || !a[0].IsString() {
+			return vUndef, rerr("strftime_now() takes one format string")
+		}
+		s, err := strftime(st.now(), a[0].AsString())
 		return str(s), err
 	})
-	reg("slice", func(a []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
-		return sliceValue(a[0], a[1], a[2], a[3])
-	})
-	reg("call", func(a []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
-		return callValue(a[0], a[1:], kw)
-	})
-	for op, name := range binOps {
-		op := op
-		reg(name, func(a []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
-			return binaryOp(op, a[0], a[1])
-		})
-	}
-	for op, name := range cmpOps {
-		op := op
-		reg(name, func(a []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
-			b, err := compareOp(op, a[0], a[1])
-			return boolV(b), err
-		})
-	}
-	reg("neg", func(a []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
-		return unaryOp("-", a[0])
-	})
-	reg("pos", func(a []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
-		return unaryOp("+", a[0])
-	})
-	reg("concat", func(a []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
-		var b strings.Builder
-		for _, v := range a {
-			s, err := pyStr(v)
-			if err != nil {
-				return vUndef, err
-			}
-			b.WriteString(s)
-		}
-		return str(b.String()), nil
-	})
-	reg("dict", func(a []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
-		d := jinja.NewDict()
-		for i := 0; i+1 < len(a); i += 2 {
-			if !a[i].IsString() {
-				return vUndef, rerr("dict keys other than strings are not supported (got %s)", typeName(a[i]))
-			}
-			d.AsDict().Set(a[i].AsString(), a[i+1])
-		}
-		return d, nil
-	})
-	reg("loopx", func(a []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
-		// Complete the engine's loop object with Jinja2's depth, depth0 and changed().
-		d := a[0].AsDict()
-		if !d.Has("depth") {
-			d.Set("depth", jinja.NewInt(1))
-			d.Set("depth0", jinja.NewInt(0))
-			var last []jinja.Value
-			first := true
-			d.Set("changed", jinja.NewCallable("loop.changed", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
-				same := !first && len(args) == len(last)
-				for i := 0; same && i < len(args); i++ {
-					same = pyEqual(args[i], last[i])
-				}
-				first = false
-				last = append(last[:0], args...)
-				return boolV(!same), nil
-			}))
-		}
-		return a[0], nil
-	})
-	reg("fail", func(a []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
-		return vUndef, rerr("%s", a[0].AsString())
-	})
-	reg("tuple", func(a []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
-		return newTuple(append([]jinja.Value(nil), a...)), nil
-	})
-	reg("iter", func(a []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
-		items, err := iterate(a[0])
-		return jinja.NewList(items), err
-	})
-	reg("iter2", func(a []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
-		items, err := iterate(a[0])
-		if err != nil {
-			return vUndef, err
-		}
-		out := make([]jinja.Value, len(items))
-		for i, it := range items {
-			parts, err := iterate(it)
-			if err != nil {
-				return vUndef, rerr("cannot unpack non-iterable %s object", typeName(it))
-			}
-			if len(parts) != 2 {
-				if len(parts) < 2 {
-					return vUndef, rerr("ValueError: not enough values to unpack (expected 2, got %d)", len(parts))
-				}
-				return vUndef, rerr("ValueError: too many values to unpack (expected 2)")
-			}
-			out[i] = jinja.NewList(parts)
-		}
-		return jinja.NewList(out), nil
-	})
-	reg("ns", func(a []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
-		return jinja.NewDict(), nil
-	})
-	for name, f := range filters {
-		reg("f_"+name, f)
-	}
-	for name, t := range tests {
-		t := t
-		reg("t_"+name, func(a []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
-			if len(kw) > 0 {
-				return vUndef, rerr("tests take no keyword arguments")
-			}
-			b, err := t(a[0], a[1:])
-			return boolV(b), err
-		})
-	}
-	staticFuncs["range"] = builtinRange
-	staticFuncs["raise_exception"] = func(a []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
-		if len(a) != 1 {
-			return vUndef, rerr("raise_exception() takes 1 argument")
-		}
-		s, err := pyStr(a[0])
-		if err != nil {
-			return vUndef, err
-		}
-		return vUndef, &RaiseError{Message: s}
-	}
-	staticFuncs["dict"] = builtinDict
-	staticFuncs["joiner"] = builtinJoiner
-	staticFuncs["cycler"] = builtinCycler
-	staticFuncs["lipsum"] = func([]jinja.Value, map[string]jinja.Value) (jinja.Value, error) {
-		return vUndef, rerr("lipsum() is not supported")
-	}
+	return m
 }
 
-// orderedCallables are builtins whose keyword-argument order is observable (it becomes key order).
-var orderedCallables = map[string]func(pos, names, vals []jinja.Value) (jinja.Value, error){}
-
-func init() {
-	orderedCallables["dict"] = func(pos, names, vals []jinja.Value) (jinja.Value, error) {
-		d, err := dictFromArgs(pos)
-		if err != nil {
-			return vUndef, err
-		}
-		for i, n := range names {
-			d.AsDict().Set(n.AsString(), vals[i])
-		}
-		return d, nil
+func builtinRaiseException(a []value, _ map[string]value) (value, error) {
+	if len(a) != 1 {
+		return vUndef, rerr("raise_exception() takes 1 argument")
 	}
+	s, err := pyStr(a[0])
+	if err != nil {
+		return vUndef, err
+	}
+	return vUndef, &RaiseError{Message: s}
 }
 
-func dictFromArgs(pos []jinja.Value) (jinja.Value, error) {
-	d := jinja.NewDict()
+func builtinLipsum([]value, map[string]value) (value, error) {
+	return vUndef, rerr("lipsum() is not supported")
+}
+
+// dictOrdered is dict(...) called with keyword arguments, which become keys in the order written.
+func dictOrdered(pos []value, names []string, vals []value) (value, error) {
+	d, err := dictFromArgs(pos)
+	if err != nil {
+		return vUndef, err
+	}
+	for i, n := range names {
+		d.AsDict().Set(n, vals[i])
+	}
+	return d, nil
+}
+
+func dictFromArgs(pos []value) (value, error) {
+	d := newDict()
 	if len(pos) > 1 {
 		return vUndef, rerr("dict expected at most 1 argument, got %d", len(pos))
 	}
@@ -275,7 +159,7 @@ func dictFromArgs(pos []jinja.Value) (jinja.Value, error) {
 	return d, nil
 }
 
-func builtinDict(a []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
+func builtinDict(a []value, kw map[string]value) (value, error) {
 	d, err := dictFromArgs(a)
 	if err != nil {
 		return vUndef, err
@@ -291,7 +175,7 @@ func builtinDict(a []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error
 
 const maxRange = 100000 // jinja2.sandbox.MAX_RANGE
 
-func builtinRange(a []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
+func builtinRange(a []value, kw map[string]value) (value, error) {
 	if len(kw) > 0 {
 		return vUndef, rerr("range() takes no keyword arguments")
 	}
@@ -314,17 +198,17 @@ func builtinRange(a []jinja.Value, kw map[string]jinja.Value) (jinja.Value, erro
 	if step == 0 {
 		return vUndef, rerr("ValueError: range() arg 3 must not be zero")
 	}
-	var items []jinja.Value
+	var items []value
 	for i := start; (step > 0 && i < stop) || (step < 0 && i > stop); i += step {
 		if len(items) >= maxRange {
 			return vUndef, rerr("OverflowError: range too big, maximum size for range is %d", maxRange)
 		}
-		items = append(items, jinja.NewInt(i))
+		items = append(items, newInt(i))
 	}
-	return jinja.NewList(items), nil
+	return newList(items), nil
 }
 
-func builtinJoiner(a []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
+func builtinJoiner(a []value, kw map[string]value) (value, error) {
 	sep := ", "
 	if v, ok := kw["sep"]; ok {
 		a = append(a, v)
@@ -337,7 +221,7 @@ func builtinJoiner(a []jinja.Value, kw map[string]jinja.Value) (jinja.Value, err
 		sep = s
 	}
 	used := false
-	return jinja.NewCallable("joiner", func([]jinja.Value, map[string]jinja.Value) (jinja.Value, error) {
+	return newCallable("joiner", func([]value, map[string]value) (value, error) {
 		if !used {
 			used = true
 			return str(""), nil
@@ -346,22 +230,22 @@ func builtinJoiner(a []jinja.Value, kw map[string]jinja.Value) (jinja.Value, err
 	}), nil
 }
 
-func builtinCycler(a []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+func builtinCycler(a []value, _ map[string]value) (value, error) {
 	if len(a) == 0 {
 		return vUndef, rerr("at least one item has to be provided to cycler")
 	}
-	items := append([]jinja.Value(nil), a...)
+	items := append([]value(nil), a...)
 	pos := 0
-	d := jinja.NewDict()
+	d := newDict()
 	dd := d.AsDict()
 	dd.Set("current", items[0])
-	dd.Set("next", jinja.NewCallable("cycler.next", func([]jinja.Value, map[string]jinja.Value) (jinja.Value, error) {
+	dd.Set("next", newCallable("cycler.next", func([]value, map[string]value) (value, error) {
 		v := items[pos]
 		pos = (pos + 1) % len(items)
 		dd.Set("current", items[pos])
 		return v, nil
 	}))
-	dd.Set("reset", jinja.NewCallable("cycler.reset", func([]jinja.Value, map[string]jinja.Value) (jinja.Value, error) {
+	dd.Set("reset", newCallable("cycler.reset", func([]value, map[string]value) (value, error) {
 		pos = 0
 		dd.Set("current", items[0])
 		return vNone, nil
@@ -369,63 +253,10 @@ func builtinCycler(a []jinja.Value, _ map[string]jinja.Value) (jinja.Value, erro
 	return d, nil
 }
 
-// funcs returns the runtime functions bound to one render's state.
-func (st *state) funcs() map[string]fn {
-	m := map[string]fn{
-		rtPrefix + "getattr": func(a []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
-			return getAttr(a[0], a[1].AsString(), st)
-		},
-		rtPrefix + "getitem": func(a []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
-			return getItem(a[0], a[1], st)
-		},
-		rtPrefix + "callattr": func(a []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
-			return callAttr(a[0], a[1].AsString(), a[2:], kw, st)
-		},
-		rtPrefix + "callkw": func(a []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
-			f, names, npos := a[0], a[1].AsList().Items, int(a[2].AsInt())
-			pos := a[3 : 3+npos]
-			vals := a[3+npos:]
-			if f.IsCallable() {
-				switch f.AsCallable().Name {
-				case "dict":
-					return orderedCallables["dict"](pos, names, vals)
-				case "namespace":
-					return st.namespace(pos, names, vals, nil)
-				}
-			}
-			kw := make(map[string]jinja.Value, len(names))
-			for i, n := range names {
-				kw[n.AsString()] = vals[i]
-			}
-			return callValue(f, pos, kw)
-		},
-		"namespace": func(a []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
-			return st.namespace(a, nil, nil, kw)
-		},
-		rtPrefix + "nscheck": func(a []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
-			if !a[0].IsDict() || !st.namespaces[a[0].AsDict()] {
-				return vUndef, rerr("TemplateRuntimeError: cannot assign attribute on non-namespace object")
-			}
-			return vNone, nil
-		},
-		"strftime_now": func(a []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
-			if len(a) != 1 || !a[0].IsString() {
-				return vUndef, rerr("strftime_now() takes one format string")
-			}
-			s, err := strftime(st.now(), a[0].AsString())
-			return str(s), err
-		},
-	}
-	return m
-}
-
-func (st *state) namespace(pos, names, vals []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
-	d, err := dictFromArgs(pos)
+func (st *state) namespace(pos []value, names []string, vals []value, kw map[string]value) (value, error) {
+	d, err := dictOrdered(pos, names, vals)
 	if err != nil {
 		return vUndef, err
-	}
-	for i, n := range names {
-		d.AsDict().Set(n.AsString(), vals[i])
 	}
 	for k, v := range kw {
 		d.AsDict().Set(k, v)
@@ -438,20 +269,20 @@ func (st *state) namespace(pos, names, vals []jinja.Value, kw map[string]jinja.V
 }
 
 // iterate is Python iter() over a template value.
-func iterate(v jinja.Value) ([]jinja.Value, error) {
+func iterate(v value) ([]value, error) {
 	switch {
 	case v.IsList():
 		return v.AsList().Items, nil
 	case v.IsDict():
 		keys := v.AsDict().Keys
-		out := make([]jinja.Value, len(keys))
+		out := make([]value, len(keys))
 		for i, k := range keys {
 			out[i] = str(k)
 		}
 		return out, nil
 	case v.IsString():
 		s := v.AsString()
-		out := make([]jinja.Value, 0, len(s))
+		out := make([]value, 0, len(s))
 		for _, r := range s {
 			out = append(out, str(string(r)))
 		}
@@ -462,7 +293,7 @@ func iterate(v jinja.Value) ([]jinja.Value, error) {
 	return nil, rerr("TypeError: '%s' object is not iterable", typeName(v))
 }
 
-func callValue(f jinja.Value, args []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
+func callValue(f value, args []value, kw map[string]value) (value, error) {
 	if f.IsUndefined() {
 		return vUndef, undefErr("call")
 	}
@@ -473,7 +304,7 @@ func callValue(f jinja.Value, args []jinja.Value, kw map[string]jinja.Value) (ji
 }
 
 // getAttr is Jinja2's sandboxed environment.getattr: Python attributes (methods) first, then items.
-func getAttr(obj jinja.Value, name string, st *state) (jinja.Value, error) {
+func getAttr(obj value, name string, st *state) (value, error) {
 	switch {
 	case obj.IsUndefined():
 		return vUndef, undefErr(fmt.Sprintf("attribute '%s'", name))
@@ -508,8 +339,8 @@ func getAttr(obj jinja.Value, name string, st *state) (jinja.Value, error) {
 }
 
 // objectLike reports dicts that stand for Python objects rather than dicts: namespaces
-// and the engine's loop and cycler objects hold callables or plain attributes, never dict methods.
-func (st *state) objectLike(obj jinja.Value) bool {
+// and the loop and cycler objects hold callables or plain attributes, never dict methods.
+func (st *state) objectLike(obj value) bool {
 	d := obj.AsDict()
 	if st != nil && st.namespaces[d] {
 		return true
@@ -522,21 +353,21 @@ func (st *state) objectLike(obj jinja.Value) bool {
 	return false
 }
 
-type method func(recv jinja.Value, args []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error)
+type method func(recv value, args []value, kw map[string]value) (value, error)
 
-func boundMethod(recv jinja.Value, name string, m method) jinja.Value {
-	return jinja.NewCallable(typeName(recv)+"."+name, func(a []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
+func boundMethod(recv value, name string, m method) value {
+	return newCallable(typeName(recv)+"."+name, func(a []value, kw map[string]value) (value, error) {
 		return m(recv, a, kw)
 	})
 }
 
-func unsafeMethod(typ, name string) jinja.Value {
-	return jinja.NewCallable(typ+"."+name, func([]jinja.Value, map[string]jinja.Value) (jinja.Value, error) {
+func unsafeMethod(typ, name string) value {
+	return newCallable(typ+"."+name, func([]value, map[string]value) (value, error) {
 		return vUndef, rerr("SecurityError: access to attribute '%s' of '%s' object is unsafe", name, typ)
 	})
 }
 
-func callAttr(obj jinja.Value, name string, args []jinja.Value, kw map[string]jinja.Value, st *state) (jinja.Value, error) {
+func callAttr(obj value, name string, args []value, kw map[string]value, st *state) (value, error) {
 	// Direct dispatch avoids allocating a bound method for the common case.
 	switch {
 	case obj.IsString():
@@ -564,7 +395,7 @@ func callAttr(obj jinja.Value, name string, args []jinja.Value, kw map[string]ji
 
 // getItem is Jinja2's sandboxed environment.getitem: obj[key], falling back to an attribute for a
 // string key, else Undefined.
-func getItem(obj, key jinja.Value, st *state) (jinja.Value, error) {
+func getItem(obj, key value, st *state) (value, error) {
 	if obj.IsUndefined() {
 		return vUndef, undefErr("item access")
 	}
@@ -612,7 +443,7 @@ func getItem(obj, key jinja.Value, st *state) (jinja.Value, error) {
 	return vUndef, nil
 }
 
-func sliceIndex(v jinja.Value) (int64, bool, error) {
+func sliceIndex(v value) (int64, bool, error) {
 	switch {
 	case v.IsNone():
 		return 0, false, nil
@@ -626,7 +457,7 @@ var errBadSlice = errors.New("slice indices must be integers or None")
 
 // sliceValue is Python slicing of lists and strings; a slice Python cannot take yields Undefined, as
 // Jinja2's getitem turns the TypeError into Undefined.
-func sliceValue(obj, start, stop, step jinja.Value) (jinja.Value, error) {
+func sliceValue(obj, start, stop, step value) (value, error) {
 	if obj.IsUndefined() {
 		return vUndef, undefErr("slicing")
 	}
@@ -655,7 +486,7 @@ func sliceValue(obj, start, stop, step jinja.Value) (jinja.Value, error) {
 	if st < 0 {
 		lower, upper = -1, n-1
 	}
-	adjust := func(v jinja.Value, def int64) (int64, error) {
+	adjust := func(v value, def int64) (int64, error) {
 		i, ok, err := sliceIndex(v)
 		if err != nil {
 			return 0, err
@@ -691,11 +522,11 @@ func sliceValue(obj, start, stop, step jinja.Value) (jinja.Value, error) {
 	}
 	if obj.IsList() {
 		items := obj.AsList().Items
-		out := make([]jinja.Value, len(idx))
+		out := make([]value, len(idx))
 		for k, i := range idx {
 			out[k] = items[i]
 		}
-		return jinja.NewList(out), nil
+		return newList(out), nil
 	}
 	out := make([]rune, len(idx))
 	for k, i := range idx {
@@ -704,7 +535,7 @@ func sliceValue(obj, start, stop, step jinja.Value) (jinja.Value, error) {
 	return str(string(out)), nil
 }
 
-func unaryOp(op string, v jinja.Value) (jinja.Value, error) {
+func unaryOp(op string, v value) (value, error) {
 	if v.IsUndefined() {
 		return vUndef, undefErr("unary " + op)
 	}
@@ -714,19 +545,19 @@ func unaryOp(op string, v jinja.Value) (jinja.Value, error) {
 			if asInt(v) == math.MinInt64 {
 				return vUndef, rerr("integer overflow")
 			}
-			return jinja.NewInt(-asInt(v)), nil
+			return newInt(-asInt(v)), nil
 		}
-		return jinja.NewInt(asInt(v)), nil
+		return newInt(asInt(v)), nil
 	case v.IsFloat():
 		if op == "-" {
-			return jinja.NewFloat(-v.AsFloat()), nil
+			return newFloat(-v.AsFloat()), nil
 		}
 		return v, nil
 	}
 	return vUndef, rerr("TypeError: bad operand type for unary %s: '%s'", op, typeName(v))
 }
 
-func binaryOp(op string, a, b jinja.Value) (jinja.Value, error) {
+func binaryOp(op string, a, b value) (value, error) {
 	if a.IsUndefined() || b.IsUndefined() {
 		return vUndef, undefErr("operator " + op)
 	}
@@ -739,8 +570,8 @@ func binaryOp(op string, a, b jinja.Value) (jinja.Value, error) {
 		case a.IsString() && b.IsString():
 			return str(a.AsString() + b.AsString()), nil
 		case a.IsList() && b.IsList():
-			items := append(append([]jinja.Value(nil), a.AsList().Items...), b.AsList().Items...)
-			return jinja.NewList(items), nil
+			items := append(append([]value(nil), a.AsList().Items...), b.AsList().Items...)
+			return newList(items), nil
 		}
 	case "*":
 		if isIntLike(b) && (a.IsString() || a.IsList()) {
@@ -751,7 +582,7 @@ func binaryOp(op string, a, b jinja.Value) (jinja.Value, error) {
 		}
 	case "%":
 		if a.IsString() {
-			args := []jinja.Value{b}
+			args := []value{b}
 			if isTuple(b) {
 				args = b.AsList().Items
 			}
@@ -765,7 +596,7 @@ func binaryOp(op string, a, b jinja.Value) (jinja.Value, error) {
 	return vUndef, rerr("TypeError: unsupported operand type(s) for %s: '%s' and '%s'", op, typeName(a), typeName(b))
 }
 
-func repeat(v jinja.Value, n int64) (jinja.Value, error) {
+func repeat(v value, n int64) (value, error) {
 	if n < 0 {
 		n = 0
 	}
@@ -779,14 +610,14 @@ func repeat(v jinja.Value, n int64) (jinja.Value, error) {
 	if int64(len(src))*n > 1<<22 {
 		return vUndef, rerr("repeated list too large")
 	}
-	var out []jinja.Value
+	var out []value
 	for i := int64(0); i < n; i++ {
 		out = append(out, src...)
 	}
-	return jinja.NewList(out), nil
+	return newList(out), nil
 }
 
-func numericOp(op string, a, b jinja.Value) (jinja.Value, error) {
+func numericOp(op string, a, b value) (value, error) {
 	if isIntLike(a) && isIntLike(b) && op != "/" {
 		x, y := asInt(a), asInt(b)
 		switch op {
@@ -795,18 +626,18 @@ func numericOp(op string, a, b jinja.Value) (jinja.Value, error) {
 			if (r > x) != (y > 0) {
 				return vUndef, rerr("integer overflow")
 			}
-			return jinja.NewInt(r), nil
+			return newInt(r), nil
 		case "-":
 			r := x - y
 			if (r < x) != (y > 0) {
 				return vUndef, rerr("integer overflow")
 			}
-			return jinja.NewInt(r), nil
+			return newInt(r), nil
 		case "*":
 			if x != 0 && (x*y/x != y || (x == -1 && y == math.MinInt64) || (y == -1 && x == math.MinInt64)) {
 				return vUndef, rerr("integer overflow")
 			}
-			return jinja.NewInt(x * y), nil
+			return newInt(x * y), nil
 		case "//", "%":
 			if y == 0 {
 				return vUndef, rerr("ZeroDivisionError: integer division or modulo by zero")
@@ -817,12 +648,12 @@ func numericOp(op string, a, b jinja.Value) (jinja.Value, error) {
 				m += y
 			}
 			if op == "//" {
-				return jinja.NewInt(q), nil
+				return newInt(q), nil
 			}
-			return jinja.NewInt(m), nil
+			return newInt(m), nil
 		case "**":
 			if y < 0 {
-				return jinja.NewFloat(math.Pow(float64(x), float64(y))), nil
+				return newFloat(math.Pow(float64(x), float64(y))), nil
 			}
 			r := int64(1)
 			for i := int64(0); i < y; i++ {
@@ -835,27 +666,27 @@ func numericOp(op string, a, b jinja.Value) (jinja.Value, error) {
 					break
 				}
 			}
-			return jinja.NewInt(r), nil
+			return newInt(r), nil
 		}
 	}
 	x, y := asFloat(a), asFloat(b)
 	switch op {
 	case "+":
-		return jinja.NewFloat(x + y), nil
+		return newFloat(x + y), nil
 	case "-":
-		return jinja.NewFloat(x - y), nil
+		return newFloat(x - y), nil
 	case "*":
-		return jinja.NewFloat(x * y), nil
+		return newFloat(x * y), nil
 	case "/":
 		if y == 0 {
 			return vUndef, rerr("ZeroDivisionError: division by zero")
 		}
-		return jinja.NewFloat(x / y), nil
+		return newFloat(x / y), nil
 	case "//":
 		if y == 0 {
 			return vUndef, rerr("ZeroDivisionError: float floor division by zero")
 		}
-		return jinja.NewFloat(math.Floor(x / y)), nil
+		return newFloat(math.Floor(x / y)), nil
 	case "%":
 		if y == 0 {
 			return vUndef, rerr("ZeroDivisionError: float modulo")
@@ -864,15 +695,15 @@ func numericOp(op string, a, b jinja.Value) (jinja.Value, error) {
 		if m != 0 && (m < 0) != (y < 0) {
 			m += y
 		}
-		return jinja.NewFloat(m), nil
+		return newFloat(m), nil
 	case "**":
-		return jinja.NewFloat(math.Pow(x, y)), nil
+		return newFloat(math.Pow(x, y)), nil
 	}
 	return vUndef, rerr("unknown operator %s", op)
 }
 
 // pyEqual is Python ==, with Jinja2's Undefined equal only to Undefined.
-func pyEqual(a, b jinja.Value) bool {
+func pyEqual(a, b value) bool {
 	switch {
 	case a.IsUndefined() || b.IsUndefined():
 		return a.IsUndefined() && b.IsUndefined()
@@ -920,7 +751,7 @@ func pyEqual(a, b jinja.Value) bool {
 }
 
 // pyCompare orders a and b as Python's < does, or fails with Python's TypeError.
-func pyCompare(a, b jinja.Value, op string) (int, error) {
+func pyCompare(a, b value, op string) (int, error) {
 	switch {
 	case a.IsUndefined() || b.IsUndefined():
 		return 0, undefErr("comparison")
@@ -966,7 +797,7 @@ func pyCompare(a, b jinja.Value, op string) (int, error) {
 	return 0, rerr("TypeError: '%s' not supported between instances of '%s' and '%s'", op, typeName(a), typeName(b))
 }
 
-func contains(container, item jinja.Value) (bool, error) {
+func contains(container, item value) (bool, error) {
 	switch {
 	case container.IsString():
 		if !item.IsString() {
@@ -997,7 +828,7 @@ func contains(container, item jinja.Value) (bool, error) {
 	return false, rerr("TypeError: argument of type '%s' is not iterable", typeName(container))
 }
 
-func compareOp(op string, a, b jinja.Value) (bool, error) {
+func compareOp(op string, a, b value) (bool, error) {
 	switch op {
 	case "==":
 		return pyEqual(a, b), nil

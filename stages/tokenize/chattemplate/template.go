@@ -7,12 +7,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 	"time"
-
-	"github.com/ardanlabs/jinja"
 
 	"github.com/draftflow/draftflow/topics"
 )
@@ -23,17 +20,16 @@ var ErrNoChatTemplate = errors.New("no chat template")
 // Template is a parsed chat template (or the set of named templates a model ships) with the
 // special-token strings transformers passes to it. It is safe for concurrent use.
 type Template struct {
-	named   map[string]*compiled // "default", "tool_use", ...
-	single  *compiled            // the only template, when the model has one
-	special map[string]string    // bos_token, eos_token, ... (absent when unset)
+	named   map[string]*parsed // "default", "tool_use", ...
+	single  *parsed            // the only template, when the model has one
+	special map[string]string  // bos_token, eos_token, ... (absent when unset)
 	now     func() time.Time
 }
 
-type compiled struct {
+// parsed is one template: its source and its statement tree.
+type parsed struct {
 	source string
-	tmpl   *jinja.Template
-	base   map[string]jinja.Value // constants and the static runtime functions the template uses
-	used   map[string]bool        // identifiers the compiled template mentions
+	nodes  []node
 }
 
 // Input is one render request: what apply_chat_template receives.
@@ -52,10 +48,10 @@ type Input struct {
 	Kwargs map[string]any
 }
 
-// Parse compiles one chat template. bos and eos are the bos_token and eos_token strings; an empty
+// Parse parses one chat template. bos and eos are the bos_token and eos_token strings; an empty
 // string leaves the variable undefined, as transformers does for an unset token.
 func Parse(source string, bos, eos string) (*Template, error) {
-	c, err := compileSource(source)
+	c, err := parseSource(source)
 	if err != nil {
 		return nil, err
 	}
@@ -69,39 +65,18 @@ func Parse(source string, bos, eos string) (*Template, error) {
 	return &Template{single: c, special: special, now: time.Now}, nil
 }
 
-func compileSource(source string) (*compiled, error) {
+// parseSource lexes and parses one template.
+func parseSource(source string) (*parsed, error) {
 	items, err := lex(source)
 	if err != nil {
 		return nil, err
 	}
-	target, consts, err := compileTemplate(items)
+	nodes, err := buildTree(items)
 	if err != nil {
 		return nil, err
 	}
-	tmpl, err := jinja.Compile(target)
-	if err != nil {
-		// The generated source is ours; failing here is a bug in this package, not in the template.
-		return nil, fmt.Errorf("chattemplate: internal compile error: %w", err)
-	}
-	used := map[string]bool{}
-	for _, id := range identRe.FindAllString(target, -1) {
-		used[id] = true
-	}
-	base := make(map[string]jinja.Value, len(consts)+len(used))
-	for name, f := range staticFuncs {
-		if used[name] {
-			base[name] = jinja.NewCallable(strings.TrimPrefix(name, rtPrefix), f)
-		}
-	}
-	for i, v := range consts {
-		base[fmt.Sprintf("%sk%d", rtPrefix, i)] = v
-	}
-	base[rtPrefix+"one"] = jinja.NewList([]jinja.Value{jinja.NewInt(0)})
-	base[rtPrefix+"undef"] = jinja.Undefined()
-	return &compiled{source: source, tmpl: tmpl, base: base, used: used}, nil
+	return &parsed{source: source, nodes: nodes}, nil
 }
-
-var identRe = regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_]*`)
 
 // specialTokenKeys are the tokenizer_config.json entries transformers exposes to chat templates.
 var specialTokenKeys = []string{"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"}
@@ -163,15 +138,15 @@ func Load(modelDir string) (*Template, error) {
 
 	t := &Template{special: map[string]string{}, now: time.Now}
 	if hasSingle {
-		c, err := compileSource(single)
+		c, err := parseSource(single)
 		if err != nil {
 			return nil, fmt.Errorf("chattemplate: %s: %w", modelDir, err)
 		}
 		t.single = c
 	} else {
-		t.named = map[string]*compiled{}
+		t.named = map[string]*parsed{}
 		for name, src := range sources {
-			c, err := compileSource(src)
+			c, err := parseSource(src)
 			if err != nil {
 				return nil, fmt.Errorf("chattemplate: %s: template %q: %w", modelDir, name, err)
 			}
@@ -245,7 +220,7 @@ func (t *Template) SpecialTokens() map[string]string {
 }
 
 // pick chooses the template as transformers' get_chat_template does.
-func (t *Template) pick(withTools bool) (*compiled, error) {
+func (t *Template) pick(withTools bool) (*parsed, error) {
 	if t.single != nil {
 		return t.single, nil
 	}
@@ -270,7 +245,7 @@ func (t *Template) Render(in Input) (string, error) {
 	if len(in.Messages) == 0 {
 		return "", &RenderError{Msg: "cannot apply a chat template to an empty conversation"}
 	}
-	tools := jinja.None()
+	tools := vNone
 	hasTools := false
 	if trimmed := strings.TrimSpace(string(in.Tools)); trimmed != "" && trimmed != "null" {
 		v, err := decodeJSON(in.Tools)
@@ -291,7 +266,7 @@ func (t *Template) Render(in Input) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	msgs := make([]jinja.Value, len(in.Messages))
+	msgs := make([]value, len(in.Messages))
 	for i, m := range in.Messages {
 		v, err := messageValue(m)
 		if err != nil {
@@ -300,12 +275,12 @@ func (t *Template) Render(in Input) (string, error) {
 		msgs[i] = v
 	}
 
-	vars := make(map[string]jinja.Value, len(t.special)+len(in.Kwargs)+4)
+	vars := make(map[string]value, len(t.special)+len(in.Kwargs)+4)
 	for k, v := range t.special {
-		vars[k] = jinja.NewString(v)
+		vars[k] = str(v)
 	}
 	for k, v := range in.Kwargs {
-		if reservedVars[k] || strings.HasPrefix(k, rtPrefix) {
+		if reservedVars[k] {
 			return "", fmt.Errorf("chattemplate: template kwarg %q is reserved", k)
 		}
 		val, err := goValue(v)
@@ -314,37 +289,31 @@ func (t *Template) Render(in Input) (string, error) {
 		}
 		vars[k] = val
 	}
-	vars["messages"] = jinja.NewList(msgs)
+	vars["messages"] = newList(msgs)
 	vars["tools"] = tools
-	vars["documents"] = jinja.None()
-	vars["add_generation_prompt"] = jinja.NewBool(in.AddGenerationPrompt)
+	vars["documents"] = vNone
+	vars["add_generation_prompt"] = boolV(in.AddGenerationPrompt)
 	return t.renderVars(c, vars)
 }
 
 // renderVars renders c with the given template variables and a fresh runtime.
-func (t *Template) renderVars(c *compiled, vars map[string]jinja.Value) (out string, err error) {
+func (t *Template) renderVars(c *parsed, vars map[string]value) (out string, err error) {
 	defer func() {
-		// A panic here is a bug in this package or the engine; fail the one render, not the process.
+		// A panic here is a bug in this package; fail the one render, not the process.
 		if r := recover(); r != nil {
 			slog.Error("chat template render panicked", "panic", r)
 			out, err = "", &RenderError{Msg: fmt.Sprintf("internal error: %v", r)}
 		}
 	}()
-	st := &state{namespaces: map[*jinja.Dict]bool{}, now: t.now}
-	data := make(map[string]jinja.Value, len(c.base)+len(vars)+8)
-	for k, v := range c.base {
-		data[k] = v
-	}
-	for name, f := range st.funcs() {
-		if c.used[name] {
-			data[name] = jinja.NewCallable(strings.TrimPrefix(name, rtPrefix), f)
-		}
-	}
+	st := &state{namespaces: map[*dictValue]bool{}, now: t.now}
+	root := &scope{names: make([]string, 0, len(vars)), vals: make([]value, 0, len(vars))}
 	for k, v := range vars {
-		data[k] = v
+		root.names = append(root.names, k)
+		root.vals = append(root.vals, v)
 	}
-	out, err = c.tmpl.RenderValues(data)
-	if err != nil {
+	var b strings.Builder
+	r := &renderer{st: st, out: &b, builtins: st.renderBuiltins()}
+	if _, err := r.exec(c.nodes, root); err != nil {
 		var re *RaiseError
 		var rn *RenderError
 		if errors.As(err, &re) || errors.As(err, &rn) {
@@ -352,16 +321,16 @@ func (t *Template) renderVars(c *compiled, vars map[string]jinja.Value) (out str
 		}
 		return "", &RenderError{Msg: err.Error()}
 	}
-	return out, nil
+	return b.String(), nil
 }
 
 // messageValue builds the mapping transformers hands the template for one message. It follows the
 // transformers release pinned in requirements-test.txt (5.20.x), which passes messages as given;
 // releases from 5.25 on also copy reasoning_content to a "thinking" key in front of the others.
-func messageValue(m topics.Message) (jinja.Value, error) {
-	d := jinja.NewDict()
+func messageValue(m topics.Message) (value, error) {
+	d := newDict()
 	dd := d.AsDict()
-	dd.Set("role", jinja.NewString(m.Role))
+	dd.Set("role", str(m.Role))
 	if parts := strings.TrimSpace(string(m.ContentParts)); parts != "" && parts != "null" {
 		v, err := decodeJSON(m.ContentParts)
 		if err != nil {
@@ -369,10 +338,10 @@ func messageValue(m topics.Message) (jinja.Value, error) {
 		}
 		dd.Set("content", v)
 	} else {
-		dd.Set("content", jinja.NewString(m.Content))
+		dd.Set("content", str(m.Content))
 	}
 	if m.ReasoningContent != "" {
-		dd.Set("reasoning_content", jinja.NewString(m.ReasoningContent))
+		dd.Set("reasoning_content", str(m.ReasoningContent))
 	}
 	if tc := strings.TrimSpace(string(m.ToolCalls)); tc != "" && tc != "null" {
 		v, err := decodeJSON(m.ToolCalls)
@@ -382,10 +351,10 @@ func messageValue(m topics.Message) (jinja.Value, error) {
 		dd.Set("tool_calls", v)
 	}
 	if m.ToolCallID != "" {
-		dd.Set("tool_call_id", jinja.NewString(m.ToolCallID))
+		dd.Set("tool_call_id", str(m.ToolCallID))
 	}
 	if m.Name != "" {
-		dd.Set("name", jinja.NewString(m.Name))
+		dd.Set("name", str(m.Name))
 	}
 	return d, nil
 }

@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"fmt"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/dlclark/regexp2"
@@ -73,6 +74,22 @@ func compileRegex(pattern string) (*regexpMatcher, error) {
 	return &regexpMatcher{re: re}, nil
 }
 
+// foldOrbit returns the members of r's Unicode simple case-fold orbit when it has more than the two
+// cases ignore-case matching gives anyway, else "".
+func foldOrbit(r rune) string {
+	if !unicode.IsLetter(r) {
+		return ""
+	}
+	orbit := []rune{r}
+	for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+		orbit = append(orbit, f)
+	}
+	if len(orbit) <= 2 {
+		return ""
+	}
+	return string(orbit)
+}
+
 // shorthandClass maps \w, \W, \d, \D to class bits.
 func shorthandClass(c byte) (mask uint16, negate, ok bool) {
 	switch c {
@@ -88,12 +105,33 @@ func shorthandClass(c byte) (mask uint16, negate, ok bool) {
 	return 0, false, false
 }
 
+// rewritePattern turns an Oniguruma pattern (as tokenizer.json writes them) into one regexp2 reads
+// the same way: Oniguruma's Unicode tables for \p{...}, \w and \d, class intersections, and its case
+// folding in (?i:...) groups, where a letter outside a class also matches the other members of its Unicode simple
+// case-fold orbit (s also matches U+017F LATIN SMALL LETTER LONG S, k U+212A KELVIN SIGN), which
+// regexp2's ignore-case (lower-casing both sides) misses.
 func rewritePattern(p string) (string, error) {
 	var b strings.Builder
-	depth := 0 // character class nesting
+	depth := 0        // character class nesting
+	var groups []bool // per open group outside classes: case-insensitive
+	ci := func() bool { return len(groups) > 0 && groups[len(groups)-1] }
 	for i := 0; i < len(p); {
 		c := p[i]
 		switch {
+		case c == '(' && depth == 0:
+			if strings.HasPrefix(p[i:], "(?i:") {
+				groups = append(groups, true)
+				b.WriteString("(?i:")
+				i += 4
+				continue
+			}
+			groups = append(groups, ci())
+		case c == ')' && depth == 0 && len(groups) > 0:
+			groups = groups[:len(groups)-1]
+		case c < utf8.RuneSelf && depth == 0 && ci() && foldOrbit(rune(c)) != "":
+			b.WriteString("[" + foldOrbit(rune(c)) + "]")
+			i++
+			continue
 		case c == '\\' && i+1 < len(p):
 			if (p[i+1] == 'p') && i+2 < len(p) && p[i+2] == '{' {
 				end := strings.IndexByte(p[i:], '}')
