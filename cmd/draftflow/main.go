@@ -112,16 +112,28 @@ func (c *common) register(fs *flag.FlagSet, metricsDefault string) {
 	fs.StringVar(&c.namespace, "namespace", os.Getenv("DRAFTFLOW_NAMESPACE"), "prefix for topic and group names (env DRAFTFLOW_NAMESPACE)")
 	fs.IntVar(&c.maxMsgBytes, "max-message-bytes", topics.DefaultMaxMessageBytes, "largest Kafka record batch, set on created topics and writers")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", metricsDefault, "serve Prometheus /metrics here (empty: off)")
-	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.StringVar(&c.logFormat, "log-format", "text", "text or json")
+	c.logLevel, c.logFormat = "info", "text"
+	fs.Func("log-level", "debug, info, warn or error (default info)", func(v string) error {
+		var l slog.Level
+		if err := l.UnmarshalText([]byte(v)); err != nil {
+			return fmt.Errorf("unknown log level %q: want debug, info, warn or error", v)
+		}
+		c.logLevel = v
+		return nil
+	})
+	fs.Func("log-format", "text or json (default text)", func(v string) error {
+		if v != "text" && v != "json" {
+			return fmt.Errorf("unknown log format %q: want text or json", v)
+		}
+		c.logFormat = v
+		return nil
+	})
 }
 
 // setup installs the logger, starts the metrics endpoint and returns the Kafka config (brokers may be empty).
 func (c *common) setup(ctx context.Context) (topics.Config, *slog.Logger) {
 	var level slog.Level
-	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
-		level = slog.LevelInfo
-	}
+	_ = level.UnmarshalText([]byte(c.logLevel)) // checked when the flag was parsed
 	opts := &slog.HandlerOptions{Level: level}
 	var h slog.Handler = slog.NewTextHandler(os.Stderr, opts)
 	if c.logFormat == "json" {

@@ -1,0 +1,25 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+)
+
+// An unknown --log-level or --log-format is an error naming the value, on every Kafka-facing command,
+// never a silent fallback to the default.
+func TestUnknownLogFlagsAreErrors(t *testing.T) {
+	for _, c := range commands() {
+		switch c.name {
+		case "run", "ingest", "tokenize", "generate", "sink":
+		default:
+			continue
+		}
+		for _, args := range [][]string{{"--log-level", "loud"}, {"--log-format", "yaml"}} {
+			err := c.run(context.Background(), args)
+			if err == nil || !strings.Contains(err.Error(), args[1]) {
+				t.Errorf("draftflow %s %s: got %v, want an error naming %q", c.name, strings.Join(args, " "), err, args[1])
+			}
+		}
+	}
+}
