@@ -52,7 +52,7 @@ test-integration: deps-go
 	  trap 'bash deploy/kafka/kafka.sh down' EXIT; \
 	  test -n "$$addr" || { echo "kafka.sh up printed no address"; exit 1; }; \
 	  echo "real Kafka at $$addr"; \
-	  DRAFTFLOW_TEST_BROKERS=$$addr $(GO) test $(GOTEST_FLAGS) -count=1 -run 'Kafka|Consumer|Ensure|Pipeline|Stage|Sink|Integration|RunSample|RunDuplicates|RunCancelled|RunIgnores' ./topics/... ./stages/... ./sink/... ./cmd/...
+	  DRAFTFLOW_TEST_BROKERS=$$addr $(GO) test $(GOTEST_FLAGS) -count=1 -run 'Kafka|Consumer|Ensure|Pipeline|Stage|Sink|Integration|RunSample|RunDuplicates|RunCancelled|RunIgnores' ./topics/... ./kafka/... ./stages/... ./sink/... ./cmd/...
 
 kafka-up:
 	@bash deploy/kafka/kafka.sh up

@@ -5,13 +5,13 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/draftflow/draftflow/topics"
+	"github.com/draftflow/draftflow/kafka"
 )
 
 // Config configures Run. Zero values are the documented defaults.
 type Config struct {
 	// Kafka says how to reach the brokers and the topic namespace.
-	Kafka topics.Config
+	Kafka kafka.Config
 	// Group is the consumer group of the sink (default "draftflow-sink").
 	Group string
 	// Dir is the output directory; each run gets a subdirectory (required).

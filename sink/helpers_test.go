@@ -14,6 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/draftflow/draftflow/kafka/kafkatest"
+
+	"github.com/draftflow/draftflow/kafka"
+
 	"github.com/draftflow/draftflow/topics"
 )
 
@@ -59,31 +63,16 @@ func mkGens(from, to int, temp float64) []*topics.Generation {
 }
 
 // produce writes values to the generated topic, keyed, and waits for every ack.
-func produce(t testing.TB, kc topics.Config, keys []string, values [][]byte) {
+func produce(t testing.TB, kc kafka.Config, keys []string, values [][]byte) {
 	t.Helper()
-	p := kc.NewProducer(topics.TopicGenerated, topics.ProducerConfig{})
-	defer p.Close()
-	var wg sync.WaitGroup
-	errs := make(chan error, len(values))
-	for i, v := range values {
-		wg.Add(1)
-		if err := p.SendRaw(context.Background(), keys[i], v, func(err error) {
-			if err != nil {
-				errs <- err
-			}
-			wg.Done()
-		}); err != nil {
-			t.Fatal(err)
-		}
+	recs := make([]kafkatest.Record, len(keys))
+	for i := range keys {
+		recs[i] = kafkatest.Record{Key: keys[i], Value: values[i]}
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+	kafkatest.Produce(t, kc, topics.TopicGenerated, recs...)
 }
 
-func produceGens(t testing.TB, kc topics.Config, gens []*topics.Generation) {
+func produceGens(t testing.TB, kc kafka.Config, gens []*topics.Generation) {
 	t.Helper()
 	keys := make([]string, len(gens))
 	vals := make([][]byte, len(gens))

@@ -2,12 +2,12 @@ package sink
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/segmentio/kafka-go"
-	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/draftflow/draftflow/kafka/kafkatest"
+
+	"github.com/draftflow/draftflow/kafka"
 
 	"github.com/draftflow/draftflow/topics"
 )
@@ -16,45 +16,19 @@ import (
 // keep flushing meanwhile, nothing after the rejected offset is absorbed or committed before the
 // acknowledgement, and once it arrives everything completes.
 func TestSlowDeadLetterDoesNotStallSink(t *testing.T) {
-	e, err := topics.StartEmbedded(topics.EmbeddedConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	kc := topics.Config{Brokers: e.Brokers(), Partitions: 2, Namespace: "slow-dead-letter", Logger: quietLogger()}
+	e := kafkatest.Embedded(t)
+	kc := kafka.Config{Brokers: e.Brokers(), Partitions: 2, Namespace: "slow-dead-letter", Logger: quietLogger()}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := kc.EnsureTopics(ctx, topics.All...); err != nil {
 		t.Fatal(err)
 	}
 
-	// Hold every produce request to the rejected topic until release is closed.
-	rejectedTopic := kc.Topic(topics.TopicRejected)
-	held := make(chan struct{}, 1)
-	release := make(chan struct{})
-	var released atomic.Bool
-	defer func() {
-		if !released.Swap(true) {
-			close(release)
-		}
-	}()
-	c := e.Cluster()
-	c.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		for _, rt := range kreq.(*kmsg.ProduceRequest).Topics {
-			if rt.Topic == rejectedTopic && !released.Load() {
-				select {
-				case held <- struct{}{}:
-				default:
-				}
-				c.SleepControl(func() { <-release })
-			}
-		}
-		return nil, nil, false
-	})
+	// Hold every produce request to the rejected topic until release is called.
+	held, release := kafkatest.HoldProduce(t, e, kc.Topic(topics.TopicRejected))
 
 	const junkKey = "junk"
-	partOf := func(key string) int { return (&kafka.Hash{}).Balance(kafka.Message{Key: []byte(key)}, 0, 1) }
+	partOf := func(key string) int { return kafka.PartitionOf(key, 2) }
 	junkPart := partOf(junkKey)
 	produce(t, kc, []string{junkKey}, [][]byte{[]byte("not a record")})
 	cfg := Config{Kafka: kc, Dir: t.TempDir(), Group: "slow-dl", IdleFlush: 200 * time.Millisecond}
@@ -102,19 +76,15 @@ func TestSlowDeadLetterDoesNotStallSink(t *testing.T) {
 			t.Fatal("no row became durable while a dead letter waited for its acknowledgement: the sink is stalled")
 		}
 	}
-	client := &kafka.Client{Addr: kafka.TCP(kc.Brokers...), Timeout: 10 * time.Second}
-	generated := kc.Topic(topics.TopicGenerated)
-	resp, err := client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: kc.Topic(cfg.Group),
-		Topics: map[string][]int{generated: {junkPart}}})
+	offs, err := kc.CommittedOffsets(ctx, cfg.Group, topics.TopicGenerated)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if off := resp.Topics[generated][0].CommittedOffset; off > 0 {
+	if off := offs[junkPart]; off > 0 {
 		t.Errorf("partition %d committed up to %d before its dead letter was acknowledged", junkPart, off)
 	}
 
-	released.Store(true)
-	close(release)
+	release()
 	sr.waitFor(t, "every row durable after the acknowledgement", allDurable(append(other, behind...)))
 	stopped := time.Now()
 	if err := sr.stop(t); err != nil {
@@ -131,6 +101,6 @@ func TestSlowDeadLetterDoesNotStallSink(t *testing.T) {
 		t.Fatal(err)
 	}
 	if n := ends[0] + ends[1]; n < 1 {
-		t.Errorf("%d dead letters on %s, want the junk record's", n, rejectedTopic)
+		t.Errorf("%d dead letters on %s, want the junk record's", n, topics.TopicRejected)
 	}
 }

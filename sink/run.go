@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/draftflow/draftflow/sink/internal/topicid"
+	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/topics"
 )
 
@@ -37,19 +37,19 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	topic := cfg.Kafka.Topic(topics.TopicGenerated)
-	tid, err := lookupTopicID(ctx, cfg.Kafka, topic, log)
+	tid, err := lookupTopicID(ctx, cfg.Kafka, topics.TopicGenerated, log)
 	if err != nil {
 		return err
 	}
 	st.setLog(topic, tid)
 	st.zstd = cfg.ZstdLevel
-	prod := cfg.Kafka.NewProducer(topics.TopicRejected, topics.ProducerConfig{})
+	prod := cfg.Kafka.NewProducer(topics.TopicRejected, kafka.ProducerConfig{})
 	defer prod.Close()
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	s := &sinker{cfg: cfg, log: log, st: st, prod: prod, cancel: cancel, parts: map[partKey]*partState{}, lastRecv: time.Now()}
-	cons := cfg.Kafka.NewConsumer(topics.TopicGenerated, topics.ConsumerConfig{Group: cfg.Group, MaxInFlight: cfg.MaxBufferedRows + 64})
+	cons := cfg.Kafka.NewConsumer(topics.TopicGenerated, kafka.ConsumerConfig{Group: cfg.Group, MaxInFlight: cfg.MaxBufferedRows + 64})
 	log.Info("sink started", "dir", cfg.Dir, "group", cfg.Group, "runs", len(st.runs), "rotate_rows", cfg.RotateRows,
 		"rotate_interval", cfg.RotateInterval, "idle_flush", cfg.IdleFlush, "topic_id", tid)
 
@@ -75,15 +75,11 @@ func Run(ctx context.Context, cfg Config) error {
 	return nil
 }
 
-// lookupTopicID returns the ID of the consumed topic, waiting (until ctx ends) for the topic to exist.
-func lookupTopicID(ctx context.Context, kc topics.Config, topic string, log *slog.Logger) (string, error) {
-	clientID := kc.ClientID
-	if clientID == "" {
-		clientID = "draftflow"
-	}
+// lookupTopicID returns the ID of the consumed (logical) topic, waiting (until ctx ends) for the topic to exist.
+func lookupTopicID(ctx context.Context, kc kafka.Config, topic string, log *slog.Logger) (string, error) {
 	for attempt := 1; ; attempt++ {
 		lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		id, err := topicid.Lookup(lctx, kc.Brokers, clientID, topic)
+		id, err := kc.TopicID(lctx, topic)
 		cancel()
 		if err == nil {
 			if id == "" {
@@ -109,14 +105,14 @@ type partState struct {
 	seen       int64 // last offset absorbed (written to the buffer, dropped as duplicate, or rejected)
 	first      int64 // first offset absorbed since the last flush, -1 if none
 	rows       []bufferedRow
-	deliveries []*topics.Delivery // Done at the next flush
+	deliveries []*kafka.Delivery // Done at the next flush
 	bytes      int64
 	oldest     time.Time
 	blocked    bool // a rejection failed: nothing at or after its offset may be absorbed
 	failed     bool // a flush failed: the buffer must not be acknowledged
 
-	rejecting bool               // a dead letter is in flight: nothing after its offset may be absorbed yet
-	waiting   []*topics.Delivery // deliveries that arrived while rejecting, in order
+	rejecting bool              // a dead letter is in flight: nothing after its offset may be absorbed yet
+	waiting   []*kafka.Delivery // deliveries that arrived while rejecting, in order
 }
 
 type bufferedRow struct {
@@ -129,7 +125,7 @@ type sinker struct {
 	cfg    Config
 	log    *slog.Logger
 	st     *store
-	prod   *topics.Producer
+	prod   *kafka.Producer
 	cancel context.CancelFunc
 
 	mu       sync.Mutex
@@ -161,14 +157,14 @@ func (s *sinker) fail(err error) {
 }
 
 // handle takes one delivery from the consumer.
-func (s *sinker) handle(d *topics.Delivery) {
+func (s *sinker) handle(d *kafka.Delivery) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.handleLocked(d)
 }
 
 // handleLocked is handle with s.mu held.
-func (s *sinker) handleLocked(d *topics.Delivery) {
+func (s *sinker) handleLocked(d *kafka.Delivery) {
 	if s.stopped || s.err != nil {
 		d.Abandon()
 		return
@@ -289,7 +285,7 @@ func validate(g *topics.Generation) string {
 // is acknowledged the partition absorbs nothing after it (later deliveries wait in p.waiting), so no flush
 // checkpoints past it; on the acknowledgement the delivery is absorbed and marked Done, and the waiting ones
 // are handled. If the dead letter fails, the partition is blocked and the run stops.
-func (s *sinker) reject(p *partState, d *topics.Delivery, g *topics.Generation, class, reason string) {
+func (s *sinker) reject(p *partState, d *kafka.Delivery, g *topics.Generation, class, reason string) {
 	m := d.Message
 	rej := &topics.Rejection{Stage: "sink", Reason: reason, Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Payload: m.Value}
 	key := d.Where()
@@ -308,7 +304,7 @@ func (s *sinker) reject(p *partState, d *topics.Delivery, g *topics.Generation, 
 }
 
 // rejectDone settles a dead letter the broker answered (err nil: acknowledged). Called with s.mu held.
-func (s *sinker) rejectDone(p *partState, d *topics.Delivery, id, class, reason string, err error) {
+func (s *sinker) rejectDone(p *partState, d *kafka.Delivery, id, class, reason string, err error) {
 	p.rejecting = false
 	waiting := p.waiting
 	p.waiting = nil

@@ -12,16 +12,18 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/draftflow/draftflow/kafka"
+	"github.com/draftflow/draftflow/kafka/embedded"
+
+	"github.com/draftflow/draftflow/kafka/kafkatest"
 	"github.com/draftflow/draftflow/topics"
-	"github.com/draftflow/draftflow/topics/topictest"
 )
 
-func baseConfig(kc topics.Config, dir string) Config {
+func baseConfig(kc kafka.Config, dir string) Config {
 	return Config{Kafka: kc, Dir: dir, Group: "sink-test", RotateRows: 40, IdleFlush: 300 * time.Millisecond, RowGroupRows: 16}
 }
 
@@ -44,29 +46,10 @@ func idsOf(gens []*topics.Generation) []string {
 	return out
 }
 
-// collectRejections reads the rejected topic until n sink rejections arrived.
-func collectRejections(t *testing.T, kc topics.Config, n int) []topics.Rejection {
+// collectRejections reads the rejected topic until n rejections arrived.
+func collectRejections(t *testing.T, kc kafka.Config, n int) []*topics.Rejection {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	var mu sync.Mutex
-	var out []topics.Rejection
-	c := kc.NewConsumer(topics.TopicRejected, topics.ConsumerConfig{Group: "rejected-reader"})
-	c.Run(ctx, func(d *topics.Delivery) {
-		var r topics.Rejection
-		if err := topics.Unmarshal(d.Message.Value, &r); err != nil {
-			t.Errorf("undecodable rejection: %v", err)
-		}
-		mu.Lock()
-		out = append(out, r)
-		if len(out) >= n {
-			cancel()
-		}
-		mu.Unlock()
-		d.Done()
-	})
-	mu.Lock()
-	defer mu.Unlock()
+	out := kafkatest.Collect[topics.Rejection](t, kc, topics.TopicRejected, n, 60*time.Second)
 	if len(out) < n {
 		t.Fatalf("%d rejections, want %d", len(out), n)
 	}
@@ -74,7 +57,7 @@ func collectRejections(t *testing.T, kc topics.Config, n int) []topics.Rejection
 }
 
 func TestSinkEndToEnd(t *testing.T) {
-	kc := topictest.Config(t, 4)
+	kc := kafkatest.Config(t, 4)
 	dir := t.TempDir()
 	gens := mkGens(0, 300, 0.7)
 	produceGens(t, kc, gens)
@@ -202,7 +185,7 @@ func TestSinkEndToEnd(t *testing.T) {
 }
 
 func TestSinkRestartDuplicatesAndRewind(t *testing.T) {
-	kc := topictest.Config(t, 4)
+	kc := kafkatest.Config(t, 4)
 	dir := t.TempDir()
 	first := mkGens(0, 200, 0.7)
 	produceGens(t, kc, first)
@@ -262,7 +245,7 @@ func TestSinkRestartDuplicatesAndRewind(t *testing.T) {
 }
 
 func TestReplayWithNewSamplingGoesToNewRun(t *testing.T) {
-	kc := topictest.Config(t, 2)
+	kc := kafkatest.Config(t, 2)
 	dir := t.TempDir()
 	a, b := mkGens(0, 60, 0.7), mkGens(0, 60, 1.0)
 	mixed := make([]*topics.Generation, 0, 120)
@@ -305,7 +288,7 @@ func TestSinkKilledMidRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns a child process")
 	}
-	kc := topictest.Config(t, 4)
+	kc := kafkatest.Config(t, 4)
 	dir := t.TempDir()
 	gens := mkGens(0, 400, 0.7)
 	produceGens(t, kc, gens)
@@ -373,7 +356,7 @@ func TestHelperSinkProcess(t *testing.T) {
 	if os.Getenv("DRAFTFLOW_SINK_HELPER") != "1" {
 		t.Skip("helper process only")
 	}
-	kc := topics.Config{Brokers: strings.Split(os.Getenv("HELPER_BROKERS"), ","), Namespace: os.Getenv("HELPER_NAMESPACE")}
+	kc := kafka.Config{Brokers: strings.Split(os.Getenv("HELPER_BROKERS"), ","), Namespace: os.Getenv("HELPER_NAMESPACE")}
 	cfg := baseConfig(kc, os.Getenv("HELPER_DIR"))
 	cfg.RotateRows = 7
 	cfg.Logger = quietLogger()
@@ -386,13 +369,13 @@ func TestHelperSinkProcess(t *testing.T) {
 // dropped as duplicates, new ids written, and no shard is overwritten.
 func TestNewBrokerSameDir(t *testing.T) {
 	dir := t.TempDir()
-	broker := func() topics.Config {
-		e, err := topics.StartEmbedded(topics.EmbeddedConfig{})
+	broker := func() kafka.Config {
+		e, err := embedded.Start(embedded.Config{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(e.Close)
-		kc := topics.Config{Brokers: e.Brokers(), Partitions: 2, Namespace: "replay"}
+		kc := kafka.Config{Brokers: e.Brokers(), Partitions: 2, Namespace: "replay"}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if err := kc.EnsureTopics(ctx, topics.All...); err != nil {

@@ -9,7 +9,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -22,7 +21,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/segmentio/kafka-go"
+	"github.com/draftflow/draftflow/kafka"
+	"github.com/draftflow/draftflow/kafka/embedded"
 
 	"github.com/draftflow/draftflow/stages/tokenize"
 	"github.com/draftflow/draftflow/topics"
@@ -34,7 +34,7 @@ type pipelineBenchOptions struct {
 	Brokers []string
 	// Records is the number of synthetic conversations (default 10000).
 	Records int
-	// Partitions of the benchmark topics (default topics.DefaultPartitions).
+	// Partitions of the benchmark topics (default kafka.DefaultPartitions).
 	Partitions int
 	// PromptWords is the mean length of a conversation in words (default 120).
 	PromptWords int
@@ -56,7 +56,7 @@ func (o pipelineBenchOptions) withDefaults() pipelineBenchOptions {
 		o.Records = 10000
 	}
 	if o.Partitions <= 0 {
-		o.Partitions = topics.DefaultPartitions
+		o.Partitions = kafka.DefaultPartitions
 	}
 	if o.PromptWords <= 0 {
 		o.PromptWords = 120
@@ -126,7 +126,7 @@ func cmdBenchPipeline(ctx context.Context, args []string) error {
 	brokers := fs.String("brokers", "", "a real Kafka cluster to measure next to the embedded broker (host:port,...)")
 	asJSON := fs.Bool("json", false, "print the report as JSON on stdout instead of a table")
 	fs.IntVar(&o.Records, "records", 10000, "synthetic conversations to push through the pipeline")
-	fs.IntVar(&o.Partitions, "partitions", topics.DefaultPartitions, "partitions of the benchmark topics")
+	fs.IntVar(&o.Partitions, "partitions", kafka.DefaultPartitions, "partitions of the benchmark topics")
 	fs.IntVar(&o.PromptWords, "prompt-words", 120, "mean conversation length in words")
 	fs.IntVar(&o.OutputTokens, "output-tokens", 32, "completion length of the instant simulated engine")
 	fs.IntVar(&o.Repeat, "repeat", 1, "runs per broker, interleaved; each broker is summarised by its median run")
@@ -145,7 +145,7 @@ func cmdBenchPipeline(ctx context.Context, args []string) error {
 	}
 	o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	if *brokers != "" {
-		o.Brokers = topics.ParseBrokers(*brokers)
+		o.Brokers = kafka.ParseBrokers(*brokers)
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -227,14 +227,14 @@ func benchPipeline(ctx context.Context, o pipelineBenchOptions) (*pipelineBenchR
 func benchPipelineOnce(ctx context.Context, o pipelineBenchOptions, target, input, out string, model *tokenize.Model) (*pipelineBenchResult, error) {
 	brokers := o.Brokers
 	if target == "embedded" {
-		e, err := topics.StartEmbedded(topics.EmbeddedConfig{})
+		e, err := embedded.Start(embedded.Config{})
 		if err != nil {
 			return nil, err
 		}
 		defer e.Close()
 		brokers = e.Brokers()
 	}
-	kc := topics.Config{
+	kc := kafka.Config{
 		Brokers:    brokers,
 		Partitions: o.Partitions,
 		Namespace:  fmt.Sprintf("draftflow-bench-%x", rand.Uint64()),
@@ -284,22 +284,12 @@ func benchPipelineOnce(ctx context.Context, o pipelineBenchOptions, target, inpu
 }
 
 // deleteTopics removes a benchmark's namespaced topics from a real cluster, so repeated runs leave nothing behind.
-func deleteTopics(kc topics.Config, log *slog.Logger) {
+func deleteTopics(kc kafka.Config, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	names := make([]string, len(topics.All))
-	for i, n := range topics.All {
-		names[i] = kc.Topic(n)
-	}
-	client := &kafka.Client{Addr: kafka.TCP(kc.Brokers...), Timeout: 30 * time.Second}
-	resp, err := client.DeleteTopics(ctx, &kafka.DeleteTopicsRequest{Topics: names})
-	if err == nil {
-		for _, e := range resp.Errors {
-			err = errors.Join(err, e)
-		}
-	}
+	err := kc.DeleteTopics(ctx, topics.All...)
 	if err != nil {
-		log.Warn("bench pipeline: could not delete the benchmark topics", "topics", names, "err", err)
+		log.Warn("bench pipeline: could not delete the benchmark topics", "namespace", kc.Namespace, "err", err)
 	}
 }
 

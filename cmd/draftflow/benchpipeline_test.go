@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/draftflow/draftflow/kafka"
+
 	"github.com/draftflow/draftflow/stages/ingest"
 	"github.com/draftflow/draftflow/topics"
 )
@@ -79,7 +81,7 @@ func TestBenchPipelineSmall(t *testing.T) {
 	o := pipelineBenchOptions{Records: records, Partitions: 3, PromptWords: 30, OutputTokens: 8, Logger: testLogger(t)}
 	want := 1
 	if addr := os.Getenv("DRAFTFLOW_TEST_BROKERS"); addr != "" {
-		o.Brokers = topics.ParseBrokers(addr)
+		o.Brokers = kafka.ParseBrokers(addr)
 		want = 2
 	}
 	rep, err := benchPipeline(context.Background(), o)

@@ -21,18 +21,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/draftflow/draftflow/kafka"
+
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/segmentio/kafka-go"
 
+	"github.com/draftflow/draftflow/kafka/kafkatest"
 	"github.com/draftflow/draftflow/sink"
 	"github.com/draftflow/draftflow/stages/generate"
 	"github.com/draftflow/draftflow/stages/generate/sim"
 	"github.com/draftflow/draftflow/stages/ingest"
 	"github.com/draftflow/draftflow/stages/tokenize"
 	"github.com/draftflow/draftflow/topics"
-	"github.com/draftflow/draftflow/topics/topictest"
 )
 
 // itestDataset is the dataset name of every integration-test prompt.
@@ -41,7 +42,7 @@ const itestDataset = "itest"
 // itest is the pipeline of one integration test, assembled stage by stage.
 type itest struct {
 	t     *testing.T
-	kc    topics.Config
+	kc    kafka.Config
 	model *tokenize.Model
 	log   *slog.Logger
 	out   string // the sink's output directory
@@ -52,7 +53,7 @@ type itest struct {
 	durable map[string]int // id -> how many times a sink reported it durable
 }
 
-func newITest(t *testing.T, kc topics.Config) *itest {
+func newITest(t *testing.T, kc kafka.Config) *itest {
 	t.Helper()
 	model, cleanup, err := loadModelOrBundled("")
 	t.Cleanup(cleanup)
@@ -399,7 +400,7 @@ func writeDataset(t *testing.T, n, words int, seed uint64) string {
 // Its partitions move to the other (a rebalance), and nothing is lost: every id is in the shards exactly once.
 func TestIntegrationRebalance(t *testing.T) {
 	const n, partitions = 600, 6
-	h := newITest(t, topictest.Config(t, partitions))
+	h := newITest(t, kafkatest.Config(t, partitions))
 	path := writeDataset(t, n, 40, 11)
 	want := h.expectedPrompts(path, 64)
 
@@ -443,13 +444,9 @@ func TestIntegrationRebalance(t *testing.T) {
 	// Which replica wrote each row, by the tokenized partition it came from (records are keyed by id and the
 	// writers hash keys, so an id's partition is known).
 	endpoint := readShardStrings(t, h.out, "endpoint")
-	parts := make([]int, partitions)
-	for i := range parts {
-		parts[i] = i
-	}
 	byPart := map[int]map[string]int{}
 	for id, ep := range endpoint {
-		p := (&kafka.Hash{}).Balance(kafka.Message{Key: []byte(id)}, parts...)
+		p := kafka.PartitionOf(id, partitions)
 		if byPart[p] == nil {
 			byPart[p] = map[string]int{}
 		}
@@ -480,7 +477,7 @@ func TestIntegrationRestartResumes(t *testing.T) {
 	// A restarted stage may redo what it had fetched and not yet committed: at most what it held in flight, plus
 	// completions past an unfinished record of the same partition. A stage that started over would redo ~n/3.
 	const slack = 3 * maxInFlight
-	h := newITest(t, topictest.Config(t, 4))
+	h := newITest(t, kafkatest.Config(t, 4))
 	path := writeDataset(t, n, 40, 12)
 	want := h.expectedPrompts(path, 64)
 	srv, url := h.startSim(sim.Config{OutputLenDistribution: sim.DistFixed, OutputLenMean: 16, Seed: 3,
@@ -544,9 +541,9 @@ func TestIntegrationRestartResumes(t *testing.T) {
 // max.message.bytes and the writers' BatchBytes set to 512 KiB, and land token-exact in the shards.
 func TestIntegrationLargeRecords(t *testing.T) {
 	const n, outputTokens, promptTokens, maxMessageBytes = 4, 16384, 16384 + 64, 512 << 10
-	// topictest picks the cluster (and creates default topics, unused here); this test's topics get a
+	// kafkatest picks the cluster (and creates default topics, unused here); this test's topics get a
 	// namespace of their own, created with the deliberate limit.
-	base := topictest.Config(t, 2)
+	base := kafkatest.Config(t, 2)
 	kc := base
 	kc.Namespace = base.Namespace + "-large"
 	kc.MaxMessageBytes = maxMessageBytes
@@ -666,9 +663,9 @@ func (h *itest) tapSizes(logical ...string) *sizeTap {
 	s := &sizeTap{max: map[string]int{}}
 	for _, topic := range logical {
 		topic := topic
-		c := h.kc.NewConsumer(topic, topics.ConsumerConfig{Group: "tap-sizes-" + topic})
+		c := h.kc.NewConsumer(topic, kafka.ConsumerConfig{Group: "tap-sizes-" + topic})
 		h.start("tap "+topic, func(ctx context.Context) error {
-			return c.Run(ctx, func(d *topics.Delivery) {
+			return c.Run(ctx, func(d *kafka.Delivery) {
 				s.mu.Lock()
 				s.max[topic] = max(s.max[topic], len(d.Message.Value))
 				s.mu.Unlock()
@@ -694,9 +691,9 @@ func (g *genTap) get(id string) *topics.Generation {
 // tapGenerations reads the generated topic in a group of its own.
 func (h *itest) tapGenerations() *genTap {
 	g := &genTap{gens: map[string]*topics.Generation{}}
-	c := h.kc.NewConsumer(topics.TopicGenerated, topics.ConsumerConfig{Group: "tap-generations"})
+	c := h.kc.NewConsumer(topics.TopicGenerated, kafka.ConsumerConfig{Group: "tap-generations"})
 	h.start("tap generations", func(ctx context.Context) error {
-		return c.Run(ctx, func(d *topics.Delivery) {
+		return c.Run(ctx, func(d *kafka.Delivery) {
 			var rec topics.Generation
 			if err := topics.Unmarshal(d.Message.Value, &rec); err != nil {
 				h.t.Errorf("generated record at %s: %v", d.Where(), err)
@@ -717,10 +714,10 @@ func (h *itest) tapGenerations() *genTap {
 // other settings reuses them as they are, data included, and a new topic gets the new settings.
 func TestIntegrationTopicsReused(t *testing.T) {
 	const n = 25
-	kc := topictest.Config(t, 3) // creates every pipeline topic
+	kc := kafkatest.Config(t, 3) // creates every pipeline topic
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	check := func(cfg topics.Config, topic string, partitions int, maxBytes string) {
+	check := func(cfg kafka.Config, topic string, partitions int, maxBytes string) {
 		t.Helper()
 		got, err := cfg.PartitionCount(ctx, topic)
 		if err != nil {
@@ -737,12 +734,12 @@ func TestIntegrationTopicsReused(t *testing.T) {
 			t.Errorf("%s: max.message.bytes %s, want %s", cfg.Topic(topic), v, maxBytes)
 		}
 	}
-	defaultMax := fmt.Sprint(topics.DefaultMaxMessageBytes)
+	defaultMax := fmt.Sprint(kafka.DefaultMaxMessageBytes)
 	for _, topic := range topics.All {
 		check(kc, topic, 3, defaultMax)
 	}
 
-	p := kc.NewProducer(topics.TopicPrompts, topics.ProducerConfig{})
+	p := kc.NewProducer(topics.TopicPrompts, kafka.ProducerConfig{})
 	sent := map[string]string{}
 	for i := 0; i < n; i++ {
 		rec := &topics.Prompt{ID: fmt.Sprintf("reuse-%02d", i), Dataset: "d",
@@ -775,8 +772,8 @@ func TestIntegrationTopicsReused(t *testing.T) {
 	var mu sync.Mutex
 	rctx, rcancel := context.WithTimeout(ctx, 60*time.Second)
 	defer rcancel()
-	c := again.NewConsumer(topics.TopicPrompts, topics.ConsumerConfig{Group: "reader"})
-	err := c.Run(rctx, func(d *topics.Delivery) {
+	c := again.NewConsumer(topics.TopicPrompts, kafka.ConsumerConfig{Group: "reader"})
+	err := c.Run(rctx, func(d *kafka.Delivery) {
 		var rec topics.Prompt
 		if err := topics.Unmarshal(d.Message.Value, &rec); err != nil {
 			t.Error(err)

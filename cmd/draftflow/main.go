@@ -20,9 +20,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/draftflow/draftflow/kafka"
 
-	"github.com/draftflow/draftflow/topics"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // command is one subcommand.
@@ -108,9 +108,9 @@ type common struct {
 
 func (c *common) register(fs *flag.FlagSet, metricsDefault string) {
 	fs.StringVar(&c.brokers, "brokers", "", "Kafka bootstrap brokers, comma-separated (env DRAFTFLOW_BROKERS)")
-	fs.IntVar(&c.partitions, "partitions", topics.DefaultPartitions, "partitions of topics this process creates")
+	fs.IntVar(&c.partitions, "partitions", kafka.DefaultPartitions, "partitions of topics this process creates")
 	fs.StringVar(&c.namespace, "namespace", os.Getenv("DRAFTFLOW_NAMESPACE"), "prefix for topic and group names (env DRAFTFLOW_NAMESPACE)")
-	fs.IntVar(&c.maxMsgBytes, "max-message-bytes", topics.DefaultMaxMessageBytes, "largest Kafka record batch, set on created topics and writers")
+	fs.IntVar(&c.maxMsgBytes, "max-message-bytes", kafka.DefaultMaxMessageBytes, "largest Kafka record batch, set on created topics and writers")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", metricsDefault, "serve Prometheus /metrics here (empty: off)")
 	c.logLevel, c.logFormat = "info", "text"
 	fs.Func("log-level", "debug, info, warn or error (default info)", func(v string) error {
@@ -131,7 +131,7 @@ func (c *common) register(fs *flag.FlagSet, metricsDefault string) {
 }
 
 // setup installs the logger, starts the metrics endpoint and returns the Kafka config (brokers may be empty).
-func (c *common) setup(ctx context.Context) (topics.Config, *slog.Logger) {
+func (c *common) setup(ctx context.Context) (kafka.Config, *slog.Logger) {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(c.logLevel)) // checked when the flag was parsed
 	opts := &slog.HandlerOptions{Level: level}
@@ -144,8 +144,8 @@ func (c *common) setup(ctx context.Context) (topics.Config, *slog.Logger) {
 	if c.metricsAddr != "" {
 		serveMetrics(ctx, c.metricsAddr, log)
 	}
-	return topics.Config{
-		Brokers:         topics.ParseBrokers(c.brokers),
+	return kafka.Config{
+		Brokers:         kafka.ParseBrokers(c.brokers),
 		Partitions:      c.partitions,
 		MaxMessageBytes: c.maxMsgBytes,
 		Namespace:       c.namespace,
@@ -173,7 +173,7 @@ func serveMetrics(ctx context.Context, addr string, log *slog.Logger) {
 }
 
 // requireBrokers returns an error naming the flag when a stage runs without brokers.
-func requireBrokers(cfg topics.Config) error {
+func requireBrokers(cfg kafka.Config) error {
 	if len(cfg.Brokers) == 0 {
 		return errors.New("no Kafka brokers: pass --brokers host:port[,host:port] or set DRAFTFLOW_BROKERS (only `draftflow run` starts an embedded broker)")
 	}

@@ -9,8 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/draftflow/draftflow/topics/topictest"
-	"github.com/segmentio/kafka-go"
+	"github.com/draftflow/draftflow/kafka/kafkatest"
 )
 
 // A run counts only the rejections of its own prompts made during it: a second run on the same broker and
@@ -18,7 +17,7 @@ import (
 // fit a small context); the second has room for it, and must wait until it is written (its generation is
 // held back long enough for the first run's dead letter to be read, if it were).
 func TestRunIgnoresEarlierRunsRejections(t *testing.T) {
-	kc := topictest.Config(t, 2)
+	kc := kafkatest.Config(t, 2)
 	dir := t.TempDir()
 	write := func(name string, lines ...string) string {
 		path := filepath.Join(dir, name)
@@ -59,14 +58,13 @@ func TestRunIgnoresEarlierRunsRejections(t *testing.T) {
 			"rejection counted again?)", second.Prompts, second.Written, second.PipelineRejected, second.Missing)
 	}
 	// Neither run leaves its dead-letter reader's group behind.
-	client := &kafka.Client{Addr: kafka.TCP(kc.Brokers...), Timeout: 10 * time.Second}
-	groups, err := client.ListGroups(context.Background(), &kafka.ListGroupsRequest{})
+	groups, err := kc.Groups(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, g := range groups.Groups {
-		if strings.HasPrefix(g.GroupID, kc.Topic("draftflow-run-")) {
-			t.Errorf("group %s of a finished run is still on the broker", g.GroupID)
+	for _, g := range groups {
+		if strings.HasPrefix(g, kc.Topic("draftflow-run-")) {
+			t.Errorf("group %s of a finished run is still on the broker", g)
 		}
 	}
 }

@@ -14,6 +14,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/draftflow/draftflow/kafka"
+	"github.com/draftflow/draftflow/kafka/embedded"
+
 	"github.com/schollz/progressbar/v3"
 
 	"github.com/draftflow/draftflow/sink"
@@ -26,7 +29,7 @@ import (
 
 // runConfig is everything `draftflow run` needs; tests build one directly.
 type runConfig struct {
-	Kafka    topics.Config // Brokers empty: start an embedded broker
+	Kafka    kafka.Config // Brokers empty: start an embedded broker
 	Ingest   ingest.Config
 	Tokenize tokenize.Config
 	Generate generate.Config // Endpoints empty: start an in-process simulator
@@ -167,7 +170,7 @@ func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
 	// Broker.
 	kc := rc.Kafka
 	if len(kc.Brokers) == 0 {
-		b, err := topics.StartEmbedded(topics.EmbeddedConfig{MaxMessageBytes: kc.MaxMessageBytes})
+		b, err := embedded.Start(embedded.Config{MaxMessageBytes: kc.MaxMessageBytes})
 		if err != nil {
 			return nil, err
 		}
@@ -285,8 +288,8 @@ func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
 	startStage("sink", func(ctx context.Context) error { return sink.Run(ctx, sk) })
 	// Dead letters from the stages after ingest, read by a group of this run alone.
 	startStage("rejected", func(ctx context.Context) error {
-		c := kc.NewConsumer(topics.TopicRejected, topics.ConsumerConfig{Group: rejectedGroup})
-		return c.Run(ctx, func(d *topics.Delivery) {
+		c := kc.NewConsumer(topics.TopicRejected, kafka.ConsumerConfig{Group: rejectedGroup})
+		return c.Run(ctx, func(d *kafka.Delivery) {
 			var r topics.Rejection
 			if topics.Unmarshal(d.Message.Value, &r) == nil && r.Stage != "ingest" && r.ID != "" {
 				tr.mark(tr.rejected, r.ID)

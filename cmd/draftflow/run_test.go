@@ -10,16 +10,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/draftflow/draftflow/kafka"
+
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
 	"github.com/apache/arrow/go/v17/arrow/memory"
 	"github.com/apache/arrow/go/v17/parquet/file"
 	"github.com/apache/arrow/go/v17/parquet/pqarrow"
 
+	"github.com/draftflow/draftflow/kafka/kafkatest"
 	"github.com/draftflow/draftflow/sink"
 	"github.com/draftflow/draftflow/stages/ingest"
 	"github.com/draftflow/draftflow/topics"
-	"github.com/draftflow/draftflow/topics/topictest"
 )
 
 const sampleFile = "../../testdata/sample/conversations.jsonl"
@@ -105,14 +107,14 @@ func readShards(t *testing.T, dir string) []shardRow {
 }
 
 // readRejections reads the rejected topic until want records arrived or the deadline passed.
-func readRejections(t *testing.T, kc topics.Config, want int) []topics.Rejection {
+func readRejections(t *testing.T, kc kafka.Config, want int) []topics.Rejection {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var mu sync.Mutex
 	var out []topics.Rejection
-	c := kc.NewConsumer(topics.TopicRejected, topics.ConsumerConfig{Group: "test-reader"})
-	c.Run(ctx, func(d *topics.Delivery) {
+	c := kc.NewConsumer(topics.TopicRejected, kafka.ConsumerConfig{Group: "test-reader"})
+	c.Run(ctx, func(d *kafka.Delivery) {
 		var r topics.Rejection
 		if err := topics.Unmarshal(d.Message.Value, &r); err != nil {
 			t.Error(err)
@@ -142,7 +144,7 @@ func TestPipelineEndToEndSample(t *testing.T) {
 	if err := json.Unmarshal(b, &expected); err != nil {
 		t.Fatal(err)
 	}
-	kc := topictest.Config(t, 4)
+	kc := kafkatest.Config(t, 4)
 	out := t.TempDir()
 	var rc runConfig
 	rc.Kafka = kc

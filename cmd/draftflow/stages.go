@@ -8,6 +8,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/draftflow/draftflow/kafka"
+
 	"github.com/draftflow/draftflow/sink"
 	"github.com/draftflow/draftflow/stages/generate"
 	"github.com/draftflow/draftflow/stages/generate/sim"
@@ -17,9 +19,9 @@ import (
 )
 
 // prepare parses flags, sets up logging/metrics and makes sure the topics exist.
-func prepare(ctx context.Context, c *common, fs interface{ Parse([]string) error }, args []string) (topics.Config, error) {
+func prepare(ctx context.Context, c *common, fs interface{ Parse([]string) error }, args []string) (kafka.Config, error) {
 	if err := fs.Parse(args); err != nil {
-		return topics.Config{}, err
+		return kafka.Config{}, err
 	}
 	kc, _ := c.setup(ctx)
 	if err := requireBrokers(kc); err != nil {

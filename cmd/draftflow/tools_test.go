@@ -14,10 +14,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/draftflow/draftflow/kafka"
+
+	"github.com/draftflow/draftflow/kafka/kafkatest"
 	"github.com/draftflow/draftflow/sink"
 	"github.com/draftflow/draftflow/stages/tokenize/tokenizer/bundled"
 	"github.com/draftflow/draftflow/topics"
-	"github.com/draftflow/draftflow/topics/topictest"
 )
 
 func TestEncodeStream(t *testing.T) {
@@ -176,8 +178,8 @@ func TestVocabAndExportCommands(t *testing.T) {
 // writeSampleRun writes a run of three rows (lengths 5, 8 and 12) to dir through a sink on an embedded broker.
 func writeSampleRun(t *testing.T, dir string) {
 	t.Helper()
-	kc := topictest.Config(t, 1)
-	p := kc.NewProducer(topics.TopicGenerated, topics.ProducerConfig{})
+	kc := kafkatest.Config(t, 1)
+	p := kc.NewProducer(topics.TopicGenerated, kafka.ProducerConfig{})
 	for i, n := range []int{5, 8, 12} {
 		g := &topics.Generation{ID: fmt.Sprintf("c%d", i), Model: "draftflow-sample-bpe", TokenizerHash: "h",
 			Meta: topics.GenerationMeta{FinishReason: "stop"}}

@@ -13,9 +13,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/draftflow/draftflow/kafka"
 
-	"github.com/draftflow/draftflow/topics"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Admission policies accepted by Config.Policy.
@@ -166,7 +166,7 @@ type BudgetConfig struct {
 // Endpoints is a documented default.
 type Config struct {
 	// Kafka says how to reach the brokers.
-	Kafka topics.Config
+	Kafka kafka.Config
 	// Group is the consumer group (default "draftflow-generate").
 	Group string
 	// Endpoints are SGLang base URLs ("http://host:30000").

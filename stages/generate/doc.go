@@ -9,7 +9,7 @@
 // server refused with HTTP 400 or answered with an abort or an invalid body, a topics.Rejection) and marks
 // the delivery Done from the producer's acknowledgement callback, so a committed offset always means the
 // output is durable in Kafka. On shutdown the stage stops fetching, aborts requests still running on the
-// servers (/abort_request) and abandons their deliveries (topics.Delivery.Abandon: the slot is freed at
+// servers (/abort_request) and abandons their deliveries (kafka.Delivery.Abandon: the slot is freed at
 // once, the offset never committed), so the consumer stops without waiting them out and they are
 // redelivered.
 //

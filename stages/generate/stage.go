@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/draftflow/draftflow/kafka"
+
 	"github.com/cenkalti/backoff/v4"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -25,8 +27,8 @@ type stage struct {
 	cfg     Config
 	log     *slog.Logger
 	ctl     *Controller
-	gen     *topics.Producer
-	rej     *topics.Producer
+	gen     *kafka.Producer
+	rej     *kafka.Producer
 	work    context.Context // cancelled ShutdownGrace after shutdown begins: in-flight requests are abandoned
 	workers sync.WaitGroup
 }
@@ -99,15 +101,15 @@ func Run(ctx context.Context, cfg Config) error {
 		cfg:  cfg,
 		log:  cfg.Logger.With("stage", "generate"),
 		ctl:  ctl,
-		gen:  cfg.Kafka.NewProducer(topics.TopicGenerated, topics.ProducerConfig{}),
-		rej:  cfg.Kafka.NewProducer(topics.TopicRejected, topics.ProducerConfig{}),
+		gen:  cfg.Kafka.NewProducer(topics.TopicGenerated, kafka.ProducerConfig{}),
+		rej:  cfg.Kafka.NewProducer(topics.TopicRejected, kafka.ProducerConfig{}),
 		work: work,
 	}
 	ctlCtx, stopCtl := context.WithCancel(context.WithoutCancel(ctx))
 	ctlDone := make(chan struct{})
 	go func() { defer close(ctlDone); _ = ctl.Run(ctlCtx) }()
 
-	cons := cfg.Kafka.NewConsumer(topics.TopicTokenized, topics.ConsumerConfig{
+	cons := cfg.Kafka.NewConsumer(topics.TopicTokenized, kafka.ConsumerConfig{
 		Group:        cfg.Group,
 		MaxInFlight:  cfg.MaxInFlight,
 		DrainTimeout: cfg.ShutdownGrace + ackDrainTime,
@@ -139,7 +141,7 @@ func Run(ctx context.Context, cfg Config) error {
 }
 
 // handle starts the work of one delivery; it is called from the consumer's goroutine and returns at once.
-func (s *stage) handle(d *topics.Delivery) {
+func (s *stage) handle(d *kafka.Delivery) {
 	var t topics.Tokenized
 	if err := topics.Unmarshal(d.Message.Value, &t); err != nil {
 		s.reject(d, &topics.Rejection{ID: string(d.Message.Key), Reason: "undecodable tokenized record: " + err.Error(),
@@ -214,12 +216,12 @@ func generation(t *topics.Tokenized, sampling topics.Sampling, res *Result) *top
 }
 
 // emit writes a Generation and marks d Done once it is acknowledged.
-func (s *stage) emit(d *topics.Delivery, g *topics.Generation) {
+func (s *stage) emit(d *kafka.Delivery, g *topics.Generation) {
 	s.send(s.gen, d, g.ID, g, func() { s.ctl.met.records.WithLabelValues("generated").Inc() })
 }
 
 // reject writes a Rejection for d and marks d Done once it is acknowledged.
-func (s *stage) reject(d *topics.Delivery, r *topics.Rejection) {
+func (s *stage) reject(d *kafka.Delivery, r *topics.Rejection) {
 	r.Stage = "generate"
 	r.Topic, r.Partition, r.Offset = d.Message.Topic, d.Message.Partition, d.Message.Offset
 	key := r.ID
@@ -232,7 +234,7 @@ func (s *stage) reject(d *topics.Delivery, r *topics.Rejection) {
 // send writes rec and marks d Done after the broker acknowledged it. A write that fails is retried with
 // backoff until the stage's work context ends; d then stays unfinished and is redelivered. (A retry that
 // fires after the producer closed fails and gives up the same way.)
-func (s *stage) send(p *topics.Producer, d *topics.Delivery, key string, rec any, acked func()) {
+func (s *stage) send(p *kafka.Producer, d *kafka.Delivery, key string, rec any, acked func()) {
 	b := backoff.WithContext(backoff.NewExponentialBackOff(backoff.WithMaxElapsedTime(0), backoff.WithMaxInterval(10*time.Second)), s.work)
 	var attempt func()
 	attempt = func() {
@@ -244,7 +246,7 @@ func (s *stage) send(p *topics.Producer, d *topics.Delivery, key string, rec any
 			}
 			s.retrySend(b, p, d, err, attempt)
 		})
-		if g, ok := rec.(*topics.Generation); ok && errors.Is(err, topics.ErrRecordTooLarge) {
+		if g, ok := rec.(*topics.Generation); ok && errors.Is(err, kafka.ErrRecordTooLarge) {
 			// Permanent for this record: dead-letter it instead of stalling the partition.
 			s.log.Warn("generation too large for the topic", "id", g.ID, "at", d.Where(), "err", err)
 			s.reject(d, &topics.Rejection{ID: g.ID, Dataset: g.Dataset, Source: g.Source, Reason: err.Error()})
@@ -257,7 +259,7 @@ func (s *stage) send(p *topics.Producer, d *topics.Delivery, key string, rec any
 	attempt()
 }
 
-func (s *stage) retrySend(b backoff.BackOff, p *topics.Producer, d *topics.Delivery, err error, attempt func()) {
+func (s *stage) retrySend(b backoff.BackOff, p *kafka.Producer, d *kafka.Delivery, err error, attempt func()) {
 	wait := b.NextBackOff()
 	if wait == backoff.Stop {
 		s.log.Warn("output not written before shutdown; record will be redelivered", "topic", p.Topic(), "at", d.Where(), "err", err)

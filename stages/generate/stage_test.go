@@ -16,6 +16,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/draftflow/draftflow/kafka/kafkatest"
+
+	"github.com/draftflow/draftflow/kafka"
+	"github.com/draftflow/draftflow/kafka/embedded"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/draftflow/draftflow/stages/generate/sim"
@@ -113,46 +118,14 @@ func startSim(t *testing.T, cfg sim.Config) (*sim.Server, *recorder, string) {
 	return s, rec, hs.URL
 }
 
-func startKafka(t *testing.T) topics.Config {
+func startKafka(t *testing.T) kafka.Config {
 	t.Helper()
-	e, err := topics.StartEmbedded(topics.EmbeddedConfig{})
+	e, err := embedded.Start(embedded.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.Close)
-	return topics.Config{Brokers: e.Brokers(), Partitions: 4, Logger: testLogger(t)}
-}
-
-// collect consumes topic in a fresh group until want records arrived or the timeout passed.
-func collect[T any](t *testing.T, kc topics.Config, topic string, want int, timeout time.Duration) []*T {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	var mu sync.Mutex
-	var out []*T
-	cons := kc.NewConsumer(topic, topics.ConsumerConfig{Group: "test-" + topic + fmt.Sprint(time.Now().UnixNano()), SessionTimeout: 2 * time.Second})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = cons.Run(ctx, func(d *topics.Delivery) {
-			v := new(T)
-			if err := topics.Unmarshal(d.Message.Value, any(v)); err != nil {
-				t.Errorf("decode %s: %v", d.Where(), err)
-			}
-			mu.Lock()
-			out = append(out, v)
-			n := len(out)
-			mu.Unlock()
-			d.Done()
-			if n >= want {
-				cancel()
-			}
-		})
-	}()
-	<-done
-	mu.Lock()
-	defer mu.Unlock()
-	return out
+	return kafka.Config{Brokers: e.Brokers(), Partitions: 4, Logger: testLogger(t)}
 }
 
 func prompt(n, seed int) []uint32 {
@@ -200,7 +173,7 @@ func TestStageEndToEnd(t *testing.T) {
 			if err := kc.EnsureTopics(ctx, topics.All...); err != nil {
 				t.Fatal(err)
 			}
-			p := kc.NewProducer(topics.TopicTokenized, topics.ProducerConfig{})
+			p := kc.NewProducer(topics.TopicTokenized, kafka.ProducerConfig{})
 			const n = 40
 			sent := map[string]*topics.Tokenized{}
 			for i := range n {
@@ -223,8 +196,8 @@ func TestStageEndToEnd(t *testing.T) {
 				HealthInterval: 200 * time.Millisecond, Budget: BudgetConfig{PollInterval: 20 * time.Millisecond},
 				Registerer: prometheus.NewRegistry(), Logger: testLogger(t),
 			})
-			gens := collect[topics.Generation](t, kc, topics.TopicGenerated, n-1, 60*time.Second)
-			rejs := collect[topics.Rejection](t, kc, topics.TopicRejected, 1, 30*time.Second)
+			gens := kafkatest.Collect[topics.Generation](t, kc, topics.TopicGenerated, n-1, 60*time.Second)
+			rejs := kafkatest.Collect[topics.Rejection](t, kc, topics.TopicRejected, 1, 30*time.Second)
 			if err := stop(); err != nil {
 				t.Fatalf("Run: %v", err)
 			}
@@ -302,7 +275,7 @@ func TestStageShutdownAbandons(t *testing.T) {
 	if err := kc.EnsureTopics(ctx, topics.All...); err != nil {
 		t.Fatal(err)
 	}
-	p := kc.NewProducer(topics.TopicTokenized, topics.ProducerConfig{})
+	p := kc.NewProducer(topics.TopicTokenized, kafka.ProducerConfig{})
 	for i := range 5 {
 		rec := &topics.Tokenized{ID: fmt.Sprintf("slow-%d", i), InputIDs: prompt(50, i), Sampling: topics.Sampling{MaxNewTokens: 4000}}
 		if err := p.SendSync(ctx, rec.ID, rec); err != nil {
@@ -340,7 +313,7 @@ func TestStageShutdownAbandons(t *testing.T) {
 	_, _, fast := startSim(t, sim.Config{TimeScale: 500, OutputLenMean: 20})
 	cfg.Endpoints = []string{fast}
 	stop = runStage(t, cfg)
-	gens := collect[topics.Generation](t, kc, topics.TopicGenerated, 5, 60*time.Second)
+	gens := kafkatest.Collect[topics.Generation](t, kc, topics.TopicGenerated, 5, 60*time.Second)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/draftflow/draftflow/kafka"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/schollz/progressbar/v3"
@@ -26,7 +28,7 @@ const DefaultMaxInFlight = 4096
 // Config configures Run. Zero values are documented defaults; Kafka.Brokers and Inputs are required.
 type Config struct {
 	// Kafka says how to reach the brokers; prompts and rejected are created if missing.
-	Kafka topics.Config
+	Kafka kafka.Config
 	// Inputs are JSONL (optionally .gz/.zst) or Parquet files, or directories holding them.
 	Inputs []string
 	// Dataset names the dataset of every input; empty means each file's stem (see DatasetName).
@@ -118,15 +120,15 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	maxMsg := cfg.Kafka.MaxMessageBytes
 	if maxMsg <= 0 {
-		maxMsg = topics.DefaultMaxMessageBytes
+		maxMsg = kafka.DefaultMaxMessageBytes
 	}
 	r := &runner{
 		log:      log,
 		settings: settings,
 		defaults: cfg.Defaults,
 		sampling: map[string]topics.Sampling{},
-		prompts:  cfg.Kafka.NewProducer(topics.TopicPrompts, topics.ProducerConfig{}),
-		rejected: cfg.Kafka.NewProducer(topics.TopicRejected, topics.ProducerConfig{}),
+		prompts:  cfg.Kafka.NewProducer(topics.TopicPrompts, kafka.ProducerConfig{}),
+		rejected: cfg.Kafka.NewProducer(topics.TopicRejected, kafka.ProducerConfig{}),
 		slots:    make(chan struct{}, maxInFlight),
 		maxMsg:   maxMsg,
 		seen:     map[string]topics.Source{},
@@ -197,8 +199,8 @@ type runner struct {
 	settings Settings
 	defaults topics.Sampling
 	sampling map[string]topics.Sampling // resolved settings per dataset
-	prompts  *topics.Producer
-	rejected *topics.Producer
+	prompts  *kafka.Producer
+	rejected *kafka.Producer
 	slots    chan struct{}
 	maxMsg   int
 	acks     sync.WaitGroup
@@ -255,7 +257,7 @@ func (r *runner) handle(p topics.Prompt, perr error, src topics.Source, raw []by
 	r.mu.Unlock()
 	id, dataset := p.ID, p.Dataset
 	return r.send(r.prompts, p.ID, value, func(err error) {
-		if topics.IsRecordTooLarge(err) {
+		if kafka.IsRecordTooLarge(err) {
 			// The broker refused the record (the topic's max.message.bytes is below ours): dead-letter the
 			// line as if it had failed the check above, and go on. The line itself is no longer at hand; its
 			// source says where it is.
@@ -288,7 +290,7 @@ func (r *runner) reject(id, dataset string, src topics.Source, perr error, raw [
 }
 
 // rejectWith is reject writing through send (r.send, or r.sendUnbounded from a done callback).
-func (r *runner) rejectWith(send func(*topics.Producer, string, []byte, func(error)) error,
+func (r *runner) rejectWith(send func(*kafka.Producer, string, []byte, func(error)) error,
 	id, dataset string, src topics.Source, perr error, raw []byte) error {
 	reason := ReasonOf(perr)
 	if reason == "" {
@@ -341,7 +343,7 @@ func (r *runner) rejectWith(send func(*topics.Producer, string, []byte, func(err
 }
 
 // send writes one encoded record, bounding the records in flight; done runs once Kafka answered.
-func (r *runner) send(p *topics.Producer, key string, value []byte, done func(error)) error {
+func (r *runner) send(p *kafka.Producer, key string, value []byte, done func(error)) error {
 	r.slots <- struct{}{}
 	r.acks.Add(1)
 	err := p.SendRaw(context.Background(), key, value, func(err error) {
@@ -359,7 +361,7 @@ func (r *runner) send(p *topics.Producer, key string, value []byte, done func(er
 
 // sendUnbounded is send without taking an in-flight slot, for a done callback: waiting there for a slot could
 // wait on the very callbacks the writer runs after it.
-func (r *runner) sendUnbounded(p *topics.Producer, key string, value []byte, done func(error)) error {
+func (r *runner) sendUnbounded(p *kafka.Producer, key string, value []byte, done func(error)) error {
 	r.acks.Add(1)
 	err := p.SendRaw(context.Background(), key, value, func(err error) {
 		done(err)

@@ -10,86 +10,38 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/draftflow/draftflow/kafka/kafkatest"
+
+	"github.com/draftflow/draftflow/kafka"
+	"github.com/draftflow/draftflow/kafka/embedded"
+
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	"github.com/segmentio/kafka-go"
 
 	"github.com/draftflow/draftflow/topics"
 )
 
-func startKafka(t *testing.T) topics.Config {
+func startKafka(t *testing.T) kafka.Config {
 	t.Helper()
-	e, err := topics.StartEmbedded(topics.EmbeddedConfig{})
+	e, err := embedded.Start(embedded.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.Close)
-	return topics.Config{Brokers: e.Brokers(), Partitions: 3, Logger: slog.New(slog.DiscardHandler)}
-}
-
-// topicSize returns the number of records on topic: the sum of its partitions' end offsets.
-func topicSize(t *testing.T, kc topics.Config, topic string) int {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	n, err := kc.PartitionCount(ctx, topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var reqs []kafka.OffsetRequest
-	for p := 0; p < n; p++ {
-		reqs = append(reqs, kafka.LastOffsetOf(p))
-	}
-	physical := kc.Topic(topic)
-	client := &kafka.Client{Addr: kafka.TCP(kc.Brokers...)}
-	resp, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{physical: reqs}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	total := 0
-	for _, po := range resp.Topics[physical] {
-		if po.Error != nil {
-			t.Fatal(po.Error)
-		}
-		total += int(po.LastOffset)
-	}
-	return total
+	return kafka.Config{Brokers: e.Brokers(), Partitions: 3, Logger: slog.New(slog.DiscardHandler)}
 }
 
 // consume reads every record of topic (its size is measured first) in a fresh consumer group.
-func consume[T any](t *testing.T, kc topics.Config, topic string) []*T {
+func consume[T any](t *testing.T, kc kafka.Config, topic string) []*T {
 	t.Helper()
-	want := topicSize(t, kc, topic)
+	want := kafkatest.Size(t, kc, topic)
 	if want == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	var mu sync.Mutex
-	var out []*T
-	cons := kc.NewConsumer(topic, topics.ConsumerConfig{Group: fmt.Sprintf("test-%s-%d", topic, time.Now().UnixNano()),
-		SessionTimeout: 2 * time.Second})
-	err := cons.Run(ctx, func(d *topics.Delivery) {
-		v := new(T)
-		if err := topics.Unmarshal(d.Message.Value, any(v)); err != nil {
-			t.Errorf("decode %s: %v", d.Where(), err)
-		}
-		mu.Lock()
-		out = append(out, v)
-		n := len(out)
-		mu.Unlock()
-		d.Done()
-		if n >= want {
-			cancel()
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	out := kafkatest.Collect[T](t, kc, topic, want, 60*time.Second)
 	if len(out) != want {
 		t.Fatalf("read %d of the %d records on %s", len(out), want, topic)
 	}
@@ -182,7 +134,7 @@ func TestRunSample(t *testing.T) {
 	if strings.Join(res2.IDs, ",") != strings.Join(res.IDs, ",") {
 		t.Error("second run produced different ids")
 	}
-	if n := topicSize(t, kc, topics.TopicPrompts); n != 2*exp.Valid {
+	if n := kafkatest.Size(t, kc, topics.TopicPrompts); n != 2*exp.Valid {
 		t.Errorf("prompts holds %d records after two runs, want %d", n, 2*exp.Valid)
 	}
 }

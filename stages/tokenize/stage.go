@@ -15,6 +15,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/draftflow/draftflow/kafka"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
@@ -24,7 +26,7 @@ import (
 // Config configures the tokenize stage. Zero values are documented defaults.
 type Config struct {
 	// Kafka says where the topics are.
-	Kafka topics.Config
+	Kafka kafka.Config
 	// Group is the consumer group (default "draftflow-tokenize"); replicas share it.
 	Group string
 	// ModelDir holds tokenizer.json and tokenizer_config.json. Ignored when Model is set.
@@ -100,9 +102,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	log.Info("tokenize starting", "model", name, "hash", m.Hash, "context_length", ctxLen, "workers", workers)
 
-	out := cfg.Kafka.NewProducer(topics.TopicTokenized, topics.ProducerConfig{})
+	out := cfg.Kafka.NewProducer(topics.TopicTokenized, kafka.ProducerConfig{})
 	defer out.Close()
-	dead := cfg.Kafka.NewProducer(topics.TopicRejected, topics.ProducerConfig{})
+	dead := cfg.Kafka.NewProducer(topics.TopicRejected, kafka.ProducerConfig{})
 	defer dead.Close()
 
 	// fatal stops the stage when Kafka refuses a write: the delivery stays unfinished and is redelivered later.
@@ -110,7 +112,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer cancel(nil)
 	fatal := func(err error) { cancel(err) }
 
-	reject := func(d *topics.Delivery, p *topics.Prompt, reason, label string) {
+	reject := func(d *kafka.Delivery, p *topics.Prompt, reason, label string) {
 		tokenizeRejected.WithLabelValues(label).Inc()
 		log.Warn("prompt rejected", "id", p.ID, "where", d.Where(), "reason", reason)
 		rej := &topics.Rejection{ID: p.ID, Dataset: p.Dataset, Stage: "tokenize", Reason: reason, Source: p.Source,
@@ -128,7 +130,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 
-	work := make(chan *topics.Delivery, workers*4)
+	work := make(chan *kafka.Delivery, workers*4)
 	var wg sync.WaitGroup
 	for i := 0; i < workers; i++ {
 		wg.Add(1)
@@ -165,7 +167,7 @@ func Run(ctx context.Context, cfg Config) error {
 					reject(d, &p, fmt.Sprintf("prompt %s%s: %v", p.ID, origin(&p), err), "too_large")
 				}
 				if err := out.Send(runCtx, string(d.Message.Key), rec, func(err error) {
-					if topics.IsRecordTooLarge(err) {
+					if kafka.IsRecordTooLarge(err) {
 						tooLarge(err)
 						return
 					}
@@ -177,7 +179,7 @@ func Run(ctx context.Context, cfg Config) error {
 					tokenizedPrompts.Inc()
 					tokenizedTokens.Add(float64(n))
 					d.Done()
-				}); topics.IsRecordTooLarge(err) {
+				}); kafka.IsRecordTooLarge(err) {
 					tooLarge(err)
 				} else if err != nil {
 					d.Abandon()
@@ -186,8 +188,8 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 		}()
 	}
-	in := cfg.Kafka.NewConsumer(topics.TopicPrompts, topics.ConsumerConfig{Group: group, MaxInFlight: 4096})
-	err = in.Run(runCtx, func(d *topics.Delivery) {
+	in := cfg.Kafka.NewConsumer(topics.TopicPrompts, kafka.ConsumerConfig{Group: group, MaxInFlight: 4096})
+	err = in.Run(runCtx, func(d *kafka.Delivery) {
 		select {
 		case work <- d:
 		case <-runCtx.Done():

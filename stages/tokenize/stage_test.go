@@ -9,9 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/draftflow/draftflow/kafka"
+
+	"github.com/draftflow/draftflow/kafka/kafkatest"
 	"github.com/draftflow/draftflow/stages/tokenize/tokenizer/bundled"
 	"github.com/draftflow/draftflow/topics"
-	"github.com/draftflow/draftflow/topics/topictest"
 )
 
 func bundledModel(t *testing.T) *Model {
@@ -56,12 +58,12 @@ func TestLoadModelBundled(t *testing.T) {
 
 // The stage produces exactly the model's ids, and dead-letters over-long and undecodable prompts with reasons.
 func TestStageTokenizesAndRejects(t *testing.T) {
-	kc := topictest.Config(t, 3)
+	kc := kafkatest.Config(t, 3)
 	m := bundledModel(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	in := kc.NewProducer(topics.TopicPrompts, topics.ProducerConfig{})
+	in := kc.NewProducer(topics.TopicPrompts, kafka.ProducerConfig{})
 	prompts := map[string]*topics.Prompt{}
 	for i := 0; i < 40; i++ {
 		p := &topics.Prompt{ID: fmt.Sprintf("p%d", i), Dataset: "d", Sampling: topics.Sampling{MaxNewTokens: 100},
@@ -87,11 +89,11 @@ func TestStageTokenizesAndRejects(t *testing.T) {
 	got := map[string][]uint32{}
 	var rejected []topics.Rejection
 	check := func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 39 && len(rejected) == 2 }
-	readAll := func(topic string, fn func(*topics.Delivery)) {
-		c := kc.NewConsumer(topic, topics.ConsumerConfig{Group: "reader-" + topic})
-		go c.Run(stageCtx, func(d *topics.Delivery) { fn(d); d.Done() })
+	readAll := func(topic string, fn func(*kafka.Delivery)) {
+		c := kc.NewConsumer(topic, kafka.ConsumerConfig{Group: "reader-" + topic})
+		go c.Run(stageCtx, func(d *kafka.Delivery) { fn(d); d.Done() })
 	}
-	readAll(topics.TopicTokenized, func(d *topics.Delivery) {
+	readAll(topics.TopicTokenized, func(d *kafka.Delivery) {
 		var r topics.Tokenized
 		if err := topics.Unmarshal(d.Message.Value, &r); err != nil {
 			t.Error(err)
@@ -103,7 +105,7 @@ func TestStageTokenizesAndRejects(t *testing.T) {
 			t.Errorf("record %s lost fields: %+v", r.ID, r)
 		}
 	})
-	readAll(topics.TopicRejected, func(d *topics.Delivery) {
+	readAll(topics.TopicRejected, func(d *kafka.Delivery) {
 		var r topics.Rejection
 		if err := topics.Unmarshal(d.Message.Value, &r); err != nil {
 			t.Error(err)
@@ -150,13 +152,13 @@ func TestStageTokenizesAndRejects(t *testing.T) {
 
 // A prompt whose record would exceed the message limit is dead-lettered, not retried forever.
 func TestStageRejectsOversizedRecord(t *testing.T) {
-	big := topictest.Config(t, 1) // topics accept 8 MiB
+	big := kafkatest.Config(t, 1) // topics accept 8 MiB
 	kc := big
 	kc.MaxMessageBytes = 8 << 10 // the stage's writers send at most 8 KiB
 	m := bundledModel(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	in := big.NewProducer(topics.TopicPrompts, topics.ProducerConfig{})
+	in := big.NewProducer(topics.TopicPrompts, kafka.ProducerConfig{})
 	for _, p := range []*topics.Prompt{
 		{ID: "small", Messages: []topics.Message{{Role: "user", Content: "hi"}}},
 		{ID: "huge", Messages: []topics.Message{{Role: "user", Content: strings.Repeat("lorem ipsum dolor ", 2000)}}},
@@ -179,7 +181,7 @@ func TestStageRejectsOversizedRecord(t *testing.T) {
 // A prompt whose record the broker refuses (the existing tokenized topic accepts less than the stage's writers
 // send) is dead-lettered like one over the client-side limit, and the stage goes on.
 func TestStageRejectsRecordRefusedByBroker(t *testing.T) {
-	base := topictest.Config(t, 1)
+	base := kafkatest.Config(t, 1)
 	kc := base
 	kc.Namespace += "-small"
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -193,7 +195,7 @@ func TestStageRejectsRecordRefusedByBroker(t *testing.T) {
 	}
 	kc.MaxMessageBytes = 0 // ... and written by a stage whose writers send up to 8 MiB
 	m := bundledModel(t)
-	in := kc.NewProducer(topics.TopicPrompts, topics.ProducerConfig{})
+	in := kc.NewProducer(topics.TopicPrompts, kafka.ProducerConfig{})
 	// Random letters: thousands of tokens whose ids zstd cannot squeeze under 16 KiB.
 	r := rand.New(rand.NewPCG(1, 2))
 	text := make([]byte, 40000)
@@ -223,12 +225,12 @@ func TestStageRejectsRecordRefusedByBroker(t *testing.T) {
 // stageOutputs reads the tokenized and rejected topics (as "tokenized ID" and "rejected ID: reason" lines)
 // until n records arrived, and returns them joined by newlines. It fails the test when ctx ends first or the
 // stage stops (an error on stageErr; nil: not watched).
-func stageOutputs(t *testing.T, ctx, stageCtx context.Context, kc topics.Config, stageErr <-chan error, n int) string {
+func stageOutputs(t *testing.T, ctx, stageCtx context.Context, kc kafka.Config, stageErr <-chan error, n int) string {
 	t.Helper()
 	got := make(chan string, 2*n)
 	for _, topic := range []string{topics.TopicTokenized, topics.TopicRejected} {
-		c := kc.NewConsumer(topic, topics.ConsumerConfig{Group: "r-" + topic})
-		go c.Run(stageCtx, func(d *topics.Delivery) {
+		c := kc.NewConsumer(topic, kafka.ConsumerConfig{Group: "r-" + topic})
+		go c.Run(stageCtx, func(d *kafka.Delivery) {
 			var r topics.Rejection
 			var tk topics.Tokenized
 			if topics.Unmarshal(d.Message.Value, &r) == nil {

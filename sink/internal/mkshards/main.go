@@ -18,6 +18,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/draftflow/draftflow/kafka"
+	"github.com/draftflow/draftflow/kafka/embedded"
+
 	"github.com/draftflow/draftflow/sink"
 	"github.com/draftflow/draftflow/topics"
 )
@@ -76,12 +79,12 @@ func gen(i int, temp float64) *topics.Generation {
 
 func run(out, expected string, n, rotate, rowGroup int) error {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	e, err := topics.StartEmbedded(topics.EmbeddedConfig{})
+	e, err := embedded.Start(embedded.Config{})
 	if err != nil {
 		return err
 	}
 	defer e.Close()
-	kc := topics.Config{Brokers: e.Brokers(), Partitions: 3, Logger: log}
+	kc := kafka.Config{Brokers: e.Brokers(), Partitions: 3, Logger: log}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if err := kc.EnsureTopics(ctx, topics.All...); err != nil {
@@ -92,7 +95,7 @@ func run(out, expected string, n, rotate, rowGroup int) error {
 	for i := 0; i < n; i++ {
 		gens = append(gens, gen(i, 0.6), gen(i, 1.0))
 	}
-	p := kc.NewProducer(topics.TopicGenerated, topics.ProducerConfig{})
+	p := kc.NewProducer(topics.TopicGenerated, kafka.ProducerConfig{})
 	var wg sync.WaitGroup
 	var sendErr error
 	var sendMu sync.Mutex

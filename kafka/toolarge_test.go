@@ -1,4 +1,4 @@
-package topics_test
+package kafka_test
 
 import (
 	"bytes"
@@ -13,7 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/segmentio/kafka-go"
+	"github.com/draftflow/draftflow/kafka"
+	"github.com/draftflow/draftflow/kafka/embedded"
+
+	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/draftflow/draftflow/topics"
 )
@@ -38,16 +41,16 @@ func (s *syncBuffer) String() string {
 
 // smallTopics starts an embedded broker whose topics (namespace "small") accept records of at most limit
 // bytes, and returns a Config for them that keeps the default (larger) writer limit, logging into logs.
-func smallTopics(t *testing.T, limit int, logs *syncBuffer) topics.Config {
+func smallTopics(t *testing.T, limit int, logs *syncBuffer) kafka.Config {
 	t.Helper()
-	e, err := topics.StartEmbedded(topics.EmbeddedConfig{})
+	e, err := embedded.Start(embedded.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	small := topics.Config{Brokers: e.Brokers(), Partitions: 1, Namespace: "small", MaxMessageBytes: limit,
+	small := kafka.Config{Brokers: e.Brokers(), Partitions: 1, Namespace: "small", MaxMessageBytes: limit,
 		Logger: slog.New(slog.DiscardHandler)}
 	if err := small.EnsureTopics(ctx, topics.All...); err != nil {
 		t.Fatal(err)
@@ -72,18 +75,18 @@ func TestIsRecordTooLarge(t *testing.T) {
 		want bool
 	}{
 		{nil, false},
-		{topics.ErrRecordTooLarge, true},
-		{fmt.Errorf("topics: record %q: %w", "x", topics.ErrRecordTooLarge), true},
-		{kafka.MessageSizeTooLarge, true},
-		{fmt.Errorf("%w: The message is too large.", kafka.MessageSizeTooLarge), true},
-		{kafka.WriteErrors{nil, kafka.MessageSizeTooLarge}, true},
-		{fmt.Errorf("topics: write: %w", kafka.WriteErrors{kafka.MessageSizeTooLarge}), true},
-		{kafka.MessageTooLargeError{}, true},
-		{kafka.WriteErrors{nil, kafka.RequestTimedOut}, false},
-		{kafka.LeaderNotAvailable, false},
+		{kafka.ErrRecordTooLarge, true},
+		{fmt.Errorf("kafka: record %q: %w", "x", kafka.ErrRecordTooLarge), true},
+		{kafkago.MessageSizeTooLarge, true},
+		{fmt.Errorf("%w: The message is too large.", kafkago.MessageSizeTooLarge), true},
+		{kafkago.WriteErrors{nil, kafkago.MessageSizeTooLarge}, true},
+		{fmt.Errorf("kafka: write: %w", kafkago.WriteErrors{kafkago.MessageSizeTooLarge}), true},
+		{kafkago.MessageTooLargeError{}, true},
+		{kafkago.WriteErrors{nil, kafkago.RequestTimedOut}, false},
+		{kafkago.LeaderNotAvailable, false},
 		{errors.New("message size too large"), false},
 	} {
-		if got := topics.IsRecordTooLarge(c.err); got != c.want {
+		if got := kafka.IsRecordTooLarge(c.err); got != c.want {
 			t.Errorf("IsRecordTooLarge(%v) = %v, want %v", c.err, got, c.want)
 		}
 	}
@@ -100,7 +103,7 @@ func TestBrokerRefusedRecordIsTooLarge(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	r := rand.New(rand.NewPCG(1, 2))
-	p := cfg.NewProducer(topics.TopicTokenized, topics.ProducerConfig{BatchTimeout: 50 * time.Millisecond})
+	p := cfg.NewProducer(topics.TopicTokenized, kafka.ProducerConfig{BatchTimeout: 50 * time.Millisecond})
 	defer p.Close()
 
 	big := &topics.Tokenized{ID: "big", InputIDs: randomIDs(r, 10000)} // ~40 KB that zstd cannot shrink
@@ -134,14 +137,14 @@ func TestBrokerRefusedRecordIsTooLarge(t *testing.T) {
 			t.Fatalf("only %d of 21 records answered", i)
 		}
 	}
-	if !errors.Is(bigErr, topics.ErrRecordTooLarge) || !topics.IsRecordTooLarge(bigErr) {
+	if !errors.Is(bigErr, kafka.ErrRecordTooLarge) || !kafka.IsRecordTooLarge(bigErr) {
 		t.Fatalf("big record: error %v, want one wrapping ErrRecordTooLarge", bigErr)
 	}
 	if msg := bigErr.Error(); !strings.Contains(msg, "refused") || !strings.Contains(msg, strconv.Itoa(limit)) ||
 		!strings.Contains(msg, `"big"`) {
 		t.Errorf("reason %q does not name the record, the refusal and the %d-byte limit", msg, limit)
 	}
-	if err := p.Send(ctx, big.ID, big, func(err error) { t.Errorf("re-sent big record answered %v", err) }); !errors.Is(err, topics.ErrRecordTooLarge) {
+	if err := p.Send(ctx, big.ID, big, func(err error) { t.Errorf("re-sent big record answered %v", err) }); !errors.Is(err, kafka.ErrRecordTooLarge) {
 		t.Errorf("re-sent big record: Send returned %v, want ErrRecordTooLarge at once", err)
 	}
 	if !strings.Contains(logs.String(), "max_message_bytes="+strconv.Itoa(limit)) {
@@ -149,17 +152,17 @@ func TestBrokerRefusedRecordIsTooLarge(t *testing.T) {
 	}
 
 	// A dead letter whose payload is over the limit is written, with less payload.
-	dead := cfg.NewProducer(topics.TopicRejected, topics.ProducerConfig{})
+	dead := cfg.NewProducer(topics.TopicRejected, kafka.ProducerConfig{})
 	defer dead.Close()
 	payload := []byte(fmt.Sprintf("%x", randomIDs(r, 8000))) // ~60 KB of hex
 	rej := &topics.Rejection{ID: "big", Stage: "test", Reason: "too large", Payload: payload}
 	if err := dead.SendSync(ctx, rej.ID, rej); err != nil {
 		t.Fatalf("dead letter over the topic's limit: %v", err)
 	}
-	c := cfg.NewConsumer(topics.TopicRejected, topics.ConsumerConfig{Group: "check"})
+	c := cfg.NewConsumer(topics.TopicRejected, kafka.ConsumerConfig{Group: "check"})
 	rctx, rcancel := context.WithCancel(ctx)
 	var got topics.Rejection
-	if err := c.Run(rctx, func(d *topics.Delivery) {
+	if err := c.Run(rctx, func(d *kafka.Delivery) {
 		if err := topics.Unmarshal(d.Message.Value, &got); err != nil {
 			t.Error(err)
 		}

@@ -1,4 +1,4 @@
-package topics_test
+package kafka_test
 
 import (
 	"context"
@@ -10,33 +10,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/draftflow/draftflow/kafka"
+
+	"github.com/draftflow/draftflow/kafka/kafkatest"
 	"github.com/draftflow/draftflow/topics"
-	"github.com/draftflow/draftflow/topics/topictest"
 )
 
-func produceN(t *testing.T, cfg topics.Config, n int) {
+func produceN(t *testing.T, cfg kafka.Config, n int) {
 	t.Helper()
-	p := cfg.NewProducer(topics.TopicTokenized, topics.ProducerConfig{})
-	defer p.Close()
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	for i := 0; i < n; i++ {
-		wg.Add(1)
+	recs := make([]kafkatest.Record, n)
+	for i := range recs {
 		rec := &topics.Tokenized{ID: "r" + strconv.Itoa(i), InputIDs: []uint32{uint32(i)}}
-		if err := p.Send(context.Background(), rec.ID, rec, func(err error) {
-			if err != nil {
-				errs <- err
-			}
-			wg.Done()
-		}); err != nil {
-			t.Fatal(err)
-		}
+		recs[i] = kafkatest.Record{Key: rec.ID, Value: rec}
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+	kafkatest.Produce(t, cfg, topics.TopicTokenized, recs...)
 }
 
 // tracker counts finished ids across consumers.
@@ -66,10 +53,10 @@ func (tr *tracker) distinct() int {
 
 // consume runs one consumer until stop() reports true after a delivery (or ctx ends), finishing deliveries out
 // of order from concurrent goroutines and recording them in tr.
-func consume(ctx context.Context, t *testing.T, cfg topics.Config, group string, tr *tracker, stop func(seen int) bool) {
+func consume(ctx context.Context, t *testing.T, cfg kafka.Config, group string, tr *tracker, stop func(seen int) bool) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	c := cfg.NewConsumer(topics.TopicTokenized, topics.ConsumerConfig{Group: group, MaxInFlight: 64, SessionTimeout: 6 * time.Second})
+	c := cfg.NewConsumer(topics.TopicTokenized, kafka.ConsumerConfig{Group: group, MaxInFlight: 64, SessionTimeout: 6 * time.Second})
 	var seen atomic.Int64
 	go func() {
 		// Several consumers share tr.change, so also poll: a wake-up may go to the other one.
@@ -87,7 +74,7 @@ func consume(ctx context.Context, t *testing.T, cfg topics.Config, group string,
 			}
 		}
 	}()
-	err := c.Run(ctx, func(d *topics.Delivery) {
+	err := c.Run(ctx, func(d *kafka.Delivery) {
 		var rec topics.Tokenized
 		if err := topics.Unmarshal(d.Message.Value, &rec); err != nil {
 			t.Error(err)
@@ -108,7 +95,7 @@ func consume(ctx context.Context, t *testing.T, cfg topics.Config, group string,
 
 // A consumer stopped mid-topic commits exactly what it finished; the next one resumes right after it.
 func TestConsumerResumesFromWatermark(t *testing.T) {
-	cfg := topictest.Config(t, 4)
+	cfg := kafkatest.Config(t, 4)
 	const n = 1200
 	produceN(t, cfg, n)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -129,7 +116,7 @@ func TestConsumerResumesFromWatermark(t *testing.T) {
 
 // Two members share the topic; one leaves mid-run; nothing is lost (duplicates allowed: at-least-once).
 func TestConsumerRebalanceLosesNothing(t *testing.T) {
-	cfg := topictest.Config(t, 4)
+	cfg := kafkatest.Config(t, 4)
 	const n = 2000
 	produceN(t, cfg, n)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
@@ -146,7 +133,7 @@ func TestConsumerRebalanceLosesNothing(t *testing.T) {
 }
 
 func TestEnsureTopicsReusesExisting(t *testing.T) {
-	cfg := topictest.Config(t, 3)
+	cfg := kafkatest.Config(t, 3)
 	ctx := context.Background()
 	n, err := cfg.PartitionCount(ctx, topics.TopicPrompts)
 	if err != nil || n != 3 {
@@ -162,7 +149,7 @@ func TestEnsureTopicsReusesExisting(t *testing.T) {
 		t.Fatalf("existing topic changed to %d partitions", n)
 	}
 	v, err := cfg.TopicConfigValue(ctx, topics.TopicGenerated, "max.message.bytes")
-	if err != nil || v != fmt.Sprint(topics.DefaultMaxMessageBytes) {
+	if err != nil || v != fmt.Sprint(kafka.DefaultMaxMessageBytes) {
 		t.Fatalf("max.message.bytes %q, %v", v, err)
 	}
 }

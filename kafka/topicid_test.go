@@ -1,31 +1,34 @@
-package topicid
+package kafka_test
 
 import (
 	"context"
 	"testing"
 	"time"
 
+	"github.com/draftflow/draftflow/kafka"
+	"github.com/draftflow/draftflow/kafka/embedded"
+
 	"github.com/draftflow/draftflow/topics"
 )
 
-func TestLookupDistinguishesIncarnations(t *testing.T) {
+func TestTopicIDDistinguishesIncarnations(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var ids []string
 	for i := 0; i < 2; i++ {
-		e, err := topics.StartEmbedded(topics.EmbeddedConfig{})
+		e, err := embedded.Start(embedded.Config{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		kc := topics.Config{Brokers: e.Brokers(), Partitions: 1}
+		kc := kafka.Config{Brokers: e.Brokers(), Partitions: 1}
 		if err := kc.EnsureTopics(ctx, topics.TopicGenerated); err != nil {
 			t.Fatal(err)
 		}
-		id, err := Lookup(ctx, kc.Brokers, "test", topics.TopicGenerated)
+		id, err := kc.TopicID(ctx, topics.TopicGenerated)
 		if err != nil {
 			t.Fatal(err)
 		}
-		again, err := Lookup(ctx, kc.Brokers, "test", topics.TopicGenerated)
+		again, err := kc.TopicID(ctx, topics.TopicGenerated)
 		if err != nil || again != id {
 			t.Fatalf("second lookup %q, %v; want %q", again, err, id)
 		}
@@ -38,7 +41,7 @@ func TestLookupDistinguishesIncarnations(t *testing.T) {
 	if ids[0] == ids[1] {
 		t.Fatalf("two brokers gave the same topic id %s", ids[0])
 	}
-	if _, err := Lookup(ctx, []string{"127.0.0.1:1"}, "test", "x"); err == nil {
+	if _, err := (kafka.Config{Brokers: []string{"127.0.0.1:1"}}).TopicID(ctx, "x"); err == nil {
 		t.Fatal("lookup against no broker succeeded")
 	}
 }

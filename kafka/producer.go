@@ -1,4 +1,4 @@
-package topics
+package kafka
 
 import (
 	"context"
@@ -10,7 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/segmentio/kafka-go"
+	kafkago "github.com/segmentio/kafka-go"
+
+	"github.com/draftflow/draftflow/topics"
 	"github.com/segmentio/kafka-go/compress"
 )
 
@@ -40,10 +42,10 @@ type Producer struct {
 	cfg   Config
 	name  string // logical topic
 	topic string // physical topic
-	w     *kafka.Writer
-	solo  *kafka.Writer  // synchronous, one record per batch: re-sends of refused records
-	sends sync.WaitGroup // re-sends in flight; Close waits for them
-	limit atomic.Int64   // largest key+value+overhead a record may have: BatchBytes, or the topic's limit once known
+	w     *kafkago.Writer
+	solo  *kafkago.Writer // synchronous, one record per batch: re-sends of refused records
+	sends sync.WaitGroup  // re-sends in flight; Close waits for them
+	limit atomic.Int64    // largest key+value+overhead a record may have: BatchBytes, or the topic's limit once known
 
 	lookup    sync.Mutex // guards looked and topicMax
 	looked    bool
@@ -74,30 +76,30 @@ func (c Config) NewProducer(topic string, pc ProducerConfig) *Producer {
 	if pc.BatchSize <= 0 {
 		pc.BatchSize = 1000
 	}
-	transport := &kafka.Transport{ClientID: c.clientID(), DialTimeout: 10 * time.Second}
+	transport := &kafkago.Transport{ClientID: c.clientID(), DialTimeout: 10 * time.Second}
 	// Each failed attempt is retried (MaxAttempts); a record that fails for good reaches its done callback.
-	errorLogger := kafka.LoggerFunc(func(msg string, args ...any) { c.logger().Debug(fmt.Sprintf(msg, args...), "topic", topic) })
-	w := &kafka.Writer{
-		Addr:         kafka.TCP(c.Brokers...),
+	errorLogger := kafkago.LoggerFunc(func(msg string, args ...any) { c.logger().Debug(fmt.Sprintf(msg, args...), "topic", topic) })
+	w := &kafkago.Writer{
+		Addr:         kafkago.TCP(c.Brokers...),
 		Topic:        topic,
-		Balancer:     &kafka.Hash{},
+		Balancer:     &kafkago.Hash{},
 		BatchTimeout: pc.BatchTimeout,
 		BatchSize:    pc.BatchSize,
 		BatchBytes:   int64(c.maxMessageBytes()),
-		RequiredAcks: kafka.RequireAll,
+		RequiredAcks: kafkago.RequireAll,
 		MaxAttempts:  10,
 		Async:        true,
 		Transport:    transport,
 		ErrorLogger:  errorLogger,
 	}
-	solo := &kafka.Writer{
+	solo := &kafkago.Writer{
 		Addr:         w.Addr,
 		Topic:        topic,
-		Balancer:     &kafka.Hash{},
+		Balancer:     &kafkago.Hash{},
 		BatchTimeout: time.Millisecond,
 		BatchSize:    1,
 		BatchBytes:   w.BatchBytes,
-		RequiredAcks: kafka.RequireAll,
+		RequiredAcks: kafkago.RequireAll,
 		MaxAttempts:  10,
 		Transport:    transport,
 		ErrorLogger:  errorLogger,
@@ -108,7 +110,7 @@ func (c Config) NewProducer(topic string, pc ProducerConfig) *Producer {
 	}
 	p := &Producer{cfg: c, name: name, topic: topic, w: w, solo: solo}
 	p.limit.Store(w.BatchBytes)
-	w.Completion = func(msgs []kafka.Message, err error) {
+	w.Completion = func(msgs []kafkago.Message, err error) {
 		for _, m := range msgs {
 			pd, _ := m.WriterData.(*pending)
 			if pd == nil {
@@ -123,16 +125,16 @@ func (c Config) NewProducer(topic string, pc ProducerConfig) *Producer {
 // Topic returns the physical topic this producer writes to.
 func (p *Producer) Topic() string { return p.topic }
 
-// Send encodes rec (a *Prompt, *Tokenized, *Generation or *Rejection) and writes it keyed by key. done, if not
+// Send encodes rec (a *Prompt, *Tokenized, *Generation or *topics.Rejection) and writes it keyed by key. done, if not
 // nil, runs exactly once: with nil after the broker acknowledged the record, or with the error. An encoding
 // error is returned directly and done is not called.
 func (p *Producer) Send(ctx context.Context, key string, rec any, done func(error)) error {
 	var value []byte
 	var err error
-	if r, ok := rec.(*Rejection); ok {
+	if r, ok := rec.(*topics.Rejection); ok {
 		value, err = p.fitRejection(key, r)
 	} else {
-		value, err = Marshal(rec)
+		value, err = topics.Marshal(rec)
 	}
 	if err != nil {
 		return err
@@ -142,20 +144,20 @@ func (p *Producer) Send(ctx context.Context, key string, rec any, done func(erro
 
 // fitRejection encodes a dead letter, which must always fit: it keeps as much of the offending payload as the
 // current limit allows.
-func (p *Producer) fitRejection(key string, r *Rejection) ([]byte, error) {
-	value, err := Marshal(r)
+func (p *Producer) fitRejection(key string, r *topics.Rejection) ([]byte, error) {
+	value, err := topics.Marshal(r)
 	if err != nil || !p.tooLarge(key, value) {
 		return value, err
 	}
 	c := *r
 	c.Payload = nil
-	if value, err = Marshal(&c); err != nil {
+	if value, err = topics.Marshal(&c); err != nil {
 		return nil, err
 	}
 	room := (int(p.limit.Load())-len(value)-len(key)-128)*3/4 - 16 // the payload travels as base64 in JSON
 	if room > 0 {
 		c.Payload = r.Payload[:min(room, len(r.Payload))]
-		value, err = Marshal(&c)
+		value, err = topics.Marshal(&c)
 	}
 	return value, err
 }
@@ -172,7 +174,7 @@ var ErrRecordTooLarge = errors.New("record over the message size limit")
 
 // IsRecordTooLarge reports whether err says a record is over a message size limit: ErrRecordTooLarge (the
 // client-side check, or a broker refusal as a Producer reports it) or the broker's MESSAGE_TOO_LARGE as
-// kafka-go returns it (kafka.MessageSizeTooLarge, also inside kafka.WriteErrors). Such a record fails every
+// kafka-go returns it (kafkago.MessageSizeTooLarge, also inside kafkago.WriteErrors). Such a record fails every
 // retry: dead-letter it.
 func IsRecordTooLarge(err error) bool {
 	if err == nil {
@@ -181,15 +183,15 @@ func IsRecordTooLarge(err error) bool {
 	return errors.Is(err, ErrRecordTooLarge) || brokerTooLarge(err)
 }
 
-// brokerTooLarge reports whether err is the broker's MESSAGE_TOO_LARGE, possibly inside kafka.WriteErrors.
+// brokerTooLarge reports whether err is the broker's MESSAGE_TOO_LARGE, possibly inside kafkago.WriteErrors.
 func brokerTooLarge(err error) bool {
-	if errors.Is(err, kafka.MessageSizeTooLarge) {
+	if errors.Is(err, kafkago.MessageSizeTooLarge) {
 		return true
 	}
-	var werrs kafka.WriteErrors
+	var werrs kafkago.WriteErrors
 	if errors.As(err, &werrs) {
 		for _, e := range werrs {
-			if e != nil && errors.Is(e, kafka.MessageSizeTooLarge) {
+			if e != nil && errors.Is(e, kafkago.MessageSizeTooLarge) {
 				return true
 			}
 		}
@@ -201,19 +203,19 @@ func brokerTooLarge(err error) bool {
 func (p *Producer) SendRaw(ctx context.Context, key string, value []byte, done func(error)) error {
 	if p.tooLarge(key, value) {
 		if limit := p.limit.Load(); limit < p.w.BatchBytes {
-			return fmt.Errorf("topics: record %q is %d bytes, over the %d-byte max.message.bytes of %s (raise the topic's max.message.bytes): %w",
+			return fmt.Errorf("kafka: record %q is %d bytes, over the %d-byte max.message.bytes of %s (raise the topic's max.message.bytes): %w",
 				key, len(value), limit, p.topic, ErrRecordTooLarge)
 		}
-		return fmt.Errorf("topics: record %q is %d bytes, over the %d-byte limit of %s (raise --max-message-bytes): %w",
+		return fmt.Errorf("kafka: record %q is %d bytes, over the %d-byte limit of %s (raise --max-message-bytes): %w",
 			key, len(value), p.w.BatchBytes, p.topic, ErrRecordTooLarge)
 	}
 	if p.wasRefused([]byte(key), value) {
-		return fmt.Errorf("topics: record %q is %d bytes; the broker already refused it as over the message size limit of %s: %w",
+		return fmt.Errorf("kafka: record %q is %d bytes; the broker already refused it as over the message size limit of %s: %w",
 			key, len(value), p.topic, ErrRecordTooLarge)
 	}
-	msg := kafka.Message{Key: []byte(key), Value: value, WriterData: &pending{done: done}}
+	msg := kafkago.Message{Key: []byte(key), Value: value, WriterData: &pending{done: done}}
 	if err := p.w.WriteMessages(ctx, msg); err != nil {
-		return fmt.Errorf("topics: write to %s: %w", p.topic, err)
+		return fmt.Errorf("kafka: write to %s: %w", p.topic, err)
 	}
 	return nil
 }
@@ -255,8 +257,8 @@ func (p *Producer) resend(key, value []byte, pd *pending) {
 	p.sends.Add(1)
 	go func() {
 		defer p.sends.Done()
-		err := p.solo.WriteMessages(context.Background(), kafka.Message{Key: key, Value: value})
-		var werrs kafka.WriteErrors
+		err := p.solo.WriteMessages(context.Background(), kafkago.Message{Key: key, Value: value})
+		var werrs kafkago.WriteErrors
 		if errors.As(err, &werrs) && len(werrs) == 1 {
 			err = werrs[0]
 		}
@@ -272,7 +274,7 @@ func (p *Producer) refusedAlone(key, value []byte, err error) error {
 	if n := p.topicLimit(); n > 0 {
 		limit = fmt.Sprintf(" %d-byte", n)
 	}
-	return fmt.Errorf("topics: record %q is %d bytes; the broker refused it as over the%s max.message.bytes of %s: %w (%w)",
+	return fmt.Errorf("kafka: record %q is %d bytes; the broker refused it as over the%s max.message.bytes of %s: %w (%w)",
 		key, len(value), limit, p.topic, ErrRecordTooLarge, err)
 }
 
@@ -305,11 +307,11 @@ func (p *Producer) topicLimit() int {
 // smallerDeadLetter re-encodes a refused dead letter with less payload: first what the topic's limit leaves
 // room for, then none. It reports false when value is no dead letter or cannot shrink.
 func (p *Producer) smallerDeadLetter(key, value []byte, shrunk int) ([]byte, bool) {
-	if kind, err := PeekKind(value); err != nil || kind != KindRejection || shrunk >= 2 {
+	if kind, err := topics.PeekKind(value); err != nil || kind != topics.KindRejection || shrunk >= 2 {
 		return nil, false
 	}
-	var r Rejection
-	if Unmarshal(value, &r) != nil || len(r.Payload) == 0 {
+	var r topics.Rejection
+	if topics.Unmarshal(value, &r) != nil || len(r.Payload) == 0 {
 		return nil, false
 	}
 	var smaller []byte
@@ -319,7 +321,7 @@ func (p *Producer) smallerDeadLetter(key, value []byte, shrunk int) ([]byte, boo
 	if len(smaller) == 0 || len(smaller) >= len(value) {
 		r.Payload = nil
 		var err error
-		if smaller, err = Marshal(&r); err != nil {
+		if smaller, err = topics.Marshal(&r); err != nil {
 			return nil, false
 		}
 	}

@@ -1,126 +1,36 @@
-package topics
+package kafka
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"os"
 	"strconv"
-	"strings"
 	"time"
 
-	"github.com/segmentio/kafka-go"
+	kafkago "github.com/segmentio/kafka-go"
 )
-
-// Config says how to reach Kafka and how topics are laid out. The zero value of every field but Brokers is a
-// documented default.
-type Config struct {
-	// Brokers is the bootstrap list, host:port each.
-	Brokers []string
-	// Partitions is the partition count of topics this process creates (default 8). Existing topics keep theirs.
-	Partitions int
-	// ReplicationFactor of created topics (default 1).
-	ReplicationFactor int
-	// MaxMessageBytes is the largest record batch a topic accepts and a writer sends (default 8 MiB). Topics are
-	// created with max.message.bytes set to it, and writers use it as BatchBytes, so a single record of tens of
-	// thousands of tokens always fits.
-	MaxMessageBytes int
-	// ClientID identifies this process to the brokers (default "draftflow").
-	ClientID string
-	// Namespace, when set, prefixes every topic name ("<namespace>.prompts"), so several pipelines (or test
-	// runs) can share one cluster. Stages always use the logical names; Producer, Consumer and EnsureTopics
-	// apply the prefix.
-	Namespace string
-	// Logger receives plumbing logs (default slog.Default()).
-	Logger *slog.Logger
-}
-
-// Topic returns the physical topic name of a logical one (see Namespace).
-func (c Config) Topic(name string) string {
-	if c.Namespace == "" {
-		return name
-	}
-	return c.Namespace + "." + name
-}
-
-// Default values of Config.
-const (
-	DefaultPartitions      = 8
-	DefaultMaxMessageBytes = 8 << 20
-)
-
-func (c Config) partitions() int {
-	if c.Partitions > 0 {
-		return c.Partitions
-	}
-	return DefaultPartitions
-}
-
-func (c Config) replication() int {
-	if c.ReplicationFactor > 0 {
-		return c.ReplicationFactor
-	}
-	return 1
-}
-
-func (c Config) maxMessageBytes() int {
-	if c.MaxMessageBytes > 0 {
-		return c.MaxMessageBytes
-	}
-	return DefaultMaxMessageBytes
-}
-
-func (c Config) clientID() string {
-	if c.ClientID != "" {
-		return c.ClientID
-	}
-	return "draftflow"
-}
-
-func (c Config) logger() *slog.Logger {
-	if c.Logger != nil {
-		return c.Logger
-	}
-	return slog.Default()
-}
-
-// ParseBrokers splits a comma-separated broker list, falling back to the DRAFTFLOW_BROKERS environment
-// variable when s is empty. It returns nil when neither is set.
-func ParseBrokers(s string) []string {
-	if s == "" {
-		s = os.Getenv("DRAFTFLOW_BROKERS")
-	}
-	var out []string
-	for _, b := range strings.Split(s, ",") {
-		if b = strings.TrimSpace(b); b != "" {
-			out = append(out, b)
-		}
-	}
-	return out
-}
 
 // EnsureTopics creates the named topics with the configured partitions, replication and max.message.bytes,
 // reusing any that already exist. It waits until every topic's metadata is visible, up to ctx.
 func (c Config) EnsureTopics(ctx context.Context, names ...string) error {
 	if len(c.Brokers) == 0 {
-		return errors.New("topics: no brokers configured")
+		return errors.New("kafka: no brokers configured")
 	}
 	client := c.adminClient()
-	req := &kafka.CreateTopicsRequest{}
+	req := &kafkago.CreateTopicsRequest{}
 	physical := make([]string, len(names))
 	for i, n := range names {
 		physical[i] = c.Topic(n)
-		req.Topics = append(req.Topics, kafka.TopicConfig{
+		req.Topics = append(req.Topics, kafkago.TopicConfig{
 			Topic:             physical[i],
 			NumPartitions:     c.partitions(),
 			ReplicationFactor: c.replication(),
-			ConfigEntries: []kafka.ConfigEntry{
+			ConfigEntries: []kafkago.ConfigEntry{
 				{ConfigName: "max.message.bytes", ConfigValue: strconv.Itoa(c.maxMessageBytes())},
 			},
 		})
 	}
-	var resp *kafka.CreateTopicsResponse
+	var resp *kafkago.CreateTopicsResponse
 	var err error
 	for attempt := 0; ; attempt++ {
 		resp, err = client.CreateTopics(ctx, req)
@@ -134,12 +44,12 @@ func (c Config) EnsureTopics(ctx context.Context, names ...string) error {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("topics: create %v on %v: %w", names, c.Brokers, err)
+		return fmt.Errorf("kafka: create %v on %v: %w", names, c.Brokers, err)
 	}
 	var existing []string
 	for topic, terr := range resp.Errors {
-		if terr != nil && !errors.Is(terr, kafka.TopicAlreadyExists) {
-			return fmt.Errorf("topics: create %q: %w", topic, terr)
+		if terr != nil && !errors.Is(terr, kafkago.TopicAlreadyExists) {
+			return fmt.Errorf("kafka: create %q: %w", topic, terr)
 		}
 		if terr != nil {
 			c.logger().Debug("topic exists, reusing it", "topic", topic)
@@ -151,7 +61,7 @@ func (c Config) EnsureTopics(ctx context.Context, names ...string) error {
 	c.checkMaxMessageBytes(ctx, client, existing)
 	// Wait until metadata shows every topic with its partitions and leaders.
 	for {
-		meta, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: physical})
+		meta, err := client.Metadata(ctx, &kafkago.MetadataRequest{Topics: physical})
 		if err == nil {
 			ready := 0
 			for _, t := range meta.Topics {
@@ -174,7 +84,7 @@ func (c Config) EnsureTopics(ctx context.Context, names ...string) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("topics: waiting for metadata of %v: %w", names, ctx.Err())
+			return fmt.Errorf("kafka: waiting for metadata of %v: %w", names, ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -183,14 +93,14 @@ func (c Config) EnsureTopics(ctx context.Context, names ...string) error {
 // checkMaxMessageBytes warns about every existing (physical) topic whose max.message.bytes is below
 // MaxMessageBytes: the broker refuses records between the two, and the stages dead-letter them. It leaves the
 // topics as they are.
-func (c Config) checkMaxMessageBytes(ctx context.Context, client *kafka.Client, physical []string) {
+func (c Config) checkMaxMessageBytes(ctx context.Context, client *kafkago.Client, physical []string) {
 	if len(physical) == 0 {
 		return
 	}
-	req := &kafka.DescribeConfigsRequest{}
+	req := &kafkago.DescribeConfigsRequest{}
 	for _, t := range physical {
-		req.Resources = append(req.Resources, kafka.DescribeConfigRequestResource{
-			ResourceType: kafka.ResourceTypeTopic, ResourceName: t, ConfigNames: []string{"max.message.bytes"},
+		req.Resources = append(req.Resources, kafkago.DescribeConfigRequestResource{
+			ResourceType: kafkago.ResourceTypeTopic, ResourceName: t, ConfigNames: []string{"max.message.bytes"},
 		})
 	}
 	resp, err := client.DescribeConfigs(ctx, req)
@@ -217,11 +127,11 @@ func (c Config) checkMaxMessageBytes(ctx context.Context, client *kafka.Client, 
 
 // partitionsServing reports whether every partition of the topics in meta answers ListOffsets: a new topic's
 // partitions are listed with a leader a second or more before Apache Kafka serves them.
-func (c Config) partitionsServing(ctx context.Context, client *kafka.Client, meta *kafka.MetadataResponse) bool {
-	req := &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{}}
+func (c Config) partitionsServing(ctx context.Context, client *kafkago.Client, meta *kafkago.MetadataResponse) bool {
+	req := &kafkago.ListOffsetsRequest{Topics: map[string][]kafkago.OffsetRequest{}}
 	for _, t := range meta.Topics {
 		for _, p := range t.Partitions {
-			req.Topics[t.Name] = append(req.Topics[t.Name], kafka.FirstOffsetOf(p.ID))
+			req.Topics[t.Name] = append(req.Topics[t.Name], kafkago.FirstOffsetOf(p.ID))
 		}
 	}
 	resp, err := client.ListOffsets(ctx, req)
@@ -242,7 +152,7 @@ func (c Config) partitionsServing(ctx context.Context, client *kafka.Client, met
 func (c Config) PartitionCount(ctx context.Context, topic string) (int, error) {
 	client := c.adminClient()
 	topic = c.Topic(topic)
-	meta, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+	meta, err := client.Metadata(ctx, &kafkago.MetadataRequest{Topics: []string{topic}})
 	if err != nil {
 		return 0, err
 	}
@@ -254,7 +164,7 @@ func (c Config) PartitionCount(ctx context.Context, topic string) (int, error) {
 			return len(t.Partitions), nil
 		}
 	}
-	return 0, fmt.Errorf("topics: %q not in metadata", topic)
+	return 0, fmt.Errorf("kafka: %q not in metadata", topic)
 }
 
 // EndOffsets returns the end offset of every partition of an existing (logical) topic: the offset its next
@@ -265,24 +175,24 @@ func (c Config) EndOffsets(ctx context.Context, topic string) (map[int]int64, er
 		return nil, err
 	}
 	physical := c.Topic(topic)
-	req := &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{}}
+	req := &kafkago.ListOffsetsRequest{Topics: map[string][]kafkago.OffsetRequest{}}
 	for p := 0; p < n; p++ {
-		req.Topics[physical] = append(req.Topics[physical], kafka.LastOffsetOf(p))
+		req.Topics[physical] = append(req.Topics[physical], kafkago.LastOffsetOf(p))
 	}
 	client := c.adminClient()
 	resp, err := client.ListOffsets(ctx, req)
 	if err != nil {
-		return nil, fmt.Errorf("topics: end offsets of %s: %w", physical, err)
+		return nil, fmt.Errorf("kafka: end offsets of %s: %w", physical, err)
 	}
 	out := make(map[int]int64, n)
 	for _, po := range resp.Topics[physical] {
 		if po.Error != nil {
-			return nil, fmt.Errorf("topics: end offset of %s/%d: %w", physical, po.Partition, po.Error)
+			return nil, fmt.Errorf("kafka: end offset of %s/%d: %w", physical, po.Partition, po.Error)
 		}
 		out[po.Partition] = po.LastOffset
 	}
 	if len(out) != n {
-		return nil, fmt.Errorf("topics: end offsets of %s: %d of %d partitions answered", physical, len(out), n)
+		return nil, fmt.Errorf("kafka: end offsets of %s: %d of %d partitions answered", physical, len(out), n)
 	}
 	return out, nil
 }
@@ -292,28 +202,28 @@ func (c Config) EndOffsets(ctx context.Context, topic string) (map[int]int64, er
 // group is namespaced like ConsumerConfig.Group. The broker refuses it while the group has members.
 func (c Config) StartGroupAt(ctx context.Context, group, topic string, offsets map[int]int64) error {
 	physical := c.Topic(topic)
-	var commits []kafka.OffsetCommit
+	var commits []kafkago.OffsetCommit
 	for p, off := range offsets {
-		commits = append(commits, kafka.OffsetCommit{Partition: p, Offset: off})
+		commits = append(commits, kafkago.OffsetCommit{Partition: p, Offset: off})
 	}
 	client := c.adminClient()
-	resp, err := client.OffsetCommit(ctx, &kafka.OffsetCommitRequest{
-		GroupID: c.Topic(group), GenerationID: -1, Topics: map[string][]kafka.OffsetCommit{physical: commits},
+	resp, err := client.OffsetCommit(ctx, &kafkago.OffsetCommitRequest{
+		GroupID: c.Topic(group), GenerationID: -1, Topics: map[string][]kafkago.OffsetCommit{physical: commits},
 	})
 	if err != nil {
-		return fmt.Errorf("topics: set offsets of group %s on %s: %w", c.Topic(group), physical, err)
+		return fmt.Errorf("kafka: set offsets of group %s on %s: %w", c.Topic(group), physical, err)
 	}
 	for _, p := range resp.Topics[physical] {
 		if p.Error != nil {
-			return fmt.Errorf("topics: set offset of group %s on %s/%d: %w", c.Topic(group), physical, p.Partition, p.Error)
+			return fmt.Errorf("kafka: set offset of group %s on %s/%d: %w", c.Topic(group), physical, p.Partition, p.Error)
 		}
 	}
 	return nil
 }
 
 // adminClient returns a client for the cluster's admin and metadata requests.
-func (c Config) adminClient() *kafka.Client {
-	return &kafka.Client{Addr: kafka.TCP(c.Brokers...), Timeout: 30 * time.Second}
+func (c Config) adminClient() *kafkago.Client {
+	return &kafkago.Client{Addr: kafkago.TCP(c.Brokers...), Timeout: 30 * time.Second}
 }
 
 // DeleteGroup deletes a consumer group (namespaced like ConsumerConfig.Group) and its committed offsets. The
@@ -321,12 +231,12 @@ func (c Config) adminClient() *kafka.Client {
 func (c Config) DeleteGroup(ctx context.Context, group string) error {
 	client := c.adminClient()
 	id := c.Topic(group)
-	resp, err := client.DeleteGroups(ctx, &kafka.DeleteGroupsRequest{GroupIDs: []string{id}})
+	resp, err := client.DeleteGroups(ctx, &kafkago.DeleteGroupsRequest{GroupIDs: []string{id}})
 	if err != nil {
-		return fmt.Errorf("topics: delete group %s: %w", id, err)
+		return fmt.Errorf("kafka: delete group %s: %w", id, err)
 	}
-	if err := resp.Errors[id]; err != nil && !errors.Is(err, kafka.GroupIdNotFound) {
-		return fmt.Errorf("topics: delete group %s: %w", id, err)
+	if err := resp.Errors[id]; err != nil && !errors.Is(err, kafkago.GroupIdNotFound) {
+		return fmt.Errorf("kafka: delete group %s: %w", id, err)
 	}
 	return nil
 }
@@ -335,8 +245,8 @@ func (c Config) DeleteGroup(ctx context.Context, group string) error {
 func (c Config) TopicConfigValue(ctx context.Context, topic, name string) (string, error) {
 	topic = c.Topic(topic)
 	client := c.adminClient()
-	resp, err := client.DescribeConfigs(ctx, &kafka.DescribeConfigsRequest{Resources: []kafka.DescribeConfigRequestResource{{
-		ResourceType: kafka.ResourceTypeTopic, ResourceName: topic, ConfigNames: []string{name},
+	resp, err := client.DescribeConfigs(ctx, &kafkago.DescribeConfigsRequest{Resources: []kafkago.DescribeConfigRequestResource{{
+		ResourceType: kafkago.ResourceTypeTopic, ResourceName: topic, ConfigNames: []string{name},
 	}}})
 	if err != nil {
 		return "", err
@@ -351,10 +261,75 @@ func (c Config) TopicConfigValue(ctx context.Context, topic, name string) (strin
 			}
 		}
 	}
-	return "", fmt.Errorf("topics: %s has no config %q", topic, name)
+	return "", fmt.Errorf("kafka: %s has no config %q", topic, name)
 }
 
-// dialer returns a kafka-go dialer carrying the client id.
-func (c Config) dialer() *kafka.Dialer {
-	return &kafka.Dialer{ClientID: c.clientID(), Timeout: 10 * time.Second, DualStack: true}
+// CommittedOffsets returns a consumer group's committed offsets (partition -> next offset to read) on a
+// (logical) topic; the group is namespaced like ConsumerConfig.Group. A partition without a commit is absent.
+func (c Config) CommittedOffsets(ctx context.Context, group, topic string) (map[int]int64, error) {
+	n, err := c.PartitionCount(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	physical := c.Topic(topic)
+	parts := make([]int, n)
+	for i := range parts {
+		parts[i] = i
+	}
+	resp, err := c.adminClient().OffsetFetch(ctx, &kafkago.OffsetFetchRequest{GroupID: c.Topic(group),
+		Topics: map[string][]int{physical: parts}})
+	if err != nil {
+		return nil, fmt.Errorf("kafka: committed offsets of group %s on %s: %w", c.Topic(group), physical, err)
+	}
+	if resp.Error != nil {
+		return nil, fmt.Errorf("kafka: committed offsets of group %s on %s: %w", c.Topic(group), physical, resp.Error)
+	}
+	out := map[int]int64{}
+	for _, p := range resp.Topics[physical] {
+		if p.Error != nil {
+			return nil, fmt.Errorf("kafka: committed offset of group %s on %s/%d: %w", c.Topic(group), physical, p.Partition, p.Error)
+		}
+		if p.CommittedOffset >= 0 {
+			out[p.Partition] = p.CommittedOffset
+		}
+	}
+	return out, nil
+}
+
+// Groups returns the ids of the consumer groups the cluster knows (physical names, namespace included).
+func (c Config) Groups(ctx context.Context) ([]string, error) {
+	resp, err := c.adminClient().ListGroups(ctx, &kafkago.ListGroupsRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("kafka: list groups: %w", err)
+	}
+	var out []string
+	for _, g := range resp.Groups {
+		out = append(out, g.GroupID)
+	}
+	return out, resp.Error
+}
+
+// DeleteTopics deletes (logical) topics and everything on them.
+func (c Config) DeleteTopics(ctx context.Context, names ...string) error {
+	physical := make([]string, len(names))
+	for i, n := range names {
+		physical[i] = c.Topic(n)
+	}
+	resp, err := c.adminClient().DeleteTopics(ctx, &kafkago.DeleteTopicsRequest{Topics: physical})
+	if err != nil {
+		return fmt.Errorf("kafka: delete topics %v: %w", physical, err)
+	}
+	for _, e := range resp.Errors {
+		err = errors.Join(err, e)
+	}
+	return err
+}
+
+// PartitionOf returns the partition, of a topic with n partitions, that a Producer writes a record keyed key to.
+func PartitionOf(key string, n int) int {
+	parts := make([]int, n)
+	for i := range parts {
+		parts[i] = i
+	}
+	return (&kafkago.Hash{}).Balance(kafkago.Message{Key: []byte(key)}, parts...)
 }

@@ -1,4 +1,4 @@
-package topics
+package kafka
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
-	"github.com/segmentio/kafka-go"
+	kafkago "github.com/segmentio/kafka-go"
 )
 
 // ConsumerConfig tunes a Consumer; zero values are documented defaults.
@@ -35,11 +35,23 @@ type ConsumerConfig struct {
 	StartFromLatest bool
 }
 
+// Message is one consumed Kafka record.
+type Message struct {
+	// Topic is the physical topic (namespace included).
+	Topic     string
+	Partition int
+	Offset    int64
+	Key       []byte
+	Value     []byte
+	// Time is the record's timestamp.
+	Time time.Time
+}
+
 // Delivery is one consumed record. The handler must call Done exactly once, after the work it started is
 // durable (usually from a Producer's done callback); only then can the offset be committed.
 type Delivery struct {
-	// Message is the Kafka message: Topic, Partition, Offset, Key, Value.
-	Message kafka.Message
+	// Message is the consumed record.
+	Message Message
 	c       *Consumer
 	mark    Mark
 	once    sync.Once
@@ -74,7 +86,7 @@ type Consumer struct {
 	cfg   Config
 	cc    ConsumerConfig
 	topic string
-	r     *kafka.Reader
+	r     *kafkago.Reader
 	marks *Watermark
 	slots chan struct{}
 	wg    sync.WaitGroup
@@ -99,12 +111,12 @@ func (c Config) NewConsumer(topic string, cc ConsumerConfig) *Consumer {
 	if cc.FinalCommitTimeout <= 0 {
 		cc.FinalCommitTimeout = 15 * time.Second
 	}
-	start := kafka.FirstOffset
+	start := kafkago.FirstOffset
 	if cc.StartFromLatest {
-		start = kafka.LastOffset
+		start = kafkago.LastOffset
 	}
 	log := c.logger()
-	r := kafka.NewReader(kafka.ReaderConfig{
+	r := kafkago.NewReader(kafkago.ReaderConfig{
 		Brokers:           c.Brokers,
 		GroupID:           cc.Group,
 		Topic:             topic,
@@ -121,7 +133,7 @@ func (c Config) NewConsumer(topic string, cc ConsumerConfig) *Consumer {
 		JoinGroupBackoff:  500 * time.Millisecond,
 		ReadBackoffMin:    50 * time.Millisecond,
 		ReadBackoffMax:    500 * time.Millisecond,
-		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
+		ErrorLogger: kafkago.LoggerFunc(func(msg string, args ...any) {
 			log.Debug(fmt.Sprintf(msg, args...), "topic", topic, "group", cc.Group)
 		}),
 	})
@@ -166,7 +178,7 @@ func (c *Consumer) Run(ctx context.Context, handle func(*Delivery)) error {
 		m, err := c.r.FetchMessage(ctx)
 		if err != nil {
 			<-c.slots
-			var kerr kafka.Error
+			var kerr kafkago.Error
 			if ctx.Err() == nil && errors.As(err, &kerr) && kerr.Temporary() {
 				// A partition moving or not yet served (NOT_LEADER_FOR_PARTITION right after a topic is
 				// created, a leader election): kafka-go's partition reader keeps retrying; so do we.
@@ -178,12 +190,12 @@ func (c *Consumer) Run(ctx context.Context, handle func(*Delivery)) error {
 				continue
 			}
 			if ctx.Err() == nil && !errors.Is(err, io.EOF) {
-				runErr = fmt.Errorf("topics: fetch %s: %w", c.topic, err)
+				runErr = fmt.Errorf("kafka: fetch %s: %w", c.topic, err)
 			}
 			break
 		}
 		consumedRecords.WithLabelValues(c.topic, c.cc.Group).Inc()
-		d := &Delivery{Message: m, c: c, mark: c.marks.Add(m.Partition, m.Offset)}
+		d := &Delivery{Message: Message{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Key: m.Key, Value: m.Value, Time: m.Time}, c: c, mark: c.marks.Add(m.Partition, m.Offset)}
 		c.wg.Add(1)
 		handle(d)
 	}
@@ -203,7 +215,7 @@ func (c *Consumer) Run(ctx context.Context, handle func(*Delivery)) error {
 		log.Debug("close reader", "err", err)
 	}
 	if runErr == nil && cerr != nil {
-		runErr = fmt.Errorf("topics: final commit of %s for group %s: %w", c.topic, c.cc.Group, cerr)
+		runErr = fmt.Errorf("kafka: final commit of %s for group %s: %w", c.topic, c.cc.Group, cerr)
 	}
 	return runErr
 }
@@ -248,9 +260,9 @@ func (c *Consumer) commit(ctx context.Context) error {
 	if len(adv) == 0 {
 		return nil
 	}
-	msgs := make([]kafka.Message, 0, len(adv))
+	msgs := make([]kafkago.Message, 0, len(adv))
 	for part, off := range adv {
-		msgs = append(msgs, kafka.Message{Topic: c.topic, Partition: part, Offset: off})
+		msgs = append(msgs, kafkago.Message{Topic: c.topic, Partition: part, Offset: off})
 	}
 	if err := c.r.CommitMessages(ctx, msgs...); err != nil {
 		for part, off := range adv {

@@ -1,4 +1,4 @@
-package topics_test
+package kafka_test
 
 import (
 	"context"
@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/segmentio/kafka-go"
+	"github.com/draftflow/draftflow/kafka"
+	"github.com/draftflow/draftflow/kafka/embedded"
+
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -16,7 +18,7 @@ import (
 )
 
 // failCommits makes the embedded broker refuse OffsetCommit requests while *n > 0, decrementing it each time.
-func failCommits(e *topics.Embedded, n *atomic.Int64) {
+func failCommits(e *embedded.Broker, n *atomic.Int64) {
 	c := e.Cluster()
 	c.ControlKey(int16(kmsg.OffsetCommit), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
@@ -42,12 +44,12 @@ func failCommits(e *topics.Embedded, n *atomic.Int64) {
 }
 
 // consumeAllThenStop consumes n records in group and stops; failing commits are armed when the last arrives.
-func consumeAllThenStop(t *testing.T, cfg topics.Config, cc topics.ConsumerConfig, n int, arm func()) error {
+func consumeAllThenStop(t *testing.T, cfg kafka.Config, cc kafka.ConsumerConfig, n int, arm func()) error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	seen := 0
-	return cfg.NewConsumer(topics.TopicTokenized, cc).Run(ctx, func(d *topics.Delivery) {
+	return cfg.NewConsumer(topics.TopicTokenized, cc).Run(ctx, func(d *kafka.Delivery) {
 		d.Done()
 		if seen++; seen == n {
 			arm()
@@ -56,32 +58,26 @@ func consumeAllThenStop(t *testing.T, cfg topics.Config, cc topics.ConsumerConfi
 	})
 }
 
-func committed(t *testing.T, cfg topics.Config, group string) int64 {
+func committed(t *testing.T, cfg kafka.Config, group string) int64 {
 	t.Helper()
-	client := &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: 10 * time.Second}
-	topic := cfg.Topic(topics.TopicTokenized)
-	resp, err := client.OffsetFetch(context.Background(), &kafka.OffsetFetchRequest{
-		GroupID: cfg.Topic(group), Topics: map[string][]int{topic: {0}}})
+	offs, err := cfg.CommittedOffsets(context.Background(), group, topics.TopicTokenized)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range resp.Topics[topic] {
-		if p.Error != nil {
-			t.Fatal(p.Error)
-		}
-		return p.CommittedOffset
+	if off, ok := offs[0]; ok {
+		return off
 	}
 	return -1
 }
 
-func commitBroker(t *testing.T) (*topics.Embedded, topics.Config) {
+func commitBroker(t *testing.T) (*embedded.Broker, kafka.Config) {
 	t.Helper()
-	e, err := topics.StartEmbedded(topics.EmbeddedConfig{})
+	e, err := embedded.Start(embedded.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.Close)
-	cfg := topics.Config{Brokers: e.Brokers(), Partitions: 1, Namespace: "commit", Logger: slog.New(slog.DiscardHandler)}
+	cfg := kafka.Config{Brokers: e.Brokers(), Partitions: 1, Namespace: "commit", Logger: slog.New(slog.DiscardHandler)}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := cfg.EnsureTopics(ctx, topics.All...); err != nil {
@@ -97,7 +93,7 @@ func TestFinalCommitRetried(t *testing.T) {
 	var refuse atomic.Int64
 	failCommits(e, &refuse)
 	// CommitInterval: only the final commit runs.
-	cc := topics.ConsumerConfig{Group: "final", CommitInterval: time.Hour}
+	cc := kafka.ConsumerConfig{Group: "final", CommitInterval: time.Hour}
 	if err := consumeAllThenStop(t, cfg, cc, 20, func() { refuse.Store(5) }); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
@@ -112,7 +108,7 @@ func TestFinalCommitFailureReturned(t *testing.T) {
 	produceN(t, cfg, 5)
 	var refuse atomic.Int64
 	failCommits(e, &refuse)
-	cc := topics.ConsumerConfig{Group: "never", CommitInterval: time.Hour, FinalCommitTimeout: 3 * time.Second}
+	cc := kafka.ConsumerConfig{Group: "never", CommitInterval: time.Hour, FinalCommitTimeout: 3 * time.Second}
 	start := time.Now()
 	err := consumeAllThenStop(t, cfg, cc, 5, func() { refuse.Store(1 << 30) })
 	if err == nil {

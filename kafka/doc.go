@@ -1,0 +1,20 @@
+// Package kafka is draftflow's one door to Kafka: every request any stage, the sink or the command line sends
+// to a broker goes through it. It owns
+//
+//   - Config: how to reach the cluster and lay out topics (partitions, namespace, record size limit);
+//   - admin requests (admin.go): EnsureTopics, partition counts, end and committed offsets, groups, topic
+//     deletion, and the topic ID lookup (topicid.go);
+//   - Producer (producer.go): asynchronous, acknowledged writes whose done callback marks the input finished;
+//   - Consumer (consumer.go): a consumer-group member that hands out Deliveries and commits, per partition, only
+//     the contiguous prefix of finished offsets (Watermark, watermark.go);
+//   - the plumbing metrics (metrics.go).
+//
+// A stage reads like a short story: a Consumer delivers a record, the stage does one thing, a Producer writes
+// the result, and the delivery is marked Done once the result is durable in Kafka. Delivery is at-least-once;
+// the sink makes output exactly-once.
+//
+// The client is segmentio/kafka-go: writers with an explicit BatchTimeout, RequiredAcks=RequireAll and zstd;
+// consumers with explicit, synchronous commits. One request kafka-go cannot send (Metadata v10, for topic IDs)
+// goes through franz-go; topicid.go says why. The embedded broker lives in kafka/embedded, the test support in
+// kafka/kafkatest.
+package kafka

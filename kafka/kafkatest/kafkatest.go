@@ -1,0 +1,182 @@
+// Package kafkatest is the test support of every package that talks to Kafka: a cluster for the test (the one
+// named by DRAFTFLOW_TEST_BROKERS, a real Apache Kafka as `make test-integration` starts, or else an embedded
+// broker private to the test), helpers that produce and collect records, and fault injection on the embedded
+// broker. Each Config call returns a kafka.Config with a fresh Namespace, so tests sharing one real cluster
+// never see each other's topics or groups.
+package kafkatest
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/draftflow/draftflow/kafka"
+	"github.com/draftflow/draftflow/kafka/embedded"
+	"github.com/draftflow/draftflow/topics"
+)
+
+// Real reports whether tests run against an external cluster (DRAFTFLOW_TEST_BROKERS is set).
+func Real() bool { return os.Getenv("DRAFTFLOW_TEST_BROKERS") != "" }
+
+// Config returns a kafka.Config for t with a unique Namespace and the given partition count, and creates every
+// pipeline topic in it. The embedded broker, if one is started, is closed when the test ends.
+func Config(t testing.TB, partitions int) kafka.Config {
+	t.Helper()
+	var brokers []string
+	if s := os.Getenv("DRAFTFLOW_TEST_BROKERS"); s != "" {
+		brokers = strings.Split(s, ",")
+	} else {
+		brokers = Embedded(t).Brokers()
+	}
+	name := strings.NewReplacer("/", "-", " ", "-", "#", "-").Replace(t.Name())
+	if len(name) > 60 {
+		name = name[:60]
+	}
+	cfg := kafka.Config{
+		Brokers:    brokers,
+		Partitions: partitions,
+		Namespace:  fmt.Sprintf("t-%s-%06d", name, rand.IntN(1e6)),
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := cfg.EnsureTopics(ctx, topics.All...); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// Embedded starts an embedded broker for t (whatever DRAFTFLOW_TEST_BROKERS says), closed when the test ends.
+func Embedded(t testing.TB) *embedded.Broker {
+	t.Helper()
+	e, err := embedded.Start(embedded.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	return e
+}
+
+// Record is one keyed record for Produce: a *topics.Prompt, *topics.Tokenized, *topics.Generation or
+// *topics.Rejection, or already encoded bytes ([]byte).
+type Record struct {
+	Key   string
+	Value any
+}
+
+// Produce writes records to the (logical) topic and waits until the broker acknowledged every one.
+func Produce(t testing.TB, kc kafka.Config, topic string, recs ...Record) {
+	t.Helper()
+	p := kc.NewProducer(topic, kafka.ProducerConfig{})
+	defer p.Close()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(recs))
+	done := func(err error) {
+		if err != nil {
+			errs <- err
+		}
+		wg.Done()
+	}
+	for _, r := range recs {
+		wg.Add(1)
+		var err error
+		if raw, ok := r.Value.([]byte); ok {
+			err = p.SendRaw(context.Background(), r.Key, raw, done)
+		} else {
+			err = p.Send(context.Background(), r.Key, r.Value, done)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+// Collect reads the (logical) topic in a fresh consumer group until want records arrived or timeout passed,
+// and returns them decoded, in the order they arrived.
+func Collect[T any](t testing.TB, kc kafka.Config, topic string, want int, timeout time.Duration) []*T {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var mu sync.Mutex
+	var out []*T
+	cons := kc.NewConsumer(topic, kafka.ConsumerConfig{Group: fmt.Sprintf("collect-%s-%d", topic, time.Now().UnixNano()),
+		SessionTimeout: 2 * time.Second})
+	err := cons.Run(ctx, func(d *kafka.Delivery) {
+		v := new(T)
+		if err := topics.Unmarshal(d.Message.Value, any(v)); err != nil {
+			t.Errorf("decode %s: %v", d.Where(), err)
+		}
+		mu.Lock()
+		out = append(out, v)
+		n := len(out)
+		mu.Unlock()
+		d.Done()
+		if n >= want {
+			cancel()
+		}
+	})
+	if err != nil {
+		t.Errorf("collect %s: %v", topic, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return out
+}
+
+// Size returns the number of records on the (logical) topic: the sum of its partitions' end offsets.
+func Size(t testing.TB, kc kafka.Config, topic string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ends, err := kc.EndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, end := range ends {
+		total += int(end)
+	}
+	return total
+}
+
+// HoldProduce makes the embedded broker hold every produce request to the physical topic until release is
+// called (release is idempotent and also runs when the test ends). held receives once the first request is
+// being held.
+func HoldProduce(t testing.TB, e *embedded.Broker, physicalTopic string) (held <-chan struct{}, release func()) {
+	h := make(chan struct{}, 1)
+	gate := make(chan struct{})
+	var released atomic.Bool
+	release = func() {
+		if !released.Swap(true) {
+			close(gate)
+		}
+	}
+	t.Cleanup(release)
+	c := e.Cluster()
+	c.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		for _, rt := range kreq.(*kmsg.ProduceRequest).Topics {
+			if rt.Topic == physicalTopic && !released.Load() {
+				select {
+				case h <- struct{}{}:
+				default:
+				}
+				c.SleepControl(func() { <-gate })
+			}
+		}
+		return nil, nil, false
+	})
+	return h, release
+}

@@ -1,0 +1,49 @@
+package kafka
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// TopicID returns the hex ID of a (logical) topic: the UUID a broker gives a topic when it creates it
+// (Metadata v10+, Kafka 2.8 and later), or "" when the broker does not report topic IDs. Offsets are only
+// meaningful within one incarnation of a topic: a topic deleted and recreated, or the embedded broker of
+// another `draftflow run`, starts again at offset 0. The sink keys its recovery point by this ID so it never
+// mistakes new records for ones it already wrote.
+//
+// The one exception to "everything through kafka-go": kafka-go negotiates Metadata v1/v6 only and cannot see
+// topic IDs, so this lookup sends a Metadata v10+ request with franz-go's client and request types (already a
+// dependency through the embedded broker). Nothing else in draftflow talks to Kafka through franz-go.
+func (c Config) TopicID(ctx context.Context, topic string) (string, error) {
+	topic = c.Topic(topic)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Brokers...), kgo.ClientID(c.clientID()))
+	if err != nil {
+		return "", err
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrMetadataRequest()
+	t := kmsg.NewMetadataRequestTopic()
+	t.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, t)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return "", fmt.Errorf("kafka: metadata of %s: %w", topic, err)
+	}
+	for _, rt := range resp.Topics {
+		if rt.Topic == nil || *rt.Topic != topic {
+			continue
+		}
+		if rt.ErrorCode != 0 {
+			return "", fmt.Errorf("kafka: metadata of %s: error code %d", topic, rt.ErrorCode)
+		}
+		if rt.TopicID == [16]byte{} {
+			return "", nil
+		}
+		return hex.EncodeToString(rt.TopicID[:]), nil
+	}
+	return "", fmt.Errorf("kafka: metadata of %s: topic not in the response", topic)
+}
