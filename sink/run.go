@@ -43,12 +43,13 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	st.setLog(topic, tid)
 	st.zstd = cfg.ZstdLevel
-	prod := cfg.Kafka.NewProducer(topics.TopicRejected, kafka.ProducerConfig{})
-	defer prod.Close()
+	dead := cfg.Kafka.NewDeadLetters("sink")
+	defer dead.Close()
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	s := &sinker{cfg: cfg, log: log, st: st, prod: prod, cancel: cancel, parts: map[partKey]*partState{}, lastRecv: time.Now()}
+	s := &sinker{cfg: cfg, log: log, st: st, dead: dead, ctx: runCtx, cancel: cancel, parts: map[partKey]*partState{},
+		lastRecv: time.Now()}
 	cons := cfg.Kafka.NewConsumer(topics.TopicGenerated, kafka.ConsumerConfig{Group: cfg.Group, MaxInFlight: cfg.MaxBufferedRows + 64})
 	log.Info("sink started", "dir", cfg.Dir, "group", cfg.Group, "runs", len(st.runs), "rotate_rows", cfg.RotateRows,
 		"rotate_interval", cfg.RotateInterval, "idle_flush", cfg.IdleFlush, "topic_id", tid)
@@ -125,7 +126,8 @@ type sinker struct {
 	cfg    Config
 	log    *slog.Logger
 	st     *store
-	prod   *kafka.Producer
+	dead   *kafka.DeadLetters
+	ctx    context.Context // the run's: dead letters are retried while it lasts
 	cancel context.CancelFunc
 
 	mu       sync.Mutex
@@ -281,29 +283,25 @@ func validate(g *topics.Generation) string {
 	return ""
 }
 
-// reject dead-letters a delivery. Called with s.mu held; it does not wait for the broker. Until the dead letter
-// is acknowledged the partition absorbs nothing after it (later deliveries wait in p.waiting), so no flush
-// checkpoints past it; on the acknowledgement the delivery is absorbed and marked Done, and the waiting ones
-// are handled. If the dead letter fails, the partition is blocked and the run stops.
+// reject dead-letters a delivery (kafka.DeadLetters: retried while the run lasts). Called with s.mu held; it
+// does not wait for the broker. Until the dead letter is acknowledged the partition absorbs nothing after it
+// (later deliveries wait in p.waiting), so no flush checkpoints past it; on the acknowledgement the delivery is
+// absorbed and marked Done, and the waiting ones are handled. If the run ends first, the partition stops
+// there: the delivery and those waiting behind it are abandoned and redelivered after a restart.
 func (s *sinker) reject(p *partState, d *kafka.Delivery, g *topics.Generation, class, reason string) {
-	m := d.Message
-	rej := &topics.Rejection{Stage: "sink", Reason: reason, Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Payload: m.Value}
-	key := d.Where()
+	rej := &topics.Rejection{Reason: reason}
 	if g != nil {
 		rej.ID, rej.Dataset, rej.Source = g.ID, g.Dataset, g.Source
-		key = g.ID
 	}
 	p.rejecting = true
-	if err := s.prod.Send(context.Background(), key, rej, func(err error) {
+	s.dead.Reject(s.ctx, d, rej, func(err error) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		s.rejectDone(p, d, rej.ID, class, reason, err)
-	}); err != nil {
-		s.rejectDone(p, d, rej.ID, class, reason, err)
-	}
+	})
 }
 
-// rejectDone settles a dead letter the broker answered (err nil: acknowledged). Called with s.mu held.
+// rejectDone settles a dead letter (err nil: acknowledged; else the run ended first). Called with s.mu held.
 func (s *sinker) rejectDone(p *partState, d *kafka.Delivery, id, class, reason string, err error) {
 	p.rejecting = false
 	waiting := p.waiting
@@ -314,7 +312,7 @@ func (s *sinker) rejectDone(p *partState, d *kafka.Delivery, id, class, reason s
 		for _, w := range waiting {
 			w.Abandon()
 		}
-		s.fail(fmt.Errorf("sink: dead-letter %s: %w", d.Where(), err))
+		s.log.Info("dead letter not written before the sink stopped; redelivered after a restart", "at", d.Where(), "err", err)
 		return
 	}
 	rejected.WithLabelValues(class).Inc()

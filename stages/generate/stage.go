@@ -28,7 +28,7 @@ type stage struct {
 	log     *slog.Logger
 	ctl     *Controller
 	gen     *kafka.Producer
-	rej     *kafka.Producer
+	dead    *kafka.DeadLetters
 	work    context.Context // cancelled ShutdownGrace after shutdown begins: in-flight requests are abandoned
 	workers sync.WaitGroup
 }
@@ -102,7 +102,7 @@ func Run(ctx context.Context, cfg Config) error {
 		log:  cfg.Logger.With("stage", "generate"),
 		ctl:  ctl,
 		gen:  cfg.Kafka.NewProducer(topics.TopicGenerated, kafka.ProducerConfig{}),
-		rej:  cfg.Kafka.NewProducer(topics.TopicRejected, kafka.ProducerConfig{}),
+		dead: cfg.Kafka.NewDeadLetters("generate"),
 		work: work,
 	}
 	ctlCtx, stopCtl := context.WithCancel(context.WithoutCancel(ctx))
@@ -125,7 +125,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := s.gen.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("generate: close %s producer: %w", topics.TopicGenerated, err))
 	}
-	if err := s.rej.Close(); err != nil {
+	if err := s.dead.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("generate: close %s producer: %w", topics.TopicRejected, err))
 	}
 	stopCtl()
@@ -220,15 +220,17 @@ func (s *stage) emit(d *kafka.Delivery, g *topics.Generation) {
 	s.send(s.gen, d, g.ID, g, func() { s.ctl.met.records.WithLabelValues("generated").Inc() })
 }
 
-// reject writes a Rejection for d and marks d Done once it is acknowledged.
+// reject dead-letters d's record (kafka.DeadLetters: retried while the stage works) and marks d Done once the
+// dead letter is acknowledged, or abandons it at shutdown.
 func (s *stage) reject(d *kafka.Delivery, r *topics.Rejection) {
-	r.Stage = "generate"
-	r.Topic, r.Partition, r.Offset = d.Message.Topic, d.Message.Partition, d.Message.Offset
-	key := r.ID
-	if key == "" {
-		key = d.Where()
-	}
-	s.send(s.rej, d, key, r, func() { s.ctl.met.records.WithLabelValues("rejected").Inc() })
+	s.dead.Reject(s.work, d, r, func(err error) {
+		if err != nil {
+			d.Abandon()
+			return
+		}
+		s.ctl.met.records.WithLabelValues("rejected").Inc()
+		d.Done()
+	})
 }
 
 // send writes rec and marks d Done after the broker acknowledged it. A write that fails is retried with

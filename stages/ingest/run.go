@@ -128,7 +128,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		defaults: cfg.Defaults,
 		sampling: map[string]topics.Sampling{},
 		prompts:  cfg.Kafka.NewProducer(topics.TopicPrompts, kafka.ProducerConfig{}),
-		rejected: cfg.Kafka.NewProducer(topics.TopicRejected, kafka.ProducerConfig{}),
+		dead:     cfg.Kafka.NewDeadLetters(Stage),
+		ctx:      ctx,
 		slots:    make(chan struct{}, maxInFlight),
 		maxMsg:   maxMsg,
 		seen:     map[string]topics.Source{},
@@ -167,7 +168,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err := r.prompts.Close(); err != nil && runErr == nil {
 		runErr = fmt.Errorf("ingest: flush prompts: %w", err)
 	}
-	if err := r.rejected.Close(); err != nil && runErr == nil {
+	if err := r.dead.Close(); err != nil && runErr == nil {
 		runErr = fmt.Errorf("ingest: flush rejected: %w", err)
 	}
 	r.acks.Wait()
@@ -200,7 +201,8 @@ type runner struct {
 	defaults topics.Sampling
 	sampling map[string]topics.Sampling // resolved settings per dataset
 	prompts  *kafka.Producer
-	rejected *kafka.Producer
+	dead     *kafka.DeadLetters
+	ctx      context.Context // the run's: dead letters are retried while it lasts
 	slots    chan struct{}
 	maxMsg   int
 	acks     sync.WaitGroup
@@ -265,11 +267,7 @@ func (r *runner) handle(p topics.Prompt, perr error, src topics.Source, raw []by
 			r.ids[seq] = ""
 			r.sent--
 			r.mu.Unlock()
-			if err := r.rejectWith(r.sendUnbounded, id, dataset, src, lineErr(ReasonTooLarge, "prompt record refused: %v", err), nil); err != nil {
-				r.mu.Lock()
-				r.fail(err)
-				r.mu.Unlock()
-			}
+			r.rejectWith(false, id, dataset, src, lineErr(ReasonTooLarge, "prompt record refused: %v", err), nil)
 			return
 		}
 		r.mu.Lock()
@@ -284,14 +282,17 @@ func (r *runner) handle(p topics.Prompt, perr error, src topics.Source, raw []by
 	})
 }
 
-// reject sends a Rejection for one line.
+// reject dead-letters one line.
 func (r *runner) reject(id, dataset string, src topics.Source, perr error, raw []byte) error {
-	return r.rejectWith(r.send, id, dataset, src, perr, raw)
+	r.rejectWith(true, id, dataset, src, perr, raw)
+	return nil
 }
 
-// rejectWith is reject writing through send (r.send, or r.sendUnbounded from a done callback).
-func (r *runner) rejectWith(send func(*kafka.Producer, string, []byte, func(error)) error,
-	id, dataset string, src topics.Source, perr error, raw []byte) error {
+// rejectWith dead-letters one line through the one dead-letter policy (kafka.DeadLetters: the payload fits
+// the message limit, failed writes are retried while the run lasts). bounded takes an in-flight slot, as
+// prompts do; a done callback passes false, since waiting there for a slot could wait on the very callbacks
+// the writer runs after it.
+func (r *runner) rejectWith(bounded bool, id, dataset string, src topics.Source, perr error, raw []byte) {
 	reason := ReasonOf(perr)
 	if reason == "" {
 		reason = ReasonBadField
@@ -309,37 +310,26 @@ func (r *runner) rejectWith(send func(*kafka.Producer, string, []byte, func(erro
 	if len(raw) > topics.MaxRejectedPayload {
 		raw = raw[:topics.MaxRejectedPayload]
 	}
-	rec := &topics.Rejection{ID: id, Dataset: dataset, Stage: Stage, Reason: perr.Error(), Source: src, Payload: raw}
-	key := id
-	if key == "" {
-		key = fmt.Sprintf("%s:%d", src.File, src.Line)
+	if bounded {
+		r.slots <- struct{}{}
 	}
-	value, err := topics.Marshal(rec)
-	if err == nil && len(value)+len(key)+128 > r.maxMsg {
-		// A dead letter must always fit the message limit: keep as much of the line as it allows (the
-		// payload travels as base64 in the JSON header).
-		rec.Payload = nil
-		if bare, err := topics.Marshal(rec); err == nil {
-			if room := (r.maxMsg-len(bare)-len(key)-256)*3/4 - 16; room > 0 {
-				rec.Payload = raw[:min(room, len(raw))]
+	r.acks.Add(1)
+	r.dead.Reject(r.ctx, nil, &topics.Rejection{ID: id, Dataset: dataset, Reason: perr.Error(), Source: src, Payload: raw},
+		func(err error) {
+			defer r.acks.Done()
+			if bounded {
+				<-r.slots
 			}
-		}
-		value, err = topics.Marshal(rec)
-	}
-	if err != nil {
-		return fmt.Errorf("ingest: encode rejection of %s line %d: %w", src.File, src.Line, err)
-	}
-	return send(r.rejected, key, value, func(err error) {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		if err != nil {
-			r.nRejected--
-			r.fail(err)
-			return
-		}
-		r.reasons[reason]++
-		rejectedTotal.WithLabelValues(string(reason)).Inc()
-	})
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			if err != nil {
+				r.nRejected--
+				r.fail(fmt.Errorf("ingest: dead letter of %s line %d: %w", src.File, src.Line, err))
+				return
+			}
+			r.reasons[reason]++
+			rejectedTotal.WithLabelValues(string(reason)).Inc()
+		})
 }
 
 // send writes one encoded record, bounding the records in flight; done runs once Kafka answered.
@@ -357,20 +347,6 @@ func (r *runner) send(p *kafka.Producer, key string, value []byte, done func(err
 		return err
 	}
 	return nil
-}
-
-// sendUnbounded is send without taking an in-flight slot, for a done callback: waiting there for a slot could
-// wait on the very callbacks the writer runs after it.
-func (r *runner) sendUnbounded(p *kafka.Producer, key string, value []byte, done func(error)) error {
-	r.acks.Add(1)
-	err := p.SendRaw(context.Background(), key, value, func(err error) {
-		done(err)
-		r.acks.Done()
-	})
-	if err != nil {
-		r.acks.Done()
-	}
-	return err
 }
 
 // fail records a failed acknowledgement; r.mu is held.

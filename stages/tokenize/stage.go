@@ -104,7 +104,7 @@ func Run(ctx context.Context, cfg Config) error {
 
 	out := cfg.Kafka.NewProducer(topics.TopicTokenized, kafka.ProducerConfig{})
 	defer out.Close()
-	dead := cfg.Kafka.NewProducer(topics.TopicRejected, kafka.ProducerConfig{})
+	dead := cfg.Kafka.NewDeadLetters("tokenize")
 	defer dead.Close()
 
 	// fatal stops the stage when Kafka refuses a write: the delivery stays unfinished and is redelivered later.
@@ -115,19 +115,16 @@ func Run(ctx context.Context, cfg Config) error {
 	reject := func(d *kafka.Delivery, p *topics.Prompt, reason, label string) {
 		tokenizeRejected.WithLabelValues(label).Inc()
 		log.Warn("prompt rejected", "id", p.ID, "where", d.Where(), "reason", reason)
-		rej := &topics.Rejection{ID: p.ID, Dataset: p.Dataset, Stage: "tokenize", Reason: reason, Source: p.Source,
-			Topic: d.Message.Topic, Partition: d.Message.Partition, Offset: d.Message.Offset, Payload: d.Message.Value}
-		if err := dead.Send(runCtx, string(d.Message.Key), rej, func(err error) {
-			if err != nil {
-				d.Abandon()
-				fatal(fmt.Errorf("tokenize: dead-letter %s: %w", d.Where(), err))
-				return
-			}
-			d.Done()
-		}); err != nil {
-			d.Abandon()
-			fatal(err)
-		}
+		// The one dead-letter policy (kafka.DeadLetters): retried while the stage runs, abandoned (and
+		// redelivered) at shutdown.
+		dead.Reject(runCtx, d, &topics.Rejection{ID: p.ID, Dataset: p.Dataset, Reason: reason, Source: p.Source},
+			func(err error) {
+				if err != nil {
+					d.Abandon()
+					return
+				}
+				d.Done()
+			})
 	}
 
 	work := make(chan *kafka.Delivery, workers*4)

@@ -1,0 +1,112 @@
+package kafka_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/draftflow/draftflow/kafka"
+	"github.com/draftflow/draftflow/kafka/kafkatest"
+	"github.com/draftflow/draftflow/topics"
+)
+
+// A dead letter is written with the writer's stage and keyed by the record's id, or where it came from.
+func TestDeadLettersWrite(t *testing.T) {
+	kc := kafkatest.Config(t, 1)
+	dl := kc.NewDeadLetters("tokenize")
+	done := make(chan error, 2)
+	dl.Reject(context.Background(), nil, &topics.Rejection{ID: "a", Reason: "too long"}, func(err error) { done <- err })
+	dl.Reject(context.Background(), nil, &topics.Rejection{Reason: "bad line", Source: topics.Source{File: "x.jsonl", Line: 7},
+		Payload: []byte("{")}, func(err error) { done <- err })
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := dl.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got := kafkatest.Collect[topics.Rejection](t, kc, topics.TopicRejected, 2, 30*time.Second)
+	if len(got) != 2 {
+		t.Fatalf("%d dead letters, want 2", len(got))
+	}
+	for _, r := range got {
+		if r.Stage != "tokenize" || r.Reason == "" {
+			t.Errorf("dead letter %+v", r)
+		}
+	}
+}
+
+// A broker that fails the writes holds the dead letter back: it is retried until the caller's context ends,
+// then done reports the context's error (the caller abandons the delivery, redelivered after a restart).
+// Once the broker accepts writes again, dead letters go through.
+func TestDeadLettersRetryUntilShutdown(t *testing.T) {
+	if kafkatest.Real() {
+		t.Skip("fails writes through the embedded broker's control hooks")
+	}
+	e := kafkatest.Embedded(t)
+	kc := kafka.Config{Brokers: e.Brokers(), Partitions: 1, Namespace: "t-deadletters-retry"}
+	if err := kc.EnsureTopics(context.Background(), topics.TopicRejected); err != nil {
+		t.Fatal(err)
+	}
+	failing := make(chan struct{})
+	var refused atomic.Int32
+	c := e.Cluster()
+	c.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		select {
+		case <-failing:
+			return nil, nil, false
+		default:
+		}
+		req := kreq.(*kmsg.ProduceRequest)
+		resp := req.ResponseKind().(*kmsg.ProduceResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewProduceResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewProduceResponseTopicPartition()
+				sp.Partition = rp.Partition
+				sp.ErrorCode = kerr.PolicyViolation.Code // not retried by the client: the writer's error
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		refused.Add(1)
+		return resp, nil, true
+	})
+	dl := kc.NewDeadLetters("sink")
+	defer dl.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	dl.Reject(ctx, nil, &topics.Rejection{ID: "held", Reason: "undecodable"}, func(err error) { done <- err })
+	time.Sleep(500 * time.Millisecond) // several attempts, each refused
+	select {
+	case err := <-done:
+		t.Fatalf("done(%v) while the broker refused the writes and the context lasted", err)
+	default:
+	}
+	if n := refused.Load(); n < 2 {
+		t.Fatalf("%d writes refused: the dead letter was not retried", n)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("done(%v) at shutdown, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("done not called at shutdown")
+	}
+	close(failing)
+	ok := make(chan error, 1)
+	dl.Reject(context.Background(), nil, &topics.Rejection{ID: "later", Reason: "undecodable"}, func(err error) { ok <- err })
+	if err := <-ok; err != nil {
+		t.Fatalf("after the broker recovered: %v", err)
+	}
+}
