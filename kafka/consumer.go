@@ -208,6 +208,12 @@ func (c *Consumer) Run(ctx context.Context, handle func(*Delivery)) error {
 			if ctx.Err() != nil || errors.Is(err, kafkago.ErrGroupClosed) {
 				break
 			}
+			// A group the broker will never accept: give up at once.
+			if errors.Is(err, kafkago.InvalidSessionTimeout) || errors.Is(err, kafkago.InvalidGroupId) ||
+				errors.Is(err, kafkago.GroupAuthorizationFailed) || errors.Is(err, kafkago.InconsistentGroupProtocol) {
+				runErr = fmt.Errorf("kafka: join group %s: %w", c.cc.Group, err)
+				break
+			}
 			// Joining failed (coordinator moving, topic not served yet, a rebalance racing the join): kafka-go
 			// backs off and joins again. Give up only after a long run of failures.
 			failures++
