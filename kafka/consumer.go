@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -24,8 +24,14 @@ type ConsumerConfig struct {
 	// their errors are seen and retried.
 	CommitInterval time.Duration
 	// DrainTimeout is how long Run waits, after ctx is cancelled, for in-flight deliveries to finish before it
-	// commits what is finished and returns (default 30 s). Unfinished work is redelivered later.
+	// commits what is finished, leaves the group and returns (default 30 s). Unfinished work is redelivered to
+	// the member that takes the partition over.
 	DrainTimeout time.Duration
+	// RevokeTimeout is how long, on a rebalance, the member waits for in-flight deliveries of the partitions it
+	// gives up before it commits what is finished and rejoins (default 20 s). The work still unfinished then is
+	// abandoned (its offsets are not committed; the next owner does it again). Every member of the group waits
+	// for the slowest one during a rebalance (kafka-go rebalances eagerly), so this bounds the stall.
+	RevokeTimeout time.Duration
 	// FinalCommitTimeout bounds the commit of the finished offsets when Run stops, all retries included
 	// (default 15 s). A failed attempt is logged and retried with backoff; if none succeeds, Run returns the error.
 	FinalCommitTimeout time.Duration
@@ -57,12 +63,14 @@ type Delivery struct {
 	once    sync.Once
 }
 
-// Done marks the delivery finished. Safe to call more than once; only the first call counts.
+// Done marks the delivery finished. Safe to call more than once; only the first call counts. A delivery of a
+// partition this member gave up in the meantime is finished too late to be committed: its partition's new
+// owner does it again, and the sink drops the duplicate.
 func (d *Delivery) Done() {
 	d.once.Do(func() {
 		d.c.marks.Done(d.mark)
 		<-d.c.slots
-		d.c.wg.Done()
+		d.c.signal()
 	})
 }
 
@@ -71,8 +79,9 @@ func (d *Delivery) Done() {
 // Safe to call more than once, and after Done (then it does nothing).
 func (d *Delivery) Abandon() {
 	d.once.Do(func() {
+		d.c.marks.Abandon(d.mark)
 		<-d.c.slots
-		d.c.wg.Done()
+		d.c.signal()
 	})
 }
 
@@ -82,15 +91,32 @@ func (d *Delivery) Where() string {
 }
 
 // Consumer reads one topic as a member of a consumer group and commits per-partition watermarks.
+//
+// It is built on kafka-go's consumer-group generation API, so it knows at every moment which partitions it
+// owns: each group generation assigns it a set of partitions, and a rebalance ends the generation. The
+// Consumer then stops fetching, waits up to RevokeTimeout for the in-flight deliveries (heartbeating
+// meanwhile, so the coordinator keeps it), commits their finished prefix through that generation and only then
+// rejoins. It commits only partitions of its current generation, so a member can never move back the
+// committed offset of a partition another member owns now: the broker refuses commits of an older
+// generation. Every assignment and revocation is logged.
 type Consumer struct {
 	cfg   Config
 	cc    ConsumerConfig
 	topic string
-	r     *kafkago.Reader
 	marks *Watermark
 	slots chan struct{}
-	wg    sync.WaitGroup
+	wake  chan struct{} // a delivery finished or was abandoned
+
+	commitMu sync.Mutex // serializes commits
+
+	// crash, when closed, makes Run stop at once as a killed process would: no drain, no commit (tests only;
+	// see export_test.go). crashWindow is then the number of handed-out deliveries left uncommitted.
+	crash       chan struct{}
+	crashWindow int
 }
+
+// errCrashed ends Run after a simulated crash.
+var errCrashed = errors.New("kafka: consumer crashed (test)")
 
 // NewConsumer returns a Consumer of the logical topic in group cc.Group.
 func (c Config) NewConsumer(topic string, cc ConsumerConfig) *Consumer {
@@ -105,50 +131,216 @@ func (c Config) NewConsumer(topic string, cc ConsumerConfig) *Consumer {
 	if cc.DrainTimeout <= 0 {
 		cc.DrainTimeout = 30 * time.Second
 	}
+	if cc.RevokeTimeout <= 0 {
+		cc.RevokeTimeout = 20 * time.Second
+	}
 	if cc.SessionTimeout <= 0 {
 		cc.SessionTimeout = 10 * time.Second
 	}
 	if cc.FinalCommitTimeout <= 0 {
 		cc.FinalCommitTimeout = 15 * time.Second
 	}
-	start := kafkago.FirstOffset
-	if cc.StartFromLatest {
-		start = kafkago.LastOffset
-	}
-	log := c.logger()
-	r := kafkago.NewReader(kafkago.ReaderConfig{
-		Brokers:           c.Brokers,
-		GroupID:           cc.Group,
-		Topic:             topic,
-		Dialer:            c.dialer(),
-		MinBytes:          1,
-		MaxBytes:          c.maxMessageBytes() * 2,
-		MaxWait:           250 * time.Millisecond,
-		ReadBatchTimeout:  2 * time.Second,
-		CommitInterval:    0, // synchronous commits: errors reach us
-		StartOffset:       start,
-		SessionTimeout:    cc.SessionTimeout,
-		HeartbeatInterval: cc.SessionTimeout / 5,
-		RebalanceTimeout:  cc.SessionTimeout,
-		JoinGroupBackoff:  500 * time.Millisecond,
-		ReadBackoffMin:    50 * time.Millisecond,
-		ReadBackoffMax:    500 * time.Millisecond,
-		ErrorLogger: kafkago.LoggerFunc(func(msg string, args ...any) {
-			log.Debug(fmt.Sprintf(msg, args...), "topic", topic, "group", cc.Group)
-		}),
-	})
-	return &Consumer{cfg: c, cc: cc, topic: topic, r: r, marks: NewWatermark(), slots: make(chan struct{}, cc.MaxInFlight)}
+	return &Consumer{cfg: c, cc: cc, topic: topic, marks: NewWatermark(),
+		slots: make(chan struct{}, cc.MaxInFlight), wake: make(chan struct{}, 1)}
 }
 
-// Run fetches records and hands each to handle until ctx is cancelled or a fetch fails for good. handle is
-// called from Run's goroutine, one delivery at a time, in partition order; it may start concurrent work and
-// return at once, as long as every delivery is eventually Done. When ctx ends, Run stops fetching, waits up to
-// DrainTimeout for in-flight deliveries, commits the finished prefix of every partition (retrying with backoff
-// for up to FinalCommitTimeout), closes the reader and returns nil, or the error of that final commit if it
-// never succeeded. A commit error while running is logged and retried at the next interval.
+func (c *Consumer) signal() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// rebalanceTimeout is how long the coordinator waits for every member to rejoin on a rebalance: long enough
+// for a member to drain its revoked partitions, or, on shutdown, its whole in-flight window.
+func (c *Consumer) rebalanceTimeout() time.Duration {
+	return max(c.cc.RevokeTimeout, c.cc.DrainTimeout, c.cc.SessionTimeout) + c.cc.FinalCommitTimeout
+}
+
+// Run joins the group and hands each fetched record to handle until ctx is cancelled or the group fails for
+// good. handle is called from Run's goroutine, one delivery at a time, in partition order; it may start
+// concurrent work and return at once, as long as every delivery is eventually Done or Abandoned.
+//
+// On a rebalance Run stops fetching, waits up to RevokeTimeout for in-flight deliveries, commits the finished
+// prefix of every partition it owned and rejoins. When ctx ends, Run stops fetching, waits up to DrainTimeout
+// for in-flight deliveries (still owning its partitions), commits the finished prefix of every partition
+// (retrying with backoff for up to FinalCommitTimeout), leaves the group and returns nil, or the error of that
+// final commit if it never succeeded. A commit error while running is logged and retried at the next interval.
 func (c *Consumer) Run(ctx context.Context, handle func(*Delivery)) error {
 	log := c.cfg.logger().With("topic", c.topic, "group", c.cc.Group)
-	commitCtx, stopCommits := context.WithCancel(context.Background())
+	start := kafkago.FirstOffset
+	if c.cc.StartFromLatest {
+		start = kafkago.LastOffset
+	}
+	group, err := kafkago.NewConsumerGroup(kafkago.ConsumerGroupConfig{
+		ID:                c.cc.Group,
+		Brokers:           c.cfg.Brokers,
+		Dialer:            c.cfg.dialer(),
+		Topics:            []string{c.topic},
+		GroupBalancers:    []kafkago.GroupBalancer{kafkago.RangeGroupBalancer{}},
+		HeartbeatInterval: c.cc.SessionTimeout / 5,
+		SessionTimeout:    c.cc.SessionTimeout,
+		RebalanceTimeout:  c.rebalanceTimeout(),
+		JoinGroupBackoff:  500 * time.Millisecond,
+		StartOffset:       start,
+		Timeout:           10 * time.Second,
+		ErrorLogger: kafkago.LoggerFunc(func(msg string, args ...any) {
+			log.Debug(fmt.Sprintf(msg, args...))
+		}),
+	})
+	if err != nil {
+		return fmt.Errorf("kafka: consumer group %s: %w", c.cc.Group, err)
+	}
+	// leave closes the group: kafka-go ends the generation, waits for runGeneration to release it (after the
+	// final commit) and sends LeaveGroup, so the other members take the partitions over at once.
+	var leaveOnce sync.Once
+	left := make(chan struct{})
+	leave := func() {
+		leaveOnce.Do(func() { go func() { group.Close(); close(left) }() })
+	}
+	defer func() { leave(); <-left }()
+
+	var runErr error
+	failures := 0
+	for ctx.Err() == nil {
+		gen, err := group.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, kafkago.ErrGroupClosed) {
+				break
+			}
+			// A group the broker will never accept: give up at once.
+			if errors.Is(err, kafkago.InvalidSessionTimeout) || errors.Is(err, kafkago.InvalidGroupId) ||
+				errors.Is(err, kafkago.GroupAuthorizationFailed) || errors.Is(err, kafkago.InconsistentGroupProtocol) {
+				runErr = fmt.Errorf("kafka: join group %s: %w", c.cc.Group, err)
+				break
+			}
+			// Joining failed (coordinator moving, topic not served yet, a rebalance racing the join): kafka-go
+			// backs off and joins again. Give up only after a long run of failures.
+			failures++
+			if failures >= 120 {
+				runErr = fmt.Errorf("kafka: join group %s: %w", c.cc.Group, err)
+				break
+			}
+			log.Info("joining the group failed; retrying", "err", err, "attempt", failures)
+			continue
+		}
+		failures = 0
+		if err := c.runGeneration(ctx, gen, handle, leave, log); err != nil {
+			if !errors.Is(err, errCrashed) {
+				runErr = err
+			}
+			break
+		}
+	}
+	// Deliveries of partitions this member no longer owns may still be running: they finish into nothing.
+	return runErr
+}
+
+// runGeneration consumes the partitions one generation assigns until the generation ends (a rebalance) or ctx
+// does (shutdown); then it drains, commits through the generation and returns, which lets kafka-go rejoin or
+// leave. Its error is that of the final commit on shutdown.
+func (c *Consumer) runGeneration(ctx context.Context, gen *kafkago.Generation, handle func(*Delivery), leave func(), log *slog.Logger) error {
+	assigned := gen.Assignments[c.topic]
+	parts := make([]int, len(assigned))
+	for i, a := range assigned {
+		parts[i] = a.ID
+	}
+	slices.Sort(parts)
+	log = log.With("generation", gen.ID, "member", gen.MemberID)
+	log.Info("partitions assigned", "partitions", parts)
+	assignedPartitions.WithLabelValues(c.topic, c.cc.Group).Set(float64(len(parts)))
+	rebalances.WithLabelValues(c.topic, c.cc.Group).Inc()
+
+	// The generation's context ends on a rebalance; the function holds the generation (and so its coordinator
+	// connection, through which we commit) until it returns.
+	genCtx := make(chan context.Context, 1)
+	release := make(chan struct{})
+	gen.Start(func(gctx context.Context) {
+		genCtx <- gctx
+		<-release
+	})
+	gctx := <-genCtx
+	defer close(release)
+	// awaitLeave, after leave, holds the generation until kafka-go has seen the group closed (it then ends the
+	// generation): released earlier, kafka-go would take the generation's end for a rebalance and join once more,
+	// costing every other member a rebalance.
+	awaitLeave := func() {
+		select {
+		case <-gctx.Done():
+		case <-time.After(10 * time.Second):
+		}
+	}
+
+	for _, p := range parts {
+		c.marks.Forget(p) // a fresh start at the committed offset
+	}
+	fetchCtx, stopFetch := context.WithCancel(gctx)
+	stopOnShutdown := context.AfterFunc(ctx, stopFetch)
+	defer stopOnShutdown()
+	type fetched struct {
+		m   kafkago.Message
+		err error
+	}
+	msgs := make(chan fetched)
+	var fetchers sync.WaitGroup
+	for _, a := range assigned {
+		fetchers.Add(1)
+		go func(a kafkago.PartitionAssignment) {
+			defer fetchers.Done()
+			r := kafkago.NewReader(kafkago.ReaderConfig{
+				Brokers:          c.cfg.Brokers,
+				Topic:            c.topic,
+				Partition:        a.ID,
+				Dialer:           c.cfg.dialer(),
+				MinBytes:         1,
+				MaxBytes:         c.cfg.maxMessageBytes() * 2,
+				MaxWait:          250 * time.Millisecond,
+				ReadBatchTimeout: 2 * time.Second,
+				ReadBackoffMin:   50 * time.Millisecond,
+				ReadBackoffMax:   500 * time.Millisecond,
+				ErrorLogger: kafkago.LoggerFunc(func(msg string, args ...any) {
+					log.Debug(fmt.Sprintf(msg, args...), "partition", a.ID)
+				}),
+			})
+			defer r.Close()
+			if err := r.SetOffset(a.Offset); err != nil {
+				select {
+				case msgs <- fetched{err: err}:
+				case <-fetchCtx.Done():
+				}
+				return
+			}
+			for {
+				m, err := r.FetchMessage(fetchCtx)
+				if fetchCtx.Err() != nil {
+					return
+				}
+				if err != nil {
+					var kerr kafkago.Error
+					if errors.As(err, &kerr) && kerr.Temporary() {
+						// A partition moving or not yet served (NOT_LEADER_FOR_PARTITION right after a topic is
+						// created, a leader election): retry.
+						log.Info("fetch failed; retrying", "partition", a.ID, "err", err)
+						select {
+						case <-fetchCtx.Done():
+							return
+						case <-time.After(250 * time.Millisecond):
+						}
+						continue
+					}
+				}
+				select {
+				case msgs <- fetched{m: m, err: err}:
+				case <-fetchCtx.Done():
+					return
+				}
+				if err != nil {
+					return
+				}
+			}
+		}(a)
+	}
+
 	committerDone := make(chan struct{})
 	go func() {
 		defer close(committerDone)
@@ -156,89 +348,160 @@ func (c *Consumer) Run(ctx context.Context, handle func(*Delivery)) error {
 		defer t.Stop()
 		for {
 			select {
-			case <-commitCtx.Done():
+			case <-fetchCtx.Done():
 				return
 			case <-t.C:
-				if err := c.commit(commitCtx); err != nil {
+				if err := c.commit(gen, parts); err != nil {
 					log.Warn("commit failed; will retry", "err", err)
 				}
 			}
 		}
 	}()
 
-	var runErr error
+	// Hand out deliveries until the generation or the run ends.
+	var fetchErr error
+	crashed := false
+loop:
 	for {
 		select {
 		case c.slots <- struct{}{}:
-		case <-ctx.Done():
+		case <-fetchCtx.Done():
+			break loop
+		case <-c.crash:
+			crashed = true
+			break loop
 		}
-		if ctx.Err() != nil {
-			break
-		}
-		m, err := c.r.FetchMessage(ctx)
-		if err != nil {
+		var f fetched
+		select {
+		case f = <-msgs:
+		case <-fetchCtx.Done():
 			<-c.slots
-			var kerr kafkago.Error
-			if ctx.Err() == nil && errors.As(err, &kerr) && kerr.Temporary() {
-				// A partition moving or not yet served (NOT_LEADER_FOR_PARTITION right after a topic is
-				// created, a leader election): kafka-go's partition reader keeps retrying; so do we.
-				log.Info("fetch failed; retrying", "err", err)
-				select {
-				case <-ctx.Done():
-				case <-time.After(250 * time.Millisecond):
-				}
-				continue
-			}
-			if ctx.Err() == nil && !errors.Is(err, io.EOF) {
-				runErr = fmt.Errorf("kafka: fetch %s: %w", c.topic, err)
-			}
+			break loop
+		case <-c.crash:
+			<-c.slots
+			crashed = true
+			break loop
+		}
+		if f.err != nil {
+			<-c.slots
+			fetchErr = f.err
+			log.Warn("fetch failed; rejoining the group", "err", f.err)
+			stopFetch()
 			break
 		}
 		consumedRecords.WithLabelValues(c.topic, c.cc.Group).Inc()
-		d := &Delivery{Message: Message{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Key: m.Key, Value: m.Value, Time: m.Time}, c: c, mark: c.marks.Add(m.Partition, m.Offset)}
-		c.wg.Add(1)
+		m := f.m
+		d := &Delivery{c: c, mark: c.marks.Add(m.Partition, m.Offset),
+			Message: Message{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Key: m.Key, Value: m.Value, Time: m.Time}}
 		handle(d)
 	}
-
-	// Drain: wait for in-flight work, bounded.
-	drained := make(chan struct{})
-	go func() { c.wg.Wait(); close(drained) }()
-	select {
-	case <-drained:
-	case <-time.After(c.cc.DrainTimeout):
-		log.Warn("drain timeout: unfinished deliveries will be redelivered", "pending", c.marks.Pending())
-	}
-	stopCommits()
+	stopFetch()
+	fetchers.Wait()
 	<-committerDone
-	cerr := c.finalCommit(log)
-	if err := c.r.Close(); err != nil && runErr == nil {
-		log.Debug("close reader", "err", err)
+	if crashed {
+		c.crashWindow = c.marks.Uncommitted(parts)
+		for _, p := range parts {
+			c.marks.Forget(p)
+		}
+		log.Warn("crashed (test): nothing drained, nothing committed", "uncommitted", c.crashWindow)
+		leave()
+		awaitLeave()
+		return errCrashed
 	}
-	if runErr == nil && cerr != nil {
-		runErr = fmt.Errorf("kafka: final commit of %s for group %s: %w", c.topic, c.cc.Group, cerr)
+
+	shutdown := ctx.Err() != nil
+	wait := c.cc.RevokeTimeout
+	why := "rebalance"
+	if shutdown {
+		wait, why = c.cc.DrainTimeout, "shutdown"
+		leave() // no rejoin after this generation
+	} else if fetchErr != nil {
+		why = "fetch error"
 	}
-	return runErr
+	// Keep the membership alive while draining: kafka-go stops heartbeating when the generation ends, and a
+	// member silent for SessionTimeout is dropped (its partitions then move before their work is committed).
+	hbCtx, stopHB := context.WithCancel(context.Background())
+	hbDone := make(chan struct{})
+	go func() { defer close(hbDone); c.heartbeat(hbCtx, gen) }()
+	drainStart := time.Now()
+	pending := c.drain(parts, wait)
+	stopHB()
+	<-hbDone
+	var err error
+	if shutdown {
+		err = c.finalCommit(gen, parts, log)
+	} else if cerr := c.commit(gen, parts); cerr != nil {
+		log.Warn("commit before giving partitions up failed; their finished work will be redone", "err", cerr)
+	}
+	abandoned := 0
+	for _, p := range parts {
+		abandoned += c.marks.Forget(p)
+	}
+	revokedAbandoned.WithLabelValues(c.topic, c.cc.Group).Add(float64(abandoned))
+	assignedPartitions.WithLabelValues(c.topic, c.cc.Group).Set(0)
+	log.Info("partitions revoked", "partitions", parts, "reason", why, "drained_in", time.Since(drainStart).Round(time.Millisecond),
+		"unfinished", pending, "abandoned", abandoned)
+	if shutdown {
+		awaitLeave()
+	}
+	if err != nil {
+		return fmt.Errorf("kafka: final commit of %s for group %s: %w", c.topic, c.cc.Group, err)
+	}
+	return nil
 }
 
-// finalCommit commits the finished prefix of every partition, retrying with exponential backoff until it
-// succeeds or FinalCommitTimeout has passed; it returns the last error then.
-func (c *Consumer) finalCommit(log *slog.Logger) error {
+// drain waits up to d for the in-flight deliveries of parts to finish and returns how many are still pending.
+func (c *Consumer) drain(parts []int, d time.Duration) int {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	for {
+		n := c.marks.PendingOf(parts)
+		if n == 0 {
+			return 0
+		}
+		select {
+		case <-c.wake:
+		case <-deadline.C:
+			return n
+		}
+	}
+}
+
+// heartbeat keeps the member of gen alive until ctx ends. The coordinator answers REBALANCE_IN_PROGRESS while
+// a rebalance waits for this member; that answer still counts as a heartbeat.
+func (c *Consumer) heartbeat(ctx context.Context, gen *kafkago.Generation) {
+	client := c.cfg.adminClient()
+	t := time.NewTicker(max(c.cc.SessionTimeout/5, 100*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			hctx, cancel := context.WithTimeout(ctx, c.cc.SessionTimeout/2)
+			_, _ = client.Heartbeat(hctx, &kafkago.HeartbeatRequest{GroupID: gen.GroupID, GenerationID: gen.ID, MemberID: gen.MemberID})
+			cancel()
+		}
+	}
+}
+
+// finalCommit commits the finished prefix of parts, retrying with exponential backoff until it succeeds or
+// FinalCommitTimeout has passed; it returns the last error then.
+func (c *Consumer) finalCommit(gen *kafkago.Generation, parts []int, log *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cc.FinalCommitTimeout)
 	defer cancel()
 	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
 		backoff.WithMaxInterval(2*time.Second), backoff.WithMaxElapsedTime(0))
 	attempt := 0
-	var last error // the last failure, preferring the broker's answer to a timeout
+	var last error
 	err := backoff.Retry(func() error {
 		attempt++
-		// Each attempt leaves time for another (kafka-go waits for a group generation and retries inside).
-		actx, acancel := context.WithTimeout(ctx, max(c.cc.FinalCommitTimeout/3, time.Second))
-		defer acancel()
-		err := c.commit(actx)
+		err := c.commit(gen, parts)
 		if err != nil {
 			log.Warn("final commit failed; retrying", "attempt", attempt, "err", err)
-			if last == nil || !errors.Is(err, context.DeadlineExceeded) {
-				last = err
+			last = err
+			if errors.Is(err, kafkago.IllegalGeneration) || errors.Is(err, kafkago.UnknownMemberId) {
+				return backoff.Permanent(err) // the partitions have moved on: nothing of ours to commit
 			}
 		}
 		return err
@@ -253,29 +516,28 @@ func (c *Consumer) finalCommit(log *slog.Logger) error {
 	return last
 }
 
-// commit commits the finished prefix of every partition that advanced. A failure is counted and returned,
-// and the offsets stay due for the next commit.
-func (c *Consumer) commit(ctx context.Context) error {
-	adv := c.marks.Advance()
+// commit commits, through gen, the finished prefix of every partition of parts that advanced. A failure is
+// counted and returned, and the offsets stay due for the next commit.
+func (c *Consumer) commit(gen *kafkago.Generation, parts []int) error {
+	c.commitMu.Lock()
+	defer c.commitMu.Unlock()
+	adv := c.marks.AdvanceOf(parts)
 	if len(adv) == 0 {
 		return nil
 	}
-	msgs := make([]kafkago.Message, 0, len(adv))
+	offsets := make(map[int]int64, len(adv))
 	for part, off := range adv {
-		msgs = append(msgs, kafkago.Message{Topic: c.topic, Partition: part, Offset: off})
+		offsets[part] = off + 1
 	}
-	if err := c.r.CommitMessages(ctx, msgs...); err != nil {
+	if err := gen.CommitOffsets(map[string]map[int]int64{c.topic: offsets}); err != nil {
 		for part, off := range adv {
 			c.marks.Retreat(part, off)
 		}
 		commitErrors.WithLabelValues(c.topic, c.cc.Group).Inc()
 		return err
 	}
-	for part, off := range adv {
-		committedOffset.WithLabelValues(c.topic, c.cc.Group, strconv.Itoa(part)).Set(float64(off + 1))
+	for part, off := range offsets {
+		committedOffset.WithLabelValues(c.topic, c.cc.Group, strconv.Itoa(part)).Set(float64(off))
 	}
 	return nil
 }
-
-// Lag returns the reader's current lag estimate (messages behind the end of the partitions it reads).
-func (c *Consumer) Lag() int64 { return c.r.Stats().Lag }

@@ -26,3 +26,16 @@ var (
 		Name: "draftflow_committed_offset", Help: "Last committed offset, per topic, group and partition.",
 	}, []string{"topic", "group", "partition"})
 )
+
+// Group membership metrics.
+var (
+	assignedPartitions = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "draftflow_assigned_partitions", Help: "Partitions this member owns in the current group generation, per topic and group.",
+	}, []string{"topic", "group"})
+	rebalances = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "draftflow_group_generations_total", Help: "Group generations this member joined (each rebalance starts one), per topic and group.",
+	}, []string{"topic", "group"})
+	revokedAbandoned = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "draftflow_revoked_unfinished_total", Help: "Deliveries still unfinished when their partition was given up (the next owner does them again), per topic and group.",
+	}, []string{"topic", "group"})
+)

@@ -9,18 +9,26 @@ import "sync"
 // added for a partition means the consumer was rewound (a rebalance handed the partition back from its
 // committed offset): the partition's pending offsets are forgotten, and Done for them is ignored.
 type Watermark struct {
-	mu    sync.Mutex
-	parts map[int]*partitionMarks
+	mu     sync.Mutex
+	parts  map[int]*partitionMarks
+	epochs uint64 // the last epoch handed out; every new or rewound partition gets a fresh one
 }
 
 type partitionMarks struct {
 	epoch     uint64
-	base      int64  // offset of pending[0]
-	pending   []bool // pending[i]: offset base+i is finished
-	last      int64  // last offset added, -1 if none
-	committed int64  // highest finished offset already reported by Advance, -1 if none
-	finished  int64  // highest offset of the finished prefix, -1 if none
+	base      int64   // offset of pending[0]
+	pending   []uint8 // state of offset base+i: inFlight, finished or abandoned
+	last      int64   // last offset added, -1 if none
+	committed int64   // highest finished offset already reported by Advance, -1 if none
+	finished  int64   // highest offset of the finished prefix, -1 if none
 }
+
+// States of a pending offset.
+const (
+	inFlight  uint8 = iota
+	finished        // Done: may be committed
+	abandoned       // Abandon: never committed by this consumer, but no longer waited for
+)
 
 // Mark identifies one added offset; pass it back to Done.
 type Mark struct {
@@ -39,12 +47,14 @@ func (w *Watermark) Add(partition int, offset int64) Mark {
 	p := w.parts[partition]
 	if p == nil {
 		// The reader starts here because everything before is committed already.
-		p = &partitionMarks{last: -1, committed: offset - 1, finished: offset - 1}
+		w.epochs++
+		p = &partitionMarks{epoch: w.epochs, last: -1, committed: offset - 1, finished: offset - 1}
 		w.parts[partition] = p
 	}
 	if p.last >= 0 && offset <= p.last {
 		// Rewound: forget what was pending; those deliveries will come again.
-		p.epoch++
+		w.epochs++
+		p.epoch = w.epochs
 		p.pending = p.pending[:0]
 		p.finished = offset - 1
 		if p.committed > p.finished {
@@ -61,10 +71,10 @@ func (w *Watermark) Add(partition int, offset int64) Mark {
 	} else {
 		// Fill gaps in fetched offsets (control records are never delivered) as finished.
 		for next := p.base + int64(len(p.pending)); next < offset; next++ {
-			p.pending = append(p.pending, true)
+			p.pending = append(p.pending, finished)
 		}
 	}
-	p.pending = append(p.pending, false)
+	p.pending = append(p.pending, inFlight)
 	p.last = offset
 	return Mark{Partition: partition, Offset: offset, epoch: p.epoch}
 }
@@ -81,9 +91,9 @@ func (w *Watermark) Done(m Mark) bool {
 	if i < 0 || i >= int64(len(p.pending)) {
 		return false
 	}
-	p.pending[i] = true
+	p.pending[i] = finished
 	n := 0
-	for n < len(p.pending) && p.pending[n] {
+	for n < len(p.pending) && p.pending[n] == finished {
 		n++
 	}
 	if n > 0 {
@@ -121,14 +131,97 @@ func (w *Watermark) Retreat(partition int, offset int64) {
 	}
 }
 
+// Abandon marks an offset given up: it is never committed (nor anything after it) and no longer counts as
+// pending. A stale mark is ignored.
+func (w *Watermark) Abandon(m Mark) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p := w.parts[m.Partition]
+	if p == nil || p.epoch != m.epoch {
+		return
+	}
+	if i := m.Offset - p.base; i >= 0 && i < int64(len(p.pending)) && p.pending[i] == inFlight {
+		p.pending[i] = abandoned
+	}
+}
+
+// PendingOf returns how many added offsets of the given partitions are still in flight (neither finished nor
+// abandoned).
+func (w *Watermark) PendingOf(parts []int) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, part := range parts {
+		if p := w.parts[part]; p != nil {
+			for _, st := range p.pending {
+				if st == inFlight {
+					n++
+				}
+			}
+		}
+	}
+	return n
+}
+
+// Uncommitted returns how many offsets of the given partitions were added but not (yet) reported by Advance:
+// the work a crash now would have done for nothing.
+func (w *Watermark) Uncommitted(parts []int) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, part := range parts {
+		if p := w.parts[part]; p != nil && p.last > p.committed {
+			n += int(p.last - p.committed)
+		}
+	}
+	return n
+}
+
+// AdvanceOf is Advance restricted to the given partitions.
+func (w *Watermark) AdvanceOf(parts []int) map[int]int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out map[int]int64
+	for _, part := range parts {
+		p := w.parts[part]
+		if p != nil && p.finished > p.committed {
+			if out == nil {
+				out = make(map[int]int64)
+			}
+			out[part] = p.finished
+			p.committed = p.finished
+		}
+	}
+	return out
+}
+
+// Forget drops a partition (it was given up, or is taken anew from its committed offset) and returns how many
+// of its offsets were not finished. Done and Abandon of its marks are ignored from now on.
+func (w *Watermark) Forget(partition int) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p := w.parts[partition]
+	if p == nil {
+		return 0
+	}
+	n := 0
+	for _, st := range p.pending {
+		if st != finished {
+			n++
+		}
+	}
+	delete(w.parts, partition)
+	return n
+}
+
 // Pending returns how many added offsets are not yet finished, over all partitions.
 func (w *Watermark) Pending() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	n := 0
 	for _, p := range w.parts {
-		for _, done := range p.pending {
-			if !done {
+		for _, st := range p.pending {
+			if st == inFlight {
 				n++
 			}
 		}

@@ -1,6 +1,8 @@
 package sink
 
 import (
+	"sync/atomic"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 )
@@ -19,8 +21,12 @@ var (
 	shardBytes = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "draftflow_sink_shard_bytes_total", Help: "Bytes of durable shards.",
 	})
-	duplicates = promauto.NewCounter(prometheus.CounterOpts{
-		Name: "draftflow_sink_duplicates_total", Help: "Records dropped because their (id, turn) was already written or buffered for their run.",
+	// redoneGenerations counts work done twice: a generation whose (id, turn) was already written or buffered for
+	// its run (a rebalance or crash handed in-flight or uncommitted work to another replica, a retry, or a prompt
+	// ingested again). The sink drops it; the GPU time is spent all the same.
+	redoneGenerations = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "draftflow_sink_redone_generations_total",
+		Help: "Generations dropped because their (id, turn) was already written or buffered for their run: GPU work done twice.",
 	})
 	covered = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "draftflow_sink_covered_total", Help: "Records skipped because their offset is already in a shard on disk.",
@@ -36,3 +42,10 @@ var (
 		Name: "draftflow_sink_buffered_rows", Help: "Rows held in memory, not yet durable.",
 	})
 )
+
+// redoneCount mirrors redoneGenerations for RedoneGenerations.
+var redoneCount atomic.Int64
+
+// RedoneGenerations returns how many generations the sinks of this process dropped as duplicates so far (the
+// draftflow_sink_redone_generations_total counter): work done more than once.
+func RedoneGenerations() int64 { return redoneCount.Load() }

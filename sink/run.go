@@ -208,7 +208,8 @@ func (s *sinker) handleLocked(d *kafka.Delivery) {
 	_, dupW := rs.written[k]
 	_, dupB := rs.buffered[k]
 	if dupW || dupB {
-		duplicates.Inc()
+		redoneGenerations.Inc()
+		redoneCount.Add(1)
 		s.absorb(p, m.Offset)
 		d.Done()
 		s.log.Debug("duplicate dropped", "id", g.ID, "turn", g.Turn, "run", rs.info.DirName(), "at", d.Where())

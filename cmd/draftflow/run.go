@@ -50,6 +50,7 @@ type runResult struct {
 	IngestRejected   int // malformed input lines
 	PipelineRejected int // prompts dead-lettered by tokenize, generate or sink
 	Missing          []string
+	Duplicates       int64 // generations the sink dropped as already written or buffered (redone work)
 	Tokens           int64 // tokens in the shards of this run's output
 	Shards           int
 	Dir              string
@@ -99,6 +100,8 @@ func printSummary(w io.Writer, r *runResult) {
 	fmt.Fprintf(w, "  rows      %d in %d shards, %d tokens\n", r.Written+r.AlreadyPresent, r.Shards, r.Tokens)
 	fmt.Fprintf(w, "  rejected  %d (%d malformed input lines, %d by the pipeline; see topic %q)\n",
 		r.IngestRejected+r.PipelineRejected, r.IngestRejected, r.PipelineRejected, topics.TopicRejected)
+	fmt.Fprintf(w, "  redone    %d generations dropped by the sink as duplicates (%d of them prompts already in the shards; "+
+		"the rest redone after a rebalance, crash or retry)\n", r.Duplicates, min(r.Duplicates, int64(r.AlreadyPresent)))
 	fmt.Fprintf(w, "  elapsed   %s\n", r.Elapsed.Round(time.Millisecond))
 	if len(r.Missing) > 0 {
 		show := r.Missing
@@ -157,6 +160,7 @@ func (t *tracker) status() (done int, missing []string) {
 // runPipeline runs every stage in this process until every ingested prompt is accounted for, or ctx ends.
 func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
 	start := time.Now()
+	redoneBefore := sink.RedoneGenerations()
 	log := rc.Logger
 	if log == nil {
 		log = slog.Default()
@@ -382,5 +386,6 @@ wait:
 		runErr = fmt.Errorf("inspect %s: %w", rc.Sink.Dir, err)
 	}
 	res.Elapsed = time.Since(start)
+	res.Duplicates = sink.RedoneGenerations() - redoneBefore
 	return res, runErr
 }

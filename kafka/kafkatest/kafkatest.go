@@ -112,7 +112,7 @@ func Collect[T any](t testing.TB, kc kafka.Config, topic string, want int, timeo
 	var mu sync.Mutex
 	var out []*T
 	cons := kc.NewConsumer(topic, kafka.ConsumerConfig{Group: fmt.Sprintf("collect-%s-%d", topic, time.Now().UnixNano()),
-		SessionTimeout: 2 * time.Second})
+		SessionTimeout: 6 * time.Second}) // Apache Kafka's group.min.session.timeout.ms
 	err := cons.Run(ctx, func(d *kafka.Delivery) {
 		v := new(T)
 		if err := topics.Unmarshal(d.Message.Value, any(v)); err != nil {

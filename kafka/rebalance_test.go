@@ -1,0 +1,249 @@
+package kafka_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/draftflow/draftflow/kafka"
+	"github.com/draftflow/draftflow/kafka/kafkatest"
+	"github.com/draftflow/draftflow/topics"
+)
+
+// generateLike is the generate stage reduced to its shape: each tokenized record is slow work (a simulated
+// GPU generation) done concurrently, its Generation is produced, and the delivery is Done in the produce
+// acknowledgement. It counts generations produced per id, which is what the sink sees: every generation of an
+// id beyond the first is work redone (the sink drops it as a duplicate).
+type generateLike struct {
+	cfg      kafka.Config
+	out      *kafka.Producer
+	work     func() time.Duration
+	mu       sync.Mutex
+	produced map[string]int
+	started  atomic.Int64
+	change   chan struct{}
+}
+
+func newGenerateLike(t *testing.T, cfg kafka.Config, work func() time.Duration) *generateLike {
+	g := &generateLike{cfg: cfg, out: cfg.NewProducer(topics.TopicGenerated, kafka.ProducerConfig{}), work: work,
+		produced: map[string]int{}, change: make(chan struct{}, 1)}
+	t.Cleanup(func() { g.out.Close() })
+	return g
+}
+
+// member runs one replica until ctx ends; dead, once set, makes its unfinished work vanish as in a killed
+// process (nothing more is produced or finished).
+func (g *generateLike) member(ctx context.Context, c *kafka.Consumer, dead *atomic.Bool) error {
+	return c.Run(ctx, func(d *kafka.Delivery) {
+		var rec topics.Tokenized
+		if err := topics.Unmarshal(d.Message.Value, &rec); err != nil {
+			panic(err)
+		}
+		g.started.Add(1)
+		go func() {
+			time.Sleep(g.work())
+			if dead != nil && dead.Load() {
+				return
+			}
+			gen := &topics.Generation{ID: rec.ID, PromptIDs: rec.InputIDs, OutputIDs: []uint32{1, 2, 3}}
+			if err := g.out.Send(context.Background(), rec.ID, gen, func(err error) {
+				if err != nil {
+					d.Abandon()
+					return
+				}
+				g.mu.Lock()
+				g.produced[rec.ID]++
+				g.mu.Unlock()
+				select {
+				case g.change <- struct{}{}:
+				default:
+				}
+				d.Done()
+			}); err != nil {
+				d.Abandon()
+			}
+		}()
+	})
+}
+
+// counts returns the generations produced and the distinct ids among them.
+func (g *generateLike) counts() (gens, distinct int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, n := range g.produced {
+		gens += n
+	}
+	return gens, len(g.produced)
+}
+
+// waitAll waits until n distinct ids were produced.
+func (g *generateLike) waitAll(t *testing.T, n int, timeout time.Duration) {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		if _, d := g.counts(); d >= n {
+			return
+		}
+		select {
+		case <-g.change:
+		case <-time.After(100 * time.Millisecond):
+		case <-deadline:
+			_, d := g.counts()
+			t.Fatalf("%d of %d ids generated after %v", d, n, timeout)
+		}
+	}
+}
+
+// offsetWatch reads the group's committed offsets over time (an admin read, as an operator would) and records
+// every time one moved backwards.
+type offsetWatch struct {
+	mu        sync.Mutex
+	last      map[int]int64
+	backwards []string
+	reads     int
+}
+
+func watchOffsets(ctx context.Context, cfg kafka.Config, group string) *offsetWatch {
+	w := &offsetWatch{last: map[int]int64{}}
+	go func() {
+		for ctx.Err() == nil {
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			offs, err := cfg.CommittedOffsets(rctx, group, topics.TopicTokenized)
+			cancel()
+			if err == nil {
+				w.mu.Lock()
+				w.reads++
+				for p, off := range offs {
+					if prev, ok := w.last[p]; ok && off < prev {
+						w.backwards = append(w.backwards, fmt.Sprintf("partition %d: %d -> %d", p, prev, off))
+					}
+					w.last[p] = max(w.last[p], off)
+				}
+				w.mu.Unlock()
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
+	return w
+}
+
+func (w *offsetWatch) check(t *testing.T) {
+	t.Helper()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.reads < 10 {
+		t.Errorf("only %d reads of the committed offsets", w.reads)
+	}
+	for _, b := range w.backwards {
+		t.Errorf("committed offset moved backwards: %s", b)
+	}
+}
+
+func produceTokenized(t *testing.T, cfg kafka.Config, n int) {
+	t.Helper()
+	recs := make([]kafkatest.Record, n)
+	for i := range recs {
+		rec := &topics.Tokenized{ID: "p" + strconv.Itoa(i), InputIDs: []uint32{uint32(i)}}
+		recs[i] = kafkatest.Record{Key: rec.ID, Value: rec}
+	}
+	kafkatest.Produce(t, cfg, topics.TopicTokenized, recs...)
+}
+
+func slowWork() time.Duration { return 100*time.Millisecond + rand.N(400*time.Millisecond) }
+
+// The scenario, scaled down: prompts flow through a generate-like stage with slow work in flight; two
+// replicas share the group, a third joins, then one of the first two leaves gracefully (its context ends, as on
+// SIGTERM). At most 2% of the generations are redone, and the committed offsets never move backwards.
+func TestConsumerRebalanceRedoesNoWork(t *testing.T) {
+	cfg := kafkatest.Config(t, 8)
+	const n = 1600
+	produceTokenized(t, cfg, n)
+	g := newGenerateLike(t, cfg, slowWork)
+	cc := kafka.ConsumerConfig{Group: "gen", MaxInFlight: 24, SessionTimeout: 6 * time.Second}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	watch := watchOffsets(ctx, cfg, cc.Group)
+
+	var wg sync.WaitGroup
+	run := func(ctx context.Context) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := g.member(ctx, cfg.NewConsumer(topics.TopicTokenized, cc), nil); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	start := time.Now()
+	leaverCtx, leave := context.WithCancel(ctx)
+	run(leaverCtx)
+	run(ctx)
+	// The scenario's clock is the work done: a replica joins at a quarter of it, another leaves at half.
+	g.waitAll(t, n/4, time.Minute)
+	run(ctx)
+	g.waitAll(t, n/2, time.Minute)
+	leave()
+	g.waitAll(t, n, 2*time.Minute)
+	elapsed := time.Since(start)
+	cancel()
+	wg.Wait()
+
+	gens, distinct := g.counts()
+	redone := gens - distinct
+	t.Logf("%d prompts in %v: %d generations, %d redone (%.2f%%), %d work items started; committed offsets read %d times",
+		n, elapsed.Round(time.Millisecond), gens, redone, 100*float64(redone)/float64(gens), g.started.Load(), watch.reads)
+	if float64(redone) > 0.02*float64(gens) {
+		t.Errorf("%d of %d generations redone, over 2%%", redone, gens)
+	}
+	watch.check(t)
+}
+
+// A replica that crashes (stops without draining or committing) causes at most its uncommitted window to be
+// done again by the replica that takes its partitions over; committed offsets still never move backwards.
+func TestConsumerCrashRedoesAtMostInFlightWindow(t *testing.T) {
+	cfg := kafkatest.Config(t, 8)
+	const n = 1000
+	produceTokenized(t, cfg, n)
+	g := newGenerateLike(t, cfg, slowWork)
+	cc := kafka.ConsumerConfig{Group: "gen-crash", MaxInFlight: 24, SessionTimeout: 6 * time.Second}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	watch := watchOffsets(ctx, cfg, cc.Group)
+
+	victim := cfg.NewConsumer(topics.TopicTokenized, cc)
+	crash, window := kafka.CrashHook(victim)
+	var dead atomic.Bool
+	victimDone := make(chan error, 1)
+	go func() { victimDone <- g.member(ctx, victim, &dead) }()
+	survivorDone := make(chan error, 1)
+	go func() { survivorDone <- g.member(ctx, cfg.NewConsumer(topics.TopicTokenized, cc), nil) }()
+
+	g.waitAll(t, n/3, time.Minute)
+	dead.Store(true) // the process is gone: its work in flight never finishes
+	crash()
+	if err := <-victimDone; err != nil {
+		t.Fatal(err)
+	}
+	g.waitAll(t, n, 2*time.Minute)
+	cancel()
+	if err := <-survivorDone; err != nil {
+		t.Error(err)
+	}
+
+	gens, distinct := g.counts()
+	redone := gens - distinct
+	t.Logf("crash: %d generations for %d prompts, %d redone, %d work items started; the crashed replica left %d handed-out deliveries uncommitted",
+		gens, n, redone, g.started.Load(), window())
+	if redone > window() {
+		t.Errorf("%d generations redone, more than the crashed replica's uncommitted window of %d", redone, window())
+	}
+	watch.check(t)
+}
