@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	kafkago "github.com/segmentio/kafka-go"
 )
 
@@ -30,6 +31,9 @@ type Config struct {
 	Namespace string
 	// Logger receives plumbing logs (default slog.Default()).
 	Logger *slog.Logger
+	// Registerer receives the plumbing metrics of this Config's producers and consumers (default
+	// prometheus.DefaultRegisterer; a process serving one registry passes it here and to every stage).
+	Registerer prometheus.Registerer
 }
 
 // Topic returns the physical topic name of a logical one (see Namespace).

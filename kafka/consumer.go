@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -108,6 +109,8 @@ type Consumer struct {
 	wake  chan struct{} // a delivery finished or was abandoned
 
 	commitMu sync.Mutex // serializes commits
+	met      *plumbing
+	assigned atomic.Int32 // partitions owned in the current generation
 
 	// crash, when closed, makes Run stop at once as a killed process would: no drain, no commit (tests only;
 	// see export_test.go). crashWindow is then the number of handed-out deliveries left uncommitted.
@@ -140,9 +143,13 @@ func (c Config) NewConsumer(topic string, cc ConsumerConfig) *Consumer {
 	if cc.FinalCommitTimeout <= 0 {
 		cc.FinalCommitTimeout = 15 * time.Second
 	}
-	return &Consumer{cfg: c, cc: cc, topic: topic, marks: NewWatermark(),
+	return &Consumer{cfg: c, cc: cc, topic: topic, marks: NewWatermark(), met: newPlumbing(c.Registerer),
 		slots: make(chan struct{}, cc.MaxInFlight), wake: make(chan struct{}, 1)}
 }
+
+// Assigned returns how many partitions of its topic the consumer owns in the current group generation (0
+// between generations and before the first): a stage is ready to work once it owns some.
+func (c *Consumer) Assigned() int { return int(c.assigned.Load()) }
 
 func (c *Consumer) signal() {
 	select {
@@ -248,8 +255,9 @@ func (c *Consumer) runGeneration(ctx context.Context, gen *kafkago.Generation, h
 	slices.Sort(parts)
 	log = log.With("generation", gen.ID, "member", gen.MemberID)
 	log.Info("partitions assigned", "partitions", parts)
-	assignedPartitions.WithLabelValues(c.topic, c.cc.Group).Set(float64(len(parts)))
-	rebalances.WithLabelValues(c.topic, c.cc.Group).Inc()
+	c.met.assignedPartitions.WithLabelValues(c.topic, c.cc.Group).Set(float64(len(parts)))
+	c.assigned.Store(int32(len(parts)))
+	c.met.rebalances.WithLabelValues(c.topic, c.cc.Group).Inc()
 
 	// The generation's context ends on a rebalance; the function holds the generation (and so its coordinator
 	// connection, through which we commit) until it returns.
@@ -389,7 +397,7 @@ loop:
 			stopFetch()
 			break
 		}
-		consumedRecords.WithLabelValues(c.topic, c.cc.Group).Inc()
+		c.met.consumedRecords.WithLabelValues(c.topic, c.cc.Group).Inc()
 		m := f.m
 		d := &Delivery{c: c, mark: c.marks.Add(m.Partition, m.Offset),
 			Message: Message{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Key: m.Key, Value: m.Value, Time: m.Time}}
@@ -437,8 +445,9 @@ loop:
 	for _, p := range parts {
 		abandoned += c.marks.Forget(p)
 	}
-	revokedAbandoned.WithLabelValues(c.topic, c.cc.Group).Add(float64(abandoned))
-	assignedPartitions.WithLabelValues(c.topic, c.cc.Group).Set(0)
+	c.met.revokedAbandoned.WithLabelValues(c.topic, c.cc.Group).Add(float64(abandoned))
+	c.met.assignedPartitions.WithLabelValues(c.topic, c.cc.Group).Set(0)
+	c.assigned.Store(0)
 	log.Info("partitions revoked", "partitions", parts, "reason", why, "drained_in", time.Since(drainStart).Round(time.Millisecond),
 		"unfinished", pending, "abandoned", abandoned)
 	if shutdown {
@@ -533,11 +542,11 @@ func (c *Consumer) commit(gen *kafkago.Generation, parts []int) error {
 		for part, off := range adv {
 			c.marks.Retreat(part, off)
 		}
-		commitErrors.WithLabelValues(c.topic, c.cc.Group).Inc()
+		c.met.commitErrors.WithLabelValues(c.topic, c.cc.Group).Inc()
 		return err
 	}
 	for part, off := range offsets {
-		committedOffset.WithLabelValues(c.topic, c.cc.Group, strconv.Itoa(part)).Set(float64(off))
+		c.met.committedOffset.WithLabelValues(c.topic, c.cc.Group, strconv.Itoa(part)).Set(float64(off))
 	}
 	return nil
 }

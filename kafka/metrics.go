@@ -2,40 +2,39 @@ package kafka
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/draftflow/draftflow/metrics"
 )
 
-// Plumbing metrics, registered on the default Prometheus registry that every stage's /metrics serves.
-var (
-	producedRecords = promauto.NewCounterVec(prometheus.CounterOpts{
-		Name: "draftflow_produced_records_total", Help: "Records acknowledged by Kafka, per topic.",
-	}, []string{"topic"})
-	producedBytes = promauto.NewCounterVec(prometheus.CounterOpts{
-		Name: "draftflow_produced_bytes_total", Help: "Encoded record bytes acknowledged by Kafka, per topic.",
-	}, []string{"topic"})
-	produceErrors = promauto.NewCounterVec(prometheus.CounterOpts{
-		Name: "draftflow_produce_errors_total", Help: "Records Kafka failed to acknowledge, per topic.",
-	}, []string{"topic"})
-	consumedRecords = promauto.NewCounterVec(prometheus.CounterOpts{
-		Name: "draftflow_consumed_records_total", Help: "Records fetched, per topic and consumer group.",
-	}, []string{"topic", "group"})
-	commitErrors = promauto.NewCounterVec(prometheus.CounterOpts{
-		Name: "draftflow_commit_errors_total", Help: "Failed offset commits (retried), per topic and group.",
-	}, []string{"topic", "group"})
-	committedOffset = promauto.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "draftflow_committed_offset", Help: "Last committed offset, per topic, group and partition.",
-	}, []string{"topic", "group", "partition"})
-)
+// plumbing are the Kafka plumbing metrics, registered on Config.Registerer (shared by every producer and
+// consumer of one registry).
+type plumbing struct {
+	producedRecords, producedBytes, produceErrors *prometheus.CounterVec
+	consumedRecords, commitErrors                 *prometheus.CounterVec
+	committedOffset                               *prometheus.GaugeVec
+	assignedPartitions                            *prometheus.GaugeVec
+	rebalances, revokedAbandoned                  *prometheus.CounterVec
+}
 
-// Group membership metrics.
-var (
-	assignedPartitions = promauto.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "draftflow_assigned_partitions", Help: "Partitions this member owns in the current group generation, per topic and group.",
-	}, []string{"topic", "group"})
-	rebalances = promauto.NewCounterVec(prometheus.CounterOpts{
-		Name: "draftflow_group_generations_total", Help: "Group generations this member joined (each rebalance starts one), per topic and group.",
-	}, []string{"topic", "group"})
-	revokedAbandoned = promauto.NewCounterVec(prometheus.CounterOpts{
-		Name: "draftflow_revoked_unfinished_total", Help: "Deliveries still unfinished when their partition was given up (the next owner does them again), per topic and group.",
-	}, []string{"topic", "group"})
-)
+func newPlumbing(reg prometheus.Registerer) *plumbing {
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return metrics.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels))
+	}
+	gauge := func(name, help string, labels ...string) *prometheus.GaugeVec {
+		return metrics.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels))
+	}
+	return &plumbing{
+		producedRecords: counter("draftflow_produced_records_total", "Records acknowledged by Kafka, per topic.", "topic"),
+		producedBytes:   counter("draftflow_produced_bytes_total", "Encoded record bytes acknowledged by Kafka, per topic.", "topic"),
+		produceErrors:   counter("draftflow_produce_errors_total", "Records Kafka failed to acknowledge, per topic.", "topic"),
+		consumedRecords: counter("draftflow_consumed_records_total", "Records fetched, per topic and consumer group.", "topic", "group"),
+		commitErrors:    counter("draftflow_commit_errors_total", "Failed offset commits (retried), per topic and group.", "topic", "group"),
+		committedOffset: gauge("draftflow_committed_offset", "Last committed offset, per topic, group and partition.", "topic", "group", "partition"),
+		assignedPartitions: gauge("draftflow_assigned_partitions",
+			"Partitions this member owns in the current group generation, per topic and group.", "topic", "group"),
+		rebalances: counter("draftflow_group_generations_total",
+			"Group generations this member joined (each rebalance starts one), per topic and group.", "topic", "group"),
+		revokedAbandoned: counter("draftflow_revoked_unfinished_total",
+			"Deliveries still unfinished when their partition was given up (the next owner does them again), per topic and group.", "topic", "group"),
+	}
+}

@@ -44,8 +44,9 @@ type Producer struct {
 	topic string // physical topic
 	w     *kafkago.Writer
 	solo  *kafkago.Writer // synchronous, one record per batch: re-sends of refused records
-	sends sync.WaitGroup  // re-sends in flight; Close waits for them
-	limit atomic.Int64    // largest key+value+overhead a record may have: BatchBytes, or the topic's limit once known
+	met   *plumbing
+	sends sync.WaitGroup // re-sends in flight; Close waits for them
+	limit atomic.Int64   // largest key+value+overhead a record may have: BatchBytes, or the topic's limit once known
 
 	lookup    sync.Mutex // guards looked and topicMax
 	looked    bool
@@ -108,7 +109,7 @@ func (c Config) NewProducer(topic string, pc ProducerConfig) *Producer {
 		w.Compression = compress.Zstd
 		solo.Compression = compress.Zstd
 	}
-	p := &Producer{cfg: c, name: name, topic: topic, w: w, solo: solo}
+	p := &Producer{cfg: c, name: name, topic: topic, w: w, solo: solo, met: newPlumbing(c.Registerer)}
 	p.limit.Store(w.BatchBytes)
 	w.Completion = func(msgs []kafkago.Message, err error) {
 		for _, m := range msgs {
@@ -242,10 +243,10 @@ func (p *Producer) finish(key, value []byte, pd *pending, err error, alone bool)
 		}
 	}
 	if err == nil {
-		producedRecords.WithLabelValues(p.topic).Inc()
-		producedBytes.WithLabelValues(p.topic).Add(float64(len(value)))
+		p.met.producedRecords.WithLabelValues(p.topic).Inc()
+		p.met.producedBytes.WithLabelValues(p.topic).Add(float64(len(value)))
 	} else {
-		produceErrors.WithLabelValues(p.topic).Inc()
+		p.met.produceErrors.WithLabelValues(p.topic).Inc()
 	}
 	if pd.done != nil {
 		pd.done(err)

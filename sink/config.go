@@ -5,7 +5,10 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/draftflow/draftflow/kafka"
+	"github.com/draftflow/draftflow/metrics"
 )
 
 // Config configures Run. Zero values are the documented defaults.
@@ -45,6 +48,10 @@ type Config struct {
 	OnDuplicate func(id string)
 	// Logger receives the sink's logs (default slog.Default()).
 	Logger *slog.Logger
+	// Registerer receives the sink's metrics (default prometheus.DefaultRegisterer).
+	Registerer prometheus.Registerer
+	// Ready, when set, gets the sink's readiness check: it owns partitions of the generated topic.
+	Ready *metrics.Readiness
 }
 
 // Defaults of Config.

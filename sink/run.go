@@ -48,9 +48,16 @@ func Run(ctx context.Context, cfg Config) error {
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	s := &sinker{cfg: cfg, log: log, st: st, dead: dead, ctx: runCtx, cancel: cancel, parts: map[partKey]*partState{},
+	s := &sinker{cfg: cfg, log: log, st: st, dead: dead, ctx: runCtx, cancel: cancel, met: newSinkMetrics(cfg.Registerer),
+		parts:    map[partKey]*partState{},
 		lastRecv: time.Now()}
 	cons := cfg.Kafka.NewConsumer(topics.TopicGenerated, kafka.ConsumerConfig{Group: cfg.Group, MaxInFlight: cfg.MaxBufferedRows + 64})
+	cfg.Ready.Add("sink", func() error {
+		if cons.Assigned() == 0 {
+			return errors.New("no partitions of the generated topic assigned")
+		}
+		return nil
+	})
 	log.Info("sink started", "dir", cfg.Dir, "group", cfg.Group, "runs", len(st.runs), "rotate_rows", cfg.RotateRows,
 		"rotate_interval", cfg.RotateInterval, "idle_flush", cfg.IdleFlush, "topic_id", tid)
 
@@ -128,6 +135,7 @@ type sinker struct {
 	st     *store
 	dead   *kafka.DeadLetters
 	ctx    context.Context // the run's: dead letters are retried while it lasts
+	met    *sinkMetrics
 	cancel context.CancelFunc
 
 	mu       sync.Mutex
@@ -185,7 +193,7 @@ func (s *sinker) handleLocked(d *kafka.Delivery) {
 	s.lastRecv = time.Now()
 	if m.Offset < p.next {
 		// Already in a shard on disk: the group's committed offset lagged behind our recovery point.
-		covered.Inc()
+		s.met.covered.Inc()
 		d.Done()
 		return
 	}
@@ -208,7 +216,7 @@ func (s *sinker) handleLocked(d *kafka.Delivery) {
 	_, dupW := rs.written[k]
 	_, dupB := rs.buffered[k]
 	if dupW || dupB {
-		redoneGenerations.Inc()
+		s.met.redoneGenerations.Inc()
 		redoneCount.Add(1)
 		s.absorb(p, m.Offset)
 		d.Done()
@@ -233,7 +241,7 @@ func (s *sinker) handleLocked(d *kafka.Delivery) {
 	p.bytes += b
 	s.nrows++
 	s.nbytes += b
-	bufferedRows.Inc()
+	s.met.bufferedRows.Inc()
 	if len(p.rows) >= s.cfg.RotateRows || p.bytes >= s.cfg.RotateBytes {
 		if s.flush(p) != nil {
 			return
@@ -316,7 +324,7 @@ func (s *sinker) rejectDone(p *partState, d *kafka.Delivery, id, class, reason s
 		s.log.Info("dead letter not written before the sink stopped; redelivered after a restart", "at", d.Where(), "err", err)
 		return
 	}
-	rejected.WithLabelValues(class).Inc()
+	s.met.rejected.WithLabelValues(class).Inc()
 	s.absorb(p, d.Message.Offset)
 	d.Done()
 	s.log.Warn("record rejected", "at", d.Where(), "id", id, "reason", reason)
@@ -364,10 +372,10 @@ func (s *sinker) flush(p *partState) error {
 	}
 	p.next = p.seen + 1
 	for _, sh := range shards {
-		rowsWritten.Add(float64(sh.entry.Rows))
-		tokensWritten.Add(float64(sh.entry.Tokens))
-		shardsWritten.Inc()
-		shardBytes.Add(float64(sh.entry.Bytes))
+		s.met.rowsWritten.Add(float64(sh.entry.Rows))
+		s.met.tokensWritten.Add(float64(sh.entry.Tokens))
+		s.met.shardsWritten.Inc()
+		s.met.shardBytes.Add(float64(sh.entry.Bytes))
 	}
 	for _, br := range p.rows {
 		k := rowKey{br.row.id, br.row.turn}
@@ -379,10 +387,10 @@ func (s *sinker) flush(p *partState) error {
 	}
 	s.nrows -= len(p.rows)
 	s.nbytes -= p.bytes
-	bufferedRows.Sub(float64(len(p.rows)))
+	s.met.bufferedRows.Sub(float64(len(p.rows)))
 	nrows := len(p.rows)
 	p.rows, p.deliveries, p.bytes, p.first = nil, nil, 0, -1
-	flushSeconds.Observe(time.Since(start).Seconds())
+	s.met.flushSeconds.Observe(time.Since(start).Seconds())
 	for _, sh := range shards {
 		s.log.Info("shard written", "run", sh.run.info.DirName(), "shard", sh.entry.File, "rows", sh.entry.Rows,
 			"tokens", sh.entry.Tokens, "bytes", sh.entry.Bytes)

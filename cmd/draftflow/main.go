@@ -13,16 +13,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/draftflow/draftflow/kafka"
-
-	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/draftflow/draftflow/metrics"
 )
 
 // command is one subcommand.
@@ -104,6 +103,9 @@ type common struct {
 	metricsAddr string
 	logLevel    string
 	logFormat   string
+
+	reg   *prometheus.Registry // the process's metrics (setup)
+	ready *metrics.Readiness   // the process's readiness checks (setup)
 }
 
 func (c *common) register(fs *flag.FlagSet, metricsDefault string) {
@@ -111,7 +113,7 @@ func (c *common) register(fs *flag.FlagSet, metricsDefault string) {
 	fs.IntVar(&c.partitions, "partitions", kafka.DefaultPartitions, "partitions of topics this process creates")
 	fs.StringVar(&c.namespace, "namespace", os.Getenv("DRAFTFLOW_NAMESPACE"), "prefix for topic and group names (env DRAFTFLOW_NAMESPACE)")
 	fs.IntVar(&c.maxMsgBytes, "max-message-bytes", kafka.DefaultMaxMessageBytes, "largest Kafka record batch, set on created topics and writers")
-	fs.StringVar(&c.metricsAddr, "metrics-addr", metricsDefault, "serve Prometheus /metrics here (empty: off)")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", metricsDefault, "serve /metrics, /healthz and /readyz here (empty: off)")
 	c.logLevel, c.logFormat = "info", "text"
 	fs.Func("log-level", "debug, info, warn or error (default info)", func(v string) error {
 		var l slog.Level
@@ -130,8 +132,10 @@ func (c *common) register(fs *flag.FlagSet, metricsDefault string) {
 	})
 }
 
-// setup installs the logger, starts the metrics endpoint and returns the Kafka config (brokers may be empty).
-func (c *common) setup(ctx context.Context) (kafka.Config, *slog.Logger) {
+// setup installs the logger, makes the process's metrics registry and readiness checks, starts the one HTTP
+// server of the process (/metrics, /healthz, /readyz) when --metrics-addr is set, and returns the Kafka config
+// (brokers may be empty) with that registry.
+func (c *common) setup(ctx context.Context) (kafka.Config, *slog.Logger, error) {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(c.logLevel)) // checked when the flag was parsed
 	opts := &slog.HandlerOptions{Level: level}
@@ -141,35 +145,21 @@ func (c *common) setup(ctx context.Context) (kafka.Config, *slog.Logger) {
 	}
 	log := slog.New(h)
 	slog.SetDefault(log)
-	if c.metricsAddr != "" {
-		serveMetrics(ctx, c.metricsAddr, log)
-	}
-	return kafka.Config{
+	c.reg, c.ready = metrics.NewRegistry(), &metrics.Readiness{}
+	kc := kafka.Config{
 		Brokers:         kafka.ParseBrokers(c.brokers),
 		Partitions:      c.partitions,
 		MaxMessageBytes: c.maxMsgBytes,
 		Namespace:       c.namespace,
 		Logger:          log,
-	}, log
-}
-
-func serveMetrics(ctx context.Context, addr string, log *slog.Logger) {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.Handler())
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
-	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Warn("metrics endpoint", "addr", addr, "err", err)
+		Registerer:      c.reg,
+	}
+	if c.metricsAddr != "" {
+		if err := metrics.Serve(ctx, c.metricsAddr, c.reg, c.ready, log); err != nil {
+			return kc, log, err
 		}
-	}()
-	go func() {
-		<-ctx.Done()
-		shut, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		srv.Shutdown(shut)
-	}()
-	log.Info("metrics", "addr", addr)
+	}
+	return kc, log, nil
 }
 
 // requireBrokers returns an error naming the flag when a stage runs without brokers.

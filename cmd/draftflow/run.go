@@ -78,7 +78,15 @@ func cmdRun(ctx context.Context, args []string) error {
 	if len(rc.Ingest.Inputs) == 0 {
 		return errors.New("no input: pass --input FILE (repeatable)")
 	}
-	rc.Kafka, rc.Logger = c.setup(ctx)
+	var err error
+	if rc.Kafka, rc.Logger, err = c.setup(ctx); err != nil {
+		return err
+	}
+	// One registry and one set of readiness checks for the whole process.
+	rc.Ingest.Registerer = c.reg
+	rc.Tokenize.Registerer, rc.Tokenize.Ready = c.reg, c.ready
+	rc.Generate.Registerer, rc.Generate.Ready = c.reg, c.ready
+	rc.Sink.Registerer, rc.Sink.Ready = c.reg, c.ready
 	rc.Sim.Instant = rc.Sim.TimeScale == 0
 	rc.Progress = stderr()
 	res, err := runPipeline(ctx, rc)

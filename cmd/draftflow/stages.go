@@ -23,7 +23,10 @@ func prepare(ctx context.Context, c *common, fs interface{ Parse([]string) error
 	if err := fs.Parse(args); err != nil {
 		return kafka.Config{}, err
 	}
-	kc, _ := c.setup(ctx)
+	kc, _, err := c.setup(ctx)
+	if err != nil {
+		return kc, err
+	}
 	if err := requireBrokers(kc); err != nil {
 		return kc, err
 	}
@@ -48,6 +51,7 @@ func cmdIngest(ctx context.Context, args []string) error {
 	}
 	cfg.Kafka = kc
 	cfg.Logger = kc.Logger
+	cfg.Registerer = c.reg
 	if *progress {
 		cfg.Progress = stderr()
 	}
@@ -72,7 +76,7 @@ func cmdTokenize(ctx context.Context, args []string) error {
 	if cfg.ModelDir == "" {
 		return fmt.Errorf("--model is required")
 	}
-	cfg.Kafka, cfg.Logger = kc, kc.Logger
+	cfg.Kafka, cfg.Logger, cfg.Registerer, cfg.Ready = kc, kc.Logger, c.reg, c.ready
 	return tokenize.Run(ctx, cfg)
 }
 
@@ -86,7 +90,7 @@ func cmdGenerate(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	cfg.Kafka, cfg.Logger = kc, kc.Logger
+	cfg.Kafka, cfg.Logger, cfg.Registerer, cfg.Ready = kc, kc.Logger, c.reg, c.ready
 	return generate.Run(ctx, cfg)
 }
 
@@ -100,7 +104,7 @@ func cmdSink(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	cfg.Kafka, cfg.Logger = kc, kc.Logger
+	cfg.Kafka, cfg.Logger, cfg.Registerer, cfg.Ready = kc, kc.Logger, c.reg, c.ready
 	return sink.Run(ctx, cfg)
 }
 
@@ -114,7 +118,10 @@ func cmdSim(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	_, log := c.setup(ctx)
+	_, log, err := c.setup(ctx)
+	if err != nil {
+		return err
+	}
 	cfg.Logger = log
 	log.Info("simulated SGLang server", "addr", *addr)
 	return sim.ListenAndServe(ctx, *addr, cfg)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/draftflow/draftflow/kafka"
+	dfmetrics "github.com/draftflow/draftflow/metrics"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -211,13 +212,14 @@ type Config struct {
 	HealthFailures int
 	// Budget tunes PolicyKVBudget.
 	Budget BudgetConfig
-	// MetricsAddr, when set, serves Prometheus /metrics there (Run only).
-	MetricsAddr string
 	// HTTPClient sends requests to the servers (default: a client with pooled keep-alive connections and
 	// no overall timeout; RequestTimeout bounds each attempt).
 	HTTPClient *http.Client
 	// Registerer receives the stage's metrics (default prometheus.DefaultRegisterer).
 	Registerer prometheus.Registerer
+	// Ready, when set, gets the stage's readiness check (Run only): it owns partitions of the tokenized topic
+	// and at least one endpoint is up.
+	Ready *dfmetrics.Readiness
 	// Logger receives the stage's logs (default slog.Default()).
 	Logger *slog.Logger
 	// Clock tells the Controller the time (default time.Now). A discrete-event simulation that drives the
@@ -362,7 +364,8 @@ func (c Config) validate() error {
 // RegisterFlags binds the stage's settings to flags: --sglang (repeatable), --sglang-file, --policy,
 // --sglang-api-key-file, --concurrency, --routing, --max-new-tokens, --lane (repeatable), --request-timeout, --max-timeouts, --group,
 // --max-in-flight, --shutdown-grace, --health-interval, --kv-quantile, --kv-target-usage, --kv-poll-interval,
-// --kv-safe-completions, --kv-headroom-outputs, --metrics-addr. Kafka settings are the caller's.
+// --kv-safe-completions, --kv-safe-fraction, --kv-headroom-outputs. Kafka settings and the metrics endpoint
+// are the caller's.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Func("sglang", "SGLang base URL, e.g. http://host:30000 (repeatable)", func(s string) error {
 		for _, u := range strings.Split(s, ",") {
@@ -419,7 +422,6 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"cap on --kv-safe-completions as a fraction of the requests in flight on an endpoint (kv-budget; negative: none)")
 	fs.Float64Var(&c.Budget.HeadroomOutputs, "kv-headroom-outputs", DefaultHeadroomOutputs,
 		"mean output lengths of KV kept free once the pool is half full (kv-budget)")
-	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address")
 }
 
 // APIKeyEnv is the environment variable holding the SGLang API key when no --sglang-api-key-file is given.

@@ -581,6 +581,18 @@ func (c *Controller) Endpoints() []EndpointStatus {
 	return out
 }
 
+// AnyReady reports whether some server admits requests.
+func (c *Controller) AnyReady() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range c.srv {
+		if s.state == stateReady {
+			return true
+		}
+	}
+	return false
+}
+
 // Fatal is closed once the Controller met an error retrying cannot cure (a server refusing the API key);
 // Err returns it.
 func (c *Controller) Fatal() <-chan struct{} { return c.failed }

@@ -1,10 +1,11 @@
 package generate
 
 import (
-	"errors"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	dfmetrics "github.com/draftflow/draftflow/metrics"
 )
 
 // metrics are the generate stage's Prometheus series. Several Controllers in one process (tests, benchmarks)
@@ -70,18 +71,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 }
 
-// register registers c, or returns the collector already registered under the same descriptor.
+// register registers c on reg, or returns the collector already registered under the same descriptor.
 func register[T prometheus.Collector](reg prometheus.Registerer, c T) T {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(T); ok {
-				return existing
-			}
-		}
-		panic(err)
-	}
-	return c
+	return dfmetrics.Register(reg, c)
 }
 
 func (m *metrics) endpointState(ep *endpoint) {

@@ -5,15 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"sync"
 	"time"
 
 	"github.com/draftflow/draftflow/kafka"
 
 	"github.com/cenkalti/backoff/v4"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/draftflow/draftflow/topics"
 )
@@ -50,13 +47,6 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if err := cfg.Kafka.EnsureTopics(ctx, topics.TopicTokenized, topics.TopicGenerated, topics.TopicRejected); err != nil {
 		return err
-	}
-	if cfg.MetricsAddr != "" {
-		stop, err := serveMetrics(cfg.MetricsAddr, cfg.Logger)
-		if err != nil {
-			return err
-		}
-		defer stop()
 	}
 
 	// A fatal Controller error (a server refusing the API key) stops the stage as a shutdown does, without
@@ -113,6 +103,15 @@ func Run(ctx context.Context, cfg Config) error {
 		Group:        cfg.Group,
 		MaxInFlight:  cfg.MaxInFlight,
 		DrainTimeout: cfg.ShutdownGrace + ackDrainTime,
+	})
+	cfg.Ready.Add("generate", func() error {
+		switch {
+		case cons.Assigned() == 0:
+			return errors.New("no partitions of the tokenized topic assigned")
+		case !ctl.AnyReady():
+			return errors.New("no SGLang endpoint up")
+		}
+		return nil
 	})
 	s.log.Info("generate stage started", "endpoints", cfg.Endpoints, "policy", cfg.Policy, "group", cfg.Group,
 		"max_in_flight", cfg.MaxInFlight)
@@ -276,21 +275,4 @@ func (s *stage) retrySend(b backoff.BackOff, p *kafka.Producer, d *kafka.Deliver
 		}
 		d.Abandon() // shut down meanwhile: redelivered later, and the consumer need not wait for it
 	})
-}
-
-// serveMetrics serves the default Prometheus registry on addr until the returned stop is called.
-func serveMetrics(addr string, log *slog.Logger) (stop func(), err error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("generate: metrics listener: %w", err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.Handler())
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("metrics server", "err", err)
-		}
-	}()
-	return func() { _ = srv.Close() }, nil
 }

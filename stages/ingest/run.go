@@ -10,12 +10,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/draftflow/draftflow/kafka"
-
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/schollz/progressbar/v3"
 
+	"github.com/draftflow/draftflow/kafka"
+	"github.com/draftflow/draftflow/metrics"
 	"github.com/draftflow/draftflow/topics"
 )
 
@@ -45,6 +44,8 @@ type Config struct {
 	MaxLineBytes int
 	// MaxInFlight bounds records sent but not yet acknowledged (default DefaultMaxInFlight).
 	MaxInFlight int
+	// Registerer receives the stage's metrics (default prometheus.DefaultRegisterer).
+	Registerer prometheus.Registerer
 }
 
 // Result summarises a Run.
@@ -61,17 +62,25 @@ type Result struct {
 	Reasons map[Reason]int
 }
 
-var (
-	promptsTotal = promauto.NewCounterVec(prometheus.CounterOpts{
-		Name: "draftflow_ingest_prompts_total", Help: "Prompts ingest wrote to the prompts topic (acknowledged), per dataset.",
-	}, []string{"dataset"})
-	rejectedTotal = promauto.NewCounterVec(prometheus.CounterOpts{
-		Name: "draftflow_ingest_rejected_total", Help: "Input lines ingest sent to the rejected topic (acknowledged), per reason.",
-	}, []string{"reason"})
-	bytesRead = promauto.NewCounter(prometheus.CounterOpts{
-		Name: "draftflow_ingest_input_bytes_total", Help: "Input file bytes read by ingest.",
-	})
-)
+// ingestMetrics are ingest's series, registered on Config.Registerer.
+type ingestMetrics struct {
+	prompts, rejected *prometheus.CounterVec
+	bytesRead         prometheus.Counter
+}
+
+func newIngestMetrics(reg prometheus.Registerer) *ingestMetrics {
+	return &ingestMetrics{
+		prompts: metrics.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "draftflow_ingest_prompts_total", Help: "Prompts ingest wrote to the prompts topic (acknowledged), per dataset.",
+		}, []string{"dataset"})),
+		rejected: metrics.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "draftflow_ingest_rejected_total", Help: "Input lines ingest sent to the rejected topic (acknowledged), per reason.",
+		}, []string{"reason"})),
+		bytesRead: metrics.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "draftflow_ingest_input_bytes_total", Help: "Input file bytes read by ingest.",
+		})),
+	}
+}
 
 // maxLoggedRejections is how many rejections a run logs at warning level; the rest are logged at debug.
 const maxLoggedRejections = 20
@@ -129,6 +138,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		sampling: map[string]topics.Sampling{},
 		prompts:  cfg.Kafka.NewProducer(topics.TopicPrompts, kafka.ProducerConfig{}),
 		dead:     cfg.Kafka.NewDeadLetters(Stage),
+		met:      newIngestMetrics(cfg.Registerer),
 		ctx:      ctx,
 		slots:    make(chan struct{}, maxInFlight),
 		maxMsg:   maxMsg,
@@ -137,7 +147,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		reasons:  map[Reason]int{},
 	}
 	var bar *progressbar.ProgressBar
-	progress := func(n int64) { bytesRead.Add(float64(n)) }
+	progress := func(n int64) { r.met.bytesRead.Add(float64(n)) }
 	if cfg.Progress != nil {
 		bar = progressbar.NewOptions64(total,
 			progressbar.OptionSetWriter(cfg.Progress),
@@ -149,7 +159,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			progressbar.OptionThrottle(200*time.Millisecond),
 			progressbar.OptionOnCompletion(func() { fmt.Fprintln(cfg.Progress) }),
 		)
-		progress = func(n int64) { bytesRead.Add(float64(n)); _ = bar.Add64(n) }
+		progress = func(n int64) { r.met.bytesRead.Add(float64(n)); _ = bar.Add64(n) }
 	}
 
 	start := time.Now()
@@ -203,6 +213,7 @@ type runner struct {
 	prompts  *kafka.Producer
 	dead     *kafka.DeadLetters
 	ctx      context.Context // the run's: dead letters are retried while it lasts
+	met      *ingestMetrics
 	slots    chan struct{}
 	maxMsg   int
 	acks     sync.WaitGroup
@@ -278,7 +289,7 @@ func (r *runner) handle(p topics.Prompt, perr error, src topics.Source, raw []by
 			return
 		}
 		r.datasets[dataset]++
-		promptsTotal.WithLabelValues(dataset).Inc()
+		r.met.prompts.WithLabelValues(dataset).Inc()
 	})
 }
 
@@ -328,7 +339,7 @@ func (r *runner) rejectWith(bounded bool, id, dataset string, src topics.Source,
 				return
 			}
 			r.reasons[reason]++
-			rejectedTotal.WithLabelValues(string(reason)).Inc()
+			r.met.rejected.WithLabelValues(string(reason)).Inc()
 		})
 }
 

@@ -56,7 +56,9 @@ func TestRunSample(t *testing.T) {
 		"datasets": {"conversations": {"lane": "long", "temperature": 0.7, "template_kwargs": {"enable_thinking": false}}}}`), 0o644)
 	var progress bytes.Buffer
 	cfg := Config{Kafka: kc, Inputs: []string{samplePath}, SettingsFile: settings,
-		Defaults: topics.Sampling{TopP: 0.9, MaxNewTokens: 100}, Logger: slog.New(slog.DiscardHandler), Progress: &progress}
+		Defaults: topics.Sampling{TopP: 0.9, MaxNewTokens: 100}, Logger: slog.New(slog.DiscardHandler), Progress: &progress,
+		Registerer: prometheus.NewRegistry()}
+	rejectedTotal := newIngestMetrics(cfg.Registerer).rejected // the run's series, on its own registry
 	before := counterValue(rejectedTotal.WithLabelValues(string(ReasonUnknownRole)))
 	res, err := Run(context.Background(), cfg)
 	if err != nil {

@@ -8,6 +8,7 @@ package tokenize
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -15,11 +16,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/draftflow/draftflow/kafka"
-
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 
+	"github.com/draftflow/draftflow/kafka"
+	"github.com/draftflow/draftflow/metrics"
 	"github.com/draftflow/draftflow/topics"
 )
 
@@ -42,6 +42,10 @@ type Config struct {
 	Workers int
 	// Logger receives stage logs (default slog.Default()).
 	Logger *slog.Logger
+	// Registerer receives the stage's metrics (default prometheus.DefaultRegisterer).
+	Registerer prometheus.Registerer
+	// Ready, when set, gets the stage's readiness check: it owns partitions of the prompts topic.
+	Ready *metrics.Readiness
 }
 
 // RegisterFlags binds the stage's flags to c.
@@ -54,21 +58,30 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Group, "group", c.Group, "consumer group (default draftflow-tokenize)")
 }
 
-var (
-	tokenizedPrompts = promauto.NewCounter(prometheus.CounterOpts{
-		Name: "draftflow_tokenize_prompts_total", Help: "Prompts tokenized and produced.",
-	})
-	tokenizedTokens = promauto.NewCounter(prometheus.CounterOpts{
-		Name: "draftflow_tokenize_tokens_total", Help: "Prompt tokens produced.",
-	})
-	tokenizeRejected = promauto.NewCounterVec(prometheus.CounterOpts{
-		Name: "draftflow_tokenize_rejected_total", Help: "Prompts dead-lettered, by reason.",
-	}, []string{"reason"})
-	encodeSeconds = promauto.NewHistogram(prometheus.HistogramOpts{
-		Name: "draftflow_tokenize_encode_seconds", Help: "Time to render and encode one prompt.",
-		Buckets: prometheus.ExponentialBuckets(1e-5, 4, 10),
-	})
-)
+// stageMetrics are the tokenize stage's series, registered on Config.Registerer.
+type stageMetrics struct {
+	prompts, tokens prometheus.Counter
+	rejected        *prometheus.CounterVec
+	encodeSeconds   prometheus.Histogram
+}
+
+func newStageMetrics(reg prometheus.Registerer) *stageMetrics {
+	return &stageMetrics{
+		prompts: metrics.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "draftflow_tokenize_prompts_total", Help: "Prompts tokenized and produced.",
+		})),
+		tokens: metrics.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "draftflow_tokenize_tokens_total", Help: "Prompt tokens produced.",
+		})),
+		rejected: metrics.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "draftflow_tokenize_rejected_total", Help: "Prompts dead-lettered, by reason.",
+		}, []string{"reason"})),
+		encodeSeconds: metrics.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "draftflow_tokenize_encode_seconds", Help: "Time to render and encode one prompt.",
+			Buckets: prometheus.ExponentialBuckets(1e-5, 4, 10),
+		})),
+	}
+}
 
 // Run consumes prompts until ctx is cancelled.
 func Run(ctx context.Context, cfg Config) error {
@@ -77,6 +90,7 @@ func Run(ctx context.Context, cfg Config) error {
 		log = slog.Default()
 	}
 	log = log.With("stage", "tokenize")
+	met := newStageMetrics(cfg.Registerer)
 	m := cfg.Model
 	if m == nil {
 		var err error
@@ -113,7 +127,7 @@ func Run(ctx context.Context, cfg Config) error {
 	fatal := func(err error) { cancel(err) }
 
 	reject := func(d *kafka.Delivery, p *topics.Prompt, reason, label string) {
-		tokenizeRejected.WithLabelValues(label).Inc()
+		met.rejected.WithLabelValues(label).Inc()
 		log.Warn("prompt rejected", "id", p.ID, "where", d.Where(), "reason", reason)
 		// The one dead-letter policy (kafka.DeadLetters): retried while the stage runs, abandoned (and
 		// redelivered) at shutdown.
@@ -145,7 +159,7 @@ func Run(ctx context.Context, cfg Config) error {
 				}
 				start := time.Now()
 				ids, err := m.Encode(&p)
-				encodeSeconds.Observe(time.Since(start).Seconds())
+				met.encodeSeconds.Observe(time.Since(start).Seconds())
 				if err != nil {
 					reject(d, &p, fmt.Sprintf("prompt %s%s: %v", p.ID, origin(&p), err), "template")
 					continue
@@ -173,8 +187,8 @@ func Run(ctx context.Context, cfg Config) error {
 						fatal(fmt.Errorf("tokenize: produce %s: %w", p.ID, err))
 						return
 					}
-					tokenizedPrompts.Inc()
-					tokenizedTokens.Add(float64(n))
+					met.prompts.Inc()
+					met.tokens.Add(float64(n))
 					d.Done()
 				}); kafka.IsRecordTooLarge(err) {
 					tooLarge(err)
@@ -186,6 +200,12 @@ func Run(ctx context.Context, cfg Config) error {
 		}()
 	}
 	in := cfg.Kafka.NewConsumer(topics.TopicPrompts, kafka.ConsumerConfig{Group: group, MaxInFlight: 4096})
+	cfg.Ready.Add("tokenize", func() error {
+		if in.Assigned() == 0 {
+			return errors.New("no partitions of the prompts topic assigned")
+		}
+		return nil
+	})
 	err = in.Run(runCtx, func(d *kafka.Delivery) {
 		select {
 		case work <- d:

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/draftflow/draftflow/kafka/kafkatest"
+)
+
+// A stage process serves one HTTP endpoint: /metrics over its own registry (its stage's series and the Kafka
+// plumbing's), /healthz, and /readyz, which turns ready once its consumer owns partitions.
+func TestStageServesMetricsAndReadiness(t *testing.T) {
+	kc := kafkatest.Config(t, 2)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- cmdSink(ctx, []string{"--brokers", strings.Join(kc.Brokers, ","), "--namespace", kc.Namespace,
+			"--out", t.TempDir(), "--metrics-addr", addr, "--log-level", "warn"})
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("sink: %v", err)
+		}
+	}()
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		code, body := get("/readyz")
+		if code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz never ready: %d %s", code, body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if code, _ := get("/healthz"); code != 200 {
+		t.Fatalf("/healthz %d", code)
+	}
+	code, body := get("/metrics")
+	for _, want := range []string{"draftflow_sink_buffered_rows", "draftflow_assigned_partitions", "go_goroutines"} {
+		if code != 200 || !strings.Contains(body, want) {
+			t.Fatalf("/metrics (%d) lacks %s", code, want)
+		}
+	}
+}

@@ -1,0 +1,62 @@
+package metrics
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+func get(t *testing.T, h http.Handler, path string) (int, string) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+	body, _ := io.ReadAll(rec.Result().Body)
+	return rec.Code, string(body)
+}
+
+func TestHandlerServesMetricsHealthAndReadiness(t *testing.T) {
+	reg := NewRegistry()
+	c := Register(reg, prometheus.NewCounter(prometheus.CounterOpts{Name: "draftflow_test_total", Help: "h"}))
+	// A second registration of the same series returns the first collector: stages and runs share series.
+	if again := Register(reg, prometheus.NewCounter(prometheus.CounterOpts{Name: "draftflow_test_total", Help: "h"})); again != c {
+		t.Fatal("Register did not return the collector already registered")
+	}
+	c.Add(3)
+	var ready Readiness
+	consuming := false
+	ready.Add("sink", func() error {
+		if !consuming {
+			return errors.New("no partitions assigned")
+		}
+		return nil
+	})
+	ready.Add("generate", func() error { return nil })
+	h := Handler(reg, &ready)
+
+	if code, body := get(t, h, "/metrics"); code != 200 || !strings.Contains(body, "draftflow_test_total 3") ||
+		!strings.Contains(body, "go_goroutines") {
+		t.Fatalf("/metrics: %d\n%.300s", code, body)
+	}
+	if code, _ := get(t, h, "/healthz"); code != 200 {
+		t.Fatalf("/healthz: %d", code)
+	}
+	if code, body := get(t, h, "/readyz"); code != 503 || !strings.Contains(body, "sink: no partitions assigned") ||
+		strings.Contains(body, "generate") {
+		t.Fatalf("/readyz before: %d %q", code, body)
+	}
+	consuming = true
+	if code, _ := get(t, h, "/readyz"); code != 200 {
+		t.Fatalf("/readyz after: %d", code)
+	}
+	// A nil Readiness (a process with no stage checks) is ready and ignores Add.
+	var none *Readiness
+	none.Add("x", func() error { return errors.New("never") })
+	if none.Check() != nil {
+		t.Fatal("nil Readiness not ready")
+	}
+}
