@@ -18,7 +18,39 @@ import (
 )
 
 // Regression tests for what the released SGLang server (0.5.23) answers and the simulator once did not:
-// see ../shared/notes/sglang.md, "What the released server really answers".
+// see ../shared/notes/sglang.md, "What the released server really answers". Most drive the Controller
+// through its driver API (Probe, Poll: the same HTTP client and feedback code as Run, one step at a time), so
+// "after 75 polls" is 75 calls, not a sleep.
+
+// newDriven returns a Controller whose endpoints the test brings up and polls itself (no Run loop).
+func newDriven(t *testing.T, cfg Config) *Controller {
+	t.Helper()
+	cfg.Registerer = prometheus.NewRegistry()
+	cfg.Logger = testLogger(t)
+	if cfg.RetryInitial == 0 {
+		cfg.RetryInitial, cfg.RetryMax = time.Millisecond, 10*time.Millisecond
+	}
+	c, err := NewController(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range cfg.Endpoints {
+		if err := c.Probe(context.Background(), i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
+}
+
+// polls runs n polls of server i.
+func polls(t *testing.T, c *Controller, i, n int) {
+	t.Helper()
+	for range n {
+		if _, err := c.Poll(context.Background(), i); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
 
 // A server shared with another client backs its queue up: /v1/loads' num_total_tokens (used plus waiting
 // tokens) then exceeds the pool. That is load, not a restart: nothing is drained or aborted.
@@ -28,8 +60,7 @@ func TestSharedServerQueueIsNotARestart(t *testing.T) {
 	f.load = map[string]any{"num_running_reqs": 12, "num_waiting_reqs": 40, "num_used_tokens": 9000,
 		"num_total_tokens": 9000 + 40*4000, "token_usage": 0.9, "gen_throughput": 300.0}
 	f.mu.Unlock()
-	c := newTestController(t, Config{Endpoints: []string{f.srv.URL}, Budget: BudgetConfig{PollInterval: 2 * time.Millisecond}})
-	waitFor(t, "endpoint ready", func() bool { return c.Endpoints()[0].Ready })
+	c := newDriven(t, Config{Endpoints: []string{f.srv.URL}})
 	t.Cleanup(func() { f.release(3) })
 	var errs []<-chan error
 	for i := range 3 {
@@ -37,7 +68,7 @@ func TestSharedServerQueueIsNotARestart(t *testing.T) {
 	}
 	waitFor(t, "three running", func() bool { return f.runningNow() == 3 })
 	infos := f.infos.Load()
-	time.Sleep(150 * time.Millisecond) // some 75 polls
+	polls(t, c, 0, 75)
 	f.release(3)
 	for _, e := range errs {
 		if err := <-e; err != nil {
@@ -51,8 +82,8 @@ func TestSharedServerQueueIsNotARestart(t *testing.T) {
 		t.Fatalf("%d aborts, %g drained attempts: a backed-up queue was read as a restart", aborts, attempts(t, c, f.srv.URL, "drained"))
 	}
 	// Only the periodic check reads /server_info again (one read per capacityCheckPolls polls).
-	if n := f.infos.Load() - infos; n > 75/capacityCheckPolls+2 {
-		t.Fatalf("/server_info read %d times in ~75 polls", n)
+	if n := f.infos.Load() - infos; n != 75/capacityCheckPolls {
+		t.Fatalf("/server_info read %d times in 75 polls, want %d", n, 75/capacityCheckPolls)
 	}
 	if st := c.Endpoints()[0]; st.Capacity.MaxTotalTokens != 10000 || !st.Ready {
 		t.Fatalf("endpoint %+v", st)
@@ -64,15 +95,19 @@ func TestSharedServerQueueIsNotARestart(t *testing.T) {
 func TestRetractionCounterWithoutSamplesKeepsFeedback(t *testing.T) {
 	f := newFake(t, 100000)
 	f.noCounter = true
-	c := newTestController(t, Config{Endpoints: []string{f.srv.URL}, Budget: BudgetConfig{PollInterval: 2 * time.Millisecond}})
-	waitFor(t, "endpoint ready", func() bool { return c.Endpoints()[0].Ready })
-	waitFor(t, "a load poll", func() bool { return c.Endpoints()[0].Load.MaxTokens == 100000 })
-	time.Sleep(20 * time.Millisecond)
+	c := newDriven(t, Config{Endpoints: []string{f.srv.URL}})
+	polls(t, c, 0, 3)
 	b0 := c.Endpoints()[0].Budget
+	if c.Endpoints()[0].Load.MaxTokens != 100000 {
+		t.Fatalf("no load read: %+v", c.Endpoints()[0])
+	}
 	f.mu.Lock()
 	f.noCounter, f.retracted = false, 4 // the first retractions: the series appears
 	f.mu.Unlock()
-	waitFor(t, "budget cut by the first retractions", func() bool { return c.Endpoints()[0].Budget < b0 })
+	polls(t, c, 0, 1)
+	if b := c.Endpoints()[0].Budget; b >= b0 {
+		t.Fatalf("budget %g after the first retractions, want below %g", b, b0)
+	}
 }
 
 // max_running_requests is null in /server_info unless set on the command line; the effective per-rank figure
@@ -90,8 +125,9 @@ func TestNullMaxRunningRequestsKeepsTheCap(t *testing.T) {
 	for i := range 6 {
 		errs = append(errs, doAsync(c, context.Background(), req(fmt.Sprint("m", i), 10, 10)))
 	}
-	waitFor(t, "three in flight", func() bool { return f.runningNow() == 3 })
-	time.Sleep(30 * time.Millisecond)
+	// Admission happens only when a request is offered or one finishes: once all six were offered (three
+	// waiting) and three reached the server, nothing else can be admitted until a release.
+	waitFor(t, "three in flight, three waiting", func() bool { return f.runningNow() == 3 && c.Waiting() == 3 })
 	if n, w := f.runningNow(), c.Waiting(); n != 3 || w != 3 {
 		t.Fatalf("%d in flight, %d waiting; want 3 (2 running + 1 queued on the server) and 3", n, w)
 	}
@@ -219,8 +255,7 @@ func (l lockedWriter) Write(b []byte) (int, error) {
 func TestLegacyServerBudgetStaysWithinPool(t *testing.T) {
 	f := newFake(t, 10000)
 	f.legacy, f.noMetrics = true, true
-	c := newTestController(t, Config{Endpoints: []string{f.srv.URL}, Budget: BudgetConfig{PollInterval: 2 * time.Millisecond}})
-	waitFor(t, "endpoint ready", func() bool { return c.Endpoints()[0].Ready })
+	c := newDriven(t, Config{Endpoints: []string{f.srv.URL}})
 	f.release(1)
 	if _, err := c.Do(context.Background(), req("first", 10, 10)); err != nil { // meta_info without a count
 		t.Fatal(err)
@@ -228,7 +263,7 @@ func TestLegacyServerBudgetStaysWithinPool(t *testing.T) {
 	t.Cleanup(func() { f.release(1) })
 	done := doAsync(c, context.Background(), req("binding", 4000, 5000)) // charged 9000 of 10000: binding
 	waitFor(t, "running", func() bool { return f.runningNow() == 1 })
-	time.Sleep(150 * time.Millisecond) // some 75 polls
+	polls(t, c, 0, 75)
 	if b := c.Endpoints()[0].Budget; b > 10000 {
 		t.Fatalf("budget %g grew past the pool without /v1/loads or retraction counts", b)
 	}
@@ -242,8 +277,7 @@ func TestLegacyServerBudgetStaysWithinPool(t *testing.T) {
 // reading that disagrees while startup_time stays the same is not a restart.
 func TestRestartDetectedByStartupTime(t *testing.T) {
 	f := newFake(t, 10000)
-	c := newTestController(t, Config{Endpoints: []string{f.srv.URL}, Budget: BudgetConfig{PollInterval: 2 * time.Millisecond}})
-	waitFor(t, "endpoint ready", func() bool { return c.Endpoints()[0].Ready })
+	c := newDriven(t, Config{Endpoints: []string{f.srv.URL}})
 	t.Cleanup(func() { f.release(2) })
 
 	// Same startup_time, other pool in /v1/loads: read /server_info, find no restart, go on.
@@ -251,9 +285,13 @@ func TestRestartDetectedByStartupTime(t *testing.T) {
 	f.load["max_total_num_tokens"] = 12000
 	f.mu.Unlock()
 	infos := f.infos.Load()
-	waitFor(t, "a capacity check", func() bool { return f.infos.Load() > infos+2 })
-	if attempts(t, c, f.srv.URL, "drained") != 0 || !c.Endpoints()[0].Ready {
-		t.Fatal("a pool mismatch with an unchanged startup_time drained the endpoint")
+	for range 3 {
+		if restarted, err := c.Poll(context.Background(), 0); err != nil || restarted {
+			t.Fatalf("poll with a pool mismatch: restarted %v, %v", restarted, err)
+		}
+	}
+	if f.infos.Load() != infos+3 || attempts(t, c, f.srv.URL, "drained") != 0 || !c.Endpoints()[0].Ready {
+		t.Fatal("a pool mismatch with an unchanged startup_time was not checked, or drained the endpoint")
 	}
 	f.mu.Lock()
 	delete(f.load, "max_total_num_tokens")
@@ -269,8 +307,20 @@ func TestRestartDetectedByStartupTime(t *testing.T) {
 	f.mu.Lock()
 	f.startup = 99.5 // the server restarted (the fake keeps the connection; a real restart drops it)
 	f.mu.Unlock()
-	waitFor(t, "restart noticed", func() bool { return attempts(t, c, f.srv.URL, "drained") == 1 })
-	waitFor(t, "endpoint back", func() bool { return c.Endpoints()[0].Ready })
+	restarted := false
+	for i := 0; i < capacityCheckPolls && !restarted; i++ { // the periodic check finds it
+		var err error
+		if restarted, err = c.Poll(context.Background(), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !restarted || c.Endpoints()[0].Ready {
+		t.Fatal("a changed startup_time was not taken for a restart")
+	}
+	waitFor(t, "the attempt on the restarted server cancelled", func() bool { return attempts(t, c, f.srv.URL, "drained") == 1 })
+	if err := c.Probe(context.Background(), 0); err != nil {
+		t.Fatal(err)
+	}
 	f.release(2)
 	o := <-ch
 	if o.err != nil || o.res.Attempts != 2 {
