@@ -85,14 +85,16 @@ func TestDeadLettersRetryUntilShutdown(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	dl.Reject(ctx, nil, &topics.Rejection{ID: "held", Reason: "undecodable"}, func(err error) { done <- err })
-	time.Sleep(500 * time.Millisecond) // several attempts, each refused
-	select {
-	case err := <-done:
-		t.Fatalf("done(%v) while the broker refused the writes and the context lasted", err)
-	default:
-	}
-	if n := refused.Load(); n < 2 {
-		t.Fatalf("%d writes refused: the dead letter was not retried", n)
+	// Several attempts, each refused: done must not be called while the context lasts.
+	deadline := time.After(30 * time.Second)
+	for refused.Load() < 3 {
+		select {
+		case err := <-done:
+			t.Fatalf("done(%v) while the broker refused the writes and the context lasted", err)
+		case <-deadline:
+			t.Fatalf("%d writes refused in 30 s: the dead letter was not retried", refused.Load())
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
 	cancel()
 	select {

@@ -235,8 +235,9 @@ func TestAdmissionAgainstKVBudget(t *testing.T) {
 	for i := range 8 {
 		errs = append(errs, doAsync(c, context.Background(), req(fmt.Sprint("r", i), 1000, 1000)))
 	}
-	waitFor(t, "five running", func() bool { return f.runningNow() == 5 })
-	time.Sleep(50 * time.Millisecond)
+	// Admission happens only when a request is offered or one finishes: once all eight were offered and five
+	// reached the server, nothing else is admitted until a release.
+	waitFor(t, "five running, three waiting", func() bool { return f.runningNow() == 5 && c.Waiting() == 3 })
 	if got := f.runningNow(); got != 5 {
 		t.Fatalf("%d running, want 5 (budget 10000 / charge 2000)", got)
 	}
@@ -576,13 +577,17 @@ func TestTimeoutsAreBounded(t *testing.T) {
 func TestDataParallelRanksAdmittedSeparately(t *testing.T) {
 	f := newFake(t, 50000)
 	f.dp = 4 // four ranks of 50000 tokens each, each its own pool
-	c := newTestController(t, Config{Endpoints: []string{f.srv.URL}, Budget: BudgetConfig{PollInterval: 5 * time.Millisecond}})
-	waitFor(t, "four rank units ready", func() bool { e := c.Endpoints(); return len(e) == 4 && e[3].Ready })
-	waitFor(t, "a load poll", func() bool { return c.Endpoints()[3].Load.MaxTokens == 50000 })
+	c := newDriven(t, Config{Endpoints: []string{f.srv.URL}})
+	if e := c.Endpoints(); len(e) != 4 || !e[3].Ready {
+		t.Fatalf("units %+v, want four ready ranks", e)
+	}
 	infos := f.infos.Load()
-	time.Sleep(100 * time.Millisecond) // some 20 polls
-	if n := f.infos.Load(); n > infos+1 {
-		t.Fatalf("capacity re-read %d times in 20 polls: polls looked like restarts", n-infos)
+	polls(t, c, 0, 20)
+	if n := f.infos.Load() - infos; n != 20/capacityCheckPolls {
+		t.Fatalf("capacity re-read %d times in 20 polls: polls looked like restarts", n)
+	}
+	if c.Endpoints()[3].Load.MaxTokens != 50000 {
+		t.Fatalf("rank 3 load %+v", c.Endpoints()[3].Load)
 	}
 	for r, st := range c.Endpoints() {
 		if !st.Ready || st.Rank != r || st.Pool != 50000 || st.Budget != 50000 || st.Capacity.MaxTotalTokens != 200000 {
@@ -597,7 +602,6 @@ func TestDataParallelRanksAdmittedSeparately(t *testing.T) {
 		errs = append(errs, doAsync(c, context.Background(), req(fmt.Sprint("r", i), 15000, 15000)))
 	}
 	waitFor(t, "four running, one waiting", func() bool { return f.runningNow() == 4 && c.Waiting() == 1 })
-	time.Sleep(50 * time.Millisecond)
 	if n, w := f.runningNow(), c.Waiting(); n != 4 || w != 1 {
 		t.Fatalf("%d running, %d waiting; want 4 and 1 (one 30000-token request per 50000-token rank)", n, w)
 	}
