@@ -13,7 +13,7 @@ func TestTrackerAccounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tr.close()
-	tr.mark(idWritten, "a", "a", "b")     // before ingest acknowledged them; "a" twice (two turns)
+	tr.mark(idWritten, "a", "a", "b")    // before ingest acknowledged them; "a" twice (two turns)
 	tr.mark(idRejected, "c", "stranger") // "stranger": not from this ingest
 	for i := range 30 {
 		tr.mark(idExpected, fmt.Sprintf("m%02d", i))
