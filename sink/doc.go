@@ -51,7 +51,7 @@
 //  4. It renames each temporary shard to its final name, fsyncs the run directories, rewrites each run's
 //     manifest.json atomically, then its token_counts.bin (TokenCountsFile: the generated-token counts and
 //     the manifest shards they cover), then adds the flush's (id, turn) keys to its id_index.bolt (IDIndexFile)
-//     in one fsynced transaction that also records the manifest shards the index covers, and only then marks
+//     (fsynced; its last transaction records the manifest shards the index covers), and only then marks
 //     the Kafka deliveries Done (so the group commits their offsets) and reports the ids through
 //     Config.OnDurable. Token counts and id index are caches of the shards: a crash before they are updated
 //     leaves them covering a prefix of the manifest, which recovery extends.

@@ -23,18 +23,25 @@ import (
 // IDIndexFile is the file, in each run directory, that indexes the (id, turn) keys of the run's committed
 // shards, so that the sink finds duplicates without holding every key in memory. It is a bbolt database (one
 // file, copy-on-write B+tree, atomic fsynced transactions). The sink updates it after the token counts at every
-// flush, in one transaction that adds the flush's keys and records which manifest shards the index covers (how
-// many from the first, the last one's name and their rows). The shards and the manifest stay the source of
-// truth: a crash before that transaction leaves the index covering a prefix of the manifest, and the sink adds
-// the keys of the shards past it on start; an index that is missing, unreadable, or covers shards the manifest
-// no longer lists is rebuilt from the shards.
+// flush: it adds the flush's keys (in transactions of indexChunk keys, which name the shard being added) and,
+// in the last transaction, records which manifest shards the index covers (how many from the first, the last
+// one's name and their rows). The shards and the manifest stay the source of truth: a crash before that last
+// transaction leaves the index covering a prefix of the manifest (plus some keys of the manifest's next shard),
+// and the sink adds the keys of the shards past it on start; an index that is missing, unreadable, covers
+// shards the manifest no longer lists or holds keys of a shard it does not list next is rebuilt from the shards.
 const IDIndexFile = "id_index.bolt"
 
 var (
-	indexKeys  = []byte("keys")
-	indexMeta  = []byte("meta")
-	indexCover = []byte("cover")
+	indexKeys   = []byte("keys")
+	indexMeta   = []byte("meta")
+	indexCover  = []byte("cover")
+	indexAdding = []byte("adding") // the shard whose keys are being added, while its transactions run
 )
+
+// indexChunk is how many keys one transaction of idIndex.add puts. Keys of content-hash ids fall on about one
+// B+tree page each, and bbolt holds every page a transaction touches in memory until it commits: the chunk
+// bounds that memory (tens of MiB) whatever the flush size and the size of the index.
+const indexChunk = 4096
 
 // idCover is what an id index covers: the first Shards shards of the manifest, the last of them LastShard,
 // holding Rows rows (one key each).
@@ -154,11 +161,13 @@ func openCovering(path string, m *Manifest) (x *idIndex, from int, err error) {
 	}
 	x = &idIndex{db: db}
 	var c idCover
+	var adding string
 	err = db.View(func(tx *bolt.Tx) error {
 		meta := tx.Bucket(indexMeta)
 		if meta == nil || tx.Bucket(indexKeys) == nil {
 			return errors.New("no buckets")
 		}
+		adding = string(meta.Get(indexAdding))
 		return json.Unmarshal(meta.Get(indexCover), &c)
 	})
 	if err == nil {
@@ -167,6 +176,9 @@ func openCovering(path string, m *Manifest) (x *idIndex, from int, err error) {
 			err = fmt.Errorf("format version %d, this build reads %d", c.FormatVersion, FormatVersion)
 		case c.Shards < 0 || c.Shards > len(m.Shards) || coverOf(m, c.Shards) != c:
 			err = fmt.Errorf("covers %d shards up to %q (%d rows), which the manifest does not list", c.Shards, c.LastShard, c.Rows)
+		case adding != "" && (c.Shards == len(m.Shards) || m.Shards[c.Shards].File != adding):
+			// Some keys of a shard past the cover are in; harmless only if that shard is the manifest's next.
+			err = fmt.Errorf("holds keys of %s, which the manifest does not list next", adding)
 		}
 	}
 	if err == nil {
@@ -195,7 +207,9 @@ func (x *idIndex) has(k rowKey) (bool, error) {
 	return found, err
 }
 
-// add puts keys into the index and records cover, in one durable transaction.
+// add puts keys, the rows of the shard cover ends with, into the index and records cover. The keys go in
+// transactions of indexChunk keys; all but the last name the shard in indexAdding and are not fsynced, the
+// last records cover, clears indexAdding and is fsynced (which makes the earlier ones durable too).
 func (x *idIndex) add(keys []rowKey, cover idCover) error {
 	enc := make([][]byte, len(keys))
 	for i, k := range keys {
@@ -207,22 +221,38 @@ func (x *idIndex) add(keys []rowKey, cover idCover) error {
 	if err != nil {
 		return err
 	}
-	return x.db.Update(func(tx *bolt.Tx) error {
-		b, err := tx.CreateBucketIfNotExists(indexKeys)
-		if err != nil {
-			return err
-		}
-		for _, k := range enc {
-			if err := b.Put(k, present); err != nil {
+	defer func() { x.db.NoSync = false }()
+	for {
+		n := min(len(enc), indexChunk)
+		last := n == len(enc)
+		x.db.NoSync = !last
+		err := x.db.Update(func(tx *bolt.Tx) error {
+			b, err := tx.CreateBucketIfNotExists(indexKeys)
+			if err != nil {
 				return err
 			}
-		}
-		meta, err := tx.CreateBucketIfNotExists(indexMeta)
-		if err != nil {
+			for _, k := range enc[:n] {
+				if err := b.Put(k, present); err != nil {
+					return err
+				}
+			}
+			meta, err := tx.CreateBucketIfNotExists(indexMeta)
+			if err != nil {
+				return err
+			}
+			if !last {
+				return meta.Put(indexAdding, []byte(cover.LastShard))
+			}
+			if err := meta.Delete(indexAdding); err != nil {
+				return err
+			}
+			return meta.Put(indexCover, cb)
+		})
+		if err != nil || last {
 			return err
 		}
-		return meta.Put(indexCover, cb)
-	})
+		enc = enc[n:]
+	}
 }
 
 func (x *idIndex) close() error {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -387,7 +388,8 @@ func checkIndexes(t *testing.T, st *store, wantRows int) {
 // manifest on start, and the redelivered records are still found to be duplicates.
 func TestIDIndexRecovered(t *testing.T) {
 	ctx := context.Background()
-	for _, damage := range []string{"missing", "lagging", "garbage", "torn", "page-overwritten", "foreign", "empty"} {
+	for _, damage := range []string{"missing", "lagging", "garbage", "torn", "page-overwritten", "foreign", "empty",
+		"half-added", "adding-unlisted"} {
 		t.Run(damage, func(t *testing.T) {
 			dir := t.TempDir()
 			st, err := openStore(ctx, dir, quietLogger())
@@ -437,6 +439,27 @@ func TestIDIndexRecovered(t *testing.T) {
 				db.Close()
 			case "empty":
 				os.WriteFile(p, nil, 0o644)
+			case "half-added", "adding-unlisted":
+				// A crash between the chunks of one add: the index covers the first shard and holds some
+				// keys of the one being added (the manifest's next, or, after outside damage, none it lists).
+				os.WriteFile(p, saved, 0o644)
+				m, _ := ReadManifest(rs.dir)
+				adding := m.Shards[1].File
+				if damage == "adding-unlisted" {
+					adding = "generated+0+000000000900-000000000901.parquet"
+				}
+				db, err := openBolt(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				db.Update(func(tx *bolt.Tx) error {
+					tx.Bucket(indexKeys).Put(indexKey(rowKey{a[len(a)-1].ID, 0}), present)
+					if damage == "adding-unlisted" {
+						tx.Bucket(indexKeys).Put(indexKey(rowKey{"not-in-any-shard", 0}), present)
+					}
+					return tx.Bucket(indexMeta).Put(indexAdding, []byte(adding))
+				})
+				db.Close()
 			}
 			st2, err := openStore(ctx, dir, quietLogger())
 			if err != nil {
@@ -454,5 +477,34 @@ func TestIDIndexRecovered(t *testing.T) {
 			checkRowsExact(t, rows[filepath.Base(rs.dir)], a)
 			checkRowsExact(t, rows[filepath.Base(st2.run(RunOf(b[0])).dir)], b)
 		})
+	}
+}
+
+// TestIDIndexAddsInChunks: a flush larger than indexChunk goes in several transactions, and only the last
+// records the cover and clears the shard being added.
+func TestIDIndexAddsInChunks(t *testing.T) {
+	m := &Manifest{Shards: []ManifestShard{{File: "a.parquet", Rows: 2*indexChunk + 5}}}
+	x, err := openIndex(context.Background(), t.TempDir(), &Manifest{}, quietLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.close()
+	keys := make([]rowKey, m.Shards[0].Rows)
+	for i := range keys {
+		keys[i] = rowKey{fmt.Sprintf("id-%d", i), int32(i % 3)}
+	}
+	if err := x.add(keys, coverOf(m, 1)); err != nil {
+		t.Fatal(err)
+	}
+	x.db.View(func(tx *bolt.Tx) error {
+		var c idCover
+		json.Unmarshal(tx.Bucket(indexMeta).Get(indexCover), &c)
+		if n := tx.Bucket(indexKeys).Stats().KeyN; n != len(keys) || c != coverOf(m, 1) || tx.Bucket(indexMeta).Get(indexAdding) != nil {
+			t.Fatalf("%d keys, cover %+v, adding %q", n, c, tx.Bucket(indexMeta).Get(indexAdding))
+		}
+		return nil
+	})
+	if x.db.NoSync {
+		t.Fatal("NoSync left on")
 	}
 }

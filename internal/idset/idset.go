@@ -23,8 +23,12 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// DefaultPending is how many ids a Set holds in memory before it writes them out.
-const DefaultPending = 1 << 16
+// DefaultPending is how many ids a Set holds in memory before it writes them out. A write-out of ids spread
+// over the key space (content hashes) touches about one B+tree page per id, and bbolt holds every touched page
+// in memory until the transaction commits: the pending bound is thus also the bound of a write-out's memory
+// (about 60 MiB of heap at 4,096 ids, reached once the set holds a few hundred thousand ids and flat after;
+// 65,536 ids measured 250 MiB at a million ids, still growing).
+const DefaultPending = 1 << 12
 
 var bucket = []byte("ids")
 
