@@ -57,7 +57,7 @@ start() { # start NAME ARGS...: run a stage in the background, logging to $WORK/
 	peak "$name" $! &
 }
 
-port=$((20000 + RANDOM % 20000))
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 start sim "$BIN" sim --addr 127.0.0.1:$port --instant --output-len-dist fixed --output-len-mean 8 --vocab-size 3035 --eos-token-ids 3030 --special-token-start 3027 --log-level warn
 start sink "$BIN" sink --metrics-addr "" --out "$OUT" --log-level warn
 start generate "$BIN" generate --metrics-addr "" --sglang http://127.0.0.1:$port --max-new-tokens 8 --log-level warn
