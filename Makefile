@@ -9,7 +9,7 @@ DEMO_OUT ?= out/demo
 export DRAFTFLOW_CACHE ?= $(HOME)/.cache/draftflow
 GOTEST_FLAGS ?= -timeout 45m
 
-.PHONY: all build demo test test-go test-python test-integration deps deps-go deps-python bench bench-kafka vet fmt kafka-up kafka-down clean
+.PHONY: all build demo test test-go test-python test-integration deps deps-go deps-python bench bench-kafka scale vet fmt kafka-up kafka-down clean
 
 all: build
 
@@ -71,6 +71,12 @@ bench-kafka: build
 	@set -eo pipefail; addr=$$(bash deploy/kafka/kafka.sh up); \
 	  trap 'bash deploy/kafka/kafka.sh down' EXIT; \
 	  $(BIN) bench pipeline --brokers $$addr --records 10000 --repeat 3
+
+## scale: SCALE_N (default 2,000,000) small conversations through every stage as separate processes on a real
+## Kafka broker; prints each stage's peak memory and the throughput (not in CI; the README has the figures).
+SCALE_N ?= 2000000
+scale:
+	SCALE_N=$(SCALE_N) bash internal/scalegen/scale.sh
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

@@ -14,6 +14,8 @@
 //	  checkpoint.json                 recovery point: per topic partition, the next offset to write
 //	  Qwen3-8B-3f2a9c1b7d4e/          one run
 //	    manifest.json                 shards (rows, tokens, bytes, sha256, offsets) and totals
+//	    token_counts.bin              generated-token counts of the shards (TokenCountsFile)
+//	    id_index.bolt                 the (id, turn) keys of the shards, on disk (IDIndexFile)
 //	    generated+3+000000001200-000000001399+5b0c7d1e9a2f.parquet
 //	    ...
 //
@@ -47,17 +49,22 @@
 //  3. It then rewrites checkpoint.json atomically (temporary file, fsync, rename, directory fsync) with the
 //     partition's next offset, last+1, and the list of shards this flush wrote. This rename is the commit point.
 //  4. It renames each temporary shard to its final name, fsyncs the run directories, rewrites each run's
-//     manifest.json atomically and then its token_counts.bin (TokenCountsFile: the generated-token counts and
-//     the manifest shards they cover), and only then marks the Kafka deliveries Done (so the group commits
-//     their offsets) and reports the ids through Config.OnDurable.
+//     manifest.json atomically, then its token_counts.bin (TokenCountsFile: the generated-token counts and
+//     the manifest shards they cover), then adds the flush's (id, turn) keys to its id_index.bolt (IDIndexFile)
+//     (fsynced; its last transaction records the manifest shards the index covers), and only then marks
+//     the Kafka deliveries Done (so the group commits their offsets) and reports the ids through
+//     Config.OnDurable. Token counts and id index are caches of the shards: a crash before they are updated
+//     leaves them covering a prefix of the manifest, which recovery extends.
 //
 // On start, before consuming, the sink recovers: the shards named by the checkpoint's last flush of each
 // partition are rolled forward (a temporary file the checkpoint names is renamed to its final name); every
 // other temporary file is a torn write and is deleted; each manifest is reconciled with the shards on disk;
 // the next offset of each partition is the larger of the checkpoint's and, as in the Kafka Connect S3 sink,
-// the last offset + 1 of the shards on disk (a final shard name only ever exists for a committed flush); the
-// (id, turn) keys of every run are loaded; and the token counts are brought up to the manifest by counting the
-// rows of the shards they do not cover. While consuming, a record at an offset below its partition's
+// the last offset + 1 of the shards on disk (a final shard name only ever exists for a committed flush); and the
+// token counts and the id index of each run are brought up to the manifest from the rows of the shards they do
+// not cover (the id index is rebuilt from every shard when it is missing, unreadable, or covers shards the
+// manifest does not list). The (id, turn) keys of committed rows stay on disk; memory holds only the keys
+// buffered since the last flush, so it does not grow with the size of the output. While consuming, a record at an offset below its partition's
 // next offset is already in a shard and is acknowledged without being written, whatever the group's committed
 // offset says, and a record whose (id, turn) is already written (or buffered) for its run is dropped as a
 // duplicate and reported through Config.OnDuplicate. Readers never see a partial shard: final names appear

@@ -36,6 +36,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	defer st.close()
 	topic := cfg.Kafka.Topic(topics.TopicGenerated)
 	tid, err := lookupTopicID(ctx, cfg.Kafka, topics.TopicGenerated, log)
 	if err != nil {
@@ -213,7 +214,12 @@ func (s *sinker) handleLocked(d *kafka.Delivery) {
 	}
 	rs := s.st.run(RunOf(&g))
 	k := rowKey{g.ID, int32(g.Turn)}
-	_, dupW := rs.written[k]
+	dupW, err := rs.written(k)
+	if err != nil {
+		s.fail(fmt.Errorf("sink: id index of %s: %w", rs.dir, err))
+		d.Abandon()
+		return
+	}
 	_, dupB := rs.buffered[k]
 	if dupW || dupB {
 		s.met.redoneGenerations.Inc()
@@ -378,9 +384,7 @@ func (s *sinker) flush(p *partState) error {
 		s.met.shardBytes.Add(float64(sh.entry.Bytes))
 	}
 	for _, br := range p.rows {
-		k := rowKey{br.row.id, br.row.turn}
-		delete(br.run.buffered, k)
-		br.run.written[k] = struct{}{}
+		delete(br.run.buffered, rowKey{br.row.id, br.row.turn})
 	}
 	for _, d := range p.deliveries {
 		d.Done()

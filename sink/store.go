@@ -2,6 +2,7 @@ package sink
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -55,10 +56,13 @@ type runState struct {
 	info     RunInfo
 	dir      string
 	manifest Manifest
-	written  map[rowKey]struct{} // in committed shards
-	buffered map[rowKey]struct{} // buffered, not yet durable
+	index    *idIndex            // the keys of the committed shards (IDIndexFile); nil until the run has a directory
+	buffered map[rowKey]struct{} // buffered, not yet durable: bounded by the sink's buffer
 	counts   *countTable         // generated-token counts of the committed shards (TokenCountsFile)
 }
+
+// written reports whether k is in a committed shard of the run.
+func (rs *runState) written(k rowKey) (bool, error) { return rs.index.has(k) }
 
 // store owns Config.Dir: the checkpoint, the run directories and their manifests.
 type store struct {
@@ -119,6 +123,7 @@ func openStore(ctx context.Context, dir string, log *slog.Logger) (*store, error
 			continue
 		}
 		if err := s.loadRun(ctx, filepath.Join(dir, e.Name())); err != nil {
+			s.close()
 			return nil, err
 		}
 	}
@@ -184,7 +189,7 @@ func removeTemps(dir string, ents []os.DirEntry, log *slog.Logger) error {
 }
 
 // loadRun recovers one run directory: removes torn temporary files, reconciles the manifest with the shards
-// on disk, advances the next offsets past its shards and loads its (id, turn) keys.
+// on disk, advances the next offsets past its shards and brings its id index up to the manifest.
 func (s *store) loadRun(ctx context.Context, runDir string) error {
 	ents, err := os.ReadDir(runDir)
 	if err != nil {
@@ -256,28 +261,19 @@ func (s *store) loadRun(ctx context.Context, runDir string) error {
 		}
 		s.log.Info("counted the generated tokens of shards the token counts did not cover", "run", runDir)
 	}
-	rs := &runState{info: m.Run, dir: runDir, manifest: *m, written: map[rowKey]struct{}{}, buffered: map[rowKey]struct{}{}, counts: counts}
 	for _, sh := range m.Shards {
 		si := onDisk[sh.File]
 		s.advanceKey(cpKey{si.Log, si.Topic, si.Partition}, si.LastOffset+1)
-		sf, err := openShard(filepath.Join(runDir, sh.File))
-		if err != nil {
-			return fmt.Errorf("sink: recover ids: %w", err)
-		}
-		err = sf.scan(ctx, []int{colID, colTurn}, func(r *ShardRow) error {
-			rs.written[rowKey{r.ID, r.Turn}] = struct{}{}
-			return nil
-		})
-		sf.Close()
-		if err != nil {
-			return fmt.Errorf("sink: recover ids from %s: %w", sh.File, err)
-		}
 	}
 	if prev, ok := s.runs[m.Run.Fingerprint]; ok {
 		return fmt.Errorf("sink: runs %s and %s have the same fingerprint", prev.dir, runDir)
 	}
-	s.runs[m.Run.Fingerprint] = rs
-	s.log.Info("recovered run", "run", runDir, "shards", len(m.Shards), "rows", len(rs.written))
+	index, err := openIndex(ctx, runDir, m, s.log)
+	if err != nil {
+		return err
+	}
+	s.runs[m.Run.Fingerprint] = &runState{info: m.Run, dir: runDir, manifest: *m, index: index, buffered: map[rowKey]struct{}{}, counts: counts}
+	s.log.Info("recovered run", "run", runDir, "shards", len(m.Shards), "rows", m.Totals.Rows)
 	return nil
 }
 
@@ -305,6 +301,16 @@ func describeShard(path string, si shardInfo) (ManifestShard, RunInfo, error) {
 	})
 	sh.Tokens = sh.PromptTokens + sh.CompletionTokens
 	return sh, info, err
+}
+
+// close closes the id indexes of every run.
+func (s *store) close() error {
+	var first error
+	for _, rs := range s.runs {
+		first = cmp.Or(first, rs.index.close())
+		rs.index = nil
+	}
+	return first
 }
 
 // next returns the first offset of a partition of the consumed incarnation not yet in a shard (0 if none is).
@@ -335,7 +341,7 @@ func (s *store) run(info RunInfo) *runState {
 	}
 	rs := &runState{info: info, dir: filepath.Join(s.dir, info.DirName()),
 		manifest: Manifest{FormatVersion: FormatVersion, Run: info, Schema: Columns},
-		written:  map[rowKey]struct{}{}, buffered: map[rowKey]struct{}{}, counts: &countTable{}}
+		buffered: map[rowKey]struct{}{}, counts: &countTable{}}
 	s.runs[info.Fingerprint] = rs
 	return rs
 }
@@ -360,6 +366,7 @@ type committedShard struct {
 	run    *runState
 	entry  ManifestShard
 	ids    []string
+	keys   []rowKey
 	counts *countTable // generated-token counts of the shard
 }
 
@@ -391,6 +398,15 @@ func (s *store) commitFlush(pk partKey, first, last int64, groups []runRows, row
 				return nil, err
 			}
 		}
+		if g.run.index == nil {
+			// A new run: its index starts empty, covering its empty manifest.
+			x, err := openIndex(context.Background(), g.run.dir, &g.run.manifest, s.log)
+			if err != nil {
+				cleanup()
+				return nil, err
+			}
+			g.run.index = x
+		}
 		if _, err := os.Stat(filepath.Join(g.run.dir, name)); err == nil {
 			// Never overwrite: the topic's offsets restarted without a new topic ID (a broker that reports none).
 			cleanup()
@@ -408,12 +424,13 @@ func (s *store) commitFlush(pk partKey, first, last int64, groups []runRows, row
 			return nil, errCrashed
 		}
 		ids := make([]string, len(g.rows))
+		keys := make([]rowKey, len(g.rows))
 		for i, r := range g.rows {
-			ids[i] = r.id
+			ids[i], keys[i] = r.id, rowKey{r.id, r.turn}
 		}
 		counts := &countTable{}
 		counts.addOutputs(g.rows)
-		out = append(out, committedShard{run: g.run, entry: entry, ids: ids, counts: counts})
+		out = append(out, committedShard{run: g.run, entry: entry, ids: ids, keys: keys, counts: counts})
 		dirs[g.run.dir] = true
 	}
 	for d := range dirs {
@@ -478,6 +495,12 @@ func (s *store) commitFlush(pk partKey, first, last int64, groups []runRows, row
 			return nil, fmt.Errorf("sink: write token counts: %w", err)
 		}
 		if crashed("counts-written") {
+			return nil, errCrashed
+		}
+		if err := c.run.index.add(c.keys, coverOf(&c.run.manifest, len(c.run.manifest.Shards))); err != nil {
+			return nil, fmt.Errorf("sink: update id index: %w", err)
+		}
+		if crashed("index-written") {
 			return nil, errCrashed
 		}
 	}

@@ -239,15 +239,18 @@ func (h *itest) ingest(path string, maxNewTokens int) []string {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	var mu sync.Mutex
+	var ids []string
 	res, err := ingest.Run(ctx, ingest.Config{Kafka: h.kc, Inputs: []string{path}, Dataset: itestDataset,
-		Defaults: topics.Sampling{MaxNewTokens: maxNewTokens}, Logger: h.log})
+		Defaults: topics.Sampling{MaxNewTokens: maxNewTokens}, Logger: h.log,
+		OnPrompt: func(id string, _ topics.Source) { mu.Lock(); ids = append(ids, id); mu.Unlock() }})
 	if err != nil {
 		h.t.Fatal(err)
 	}
 	if res.Rejected != 0 {
 		h.t.Fatalf("ingest rejected %d lines of %s", res.Rejected, path)
 	}
-	return res.IDs
+	return ids
 }
 
 // expectedPrompts tokenizes every prompt of path locally: what the tokenize stage must have produced.

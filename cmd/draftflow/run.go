@@ -19,6 +19,7 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 
+	"github.com/draftflow/draftflow/internal/idset"
 	"github.com/draftflow/draftflow/sink"
 	"github.com/draftflow/draftflow/stages/generate"
 	"github.com/draftflow/draftflow/stages/generate/sim"
@@ -44,14 +45,15 @@ type runConfig struct {
 
 // runResult is what a run reports.
 type runResult struct {
-	Prompts          int // valid prompts ingested (unique ids)
-	Written          int // of them, rows now in the shards (written by this run)
-	AlreadyPresent   int // of them, already in the shards from an earlier run
-	IngestRejected   int // malformed input lines
-	PipelineRejected int // prompts dead-lettered by tokenize, generate or sink
-	Missing          []string
-	Duplicates       int64 // generations the sink dropped as already written or buffered (redone work)
-	Tokens           int64 // tokens in the shards of this run's output
+	Prompts          int      // valid prompts ingested (unique ids)
+	Written          int      // of them, rows now in the shards (written by this run)
+	AlreadyPresent   int      // of them, already in the shards from an earlier run
+	IngestRejected   int      // malformed input lines
+	PipelineRejected int      // prompts dead-lettered by tokenize, generate or sink
+	Lost             int      // prompts that reached none of these
+	Missing          []string // the first maxListedMissing of them
+	Duplicates       int64    // generations the sink dropped as already written or buffered (redone work)
+	Tokens           int64    // tokens in the shards of this run's output
 	Shards           int
 	Dir              string
 	Elapsed          time.Duration
@@ -96,7 +98,7 @@ func cmdRun(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if len(res.Missing) > 0 {
+	if res.Lost > 0 {
 		return exitCode(3)
 	}
 	return nil
@@ -111,29 +113,43 @@ func printSummary(w io.Writer, r *runResult) {
 	fmt.Fprintf(w, "  redone    %d generations dropped by the sink as duplicates (%d of them prompts already in the shards; "+
 		"the rest redone after a rebalance, crash or retry)\n", r.Duplicates, min(r.Duplicates, int64(r.AlreadyPresent)))
 	fmt.Fprintf(w, "  elapsed   %s\n", r.Elapsed.Round(time.Millisecond))
-	if len(r.Missing) > 0 {
-		show := r.Missing
-		if len(show) > 10 {
-			show = show[:10]
-		}
-		fmt.Fprintf(w, "  LOST      %d prompts never reached the shards, e.g. %v\n", len(r.Missing), show)
+	if r.Lost > 0 {
+		fmt.Fprintf(w, "  LOST      %d prompts never reached the shards, e.g. %v\n", r.Lost, r.Missing)
 	}
 }
 
-// tracker accounts for every ingested id: written, already present, or rejected downstream.
+// The outcomes the tracker records per id, as bits of its one-byte value.
+const (
+	idExpected byte = 1 << iota // ingest wrote it (Kafka acknowledged the prompt)
+	idWritten                   // the sink made a row of it durable in this run
+	idPresent                   // the sink dropped it: already in the shards
+	idRejected                  // a stage after ingest dead-lettered it
+	idOutcomes = idWritten | idPresent | idRejected
+)
+
+// maxListedMissing is how many missing ids a run lists.
+const maxListedMissing = 10
+
+// tracker accounts for every ingested id: written, already present, or rejected downstream. The ids live in a
+// temporary file (internal/idset); memory holds two counters and a bounded number of pending ids.
 type tracker struct {
 	mu       sync.Mutex
-	expected map[string]bool // nil until ingest finished
-	written  map[string]bool
-	present  map[string]bool
-	rejected map[string]bool
+	ids      *idset.Set // id -> outcome bits
+	expected int        // ids with idExpected
+	done     int        // of them, ids with an outcome too
+	err      error      // the first failure of the id set
 	changed  chan struct{}
 }
 
-func newTracker() *tracker {
-	return &tracker{written: map[string]bool{}, present: map[string]bool{}, rejected: map[string]bool{},
-		changed: make(chan struct{}, 1)}
+func newTracker() (*tracker, error) {
+	ids, err := idset.New("")
+	if err != nil {
+		return nil, err
+	}
+	return &tracker{ids: ids, changed: make(chan struct{}, 1)}, nil
 }
+
+func (t *tracker) close() error { return t.ids.Close() }
 
 func (t *tracker) poke() {
 	select {
@@ -142,27 +158,74 @@ func (t *tracker) poke() {
 	}
 }
 
-func (t *tracker) mark(set map[string]bool, ids ...string) {
+// mark records the outcome bit for ids.
+func (t *tracker) mark(bit byte, ids ...string) {
 	t.mu.Lock()
 	for _, id := range ids {
-		set[id] = true
+		if t.err != nil {
+			break
+		}
+		v, _, err := t.ids.Get(id)
+		if err != nil {
+			t.err = err
+			break
+		}
+		var old byte
+		if len(v) > 0 {
+			old = v[0]
+		}
+		now := old | bit
+		if now == old {
+			continue
+		}
+		if old&idExpected == 0 && now&idExpected != 0 {
+			t.expected++
+		}
+		if accounted(now) && !accounted(old) {
+			t.done++
+		}
+		t.err = t.ids.Put(id, []byte{now})
 	}
 	t.mu.Unlock()
 	t.poke()
 }
 
-// done counts accounted-for expected ids; missing lists the rest.
-func (t *tracker) status() (done int, missing []string) {
+// accounted reports whether an expected id has an outcome.
+func accounted(bits byte) bool { return bits&idExpected != 0 && bits&idOutcomes != 0 }
+
+// status counts the accounted-for expected ids and the rest.
+func (t *tracker) status() (done, missing int, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for id := range t.expected {
-		if t.written[id] || t.present[id] || t.rejected[id] {
-			done++
-		} else {
-			missing = append(missing, id)
-		}
+	return t.done, t.expected - t.done, t.err
+}
+
+// account fills in res's counts of the expected ids by outcome (written before present before rejected) and
+// lists up to maxListedMissing of the ids without one.
+func (t *tracker) account(res *runResult) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.err != nil {
+		return t.err
 	}
-	return done, missing
+	return t.ids.ForEach(func(id string, v []byte) error {
+		bits := v[0]
+		switch {
+		case bits&idExpected == 0:
+		case bits&idWritten != 0:
+			res.Written++
+		case bits&idPresent != 0:
+			res.AlreadyPresent++
+		case bits&idRejected != 0:
+			res.PipelineRejected++
+		default:
+			res.Lost++
+			if len(res.Missing) < maxListedMissing {
+				res.Missing = append(res.Missing, id)
+			}
+		}
+		return nil
+	})
 }
 
 // runPipeline runs every stage in this process until every ingested prompt is accounted for, or ctx ends.
@@ -269,7 +332,11 @@ func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
 		log.Info("simulated SGLang server", "url", rc.Generate.Endpoints[0])
 	}
 
-	tr := newTracker()
+	tr, err := newTracker()
+	if err != nil {
+		return nil, err
+	}
+	defer tr.close()
 	stageCtx, stopStages := context.WithCancel(ctx)
 	defer stopStages()
 	errc := make(chan error, 4)
@@ -295,8 +362,8 @@ func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
 	startStage("generate", func(ctx context.Context) error { return generate.Run(ctx, gen) })
 	sk := rc.Sink
 	sk.Kafka, sk.Logger = kc, log
-	sk.OnDurable = func(ids []string) { tr.mark(tr.written, ids...) }
-	sk.OnDuplicate = func(id string) { tr.mark(tr.present, id) }
+	sk.OnDurable = func(ids []string) { tr.mark(idWritten, ids...) }
+	sk.OnDuplicate = func(id string) { tr.mark(idPresent, id) }
 	startStage("sink", func(ctx context.Context) error { return sink.Run(ctx, sk) })
 	// Dead letters from the stages after ingest, read by a group of this run alone.
 	startStage("rejected", func(ctx context.Context) error {
@@ -304,7 +371,7 @@ func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
 		return c.Run(ctx, func(d *kafka.Delivery) {
 			var r topics.Rejection
 			if topics.Unmarshal(d.Message.Value, &r) == nil && r.Stage != "ingest" && r.ID != "" {
-				tr.mark(tr.rejected, r.ID)
+				tr.mark(idRejected, r.ID)
 			}
 			d.Done()
 		})
@@ -312,23 +379,18 @@ func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
 
 	in := rc.Ingest
 	in.Kafka, in.Logger = kc, log
+	in.OnPrompt = func(id string, _ topics.Source) { tr.mark(idExpected, id) }
 	ires, err := ingest.Run(ctx, in)
 	if err != nil {
 		return nil, fmt.Errorf("ingest: %w", err)
 	}
-	expected := make(map[string]bool, len(ires.IDs))
-	for _, id := range ires.IDs {
-		expected[id] = true
-	}
-	tr.mu.Lock()
-	tr.expected = expected
-	tr.mu.Unlock()
-	tr.poke()
-	log.Info("ingest finished", "prompts", len(expected), "rejected_lines", ires.Rejected)
+	done, missing, _ := tr.status()
+	expected := done + missing
+	log.Info("ingest finished", "prompts", expected, "rejected_lines", ires.Rejected)
 
 	var bar *progressbar.ProgressBar
 	if rc.Progress != nil {
-		bar = progressbar.NewOptions(len(expected), progressbar.OptionSetWriter(rc.Progress),
+		bar = progressbar.NewOptions(expected, progressbar.OptionSetWriter(rc.Progress),
 			progressbar.OptionSetDescription("prompts"), progressbar.OptionShowCount(), progressbar.OptionShowIts(),
 			progressbar.OptionSetItsString("prompts"), progressbar.OptionSetPredictTime(true),
 			progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionClearOnFinish())
@@ -338,11 +400,15 @@ func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
 	defer ticker.Stop()
 wait:
 	for {
-		done, missing := tr.status()
+		done, missing, err := tr.status()
 		if bar != nil {
 			bar.Set(done)
 		}
-		if len(missing) == 0 {
+		if err != nil {
+			runErr = fmt.Errorf("account for the prompts: %w", err)
+			break
+		}
+		if missing == 0 {
 			break
 		}
 		select {
@@ -374,20 +440,10 @@ wait:
 		}
 	}
 
-	res := &runResult{Prompts: len(expected), IngestRejected: ires.Rejected, Dir: rc.Sink.Dir}
-	_, res.Missing = tr.status()
-	tr.mu.Lock()
-	for id := range expected {
-		switch {
-		case tr.written[id]:
-			res.Written++
-		case tr.present[id]:
-			res.AlreadyPresent++
-		case tr.rejected[id]:
-			res.PipelineRejected++
-		}
+	res := &runResult{Prompts: expected, IngestRejected: ires.Rejected, Dir: rc.Sink.Dir}
+	if err := tr.account(res); err != nil && runErr == nil {
+		runErr = fmt.Errorf("account for the prompts: %w", err)
 	}
-	tr.mu.Unlock()
 	if sum, err := sink.Inspect(rc.Sink.Dir, io.Discard); err == nil {
 		res.Tokens, res.Shards = sum.Tokens, sum.Shards
 	} else if runErr == nil {

@@ -19,7 +19,9 @@
 // a SHA-256 over a canonical encoding of the whole conversation (normalised messages and tools), so the same
 // conversation gets the same id in every run and in every input format. The sink deduplicates by id, which
 // makes re-running ingest on the same file harmless; within one run a repeated id is rejected, because the
-// sink would otherwise drop it silently.
+// sink would otherwise drop it silently. The ids a run has seen are kept in a temporary file (Config.TempDir,
+// internal/idset), so memory does not grow with the size of the input; Run returns counts, and a caller that
+// needs the ids gets them through Config.OnPrompt.
 //
 // The prompt is every message up to and including the last user message; what follows is the part the
 // target model regenerates and is dropped. Per-dataset generation settings (topics.Sampling) come from

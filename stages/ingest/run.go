@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/schollz/progressbar/v3"
 
+	"github.com/draftflow/draftflow/internal/idset"
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/metrics"
 	"github.com/draftflow/draftflow/topics"
@@ -46,6 +48,12 @@ type Config struct {
 	MaxInFlight int
 	// Registerer receives the stage's metrics (default prometheus.DefaultRegisterer).
 	Registerer prometheus.Registerer
+	// OnPrompt, if set, is called with the id and source of each prompt once Kafka acknowledged it, from the
+	// producer's goroutine (not in input order). Run keeps no list of ids: a caller that needs them keeps them.
+	OnPrompt func(id string, src topics.Source)
+	// TempDir is where Run keeps the ids it has seen, for the duplicate check, in a temporary file of its own
+	// (default os.TempDir()); memory holds only a bounded number of them (see internal/idset).
+	TempDir string
 }
 
 // Result summarises a Run.
@@ -54,8 +62,6 @@ type Result struct {
 	Prompts int
 	// Rejected is the number of lines Kafka acknowledged on the rejected topic.
 	Rejected int
-	// IDs are the ids of the acknowledged prompts, in input order.
-	IDs []string
 	// Datasets counts acknowledged prompts per dataset.
 	Datasets map[string]int
 	// Reasons counts acknowledged rejections per reason.
@@ -131,6 +137,11 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if maxMsg <= 0 {
 		maxMsg = kafka.DefaultMaxMessageBytes
 	}
+	seen, err := idset.New(cfg.TempDir)
+	if err != nil {
+		return Result{}, fmt.Errorf("ingest: %w", err)
+	}
+	defer seen.Close()
 	r := &runner{
 		log:      log,
 		settings: settings,
@@ -142,7 +153,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		ctx:      ctx,
 		slots:    make(chan struct{}, maxInFlight),
 		maxMsg:   maxMsg,
-		seen:     map[string]topics.Source{},
+		seen:     seen,
+		fileIdx:  map[string]int{},
+		onPrompt: cfg.OnPrompt,
 		datasets: map[string]int{},
 		reasons:  map[Reason]int{},
 	}
@@ -217,11 +230,14 @@ type runner struct {
 	slots    chan struct{}
 	maxMsg   int
 	acks     sync.WaitGroup
-	seen     map[string]topics.Source // id -> first occurrence in this run
+	seen     *idset.Set // id -> first occurrence in this run (seenValue)
+	files    []string   // input files, indexed by seenValue
+	fileIdx  map[string]int
+	onPrompt func(id string, src topics.Source)
 
 	mu        sync.Mutex
-	ids       []string // sent prompt ids, in input order; "" once a send failed
-	sent      int
+	sent      int // prompts sent and not failed
+	acked     int // prompts Kafka acknowledged
 	nRejected int
 	logged    int
 	datasets  map[string]int
@@ -243,7 +259,10 @@ func (r *runner) handle(p topics.Prompt, perr error, src topics.Source, raw []by
 	if perr != nil {
 		return r.reject(p.ID, p.Dataset, src, perr, raw)
 	}
-	if first, dup := r.seen[p.ID]; dup {
+	if v, dup, err := r.seen.Get(p.ID); err != nil {
+		return fmt.Errorf("ingest: duplicate check: %w", err)
+	} else if dup {
+		first := r.source(v)
 		return r.reject(p.ID, p.Dataset, src, lineErr(ReasonDuplicateID,
 			"duplicate id %q: already used by %s line %d in this run", p.ID, first.File, first.Line), raw)
 	}
@@ -261,11 +280,11 @@ func (r *runner) handle(p topics.Prompt, perr error, src topics.Source, raw []by
 		return r.reject(p.ID, p.Dataset, src, lineErr(ReasonTooLarge,
 			"prompt record is %d bytes, over the %d-byte Kafka message limit", len(value), r.maxMsg), raw)
 	}
-	r.seen[p.ID] = src
+	if err := r.seen.Put(p.ID, r.seenValue(src)); err != nil {
+		return fmt.Errorf("ingest: duplicate check: %w", err)
+	}
 
 	r.mu.Lock()
-	seq := len(r.ids)
-	r.ids = append(r.ids, p.ID)
 	r.sent++
 	r.mu.Unlock()
 	id, dataset := p.ID, p.Dataset
@@ -275,22 +294,46 @@ func (r *runner) handle(p topics.Prompt, perr error, src topics.Source, raw []by
 			// line as if it had failed the check above, and go on. The line itself is no longer at hand; its
 			// source says where it is.
 			r.mu.Lock()
-			r.ids[seq] = ""
 			r.sent--
 			r.mu.Unlock()
 			r.rejectWith(false, id, dataset, src, lineErr(ReasonTooLarge, "prompt record refused: %v", err), nil)
 			return
 		}
 		r.mu.Lock()
-		defer r.mu.Unlock()
 		if err != nil {
-			r.ids[seq] = ""
 			r.fail(err)
+			r.mu.Unlock()
 			return
 		}
+		r.acked++
 		r.datasets[dataset]++
 		r.met.prompts.WithLabelValues(dataset).Inc()
+		r.mu.Unlock()
+		if r.onPrompt != nil {
+			r.onPrompt(id, src)
+		}
 	})
+}
+
+// seenValue encodes where an id first occurred: the index of its file in r.files, then its line.
+func (r *runner) seenValue(src topics.Source) []byte {
+	i, ok := r.fileIdx[src.File]
+	if !ok {
+		i = len(r.files)
+		r.files = append(r.files, src.File)
+		r.fileIdx[src.File] = i
+	}
+	return binary.AppendVarint(binary.AppendUvarint(nil, uint64(i)), src.Line)
+}
+
+// source decodes a seenValue.
+func (r *runner) source(v []byte) topics.Source {
+	i, n := binary.Uvarint(v)
+	line, _ := binary.Varint(v[max(n, 0):])
+	if n <= 0 || i >= uint64(len(r.files)) {
+		return topics.Source{}
+	}
+	return topics.Source{File: r.files[i], Line: line}
 }
 
 // reject dead-letters one line.
@@ -371,13 +414,7 @@ func (r *runner) fail(err error) {
 func (r *runner) result() Result {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	res := Result{Datasets: r.datasets, Reasons: r.reasons}
-	for _, id := range r.ids {
-		if id != "" {
-			res.IDs = append(res.IDs, id)
-		}
-	}
-	res.Prompts = len(res.IDs)
+	res := Result{Prompts: r.acked, Datasets: r.datasets, Reasons: r.reasons}
 	for _, n := range r.reasons {
 		res.Rejected += n
 	}

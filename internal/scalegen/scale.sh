@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# scale.sh: `make scale`. N small conversations (default 2,000,000) through ingest, tokenize, generate (the
+# simulator, instant, 8-token outputs) and sink, each a separate draftflow process, against a real Kafka
+# broker (deploy/kafka/kafka.sh). Prints each stage's peak memory and the throughput; not run in CI.
+#
+#   SCALE_N=200000 bash internal/scalegen/scale.sh      # or: make scale SCALE_N=200000
+#
+# Memory per stage, sampled every second from /proc/PID/status: VmHWM is the kernel's peak resident set
+# (heap plus file-backed pages, such as the memory-mapped id indexes, which the kernel may reclaim);
+# RssAnon is the anonymous part (Go heap and stacks), the memory a stage holds itself.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+N=${SCALE_N:-2000000}
+WORK=${SCALE_DIR:-out/scale}
+BIN=bin/draftflow
+NS=scale-$N-$$
+mkdir -p "$WORK"
+WORK=$(cd "$WORK" && pwd)
+OUT=$WORK/out-$N
+rm -rf "$OUT"
+
+go build -o "$BIN" ./cmd/draftflow
+go build -o "$WORK/scalegen" ./internal/scalegen
+[[ -s $WORK/input-$N.jsonl ]] || "$WORK/scalegen" -n "$N" -out "$WORK/input-$N.jsonl" -model "$WORK/model"
+
+started_broker=0
+if [[ -z ${DRAFTFLOW_BROKERS:-} ]]; then
+	DRAFTFLOW_BROKERS=$(bash deploy/kafka/kafka.sh up | tail -1)
+	started_broker=1
+fi
+export DRAFTFLOW_BROKERS DRAFTFLOW_NAMESPACE=$NS
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	if ((started_broker)); then bash deploy/kafka/kafka.sh down >/dev/null || true; fi
+}
+trap cleanup EXIT
+
+# peak NAME PID: sample PID's memory every second into $WORK/NAME.mem until it exits.
+peak() {
+	local name=$1 pid=$2 hwm=0 anon=0 a h
+	while [[ -r /proc/$pid/status ]]; do
+		h=$(awk '/^VmHWM:/ {print $2}' "/proc/$pid/status" 2>/dev/null || true)
+		a=$(awk '/^RssAnon:/ {print $2}' "/proc/$pid/status" 2>/dev/null || true)
+		[[ -n $h ]] && ((h > hwm)) && hwm=$h
+		[[ -n $a ]] && ((a > anon)) && anon=$a
+		echo "$hwm $anon" >"$WORK/$name.mem"
+		sleep 1
+	done
+}
+start() { # start NAME ARGS...: run a stage in the background, logging to $WORK/NAME.log
+	local name=$1
+	shift
+	"$@" >"$WORK/$name.log" 2>&1 &
+	pids+=($!)
+	peak "$name" $! &
+}
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+start sim "$BIN" sim --addr 127.0.0.1:$port --instant --output-len-dist fixed --output-len-mean 8 --vocab-size 3035 --eos-token-ids 3030 --special-token-start 3027 --log-level warn
+start sink "$BIN" sink --metrics-addr "" --out "$OUT" --log-level warn
+start generate "$BIN" generate --metrics-addr "" --sglang http://127.0.0.1:$port --max-new-tokens 8 --log-level warn
+start tokenize "$BIN" tokenize --metrics-addr "" --model "$WORK/model" --log-level warn
+
+t0=$(date +%s.%N)
+"$BIN" ingest --input "$WORK/input-$N.jsonl" --progress=false --log-level warn >"$WORK/ingest.log" 2>&1 &
+ipid=$!
+peak ingest $ipid &
+wait $ipid
+t1=$(date +%s.%N)
+
+rows() { python3 -c 'import glob,json,sys; print(sum(json.load(open(p))["totals"]["rows"] for p in glob.glob(sys.argv[1]+"/*/manifest.json")))' "$OUT" 2>/dev/null || echo 0; }
+while (($(rows) < N)); do
+	sleep 2
+	for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null || { echo "a stage exited early; see $WORK/*.log" >&2; exit 1; }; done
+done
+t2=$(date +%s.%N)
+sleep 2 # one more sample of every stage
+for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+wait "${pids[@]}" 2>/dev/null || true
+pids=()
+
+echo "scale: $N conversations, namespace $NS, output $OUT"
+awk -v n="$N" -v a="$t0" -v b="$t1" -v c="$t2" 'BEGIN {
+	printf "  ingest      %8.1f s  %9.0f records/s\n", b-a, n/(b-a)
+	printf "  end to end  %8.1f s  %9.0f records/s\n", c-a, n/(c-a) }'
+printf '  %-10s %12s %12s\n' stage "VmHWM MiB" "RssAnon MiB"
+for s in ingest tokenize generate sink sim; do
+	read -r h a <"$WORK/$s.mem"
+	printf '  %-10s %12.1f %12.1f\n' "$s" "$(echo "$h/1024" | bc -l)" "$(echo "$a/1024" | bc -l)"
+done
