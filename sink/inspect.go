@@ -2,6 +2,7 @@ package sink
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,7 +11,10 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
+
+	"github.com/draftflow/draftflow/internal/idset"
 )
 
 // Summary is what Inspect found.
@@ -122,9 +126,16 @@ func inspectRun(rd string, sum *Summary, hist map[int]int64) RunSummary {
 			problem("shard %s is not in the manifest", e.Name())
 		}
 	}
-	seen := map[rowKey]string{}
+	// The (id, turn) keys seen so far, to find a row in two shards: in a temporary file, so inspecting a run
+	// of millions of rows does not hold them all in memory.
+	seen, err := idset.New("")
+	if err != nil {
+		problem("duplicate check: %v", err)
+		return rs
+	}
+	defer seen.Close()
 	recount := &countTable{}
-	for _, sh := range m.Shards {
+	for shardIdx, sh := range m.Shards {
 		path := filepath.Join(rd, sh.File)
 		digest, size, err := fileSHA256(path)
 		if err != nil {
@@ -160,11 +171,18 @@ func inspectRun(rd string, sum *Summary, hist map[int]int64) RunSummary {
 					problem("%s: row %q: %s", sh.File, r.ID, msg)
 				}
 			}
-			k := rowKey{r.ID, r.Turn}
-			if prev, dup := seen[k]; dup {
-				problem("%s: id %q turn %d is also in %s", sh.File, r.ID, r.Turn, prev)
-			} else {
-				seen[k] = sh.File
+			k := r.ID + "\x00" + strconv.Itoa(int(r.Turn))
+			prev, dup, err := seen.Get(k)
+			switch {
+			case err != nil:
+				return fmt.Errorf("duplicate check: %w", err)
+			case dup:
+				i, _ := binary.Uvarint(prev)
+				problem("%s: id %q turn %d is also in %s", sh.File, r.ID, r.Turn, m.Shards[min(int(i), len(m.Shards)-1)].File)
+			default:
+				if err := seen.Put(k, binary.AppendUvarint(nil, uint64(shardIdx))); err != nil {
+					return fmt.Errorf("duplicate check: %w", err)
+				}
 			}
 			if r.PromptLen >= 0 && int(r.PromptLen) <= len(r.InputIDs) {
 				for _, id := range r.InputIDs[r.PromptLen:] {

@@ -250,6 +250,29 @@ func TestInspectCatchesCorruption(t *testing.T) {
 		os.WriteFile(filepath.Join(rs.dir, "generated+0+000000000900-000000000901.parquet"), b, 0o644)
 		expectProblem(t, dir, "not in the manifest")
 	})
+	t.Run("row in two shards", func(t *testing.T) {
+		dir := t.TempDir()
+		st, err := openStore(context.Background(), dir, quietLogger())
+		if err != nil {
+			t.Fatal(err)
+		}
+		first, a, _ := interleaved(0, 40)
+		second, _, _ := interleaved(40, 40)
+		if err := flushGens(st, 0, first); err != nil {
+			t.Fatal(err)
+		}
+		if err := flushGens(st, 40, second); err != nil {
+			t.Fatal(err)
+		}
+		rs := st.run(RunOf(a[0]))
+		if len(rs.manifest.Shards) < 2 {
+			t.Fatalf("%d shards, want two flushes' worth", len(rs.manifest.Shards))
+		}
+		// The second shard's bytes replaced by the first's: its rows are the first shard's ids again.
+		b, _ := os.ReadFile(filepath.Join(rs.dir, rs.manifest.Shards[0].File))
+		os.WriteFile(filepath.Join(rs.dir, rs.manifest.Shards[len(rs.manifest.Shards)-1].File), b, 0o644)
+		expectProblem(t, dir, "is also in "+rs.manifest.Shards[0].File)
+	})
 	t.Run("missing shard", func(t *testing.T) {
 		dir, rs := newDir(t)
 		os.Remove(shardPath(rs))
