@@ -103,7 +103,7 @@ func TestTiktokenLibraryReference(t *testing.T) {
 		if tiktokenPinned() && requireAssets() {
 			t.Fatalf("python3 with tiktoken unavailable: %v %s", err, out)
 		}
-		t.Skipf("python3 with tiktoken unavailable (not pinned in requirements-test.txt): %v", err)
+		t.Skipf("python3 with tiktoken unavailable (make deps-python installs it): %v", err)
 	}
 	tokPath := fetchTokenizer(t, "gptoss")
 	path, specials := writeTiktokenFromHF(t, tokPath)
