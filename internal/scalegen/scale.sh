@@ -37,36 +37,46 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# peak NAME PID: sample PID's memory every second into $WORK/NAME.mem until it exits.
+# freeport prints a free loopback port.
+freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# peak NAME PID [METRICS_PORT]: sample PID's memory every second into $WORK/NAME.mem until it exits: VmHWM and
+# RssAnon from /proc, and, when the stage serves /metrics, the Go heap in use (go_memstats_heap_inuse_bytes,
+# live objects and their spans: what the process holds, without the memory the runtime keeps but has freed).
 peak() {
-	local name=$1 pid=$2 hwm=0 anon=0 a h
+	local name=$1 pid=$2 mport=${3:-} hwm=0 anon=0 heap=0 a h g
 	while [[ -r /proc/$pid/status ]]; do
 		h=$(awk '/^VmHWM:/ {print $2}' "/proc/$pid/status" 2>/dev/null || true)
 		a=$(awk '/^RssAnon:/ {print $2}' "/proc/$pid/status" 2>/dev/null || true)
 		[[ -n $h ]] && ((h > hwm)) && hwm=$h
 		[[ -n $a ]] && ((a > anon)) && anon=$a
-		echo "$hwm $anon" >"$WORK/$name.mem"
+		if [[ -n $mport ]]; then
+			g=$(curl -s --max-time 1 "http://127.0.0.1:$mport/metrics" 2>/dev/null | awk '/^go_memstats_heap_inuse_bytes / {printf "%d", $2/1024}' || true)
+			[[ -n $g ]] && ((g > heap)) && heap=$g
+		fi
+		echo "$hwm $anon $heap" >"$WORK/$name.mem"
 		sleep 1
 	done
 }
-start() { # start NAME ARGS...: run a stage in the background, logging to $WORK/NAME.log
-	local name=$1
-	shift
+start() { # start NAME METRICS_PORT ARGS...: run a stage in the background, logging to $WORK/NAME.log
+	local name=$1 mport=$2
+	shift 2
 	"$@" >"$WORK/$name.log" 2>&1 &
 	pids+=($!)
-	peak "$name" $! &
+	peak "$name" $! "$mport" &
 }
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-start sim "$BIN" sim --addr 127.0.0.1:$port --instant --output-len-dist fixed --output-len-mean 8 --vocab-size 3035 --eos-token-ids 3030 --special-token-start 3027 --log-level warn
-start sink "$BIN" sink --metrics-addr "" --out "$OUT" --log-level warn
-start generate "$BIN" generate --metrics-addr "" --sglang http://127.0.0.1:$port --max-new-tokens 8 --log-level warn
-start tokenize "$BIN" tokenize --metrics-addr "" --model "$WORK/model" --log-level warn
+port=$(freeport)
+ms=$(freeport) mg=$(freeport) mt=$(freeport) mi=$(freeport)
+start sim "" "$BIN" sim --addr 127.0.0.1:$port --instant --output-len-dist fixed --output-len-mean 8 --vocab-size 3035 --eos-token-ids 3030 --special-token-start 3027 --log-level warn
+start sink "$ms" "$BIN" sink --metrics-addr "127.0.0.1:$ms" --out "$OUT" --log-level warn
+start generate "$mg" "$BIN" generate --metrics-addr "127.0.0.1:$mg" --sglang http://127.0.0.1:$port --max-new-tokens 8 --log-level warn
+start tokenize "$mt" "$BIN" tokenize --metrics-addr "127.0.0.1:$mt" --model "$WORK/model" --log-level warn
 
 t0=$(date +%s.%N)
-"$BIN" ingest --input "$WORK/input-$N.jsonl" --progress=false --log-level warn >"$WORK/ingest.log" 2>&1 &
+"$BIN" ingest --input "$WORK/input-$N.jsonl" --progress=false --metrics-addr "127.0.0.1:$mi" --log-level warn >"$WORK/ingest.log" 2>&1 &
 ipid=$!
-peak ingest $ipid &
+peak ingest $ipid "$mi" &
 wait $ipid
 t1=$(date +%s.%N)
 
@@ -85,8 +95,8 @@ echo "scale: $N conversations, namespace $NS, output $OUT"
 awk -v n="$N" -v a="$t0" -v b="$t1" -v c="$t2" 'BEGIN {
 	printf "  ingest      %8.1f s  %9.0f records/s\n", b-a, n/(b-a)
 	printf "  end to end  %8.1f s  %9.0f records/s\n", c-a, n/(c-a) }'
-printf '  %-10s %12s %12s\n' stage "VmHWM MiB" "RssAnon MiB"
+printf '  %-10s %12s %12s %14s\n' stage "VmHWM MiB" "RssAnon MiB" "Go heap MiB"
 for s in ingest tokenize generate sink sim; do
-	read -r h a <"$WORK/$s.mem"
-	printf '  %-10s %12.1f %12.1f\n' "$s" "$(echo "$h/1024" | bc -l)" "$(echo "$a/1024" | bc -l)"
+	read -r h a g <"$WORK/$s.mem"
+	printf '  %-10s %12.1f %12.1f %14.1f\n' "$s" "$(echo "$h/1024" | bc -l)" "$(echo "$a/1024" | bc -l)" "$(echo "${g:-0}/1024" | bc -l)"
 done
