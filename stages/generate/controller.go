@@ -767,14 +767,22 @@ func (c *Controller) abort(ep *endpoint, rid string) {
 }
 
 // reportFailure counts a connection failure against ep's server; enough of them in a row drain it.
-func (c *Controller) reportFailure(ep *endpoint, err error) {
+func (c *Controller) reportFailure(ep *endpoint, err error) { c.countHealth(ep.srv, err) }
+
+// countHealth records one health check or attempt outcome of s: a success resets its failure count, and
+// HealthFailures failures in a row drain it while it is up. It reports whether s is drained now.
+func (c *Controller) countHealth(s *server, err error) (drained bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := ep.srv
+	if err == nil {
+		s.fails = 0
+		return false
+	}
 	s.fails++
 	if s.state == stateReady && s.fails >= c.cfg.HealthFailures {
 		c.drainLocked(s, err)
 	}
+	return s.state == stateDraining
 }
 
 // drainLocked stops admissions to s until a probe brings it back, and cancels the attempts in flight on it

@@ -110,16 +110,7 @@ func (c *Controller) Probe(ctx context.Context, i int) error {
 func (c *Controller) Health(ctx context.Context, i int) error {
 	s := c.srv[i]
 	err := s.cl.Health(ctx)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if err == nil {
-		s.fails = 0
-		return nil
-	}
-	s.fails++
-	if s.state == stateReady && s.fails >= c.cfg.HealthFailures {
-		c.drainLocked(s, err)
-	}
+	c.countHealth(s, err)
 	return err
 }
 

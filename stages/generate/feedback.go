@@ -188,18 +188,9 @@ func (c *Controller) watch(ctx context.Context, s *server) {
 			if ctx.Err() != nil {
 				return
 			}
-			c.mu.Lock()
-			if err == nil {
-				s.fails = 0
-			} else {
-				s.fails++
-				if s.fails >= c.cfg.HealthFailures {
-					c.drainLocked(s, err)
-					c.mu.Unlock()
-					return
-				}
+			if c.countHealth(s, err) {
+				return
 			}
-			c.mu.Unlock()
 		case <-poll:
 			pctx, cancel := context.WithTimeout(ctx, max(c.cfg.Budget.PollInterval, time.Second))
 			restarted, err := c.poll(pctx, s)
