@@ -10,10 +10,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	kafkago "github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/compress"
 
 	"github.com/draftflow/draftflow/topics"
-	"github.com/segmentio/kafka-go/compress"
 )
 
 // ProducerConfig tunes a Producer; zero values are documented defaults.
@@ -45,8 +46,11 @@ type Producer struct {
 	w     *kafkago.Writer
 	solo  *kafkago.Writer // synchronous, one record per batch: re-sends of refused records
 	met   *plumbing
-	sends sync.WaitGroup // re-sends in flight; Close waits for them
-	limit atomic.Int64   // largest key+value+overhead a record may have: BatchBytes, or the topic's limit once known
+
+	closing   chan struct{} // closed by Close: retries of SendRetrying waiting give up
+	closeOnce sync.Once
+	sends     sync.WaitGroup // re-sends in flight; Close waits for them
+	limit     atomic.Int64   // largest key+value+overhead a record may have: BatchBytes, or the topic's limit once known
 
 	lookup    sync.Mutex // guards looked and topicMax
 	looked    bool
@@ -109,7 +113,8 @@ func (c Config) NewProducer(topic string, pc ProducerConfig) *Producer {
 		w.Compression = compress.Zstd
 		solo.Compression = compress.Zstd
 	}
-	p := &Producer{cfg: c, name: name, topic: topic, w: w, solo: solo, met: newPlumbing(c.Registerer)}
+	p := &Producer{cfg: c, name: name, topic: topic, w: w, solo: solo, met: newPlumbing(c.Registerer),
+		closing: make(chan struct{})}
 	p.limit.Store(w.BatchBytes)
 	w.Completion = func(msgs []kafkago.Message, err error) {
 		for _, m := range msgs {
@@ -138,9 +143,63 @@ func (p *Producer) Send(ctx context.Context, key string, rec any, done func(erro
 		value, err = topics.Marshal(rec)
 	}
 	if err != nil {
-		return err
+		return &encodeError{err}
 	}
 	return p.SendRaw(ctx, key, value, done)
+}
+
+// encodeError is a record Send could not encode: writing it again cannot help.
+type encodeError struct{ err error }
+
+func (e *encodeError) Error() string { return "kafka: encode record: " + e.err.Error() }
+func (e *encodeError) Unwrap() error { return e.err }
+
+// SendRetrying writes rec as Send does and calls done once, never before SendRetrying returns: with nil once
+// the broker acknowledged it; at once with the error when the record can never be written (it cannot be
+// encoded, or it is over the message limit: IsRecordTooLarge); with ctx's error when ctx ends before a write
+// succeeded. Any other failure is retried with exponential backoff (100 ms, growing to 10 s) for as long as
+// ctx lasts and the producer is open: a failing broker holds the record back, never drops it.
+func (p *Producer) SendRetrying(ctx context.Context, key string, rec any, done func(error)) {
+	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
+		backoff.WithMaxInterval(10*time.Second), backoff.WithMaxElapsedTime(0))
+	var attempt func()
+	failed := func(err error) {
+		var ee *encodeError
+		switch {
+		case errors.As(err, &ee) || IsRecordTooLarge(err):
+			go done(err)
+			return
+		case ctx.Err() != nil:
+			go done(ctx.Err()) // never from within SendRetrying: callers may hold a lock done takes
+			return
+		}
+		wait := b.NextBackOff()
+		p.cfg.logger().Warn("write failed; retrying", "topic", p.topic, "key", key, "err", err, "in", wait)
+		go func() {
+			t := time.NewTimer(wait)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				attempt()
+			case <-ctx.Done(): // a shutdown does not wait out the backoff
+				done(ctx.Err())
+			case <-p.closing:
+				done(fmt.Errorf("kafka: producer of %s closed before %q was written: %w", p.topic, key, err))
+			}
+		}()
+	}
+	attempt = func() {
+		if err := p.Send(context.WithoutCancel(ctx), key, rec, func(err error) {
+			if err != nil {
+				failed(err)
+				return
+			}
+			done(nil)
+		}); err != nil {
+			failed(err)
+		}
+	}
+	attempt()
 }
 
 // fitRejection encodes a dead letter, which must always fit: it keeps as much of the offending payload as the
@@ -373,6 +432,7 @@ func (p *Producer) SendSync(ctx context.Context, key string, rec any) error {
 // Close flushes pending records (their done callbacks run, re-sends of refused records included) and closes
 // the writer.
 func (p *Producer) Close() error {
+	p.closeOnce.Do(func() { close(p.closing) })
 	err := p.w.Close()
 	p.sends.Wait()
 	if serr := p.solo.Close(); err == nil {

@@ -10,8 +10,6 @@ import (
 
 	"github.com/draftflow/draftflow/kafka"
 
-	"github.com/cenkalti/backoff/v4"
-
 	"github.com/draftflow/draftflow/topics"
 )
 
@@ -214,9 +212,23 @@ func generation(t *topics.Tokenized, sampling topics.Sampling, res *Result) *top
 	return g
 }
 
-// emit writes a Generation and marks d Done once it is acknowledged.
+// emit writes a Generation and marks d Done once it is acknowledged. A write that fails is retried while the
+// stage works (Producer.SendRetrying); at shutdown d stays unfinished and is redelivered. A generation over
+// the message limit can never be written: it is dead-lettered instead of stalling the partition.
 func (s *stage) emit(d *kafka.Delivery, g *topics.Generation) {
-	s.send(s.gen, d, g.ID, g, func() { s.ctl.met.records.WithLabelValues("generated").Inc() })
+	s.gen.SendRetrying(s.work, g.ID, g, func(err error) {
+		switch {
+		case err == nil:
+			s.ctl.met.records.WithLabelValues("generated").Inc()
+			d.Done()
+		case kafka.IsRecordTooLarge(err):
+			s.log.Warn("generation too large for the topic", "id", g.ID, "at", d.Where(), "err", err)
+			s.reject(d, &topics.Rejection{ID: g.ID, Dataset: g.Dataset, Source: g.Source, Reason: err.Error()})
+		default:
+			s.log.Warn("output not written before shutdown; record will be redelivered", "at", d.Where(), "err", err)
+			d.Abandon()
+		}
+	})
 }
 
 // reject dead-letters d's record (kafka.DeadLetters: retried while the stage works) and marks d Done once the
@@ -229,50 +241,5 @@ func (s *stage) reject(d *kafka.Delivery, r *topics.Rejection) {
 		}
 		s.ctl.met.records.WithLabelValues("rejected").Inc()
 		d.Done()
-	})
-}
-
-// send writes rec and marks d Done after the broker acknowledged it. A write that fails is retried with
-// backoff until the stage's work context ends; d then stays unfinished and is redelivered. (A retry that
-// fires after the producer closed fails and gives up the same way.)
-func (s *stage) send(p *kafka.Producer, d *kafka.Delivery, key string, rec any, acked func()) {
-	b := backoff.WithContext(backoff.NewExponentialBackOff(backoff.WithMaxElapsedTime(0), backoff.WithMaxInterval(10*time.Second)), s.work)
-	var attempt func()
-	attempt = func() {
-		err := p.Send(context.WithoutCancel(s.work), key, rec, func(err error) {
-			if err == nil {
-				acked()
-				d.Done()
-				return
-			}
-			s.retrySend(b, p, d, err, attempt)
-		})
-		if g, ok := rec.(*topics.Generation); ok && errors.Is(err, kafka.ErrRecordTooLarge) {
-			// Permanent for this record: dead-letter it instead of stalling the partition.
-			s.log.Warn("generation too large for the topic", "id", g.ID, "at", d.Where(), "err", err)
-			s.reject(d, &topics.Rejection{ID: g.ID, Dataset: g.Dataset, Source: g.Source, Reason: err.Error()})
-			return
-		}
-		if err != nil {
-			s.retrySend(b, p, d, err, attempt)
-		}
-	}
-	attempt()
-}
-
-func (s *stage) retrySend(b backoff.BackOff, p *kafka.Producer, d *kafka.Delivery, err error, attempt func()) {
-	wait := b.NextBackOff()
-	if wait == backoff.Stop {
-		s.log.Warn("output not written before shutdown; record will be redelivered", "topic", p.Topic(), "at", d.Where(), "err", err)
-		d.Abandon()
-		return
-	}
-	s.log.Warn("writing output failed; retrying", "topic", p.Topic(), "at", d.Where(), "err", err, "in", wait)
-	time.AfterFunc(wait, func() {
-		if s.work.Err() == nil {
-			attempt()
-			return
-		}
-		d.Abandon() // shut down meanwhile: redelivered later, and the consumer need not wait for it
 	})
 }
