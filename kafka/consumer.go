@@ -123,6 +123,7 @@ var errCrashed = errors.New("kafka: consumer crashed (test)")
 
 // NewConsumer returns a Consumer of the logical topic in group cc.Group.
 func (c Config) NewConsumer(topic string, cc ConsumerConfig) *Consumer {
+	installZstd()
 	topic = c.Topic(topic)
 	cc.Group = c.Topic(cc.Group) // groups are namespaced like topics
 	if cc.MaxInFlight <= 0 {

@@ -73,6 +73,7 @@ const maxRefused = 4096
 // NewProducer returns a Producer for the logical topic. The writer keys records by id (hash balancer), so every version of
 // one conversation lands on one partition.
 func (c Config) NewProducer(topic string, pc ProducerConfig) *Producer {
+	installZstd()
 	name := topic
 	topic = c.Topic(topic)
 	if pc.BatchTimeout <= 0 {

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"slices"
 	"sort"
 	"strings"
@@ -108,9 +109,17 @@ func (r *Readiness) Check() error {
 }
 
 // Handler serves /metrics (gatherer's series), /healthz (200 while the process answers) and /readyz (200
-// when ready's checks pass, else 503 with the reasons).
-func Handler(gatherer prometheus.Gatherer, ready *Readiness) http.Handler {
+// when ready's checks pass, else 503 with the reasons); with profile, also Go's profiles under /debug/pprof/
+// (net/http/pprof: heap, goroutine, CPU profile, ...), off by default because they reveal the process's insides.
+func Handler(gatherer prometheus.Gatherer, ready *Readiness, profile bool) http.Handler {
 	mux := http.NewServeMux()
+	if profile {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	mux.Handle("/metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
@@ -126,12 +135,12 @@ func Handler(gatherer prometheus.Gatherer, ready *Readiness) http.Handler {
 
 // Serve listens on addr and serves Handler until ctx ends. It returns once the listener is open (an error
 // when it cannot be), so a bad address fails the command at once.
-func Serve(ctx context.Context, addr string, gatherer prometheus.Gatherer, ready *Readiness, log *slog.Logger) error {
+func Serve(ctx context.Context, addr string, gatherer prometheus.Gatherer, ready *Readiness, profile bool, log *slog.Logger) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("metrics: listen %s: %w", addr, err)
 	}
-	srv := &http.Server{Handler: Handler(gatherer, ready), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: Handler(gatherer, ready, profile), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Warn("metrics endpoint", "addr", addr, "err", err)
@@ -143,6 +152,6 @@ func Serve(ctx context.Context, addr string, gatherer prometheus.Gatherer, ready
 		defer cancel()
 		_ = srv.Shutdown(shut)
 	}()
-	log.Info("serving /metrics, /healthz and /readyz", "addr", ln.Addr().String())
+	log.Info("serving /metrics, /healthz and /readyz", "addr", ln.Addr().String(), "pprof", profile)
 	return nil
 }

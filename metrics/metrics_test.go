@@ -36,7 +36,13 @@ func TestHandlerServesMetricsHealthAndReadiness(t *testing.T) {
 		return nil
 	})
 	ready.Add("generate", func() error { return nil })
-	h := Handler(reg, &ready)
+	h := Handler(reg, &ready, false)
+	if code, _ := get(t, h, "/debug/pprof/heap"); code != 404 {
+		t.Fatalf("/debug/pprof/heap served without profile: %d", code)
+	}
+	if code, body := get(t, Handler(reg, &ready, true), "/debug/pprof/heap?debug=1"); code != 200 || !strings.Contains(body, "heap profile") {
+		t.Fatalf("/debug/pprof/heap with profile: %d %.100q", code, body)
+	}
 
 	if code, body := get(t, h, "/metrics"); code != 200 || !strings.Contains(body, "draftflow_test_total 3") ||
 		!strings.Contains(body, "go_goroutines") {

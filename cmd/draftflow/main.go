@@ -101,6 +101,7 @@ type common struct {
 	namespace   string
 	maxMsgBytes int
 	metricsAddr string
+	pprof       bool
 	logLevel    string
 	logFormat   string
 
@@ -114,6 +115,7 @@ func (c *common) register(fs *flag.FlagSet, metricsDefault string) {
 	fs.StringVar(&c.namespace, "namespace", os.Getenv("DRAFTFLOW_NAMESPACE"), "prefix for topic and group names (env DRAFTFLOW_NAMESPACE)")
 	fs.IntVar(&c.maxMsgBytes, "max-message-bytes", kafka.DefaultMaxMessageBytes, "largest Kafka record batch, set on created topics and writers")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", metricsDefault, "serve /metrics, /healthz and /readyz here (empty: off)")
+	fs.BoolVar(&c.pprof, "pprof", false, "also serve Go's profiles (/debug/pprof/) on --metrics-addr")
 	c.logLevel, c.logFormat = "info", "text"
 	fs.Func("log-level", "debug, info, warn or error (default info)", func(v string) error {
 		var l slog.Level
@@ -155,7 +157,7 @@ func (c *common) setup(ctx context.Context) (kafka.Config, *slog.Logger, error) 
 		Registerer:      c.reg,
 	}
 	if c.metricsAddr != "" {
-		if err := metrics.Serve(ctx, c.metricsAddr, c.reg, c.ready, log); err != nil {
+		if err := metrics.Serve(ctx, c.metricsAddr, c.reg, c.ready, c.pprof, log); err != nil {
 			return kc, log, err
 		}
 	}

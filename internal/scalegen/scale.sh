@@ -7,7 +7,8 @@
 #
 # Memory per stage, sampled every second from /proc/PID/status: VmHWM is the kernel's peak resident set
 # (heap plus file-backed pages, such as the memory-mapped id indexes, which the kernel may reclaim);
-# RssAnon is the anonymous part (Go heap and stacks), the memory a stage holds itself.
+# RssAnon is the anonymous part (Go heap and stacks), the memory a stage holds itself. At each new peak of a
+# stage's Go heap in use its heap profile is saved as $WORK/NAME.heap.pprof (go tool pprof -sample_index=inuse_space).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 N=${SCALE_N:-2000000}
@@ -52,7 +53,11 @@ peak() {
 		[[ -n $a ]] && ((a > anon)) && anon=$a
 		if [[ -n $mport ]]; then
 			g=$(curl -s --max-time 1 "http://127.0.0.1:$mport/metrics" 2>/dev/null | awk '/^go_memstats_heap_inuse_bytes / {printf "%d", $2/1024}' || true)
-			[[ -n $g ]] && ((g > heap)) && heap=$g
+			if [[ -n $g ]] && ((g > heap)); then
+				heap=$g
+				# at each new peak of heap in use, keep the heap profile (stages run with --pprof)
+				curl -s --max-time 5 -o "$WORK/$name.heap.pprof" "http://127.0.0.1:$mport/debug/pprof/heap" 2>/dev/null || true
+			fi
 		fi
 		echo "$hwm $anon $heap" >"$WORK/$name.mem"
 		sleep 1
@@ -69,12 +74,12 @@ start() { # start NAME METRICS_PORT ARGS...: run a stage in the background, logg
 port=$(freeport)
 ms=$(freeport) mg=$(freeport) mt=$(freeport) mi=$(freeport)
 start sim "" "$BIN" sim --addr 127.0.0.1:$port --instant --output-len-dist fixed --output-len-mean 8 --vocab-size 3035 --eos-token-ids 3030 --special-token-start 3027 --log-level warn
-start sink "$ms" "$BIN" sink --metrics-addr "127.0.0.1:$ms" --out "$OUT" --log-level warn
-start generate "$mg" "$BIN" generate --metrics-addr "127.0.0.1:$mg" --sglang http://127.0.0.1:$port --max-new-tokens 8 --log-level warn
-start tokenize "$mt" "$BIN" tokenize --metrics-addr "127.0.0.1:$mt" --model "$WORK/model" --log-level warn
+start sink "$ms" "$BIN" sink --pprof --metrics-addr "127.0.0.1:$ms" --out "$OUT" --log-level warn
+start generate "$mg" "$BIN" generate --pprof --metrics-addr "127.0.0.1:$mg" --sglang http://127.0.0.1:$port --max-new-tokens 8 --log-level warn
+start tokenize "$mt" "$BIN" tokenize --pprof --metrics-addr "127.0.0.1:$mt" --model "$WORK/model" --log-level warn
 
 t0=$(date +%s.%N)
-"$BIN" ingest --input "$WORK/input-$N.jsonl" --progress=false --metrics-addr "127.0.0.1:$mi" --log-level warn >"$WORK/ingest.log" 2>&1 &
+"$BIN" ingest --pprof --input "$WORK/input-$N.jsonl" --progress=false --metrics-addr "127.0.0.1:$mi" --log-level warn >"$WORK/ingest.log" 2>&1 &
 ipid=$!
 peak ingest $ipid "$mi" &
 wait $ipid
