@@ -22,7 +22,10 @@ type ProducerConfig struct {
 	// BatchTimeout is how long the writer waits to fill a batch (default 5 ms; kafka-go's own default of 1 s
 	// would stall every synchronous write).
 	BatchTimeout time.Duration
-	// BatchSize is the most records per batch (default 1000).
+	// BatchSize is the most records per batch (default 100). kafka-go allocates room for BatchSize records
+	// (152 bytes each) for every batch, however few it holds, and a batch closes every BatchTimeout: with 1000
+	// a producer behind a slow broker held 150 KB per queued batch of a handful of records, most of ingest's
+	// and tokenize's heap (measured in `make scale`).
 	BatchSize int
 	// Compression codec (default zstd). Set NoCompression to send uncompressed.
 	NoCompression bool
@@ -80,7 +83,7 @@ func (c Config) NewProducer(topic string, pc ProducerConfig) *Producer {
 		pc.BatchTimeout = 5 * time.Millisecond
 	}
 	if pc.BatchSize <= 0 {
-		pc.BatchSize = 1000
+		pc.BatchSize = 100
 	}
 	transport := &kafkago.Transport{ClientID: c.clientID(), DialTimeout: 10 * time.Second}
 	// Each failed attempt is retried (MaxAttempts); a record that fails for good reaches its done callback.

@@ -68,7 +68,7 @@ func main() {
 		if c.name != name {
 			continue
 		}
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		ctx, stop := shutdownContext()
 		err := c.run(ctx, os.Args[2:])
 		stop()
 		if errors.Is(err, flag.ErrHelp) {
@@ -87,6 +87,29 @@ func main() {
 	fmt.Fprintf(os.Stderr, "draftflow: unknown command %q\n\n", name)
 	usage(os.Stderr)
 	os.Exit(2)
+}
+
+// shutdownContext returns a context that ends on the first SIGTERM or SIGINT: the command stops fetching,
+// lets in-flight work finish (generate: --shutdown-grace) and commits what is durable. A second signal exits at
+// once with status 130; what was in flight is uncommitted, so it is redelivered, never lost.
+func shutdownContext() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		select {
+		case s := <-sig:
+			slog.Info("shutting down: finishing in-flight work; a second signal exits at once", "signal", s.String())
+			cancel()
+		case <-ctx.Done():
+			return
+		}
+		if s, ok := <-sig; ok {
+			slog.Warn("second signal: exiting now; in-flight work is redelivered", "signal", s.String())
+			os.Exit(130)
+		}
+	}()
+	return ctx, func() { signal.Stop(sig); cancel() }
 }
 
 // exitCode is an error that asks for a specific process exit status.

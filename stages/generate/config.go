@@ -58,6 +58,11 @@ const (
 	DefaultHeadroomOutputs     = 5
 )
 
+// DefaultShutdownGrace is the command line's --shutdown-grace: what fits in a container runtime's default
+// stop timeout (Kubernetes: 30 s) with the consumer's final commit, so a replica scaled in or stopped by hand
+// finishes its short requests instead of handing them to another replica to do again.
+const DefaultShutdownGrace = 25 * time.Second
+
 // DefaultLane is the lane of records that name none and match no configured lane.
 const DefaultLane = "default"
 
@@ -204,7 +209,8 @@ type Config struct {
 	// endpoints can run at once, or it becomes the limit.
 	MaxInFlight int
 	// ShutdownGrace is how long in-flight requests may still finish after shutdown begins before they are
-	// aborted (default 0: abort at once; they are redelivered).
+	// aborted (they are redelivered, and done again by whoever owns their partition next). The zero value
+	// aborts at once; the command line defaults to DefaultShutdownGrace.
 	ShutdownGrace time.Duration
 	// HealthInterval is how often every endpoint's /health is checked (default 5 s).
 	HealthInterval time.Duration
@@ -411,7 +417,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", DefaultRequestTimeout, "limit of one request attempt")
 	fs.IntVar(&c.MaxTimeouts, "max-timeouts", DefaultMaxTimeouts, "attempts of one request that may time out before it is dead-lettered")
 	fs.IntVar(&c.MaxInFlight, "max-in-flight", DefaultMaxInFlight, "records fetched and not yet finished")
-	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 0, "time in-flight requests may finish after SIGTERM before they are aborted")
+	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", DefaultShutdownGrace, "time in-flight requests may finish after SIGTERM before they are aborted and redelivered (0: abort at once; a second signal always does)")
 	fs.DurationVar(&c.HealthInterval, "health-interval", DefaultHealthInterval, "endpoint health check interval")
 	fs.Float64Var(&c.Budget.Quantile, "kv-quantile", DefaultQuantile, "quantile of learnt output lengths charged per request (kv-budget)")
 	fs.Float64Var(&c.Budget.TargetUsage, "kv-target-usage", DefaultTargetUsage, "KV token usage the budget steers to (kv-budget)")

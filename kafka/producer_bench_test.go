@@ -1,0 +1,83 @@
+package kafka_test
+
+import (
+	"context"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/draftflow/draftflow/kafka"
+	"github.com/draftflow/draftflow/kafka/kafkatest"
+	"github.com/draftflow/draftflow/topics"
+)
+
+// BenchmarkProducerBatchSize writes records through a Producer with 4,096 unacknowledged at most (ingest's
+// window), at two batch sizes side by side: records/s and the peak Go heap in use (kafka-go allocates room for
+// BatchSize records per batch, however few a batch holds). Small records are prompts; large ones tokenized
+// prompts of 2,000 tokens. On the embedded broker, or DRAFTFLOW_TEST_BROKERS.
+func BenchmarkProducerBatchSize(b *testing.B) {
+	for _, size := range []struct {
+		name   string
+		tokens int
+	}{{"small", 20}, {"large", 2000}} {
+		for _, batch := range []int{1000, 100} {
+			b.Run(size.name+"/batch="+strconv.Itoa(batch), func(b *testing.B) {
+				cfg := kafkatest.Config(b, 8)
+				if err := cfg.EnsureTopics(context.Background(), topics.TopicTokenized); err != nil {
+					b.Fatal(err)
+				}
+				p := cfg.NewProducer(topics.TopicTokenized, kafka.ProducerConfig{BatchSize: batch})
+				defer p.Close()
+				rec := &topics.Tokenized{InputIDs: make([]uint32, size.tokens)}
+				for i := range rec.InputIDs {
+					rec.InputIDs[i] = uint32(i * 7919 % 150000)
+				}
+				window := make(chan struct{}, 4096)
+				var wg sync.WaitGroup
+				var peak atomic.Uint64
+				stop := make(chan struct{})
+				go func() {
+					var ms runtime.MemStats
+					for {
+						runtime.ReadMemStats(&ms)
+						if ms.HeapInuse > peak.Load() {
+							peak.Store(ms.HeapInuse)
+						}
+						select {
+						case <-stop:
+							return
+						case <-time.After(5 * time.Millisecond):
+						}
+					}
+				}()
+				runtime.GC()
+				start := time.Now()
+				n := 0
+				for b.Loop() {
+					for range 1000 {
+						window <- struct{}{}
+						wg.Add(1)
+						rec.ID = "r" + strconv.Itoa(n)
+						n++
+						if err := p.Send(context.Background(), rec.ID, rec, func(err error) {
+							if err != nil {
+								b.Error(err)
+							}
+							<-window
+							wg.Done()
+						}); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				wg.Wait()
+				close(stop)
+				b.ReportMetric(float64(n)/time.Since(start).Seconds(), "records/s")
+				b.ReportMetric(float64(peak.Load())/(1<<20), "heap-MiB")
+			})
+		}
+	}
+}
