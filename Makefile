@@ -9,7 +9,7 @@ DEMO_OUT ?= out/demo
 export DRAFTFLOW_CACHE ?= $(HOME)/.cache/draftflow
 GOTEST_FLAGS ?= -timeout 45m
 
-.PHONY: all build demo test test-go test-python test-integration deps deps-go deps-python bench bench-kafka scale vet fmt kafka-up kafka-down clean
+.PHONY: all build demo test test-go test-python test-integration deps deps-go deps-python bench bench-kafka scale rebalance vet fmt kafka-up kafka-down clean
 
 all: build
 
@@ -77,6 +77,11 @@ bench-kafka: build
 SCALE_N ?= 2000000
 scale:
 	SCALE_N=$(SCALE_N) bash internal/scalegen/scale.sh
+
+## rebalance: scaling generate out and in while it works (2,400 prompts, real Kafka, separate processes):
+## prints the generations done twice. Not in CI.
+rebalance:
+	bash internal/scalegen/rebalance.sh
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
