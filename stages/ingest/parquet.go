@@ -9,11 +9,13 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
 	"github.com/apache/arrow/go/v17/arrow/memory"
+	"github.com/apache/arrow/go/v17/parquet/compress"
 	"github.com/apache/arrow/go/v17/parquet/file"
 	"github.com/apache/arrow/go/v17/parquet/pqarrow"
 
@@ -29,19 +31,39 @@ var parquetColumns = []string{"id", "messages", "conversations", "tools"}
 // readParquet streams the rows of a Parquet file. Each row's id, messages/conversations and tools columns
 // are turned into the JSON object a JSONL line would hold and go through Parse, so both formats share one
 // set of rules. messages and tools may be nested (list<struct>) or JSON strings.
-func readParquet(ctx context.Context, path string, f *os.File, opt readOptions, fn RecordFunc) error {
+func readParquet(ctx context.Context, path string, f *os.File, opt readOptions, fn RecordFunc) (err error) {
+	var row int64
+	defer func() {
+		// arrow's readers panic on some corrupt files (an index out of range in a damaged page): the file is
+		// unreadable from here on, not the stage broken. A panic of fn (the stage's own code) is not caught.
+		if p := recover(); p != nil {
+			if _, ours := p.(callbackPanic); ours {
+				panic(p.(callbackPanic).v)
+			}
+			err = fileErr(path, row+1, ReasonCorruptFile, "corrupt Parquet data after row %d: %v", row, p)
+		}
+	}()
+	call := func(p topics.Prompt, perr error, src topics.Source, raw []byte) (err error) {
+		defer func() {
+			if v := recover(); v != nil {
+				panic(callbackPanic{v})
+			}
+		}()
+		return fn(p, perr, src, raw)
+	}
+	safeCodecs()
 	st, err := f.Stat()
 	if err != nil {
 		return fmt.Errorf("ingest: %w", err)
 	}
 	pf, err := file.NewParquetReader(f)
 	if err != nil {
-		return fmt.Errorf("ingest: %s: not a readable Parquet file: %w", path, err)
+		return fileErr(path, 1, ReasonCorruptFile, "not a readable Parquet file: %v", err)
 	}
 	defer pf.Close()
 	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: parquetBatchRows}, memory.DefaultAllocator)
 	if err != nil {
-		return fmt.Errorf("ingest: %s: %w", path, err)
+		return fileErr(path, 1, ReasonCorruptFile, "unreadable Parquet schema: %v", err)
 	}
 	var leaves []int
 	var names []string
@@ -57,16 +79,19 @@ func readParquet(ctx context.Context, path string, f *os.File, opt readOptions, 
 		}
 	}
 	if !hasConv {
-		return fmt.Errorf("ingest: %s: no \"messages\" or \"conversations\" column (columns: %s)", path, strings.Join(names, ", "))
+		return fileErr(path, 1, ReasonWrongSchema, "no \"messages\" or \"conversations\" column (columns: %s)", strings.Join(names, ", "))
+	}
+	if err := checkPages(pf, leaves); err != nil {
+		return fileErr(path, 1, ReasonCorruptFile, "corrupt Parquet page: %v", err)
 	}
 	rr, err := fr.GetRecordReader(ctx, leaves, nil)
 	if err != nil {
-		return fmt.Errorf("ingest: %s: %w", path, err)
+		return fileErr(path, 1, ReasonCorruptFile, "unreadable Parquet columns: %v", err)
 	}
 	defer rr.Release()
 
 	total := pf.NumRows()
-	var row, reported int64
+	var reported int64
 	for rr.Next() {
 		rec := rr.Record()
 		cols := map[string]arrow.Array{}
@@ -90,7 +115,7 @@ func readParquet(ctx context.Context, path string, f *os.File, opt readOptions, 
 			if len(raw) > topics.MaxRejectedPayload && perr != nil {
 				raw = raw[:topics.MaxRejectedPayload]
 			}
-			if err := fn(p, perr, src, raw); err != nil {
+			if err := call(p, perr, src, raw); err != nil {
 				return err
 			}
 		}
@@ -101,10 +126,67 @@ func readParquet(ctx context.Context, path string, f *os.File, opt readOptions, 
 		}
 	}
 	if err := rr.Err(); err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("ingest: %s after row %d: %w", path, row, err)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fileErr(path, row+1, ReasonCorruptFile, "corrupt Parquet data after row %d: %v", row, err)
 	}
 	return nil
 }
+
+// safeCodecs wraps every registered Parquet codec once so that a page that does not decompress fails the read
+// with an error instead of crashing the process: arrow's codecs panic on corrupt data (their Decode has no
+// error result), inside goroutines arrow starts where no recover of ours reaches. A failed Decode returns
+// nothing, and arrow reports the page's size mismatch as an error.
+var safeCodecs = sync.OnceFunc(func() {
+	for _, c := range []compress.Compression{compress.Codecs.Snappy, compress.Codecs.Gzip, compress.Codecs.Brotli,
+		compress.Codecs.Lz4, compress.Codecs.Zstd} {
+		if inner, err := compress.GetCodec(c); err == nil {
+			if _, done := inner.(safeCodec); !done {
+				compress.RegisterCodec(c, safeCodec{inner})
+			}
+		}
+	}
+})
+
+// safeCodec is a Parquet codec whose Decode returns nil instead of panicking; see safeCodecs.
+type safeCodec struct{ compress.Codec }
+
+func (c safeCodec) Decode(dst, src []byte) (out []byte) {
+	defer func() {
+		if recover() != nil {
+			out = nil
+		}
+	}()
+	return c.Codec.Decode(dst, src)
+}
+
+// checkPages reads every page of the given leaf columns once, here, before arrow's record reader does. arrow
+// decodes page headers and decompresses pages in goroutines of its own, where a corrupt file's panic (a nil
+// header, an index out of range: found by FuzzReadParquet) would kill the process; in this goroutine
+// readParquet's recover turns it into a FileError. It costs one more decompression of each page. Values that
+// decompress but decode to nonsense are still read by arrow's goroutines; the fuzz target has found no panic
+// there yet.
+func checkPages(pf *file.Reader, leaves []int) error {
+	for g := range pf.NumRowGroups() {
+		rg := pf.RowGroup(g)
+		for _, col := range leaves {
+			pr, err := rg.GetColumnPageReader(col)
+			if err != nil {
+				return fmt.Errorf("row group %d column %d: %w", g, col, err)
+			}
+			for pr.Next() {
+			}
+			if err := pr.Err(); err != nil {
+				return fmt.Errorf("row group %d column %d: %w", g, col, err)
+			}
+		}
+	}
+	return nil
+}
+
+// callbackPanic carries a panic of readParquet's callback through its recover, which is for arrow's panics.
+type callbackPanic struct{ v any }
 
 // appendLeaves appends the Parquet leaf column indices under f. (Only fields without children are leaves:
 // the manifest leaves ColIndex at 0, not -1, on some group fields.)

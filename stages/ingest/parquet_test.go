@@ -18,7 +18,7 @@ import (
 )
 
 // writeParquet writes one record to path as zstd Parquet with rowGroup rows per row group.
-func writeParquet(t *testing.T, path string, rec arrow.Record, rowGroup int64) {
+func writeParquet(t testing.TB, path string, rec arrow.Record, rowGroup int64) {
 	t.Helper()
 	f, err := os.Create(path)
 	if err != nil {

@@ -29,7 +29,34 @@ const (
 	ReasonBadField           Reason = "bad_field"
 	ReasonDuplicateID        Reason = "duplicate_id"
 	ReasonTooLarge           Reason = "record_too_large"
+	// ReasonCorruptFile: the rest of an input file cannot be read (a corrupt compressed stream or Parquet
+	// file); it is rejected from the line or row where reading stopped.
+	ReasonCorruptFile Reason = "corrupt_file"
+	// ReasonWrongSchema: a Parquet file without a "messages" or "conversations" column.
+	ReasonWrongSchema Reason = "wrong_schema"
 )
+
+// FileError says why the rest of an input file, from Line on, could not be read. Ingest dead-letters it as
+// one rejection (reason ReasonCorruptFile or ReasonWrongSchema, with the file and the line) and goes on with
+// the next file; the lines before Line were read as usual.
+type FileError struct {
+	// Path is the input file.
+	Path string
+	// Line is the first line (JSONL) or row (Parquet) not read, 1-based.
+	Line int64
+	// Err is a *LineError with the reason and the detail.
+	Err *LineError
+}
+
+func (e *FileError) Error() string {
+	return fmt.Sprintf("ingest: %s: unreadable from line %d on: %s", e.Path, e.Line, e.Err.Detail)
+}
+
+func (e *FileError) Unwrap() error { return e.Err }
+
+func fileErr(path string, line int64, r Reason, format string, args ...any) *FileError {
+	return &FileError{Path: path, Line: line, Err: lineErr(r, format, args...)}
+}
 
 // LineError says why one input line (or Parquet row) is not a usable conversation.
 type LineError struct {

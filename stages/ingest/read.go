@@ -61,14 +61,14 @@ func readFile(ctx context.Context, path string, opt readOptions, fn RecordFunc) 
 	case ".gz":
 		gz, err := gzip.NewReader(r)
 		if err != nil {
-			return fmt.Errorf("ingest: %s: %w", path, err)
+			return fileErr(path, 1, ReasonCorruptFile, "not a readable gzip file: %v", err)
 		}
 		defer gz.Close()
 		r = gz
 	case ".zst", ".zstd":
 		zr, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1))
 		if err != nil {
-			return fmt.Errorf("ingest: %s: %w", path, err)
+			return fileErr(path, 1, ReasonCorruptFile, "not a readable zstd file: %v", err)
 		}
 		defer zr.Close()
 		r = zr
@@ -87,7 +87,7 @@ func readJSONL(ctx context.Context, path string, r io.Reader, opt readOptions, f
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("ingest: %s line %d: %w", path, lineNo, err)
+			return fileErr(path, lineNo, ReasonCorruptFile, "reading stopped at line %d: %v", lineNo, err)
 		}
 		src := topics.Source{File: path, Line: lineNo}
 		if size > opt.maxLineBytes {

@@ -181,8 +181,18 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		before := r.counts()
 		opt := readOptions{dataset: cfg.Dataset, maxLineBytes: cfg.MaxLineBytes, progress: progress}
 		if err := readFile(ctx, path, opt, r.handle); err != nil {
-			runErr = err
-			break
+			var fe *FileError
+			if !errors.As(err, &fe) {
+				runErr = err
+				break
+			}
+			// The rest of this file is unreadable: one rejection says from where and why; the next file is read.
+			log.Error("input file unreadable; the rest of it is rejected", "file", path, "from_line", fe.Line, "err", fe.Err.Detail)
+			dataset := cfg.Dataset
+			if dataset == "" {
+				dataset = DatasetName(path)
+			}
+			r.rejectWith(true, "", dataset, topics.Source{File: path, Line: fe.Line}, fe.Err, nil)
 		}
 		after := r.counts()
 		log.Info("input read", "file", path, "prompts", after.sent-before.sent, "rejected", after.rejected-before.rejected)

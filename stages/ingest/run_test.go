@@ -2,12 +2,14 @@ package ingest
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -18,6 +20,9 @@ import (
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/kafka/embedded"
 
+	"github.com/apache/arrow/go/v17/arrow"
+	"github.com/apache/arrow/go/v17/arrow/array"
+	"github.com/apache/arrow/go/v17/arrow/memory"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
@@ -247,5 +252,108 @@ func TestRunRejectsPromptRefusedByBroker(t *testing.T) {
 	if rej.ID != "huge" || rej.Stage != Stage || rej.Source.File != input || rej.Source.Line != 1 ||
 		!strings.Contains(rej.Reason, " bytes; the broker refused it") || !strings.Contains(rej.Reason, "16384-byte max.message.bytes") {
 		t.Errorf("rejection %+v", rej)
+	}
+}
+
+// TestRunBadInputCorpus feeds ingest a corpus of bad input beside good lines: broken lines of every kind in a
+// JSONL file, a truncated gzip file, a zstd file of garbage, a Parquet file without a conversation column and
+// one whose data is corrupt (arrow panics reading it). Every good line is produced, every bad line or
+// unreadable rest of a file is one rejection naming its file, line and reason, and the run ends without error.
+func TestRunBadInputCorpus(t *testing.T) {
+	kc := startKafka(t)
+	dir := t.TempDir()
+	write := func(name string, data []byte) {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	huge := strings.Repeat("x", 2<<20)
+	write("lines.jsonl", []byte(strings.Join([]string{
+		userLine("ok1", "hello"),
+		`{"id": "t1", "messages": [{"role": "user", "content": "trunc`,                              // 2 truncated JSON
+		`{"id": "t2", "messages": {"role": "user", "content": "x"}}`,                                // 3 wrong type
+		`{"id": "t3", "messages": [{"role": "wizard", "content": "x"}]}`,                            // 4 unknown role
+		`{"id": "t4", "messages": []}`,                                                              // 5 empty
+		userLine("big", huge),                                                                       // 6 over the line limit
+		"{\"id\": \"t5\", \"messages\": [{\"role\": \"user\", \"content\": \"\xff\xfe\"}]}",         // 7 invalid UTF-8
+		"{\"id\": \"t6\", \"messages\": [{\"role\": \"user\", \"content\": \"a\x00b\"}]}",           // 8 raw NUL
+		userLine("ok1", "other content, same id"),                                                   // 9 duplicate id
+		`{"id": "ok2", "messages": [{"role": "user", "content": "an escaped NUL \u0000 is text"}]}`, // 10 fine
+	}, "\n")+"\n"))
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	for i := range 200 {
+		fmt.Fprintln(zw, userLine(fmt.Sprintf("gz%d", i), strings.Repeat("words ", 50)))
+	}
+	zw.Close()
+	write("truncated.jsonl.gz", gz.Bytes()[:gz.Len()/2])
+	write("garbage.jsonl.zst", bytes.Repeat([]byte{0x28, 0xb5, 0x2f, 0xfd, 0x99}, 40))
+	write("corrupt.parquet", func() []byte {
+		b := parquetSeed(t)
+		b[len(b)/3] ^= 0x5a
+		return b
+	}())
+	mem := memory.NewGoAllocator()
+	schema := arrow.NewSchema([]arrow.Field{{Name: "text", Type: arrow.BinaryTypes.String}}, nil)
+	rb := array.NewRecordBuilder(mem, schema)
+	rb.Field(0).(*array.StringBuilder).Append("not a conversation")
+	rec := rb.NewRecord()
+	writeParquet(t, filepath.Join(dir, "wrong.parquet"), rec, 1)
+	rec.Release()
+	rb.Release()
+	write("zz-last.jsonl", []byte(userLine("last", "still read after the bad files")+"\n"))
+
+	cfg := Config{Kafka: kc, Inputs: []string{dir}, MaxLineBytes: 1 << 20, Logger: slog.New(slog.DiscardHandler)}
+	ids := collectIDs(&cfg)
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("a bad input stopped the run: %v", err)
+	}
+	got := ids()
+	sort.Strings(got)
+	for _, want := range []string{"ok1", "ok2", "last", "gz0"} {
+		if !slices.Contains(got, want) {
+			t.Errorf("good line %q not produced (produced %d: %.200v)", want, len(got), got)
+		}
+	}
+	want := map[string]Reason{
+		"lines.jsonl:2": ReasonInvalidJSON, "lines.jsonl:3": ReasonBadField, "lines.jsonl:4": ReasonUnknownRole,
+		"lines.jsonl:5": ReasonEmptyConversation, "lines.jsonl:6": ReasonLineTooLong, "lines.jsonl:7": ReasonInvalidUTF8,
+		"lines.jsonl:8": ReasonInvalidJSON, "lines.jsonl:9": ReasonDuplicateID,
+		"garbage.jsonl.zst:1": ReasonCorruptFile, "corrupt.parquet:?": ReasonCorruptFile,
+		"wrong.parquet:1": ReasonWrongSchema, "truncated.jsonl.gz:?": ReasonCorruptFile,
+	}
+	rejected := consume[topics.Rejection](t, kc, topics.TopicRejected)
+	if len(rejected) != len(want) || res.Rejected != len(want) {
+		t.Errorf("%d rejections on the topic, %d in the result; want %d", len(rejected), res.Rejected, len(want))
+	}
+	for _, r := range rejected {
+		key := fmt.Sprintf("%s:%d", filepath.Base(r.Source.File), r.Source.Line)
+		if strings.HasSuffix(r.Source.File, ".gz") || strings.HasSuffix(r.Source.File, "corrupt.parquet") {
+			key = filepath.Base(r.Source.File) + ":?" // where reading stops depends on the damage
+			if r.Source.Line < 1 {
+				t.Errorf("%s: line %d", r.Source.File, r.Source.Line)
+			}
+		}
+		reason, ok := want[key]
+		if !ok {
+			t.Errorf("unexpected rejection %s: %s", key, r.Reason)
+			continue
+		}
+		if r.Stage != Stage || r.Reason == "" || !strings.Contains(r.Reason, string(reason)) && res.Reasons[reason] == 0 {
+			t.Errorf("%s: stage %q reason %q, want %s", key, r.Stage, r.Reason, reason)
+		}
+		delete(want, key)
+	}
+	if len(want) > 0 {
+		t.Errorf("no rejection for %v", want)
+	}
+	for reason, n := range res.Reasons {
+		if n == 0 {
+			t.Errorf("reason %s counted 0", reason)
+		}
+	}
+	if res.Reasons[ReasonCorruptFile] != 3 || res.Reasons[ReasonWrongSchema] != 1 {
+		t.Errorf("reasons %v", res.Reasons)
 	}
 }
