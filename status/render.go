@@ -21,10 +21,11 @@ func Render(w io.Writer, r *Report) error {
 	fmt.Fprintln(tw, "STAGE\tGROUP\tTOPIC\tCOMMITTED\tEND\tLAG\tREC/S\tTOK/S\tETA\tMEMBERS")
 	for _, s := range r.Stages {
 		group, topic := s.Group, s.Topic
+		committed, end, lag := fmt.Sprint(s.Committed), fmt.Sprint(s.End), fmt.Sprint(s.Lag)
 		if group == "" {
-			group, topic = "-", "-"
+			group, topic, committed, end, lag = "-", "-", "-", "-", "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", s.Stage, group, topic, s.Committed, s.End, s.Lag,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Stage, group, topic, committed, end, lag,
 			rate(s.RecordsPerSecond), rate(s.TokensPerSecond), eta(s), members(s))
 	}
 	tw.Flush()

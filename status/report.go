@@ -198,23 +198,34 @@ func retentionWarnings(ctx context.Context, kc kafka.Config, r *Report) []string
 	return nil
 }
 
-// stages returns the configured stages, then any group that a status record names and they do not.
+// stages returns the configured stages, then any group that a status record names and they do not, then
+// stages without a group (ingest) that published, ingest first.
 func (c *Collector) stages() []Stage {
 	out := append([]Stage(nil), c.cfg.Stages...)
 	seen := map[string]bool{}
 	for _, st := range out {
-		seen[st.Group] = true
+		seen[st.Name+"\x00"+st.Group] = true
 	}
 	var extra []Stage
 	for _, recs := range c.statuses {
 		s := recs[len(recs)-1]
-		if s.Group != "" && !seen[s.Group] {
-			seen[s.Group] = true
+		if k := s.Stage + "\x00" + s.Group; !seen[k] {
+			seen[k] = true
 			extra = append(extra, Stage{Name: s.Stage, Group: s.Group, Topic: s.Topic})
 		}
 	}
-	sort.Slice(extra, func(i, j int) bool { return extra[i].Group < extra[j].Group })
-	return append(out, extra...)
+	sort.Slice(extra, func(i, j int) bool {
+		a, b := extra[i], extra[j]
+		if (a.Group == "") != (b.Group == "") {
+			return a.Group == "" // ingest (no group) comes first: it is the start of the pipeline
+		}
+		return a.Name+"\x00"+a.Group < b.Name+"\x00"+b.Group
+	})
+	var lead []Stage
+	for len(extra) > 0 && extra[0].Group == "" {
+		lead, extra = append(lead, extra[0]), extra[1:]
+	}
+	return append(append(lead, out...), extra...)
 }
 
 // stage reports one stage's group, with the warnings it gives rise to.
