@@ -16,7 +16,9 @@ import (
 // Stage names a stage of the pipeline as status sees it: its name, the consumer group its replicas share and
 // the (logical) topic that group consumes. Ingest has no group.
 type Stage struct {
-	Name  string `json:"stage"`
+	// Name is ingest, tokenize, generate or sink.
+	Name string `json:"stage"`
+	// Group is the consumer group (logical name), Topic the topic it consumes (logical name).
 	Group string `json:"group,omitempty"`
 	Topic string `json:"topic,omitempty"`
 }

@@ -31,6 +31,8 @@ type Report struct {
 
 // StageReport is one stage's consumer group on its input topic, and what its processes published.
 type StageReport struct {
+	// Stage, Group and Topic name the stage, its consumer group and its input topic (logical names; no group
+	// and topic for ingest).
 	Stage string `json:"stage"`
 	Group string `json:"group,omitempty"`
 	Topic string `json:"topic,omitempty"`
@@ -65,6 +67,8 @@ type StageReport struct {
 
 // PartitionReport is one partition of a stage's input topic.
 type PartitionReport struct {
+	// Partition is the partition number; Committed the group's next offset to read there (its start offset when
+	// it committed nothing), End the offset the next record will get, Lag = End - Committed.
 	Partition int   `json:"partition"`
 	Committed int64 `json:"committed"`
 	End       int64 `json:"end"`
@@ -73,12 +77,15 @@ type PartitionReport struct {
 
 // InstanceReport is one stage process's latest status record.
 type InstanceReport struct {
+	// Instance, Host and State are those of the latest record; LastSeen its time.
 	Instance string    `json:"instance"`
 	Host     string    `json:"host,omitempty"`
 	State    string    `json:"state"`
 	LastSeen time.Time `json:"last_seen"`
 	// AgeSeconds is how old LastSeen was when the report was taken.
-	AgeSeconds       float64 `json:"age_s"`
+	AgeSeconds float64 `json:"age_s"`
+	// Records, Rejected and Tokens are the process's counters; the rates are over the window of its records
+	// (0 once it stopped).
 	Records          int64   `json:"records"`
 	Rejected         int64   `json:"rejected"`
 	Tokens           int64   `json:"tokens"`
@@ -88,17 +95,20 @@ type InstanceReport struct {
 
 // EndpointReport is one SGLang endpoint as one generate instance last published it.
 type EndpointReport struct {
+	// Instance is the generate process that published it.
 	Instance string `json:"instance"`
 	topics.EndpointStatus
 }
 
 // RejectionCount counts the dead letters of one stage and reason class.
 type RejectionCount struct {
+	// Stage is the stage that rejected the records.
 	Stage string `json:"stage"`
 	// Reason is the rejection's class (topics.Rejection.Class), or for records without one its reason cut at
 	// the first colon with numbers written N.
 	Reason string `json:"reason"`
-	Count  int64  `json:"count"`
+	// Count is how many records the rejected topic holds for this stage and reason.
+	Count int64 `json:"count"`
 	// Example is the full reason of the latest of them.
 	Example string `json:"example"`
 }
