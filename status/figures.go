@@ -10,10 +10,13 @@ import (
 	"github.com/draftflow/draftflow/topics"
 )
 
-// figureNames names, per stage, the counters a Status's Records, Rejected and Tokens are read from: Records is
-// the sum of the done and rejected series, Tokens the sum of the tokens series over all labels.
+// figureNames names, per stage, the series a Status's Records, Rejected and Tokens are read from: Records is
+// the sum of the done, rejected and pending series, Tokens the sum of the tokens series over all labels.
 type figureNames struct {
 	done, rejected, tokens string
+	// pending is a gauge of records taken in but not done yet (the sink's buffered rows, made durable only at
+	// its next flush, minutes later): counted as records, so the stage's rate shows its work as it happens.
+	pending string
 	// doneLabel, when set, selects the series of done (name=value) and of rejected (name=rejectedValue) from
 	// one counter labelled by result.
 	doneLabel, doneValue, rejectedValue string
@@ -25,7 +28,8 @@ var stageFigures = map[string]figureNames{
 	"tokenize": {done: "draftflow_tokenize_prompts_total", rejected: "draftflow_tokenize_rejected_total", tokens: "draftflow_tokenize_tokens_total"},
 	"generate": {done: "draftflow_generate_records_total", rejected: "draftflow_generate_records_total",
 		tokens: "draftflow_generate_output_tokens_total", doneLabel: "result", doneValue: "generated", rejectedValue: "rejected"},
-	"sink": {done: "draftflow_sink_rows_total", rejected: "draftflow_sink_rejected_total", tokens: "draftflow_sink_tokens_total"},
+	"sink": {done: "draftflow_sink_rows_total", rejected: "draftflow_sink_rejected_total", tokens: "draftflow_sink_tokens_total",
+		pending: "draftflow_sink_buffered_rows"},
 }
 
 // The generate stage's per-endpoint series (label "endpoint") a Status's Endpoints are read from.
@@ -48,7 +52,7 @@ const (
 func FigureMetrics() []string {
 	set := map[string]bool{}
 	for _, f := range stageFigures {
-		for _, n := range []string{f.done, f.rejected, f.tokens} {
+		for _, n := range []string{f.done, f.rejected, f.tokens, f.pending} {
 			if n != "" {
 				set[n] = true
 			}
@@ -119,6 +123,9 @@ func (f families) figures(s *topics.Status) {
 	rejected := f.sum(names.rejected, names.doneLabel, names.rejectedValue)
 	s.Rejected = int64(rejected)
 	s.Records = int64(done + rejected)
+	if names.pending != "" {
+		s.Records += int64(f.sum(names.pending, "", ""))
+	}
 	if names.tokens != "" {
 		s.Tokens = int64(f.sum(names.tokens, "", ""))
 	}

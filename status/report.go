@@ -45,9 +45,11 @@ type StageReport struct {
 	Committed  int64             `json:"committed"`
 	End        int64             `json:"end"`
 	Lag        int64             `json:"lag"`
-	// RecordsPerSecond and TokensPerSecond are the stage's rates; RateSource says where they come from
-	// ("window": differences between status's own reads and between status records over RateWindowSeconds;
-	// "published": the rates the processes published; "" when there is nothing to go by).
+	// RecordsPerSecond and TokensPerSecond are the stage's rates, summed over its running instances; RateSource
+	// says where they come from: "window" (differences of the status records' counters over the last
+	// RateWindowSeconds: the records status read before, under --watch, and those still on the status topic),
+	// "published" (one record per instance: the rates the processes published), "offsets" (no status records:
+	// the committed offsets' progress over status's own reads, records/s only), "" (nothing to go by yet).
 	RecordsPerSecond  float64 `json:"records_per_s"`
 	TokensPerSecond   float64 `json:"tokens_per_s"`
 	RateSource        string  `json:"rate_source,omitempty"`
@@ -280,16 +282,17 @@ func (c *Collector) stage(ctx context.Context, st Stage, now time.Time) (StageRe
 		sr.Lag += pr.Lag
 	}
 
-	// Records/s: the committed offsets' progress over status's own reads when it has a window of them, else
-	// the instances' rates.
+	// Records/s: the instances' rates (instances) when they publish; else the committed offsets' progress
+	// over status's own reads, once it has read twice. (Committed offsets move in steps: generate commits the
+	// contiguous prefix of out-of-order completions, the sink only after a flush.)
 	reads := append(c.reads[st.Group], committedAt{at: now, committed: sr.Committed})
 	for len(reads) > 2 && now.Sub(reads[1].at) >= c.cfg.Window {
 		reads = reads[1:]
 	}
 	c.reads[st.Group] = reads
-	if dt := now.Sub(reads[0].at).Seconds(); dt >= 1 && reads[0].committed <= sr.Committed {
+	if dt := now.Sub(reads[0].at).Seconds(); sr.RateSource == "" && dt >= 1 && reads[0].committed <= sr.Committed {
 		sr.RecordsPerSecond = float64(sr.Committed-reads[0].committed) / dt
-		sr.RateSource, sr.RateWindowSeconds = "window", dt
+		sr.RateSource, sr.RateWindowSeconds = "offsets", dt
 	}
 	switch {
 	case sr.Lag == 0:
@@ -310,7 +313,7 @@ func (c *Collector) stage(ctx context.Context, st Stage, now time.Time) (StageRe
 	case sr.Lag > 0 && len(sr.Members) == 0:
 		warn = append(warn, fmt.Sprintf("%s: %d records wait on %s and group %s has no members", st.Name, sr.Lag,
 			kc.Topic(st.Topic), kc.Topic(st.Group)))
-	case sr.Lag > 0 && sr.ETASeconds == nil && sr.RateSource != "":
+	case sr.Lag > 0 && sr.ETASeconds == nil && sr.RateSource != "" && sr.RateWindowSeconds >= 0.9*c.cfg.Window.Seconds():
 		warn = append(warn, fmt.Sprintf("%s: %d records wait on %s and none moved in the last %s", st.Name, sr.Lag,
 			kc.Topic(st.Topic), time.Duration(sr.RateWindowSeconds*float64(time.Second)).Round(time.Second)))
 	}

@@ -34,8 +34,9 @@ type Status struct {
 	Started time.Time `json:"started"`
 	// IntervalSeconds is how often the process publishes: a record older than a few intervals is stale.
 	IntervalSeconds float64 `json:"interval_s"`
-	// Records the stage finished (produced its output for), Rejected of them dead-lettered, and Tokens
-	// (tokenize: prompt tokens produced; generate: output tokens received; sink: tokens written to shards).
+	// Records the stage finished (produced its output for; the sink: rows written or buffered for its next
+	// flush), Rejected of them dead-lettered, and Tokens (tokenize: prompt tokens produced; generate: output
+	// tokens received; sink: tokens written to shards).
 	Records  int64 `json:"records"`
 	Rejected int64 `json:"rejected"`
 	Tokens   int64 `json:"tokens"`
