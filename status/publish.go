@@ -146,9 +146,8 @@ func rates(s *topics.Status, hist []sample, window time.Duration) []sample {
 	s.RecordsPerSecond = float64(now.records-first.records) / dt
 	s.TokensPerSecond = float64(now.token-first.token) / dt
 	for i := range s.Endpoints {
-		if before, ok := first.endpoint[s.Endpoints[i].Name]; ok {
-			s.Endpoints[i].OutputTokensPerSecond = float64(s.Endpoints[i].OutputTokens-before) / dt
-		}
+		// An endpoint not in the first sample came up since: its counter started at 0.
+		s.Endpoints[i].OutputTokensPerSecond = float64(s.Endpoints[i].OutputTokens-first.endpoint[s.Endpoints[i].Name]) / dt
 	}
 	return hist
 }

@@ -382,6 +382,11 @@ func (c *Collector) instances(sr *StageReport, st Stage, now time.Time) {
 		recRate += in.RecordsPerSecond
 		tokRate += in.TokensPerSecond
 		for _, e := range last.Endpoints {
+			if last.State == topics.StatusStopped {
+				e.OutputTokensPerSecond = 0
+			} else if at, before, ok := firstOutput(recs, e.Name); ok && last.Time.Sub(at) > 0 {
+				e.OutputTokensPerSecond = float64(e.OutputTokens-before) / last.Time.Sub(at).Seconds()
+			}
 			sr.Endpoints = append(sr.Endpoints, EndpointReport{Instance: last.Instance, EndpointStatus: e})
 		}
 	}
@@ -392,6 +397,19 @@ func (c *Collector) instances(sr *StageReport, st Stage, now time.Time) {
 			sr.RateSource, sr.RateWindowSeconds = "window", window
 		}
 	}
+}
+
+// firstOutput returns the time and output-token count of the first of recs (one instance's, oldest first) that
+// lists endpoint name.
+func firstOutput(recs []topics.Status, name string) (time.Time, int64, bool) {
+	for _, r := range recs {
+		for _, e := range r.Endpoints {
+			if e.Name == name {
+				return r.Time, e.OutputTokens, true
+			}
+		}
+	}
+	return time.Time{}, 0, false
 }
 
 // readStatuses reads what is new on the status topic (at first, the last StatusTail records of each partition)

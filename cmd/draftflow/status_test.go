@@ -13,6 +13,7 @@ import (
 
 	"github.com/draftflow/draftflow/kafka/kafkatest"
 	"github.com/draftflow/draftflow/metrics"
+	"github.com/draftflow/draftflow/stages/generate"
 	"github.com/draftflow/draftflow/status"
 	"github.com/draftflow/draftflow/topics"
 )
@@ -52,11 +53,13 @@ func TestIntegrationStatus(t *testing.T) {
 	rc.Tokenize.ContextLength = 128 // the long prompts do not fit
 	rc.Tokenize.Registerer = reg
 	rc.Generate.Registerer = reg
+	// Two requests at a time, 150 ms each: generation lasts seconds, several status intervals.
+	rc.Generate.Policy, rc.Generate.Concurrency = generate.PolicyFixed, 2
 	rc.Sink.Registerer = reg
 	rc.Sink.Dir = filepath.Join(dir, "out")
 	rc.Sim.Instant = true
 	rc.Sim.OutputLenMean = 20
-	rc.Sim.Faults.AddedLatency = 100 * time.Millisecond
+	rc.Sim.Faults.AddedLatency = 150 * time.Millisecond
 	rc.Gatherer = reg
 	rc.StatusInterval = 200 * time.Millisecond
 	rc.Timeout = 3 * time.Minute
@@ -108,7 +111,8 @@ func TestIntegrationStatus(t *testing.T) {
 			}
 		}
 		for _, e := range stageOf(r, "generate").Endpoints {
-			if strings.HasPrefix(e.Name, "http://") && e.Up && e.Budget > 0 && e.Instance == status.DefaultInstance() {
+			if strings.HasPrefix(e.Name, "http://") && e.Up && e.Budget > 0 && e.Instance == status.DefaultInstance() &&
+				e.OutputTokens > 0 && e.OutputTokensPerSecond > 0 {
 				sawEndpoint = true
 			}
 		}
