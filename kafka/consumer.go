@@ -110,6 +110,7 @@ type Consumer struct {
 
 	commitMu sync.Mutex // serializes commits
 	met      *plumbing
+	lag      *lagGauge    // draftflow_consumer_lag of the partitions owned
 	assigned atomic.Int32 // partitions owned in the current generation
 
 	// crash, when closed, makes Run stop at once as a killed process would: no drain, no commit (tests only;
@@ -144,7 +145,8 @@ func (c Config) NewConsumer(topic string, cc ConsumerConfig) *Consumer {
 	if cc.FinalCommitTimeout <= 0 {
 		cc.FinalCommitTimeout = 15 * time.Second
 	}
-	return &Consumer{cfg: c, cc: cc, topic: topic, marks: NewWatermark(), met: newPlumbing(c.Registerer),
+	met := newPlumbing(c.Registerer)
+	return &Consumer{cfg: c, cc: cc, topic: topic, marks: NewWatermark(), met: met, lag: newLagGauge(met, topic, cc.Group),
 		slots: make(chan struct{}, cc.MaxInFlight), wake: make(chan struct{}, 1)}
 }
 
@@ -400,6 +402,7 @@ loop:
 		}
 		c.met.consumedRecords.WithLabelValues(c.topic, c.cc.Group).Inc()
 		m := f.m
+		c.lag.fetched(m.Partition, m.Offset, m.HighWaterMark)
 		d := &Delivery{c: c, mark: c.marks.Add(m.Partition, m.Offset),
 			Message: Message{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Key: m.Key, Value: m.Value, Time: m.Time}}
 		handle(d)
@@ -447,6 +450,7 @@ loop:
 		abandoned += c.marks.Forget(p)
 	}
 	c.met.revokedAbandoned.WithLabelValues(c.topic, c.cc.Group).Add(float64(abandoned))
+	c.lag.forget(parts)
 	c.met.assignedPartitions.WithLabelValues(c.topic, c.cc.Group).Set(0)
 	c.assigned.Store(0)
 	log.Info("partitions revoked", "partitions", parts, "reason", why, "drained_in", time.Since(drainStart).Round(time.Millisecond),
@@ -549,5 +553,6 @@ func (c *Consumer) commit(gen *kafkago.Generation, parts []int) error {
 	for part, off := range offsets {
 		c.met.committedOffset.WithLabelValues(c.topic, c.cc.Group, strconv.Itoa(part)).Set(float64(off))
 	}
+	c.lag.commit(offsets)
 	return nil
 }

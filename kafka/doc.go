@@ -3,11 +3,12 @@
 //
 //   - Config: how to reach the cluster and lay out topics (partitions, namespace, record size limit);
 //   - admin requests (admin.go): EnsureTopics, partition counts, end and committed offsets, groups, topic
-//     deletion, and the topic ID lookup (topicid.go);
+//     deletion, and the topic ID lookup (topicid.go); what an operator's view needs (groups.go): a group's
+//     members (DescribeGroup), start offsets, and reading a partition's offset range outside any group;
 //   - Producer (producer.go): asynchronous, acknowledged writes whose done callback marks the input finished;
 //   - Consumer (consumer.go): a consumer-group member that hands out Deliveries and commits, per partition, only
 //     the contiguous prefix of finished offsets (Watermark, watermark.go);
-//   - the plumbing metrics (metrics.go).
+//   - the plumbing metrics (metrics.go), among them each consumer's lag per partition it owns (lag.go).
 //
 // A stage reads like a short story: a Consumer delivers a record, the stage does one thing, a Producer writes
 // the result, and the delivery is marked Done once the result is durable in Kafka. Delivery is at-least-once;

@@ -12,6 +12,7 @@ type plumbing struct {
 	producedRecords, producedBytes, produceErrors *prometheus.CounterVec
 	consumedRecords, commitErrors                 *prometheus.CounterVec
 	committedOffset                               *prometheus.GaugeVec
+	lag                                           *prometheus.GaugeVec
 	assignedPartitions                            *prometheus.GaugeVec
 	rebalances, revokedAbandoned                  *prometheus.CounterVec
 }
@@ -30,6 +31,9 @@ func newPlumbing(reg prometheus.Registerer) *plumbing {
 		consumedRecords: counter("draftflow_consumed_records_total", "Records fetched, per topic and consumer group.", "topic", "group"),
 		commitErrors:    counter("draftflow_commit_errors_total", "Failed offset commits (retried), per topic and group.", "topic", "group"),
 		committedOffset: gauge("draftflow_committed_offset", "Last committed offset, per topic, group and partition.", "topic", "group", "partition"),
+		lag: gauge("draftflow_consumer_lag",
+			"Records of a partition this member owns that the group has not committed yet: the partition's high watermark at "+
+				"the last fetch minus the committed offset, per topic, group and partition.", "topic", "group", "partition"),
 		assignedPartitions: gauge("draftflow_assigned_partitions",
 			"Partitions this member owns in the current group generation, per topic and group.", "topic", "group"),
 		rebalances: counter("draftflow_group_generations_total",

@@ -304,7 +304,7 @@ func validate(g *topics.Generation) string {
 // absorbed and marked Done, and the waiting ones are handled. If the run ends first, the partition stops
 // there: the delivery and those waiting behind it are abandoned and redelivered after a restart.
 func (s *sinker) reject(p *partState, d *kafka.Delivery, g *topics.Generation, class, reason string) {
-	rej := &topics.Rejection{Reason: reason}
+	rej := &topics.Rejection{Reason: reason, Class: class}
 	if g != nil {
 		rej.ID, rej.Dataset, rej.Source = g.ID, g.Dataset, g.Source
 	}

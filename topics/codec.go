@@ -12,7 +12,7 @@ import (
 //
 //	byte 0      magic 0xDF
 //	byte 1      format version (1)
-//	byte 2      record kind (1 Prompt, 2 Tokenized, 3 Generation, 4 Rejection)
+//	byte 2      record kind (1 Prompt, 2 Tokenized, 3 Generation, 4 Rejection, 5 Status)
 //	uvarint n   length of the JSON header
 //	n bytes     JSON header: every field of the record except token arrays
 //	then, for each token array of the kind, in order:
@@ -39,6 +39,7 @@ const (
 	KindTokenized  Kind = 2
 	KindGeneration Kind = 3
 	KindRejection  Kind = 4
+	KindStatus     Kind = 5
 )
 
 func (k Kind) String() string {
@@ -51,6 +52,8 @@ func (k Kind) String() string {
 		return "generation"
 	case KindRejection:
 		return "rejection"
+	case KindStatus:
+		return "status"
 	}
 	return fmt.Sprintf("kind(%d)", byte(k))
 }
@@ -78,7 +81,7 @@ func (e *DecodeError) Unwrap() error { return e.Err }
 // ErrUnknownVersion is wrapped by the DecodeError of a value written in a format version this build does not read.
 var ErrUnknownVersion = errors.New("unknown format version")
 
-// Marshal encodes a *Prompt, *Tokenized, *Generation or *Rejection in the wire format.
+// Marshal encodes a *Prompt, *Tokenized, *Generation, *Rejection or *Status in the wire format.
 func Marshal(v any) ([]byte, error) {
 	var kind Kind
 	var arrays [][]uint32
@@ -96,6 +99,8 @@ func Marshal(v any) ([]byte, error) {
 			c.Payload = c.Payload[:MaxRejectedPayload]
 			v = &c
 		}
+	case *Status:
+		kind = KindStatus
 	default:
 		return nil, fmt.Errorf("topics.Marshal: unsupported type %T", v)
 	}
@@ -132,13 +137,14 @@ func PeekKind(data []byte) (Kind, error) {
 		return 0, &DecodeError{Reason: fmt.Sprintf("format version %d, this build reads %d", data[1], Version), Err: ErrUnknownVersion}
 	}
 	k := Kind(data[2])
-	if k < KindPrompt || k > KindRejection {
+	if k < KindPrompt || k > KindStatus {
 		return 0, &DecodeError{Reason: fmt.Sprintf("unknown record kind %d", data[2])}
 	}
 	return k, nil
 }
 
-// Unmarshal decodes data into a *Prompt, *Tokenized, *Generation or *Rejection; the encoded kind must match v.
+// Unmarshal decodes data into a *Prompt, *Tokenized, *Generation, *Rejection or *Status; the encoded kind must
+// match v.
 func Unmarshal(data []byte, v any) error {
 	var want Kind
 	switch v.(type) {
@@ -150,6 +156,8 @@ func Unmarshal(data []byte, v any) error {
 		want = KindGeneration
 	case *Rejection:
 		want = KindRejection
+	case *Status:
+		want = KindStatus
 	default:
 		return fmt.Errorf("topics.Unmarshal: unsupported type %T", v)
 	}

@@ -24,9 +24,11 @@ func sampleRecords() []any {
 		&Generation{ID: "a1", Dataset: "glaive", Turn: 2, Model: "m", PromptIDs: []uint32{5, 6},
 			OutputIDs: []uint32{7, 8, 9}, Meta: GenerationMeta{FinishReason: "stop", FinishMatched: json.RawMessage(`128009`),
 				PromptTokens: 2, CompletionTokens: 3, Retractions: 1, LatencySeconds: 1.5, Endpoint: "http://x"}},
-		&Rejection{ID: "a1", Stage: "tokenize", Reason: "too long", Topic: "prompts", Partition: 3, Offset: 99,
+		&Rejection{ID: "a1", Stage: "tokenize", Reason: "too long", Class: "too_long", Topic: "prompts", Partition: 3, Offset: 99,
 			Payload: []byte{0xff, 0x00}},
 		&Tokenized{ID: "empty"},
+		sampleStatus(),
+		&Status{Stage: "sink"},
 	}
 }
 
@@ -161,7 +163,7 @@ func FuzzUnmarshal(f *testing.F) {
 	}
 	f.Add([]byte{Magic, Version, byte(KindGeneration), 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		targets := []any{&Prompt{}, &Tokenized{}, &Generation{}, &Rejection{}}
+		targets := []any{&Prompt{}, &Tokenized{}, &Generation{}, &Rejection{}, &Status{}}
 		for _, v := range targets {
 			if err := Unmarshal(data, v); err != nil {
 				continue

@@ -14,8 +14,8 @@ const (
 	TopicRejected = "rejected"
 )
 
-// All lists every topic the pipeline uses, in pipeline order.
-var All = []string{TopicPrompts, TopicTokenized, TopicGenerated, TopicRejected}
+// All lists every topic the pipeline uses, in pipeline order, then TopicStatus.
+var All = []string{TopicPrompts, TopicTokenized, TopicGenerated, TopicRejected, TopicStatus}
 
 // Message is one chat message, in the OpenAI/Hugging Face shape that chat templates consume.
 type Message struct {
@@ -150,6 +150,10 @@ type Rejection struct {
 	Stage string `json:"stage"`
 	// Reason says why, in words a user can act on.
 	Reason string `json:"reason"`
+	// Class is a short, stable name of the kind of reason (for example too_long, template, invalid_json):
+	// what the stage's rejected-records metric calls it, and what `draftflow status` counts by. Empty in
+	// records written before it existed.
+	Class string `json:"class,omitempty"`
 	// Source locates the record in its input file.
 	Source Source `json:"source"`
 	// Topic, Partition and Offset locate the consumed message that was rejected (empty for ingest).

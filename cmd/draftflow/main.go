@@ -3,7 +3,7 @@
 //
 // Each stage subcommand (ingest, tokenize, generate, sink) is what one container runs; `run` starts every
 // stage in one process, against an embedded broker and a simulated SGLang server unless told otherwise; `sim`
-// serves the simulator over HTTP; `encode`, `inspect`, `export`, `vocab` and `bench` are tools around the pipeline.
+// serves the simulator over HTTP; `status` shows a running pipeline from Kafka; `encode`, `inspect`, `export`, `vocab` and `bench` are tools around the pipeline.
 package main
 
 import (
@@ -38,6 +38,7 @@ func commands() []command {
 		{"tokenize", "apply the chat template and tokenizer: prompts -> tokenized", cmdTokenize},
 		{"generate", "generate completions with SGLang: tokenized -> generated", cmdGenerate},
 		{"sink", "write generated records to exactly-once Parquet shards", cmdSink},
+		{"status", "show a running pipeline: lag, rates, ETA, members, endpoints, rejections (--watch, --json)", cmdStatus},
 		{"sim", "serve a simulated SGLang server", cmdSim},
 		{"encode", "print the token ids the tokenize stage would produce for JSONL conversations on stdin", cmdEncode},
 		{"inspect", "validate shards against their manifest and print totals", cmdInspect},

@@ -17,6 +17,7 @@ import (
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/kafka/embedded"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/schollz/progressbar/v3"
 
 	"github.com/draftflow/draftflow/internal/idset"
@@ -41,6 +42,11 @@ type runConfig struct {
 	// Progress receives a progress bar (nil: none).
 	Progress io.Writer
 	Logger   *slog.Logger
+	// Gatherer is the process's registry, the one the stages' Registerers name: the run publishes its status
+	// records from it (nil: no status records).
+	Gatherer prometheus.Gatherer
+	// StatusInterval is how often the status records are written (0: status.DefaultInterval).
+	StatusInterval time.Duration
 }
 
 // runResult is what a run reports.
@@ -89,6 +95,7 @@ func cmdRun(ctx context.Context, args []string) error {
 	rc.Tokenize.Registerer, rc.Tokenize.Ready = c.reg, c.ready
 	rc.Generate.Registerer, rc.Generate.Ready = c.reg, c.ready
 	rc.Sink.Registerer, rc.Sink.Ready = c.reg, c.ready
+	rc.Gatherer = c.reg
 	rc.Sim.Instant = rc.Sim.TimeScale == 0
 	rc.Progress = stderr()
 	res, err := runPipeline(ctx, rc)
@@ -270,6 +277,12 @@ func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
 	tcancel()
 	if err != nil {
 		return nil, err
+	}
+	// The run's status records, one per stage, from the one registry of the process: stopped (after a last
+	// record) once the stages have stopped, before the broker goes.
+	if rc.Gatherer != nil {
+		defer startStatusEvery(ctx, &kc, rc.Gatherer, rc.StatusInterval, statusIngest, withGroup(statusTokenize, rc.Tokenize.Group),
+			withGroup(statusGenerate, rc.Generate.Group), withGroup(statusSink, rc.Sink.Group))()
 	}
 
 	// Model.

@@ -49,6 +49,7 @@ func cmdIngest(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	stopStatus := startStatus(ctx, &kc, c.reg, statusIngest)
 	cfg.Kafka = kc
 	cfg.Logger = kc.Logger
 	cfg.Registerer = c.reg
@@ -56,6 +57,7 @@ func cmdIngest(ctx context.Context, args []string) error {
 		cfg.Progress = stderr()
 	}
 	res, err := ingest.Run(ctx, cfg)
+	stopStatus()
 	if err != nil {
 		return err
 	}
@@ -76,6 +78,7 @@ func cmdTokenize(ctx context.Context, args []string) error {
 	if cfg.ModelDir == "" {
 		return fmt.Errorf("--model is required")
 	}
+	defer startStatus(ctx, &kc, c.reg, withGroup(statusTokenize, cfg.Group))()
 	cfg.Kafka, cfg.Logger, cfg.Registerer, cfg.Ready = kc, kc.Logger, c.reg, c.ready
 	return tokenize.Run(ctx, cfg)
 }
@@ -90,6 +93,7 @@ func cmdGenerate(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	defer startStatus(ctx, &kc, c.reg, withGroup(statusGenerate, cfg.Group))()
 	cfg.Kafka, cfg.Logger, cfg.Registerer, cfg.Ready = kc, kc.Logger, c.reg, c.ready
 	return generate.Run(ctx, cfg)
 }
@@ -104,6 +108,7 @@ func cmdSink(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	defer startStatus(ctx, &kc, c.reg, withGroup(statusSink, cfg.Group))()
 	cfg.Kafka, cfg.Logger, cfg.Registerer, cfg.Ready = kc, kc.Logger, c.reg, c.ready
 	return sink.Run(ctx, cfg)
 }

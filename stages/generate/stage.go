@@ -141,12 +141,12 @@ func Run(ctx context.Context, cfg Config) error {
 func (s *stage) handle(d *kafka.Delivery) {
 	var t topics.Tokenized
 	if err := topics.Unmarshal(d.Message.Value, &t); err != nil {
-		s.reject(d, &topics.Rejection{ID: string(d.Message.Key), Reason: "undecodable tokenized record: " + err.Error(),
+		s.reject(d, &topics.Rejection{ID: string(d.Message.Key), Class: "undecodable", Reason: "undecodable tokenized record: " + err.Error(),
 			Payload: d.Message.Value})
 		return
 	}
 	if len(t.InputIDs) == 0 {
-		s.reject(d, &topics.Rejection{ID: t.ID, Dataset: t.Dataset, Source: t.Source, Reason: "empty prompt (no input_ids)"})
+		s.reject(d, &topics.Rejection{ID: t.ID, Dataset: t.Dataset, Source: t.Source, Class: "empty_prompt", Reason: "empty prompt (no input_ids)"})
 		return
 	}
 	lane := s.ctl.ResolveLane(t.Dataset, t.Sampling.Lane)
@@ -177,7 +177,7 @@ func (s *stage) handle(d *kafka.Delivery) {
 			s.emit(d, generation(&t, sampling, res))
 		case errors.As(err, &rej):
 			s.log.Info("request rejected", "id", t.ID, "dataset", t.Dataset, "reason", rej.Reason, "at", d.Where())
-			s.reject(d, &topics.Rejection{ID: t.ID, Dataset: t.Dataset, Source: t.Source, Reason: rej.Reason})
+			s.reject(d, &topics.Rejection{ID: t.ID, Dataset: t.Dataset, Source: t.Source, Class: "server_rejected", Reason: rej.Reason})
 		default:
 			// Abandoned on shutdown: its slot is freed at once (the consumer need not wait out its drain
 			// timeout) and its offset is never committed, so the record is redelivered.
@@ -223,7 +223,7 @@ func (s *stage) emit(d *kafka.Delivery, g *topics.Generation) {
 			d.Done()
 		case kafka.IsRecordTooLarge(err):
 			s.log.Warn("generation too large for the topic", "id", g.ID, "at", d.Where(), "err", err)
-			s.reject(d, &topics.Rejection{ID: g.ID, Dataset: g.Dataset, Source: g.Source, Reason: err.Error()})
+			s.reject(d, &topics.Rejection{ID: g.ID, Dataset: g.Dataset, Source: g.Source, Class: "too_large", Reason: err.Error()})
 		default:
 			s.log.Warn("output not written before shutdown; record will be redelivered", "at", d.Where(), "err", err)
 			d.Abandon()

@@ -378,7 +378,7 @@ func (r *runner) rejectWith(bounded bool, id, dataset string, src topics.Source,
 		r.slots <- struct{}{}
 	}
 	r.acks.Add(1)
-	r.dead.Reject(r.ctx, nil, &topics.Rejection{ID: id, Dataset: dataset, Reason: perr.Error(), Source: src, Payload: raw},
+	r.dead.Reject(r.ctx, nil, &topics.Rejection{ID: id, Dataset: dataset, Reason: perr.Error(), Class: string(reason), Source: src, Payload: raw},
 		func(err error) {
 			defer r.acks.Done()
 			if bounded {

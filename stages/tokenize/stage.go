@@ -23,6 +23,9 @@ import (
 	"github.com/draftflow/draftflow/topics"
 )
 
+// DefaultGroup is the consumer group of the tokenize stage when Config.Group is empty.
+const DefaultGroup = "draftflow-tokenize"
+
 // Config configures the tokenize stage. Zero values are documented defaults.
 type Config struct {
 	// Kafka says where the topics are.
@@ -112,7 +115,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	group := cfg.Group
 	if group == "" {
-		group = "draftflow-tokenize"
+		group = DefaultGroup
 	}
 	log.Info("tokenize starting", "model", name, "hash", m.Hash, "context_length", ctxLen, "workers", workers)
 
@@ -131,7 +134,7 @@ func Run(ctx context.Context, cfg Config) error {
 		log.Warn("prompt rejected", "id", p.ID, "where", d.Where(), "reason", reason)
 		// The one dead-letter policy (kafka.DeadLetters): retried while the stage runs, abandoned (and
 		// redelivered) at shutdown.
-		dead.Reject(runCtx, d, &topics.Rejection{ID: p.ID, Dataset: p.Dataset, Reason: reason, Source: p.Source},
+		dead.Reject(runCtx, d, &topics.Rejection{ID: p.ID, Dataset: p.Dataset, Reason: reason, Class: label, Source: p.Source},
 			func(err error) {
 				if err != nil {
 					d.Abandon()

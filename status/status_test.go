@@ -1,0 +1,98 @@
+package status
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/draftflow/draftflow/topics"
+)
+
+// A process's figures are read from its registry: counters by stage, generate's endpoints by label.
+func TestFiguresFromRegistry(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	records := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "draftflow_generate_records_total"}, []string{"result"})
+	out := prometheus.NewCounterVec(prometheus.CounterOpts{Name: mOutputTokens}, []string{"endpoint"})
+	up := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: mEndpointUp}, []string{"endpoint"})
+	usage := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: mKVUsage}, []string{"endpoint"})
+	reqs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: mRequests}, []string{"endpoint", "outcome"})
+	reg.MustRegister(records, out, up, usage, reqs)
+	records.WithLabelValues("generated").Add(10)
+	records.WithLabelValues("rejected").Add(2)
+	out.WithLabelValues("http://a").Add(500)
+	out.WithLabelValues("http://b").Add(100)
+	up.WithLabelValues("http://a").Set(1)
+	up.WithLabelValues("http://b").Set(0)
+	usage.WithLabelValues("http://a").Set(0.5)
+	reqs.WithLabelValues("http://a", "ok").Add(9)
+	reqs.WithLabelValues("http://a", "busy").Add(4)
+	fams, err := gather(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &topics.Status{Stage: "generate"}
+	fams.figures(s)
+	if s.Records != 12 || s.Rejected != 2 || s.Tokens != 600 || len(s.Endpoints) != 2 {
+		t.Fatalf("figures %+v", s)
+	}
+	a, b := s.Endpoints[0], s.Endpoints[1]
+	if a.Name != "http://a" || !a.Up || a.KVUsage != 0.5 || a.OutputTokens != 500 || a.Requests != 9 || b.Up || b.OutputTokens != 100 {
+		t.Fatalf("endpoints %+v", s.Endpoints)
+	}
+}
+
+// Published rates are differences over the window, per stage and per endpoint.
+func TestRatesOverWindow(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	var hist []sample
+	for i := 0; i <= 30; i++ {
+		s := &topics.Status{Time: t0.Add(time.Duration(i) * 5 * time.Second), Records: int64(10 * i), Tokens: int64(1000 * i),
+			Endpoints: []topics.EndpointStatus{{Name: "e", OutputTokens: int64(500 * i)}}}
+		hist = rates(s, hist, time.Minute)
+		if i == 30 {
+			if s.RecordsPerSecond != 2 || s.TokensPerSecond != 200 || s.Endpoints[0].OutputTokensPerSecond != 100 ||
+				s.RateWindowSeconds != 60 {
+				t.Fatalf("rates %+v", s)
+			}
+		}
+	}
+	if len(hist) != 13 {
+		t.Fatalf("%d samples kept for a 60 s window at 5 s", len(hist))
+	}
+}
+
+func TestReasonClass(t *testing.T) {
+	for _, c := range []struct {
+		r    topics.Rejection
+		want string
+	}{
+		{topics.Rejection{Class: "too_long", Reason: "prompt x is 900 tokens"}, "too_long"},
+		{topics.Rejection{Reason: "server failed the request 3 times, last: boom"}, "server failed the request N times, last"},
+		{topics.Rejection{}, "unknown"},
+	} {
+		if got := ReasonClass(&c.r); got != c.want {
+			t.Errorf("ReasonClass(%+v) = %q, want %q", c.r, got, c.want)
+		}
+	}
+}
+
+func TestRenderShowsStagesEndpointsAndWarnings(t *testing.T) {
+	eta := 90.0
+	r := &Report{Time: time.Unix(0, 0).UTC(), Stages: []StageReport{{Stage: "generate", Group: "g", Topic: "tokenized",
+		Committed: 10, End: 100, Lag: 90, RecordsPerSecond: 1, ETASeconds: &eta,
+		Endpoints: []EndpointReport{{Instance: "i", EndpointStatus: topics.EndpointStatus{Name: "http://gpu", Up: true, KVUsage: 0.42}}}}},
+		Rejections: []RejectionCount{{Stage: "tokenize", Reason: "too_long", Count: 3}}, RejectedTotal: 3,
+		Warnings: []string{"generate: something"}}
+	var b bytes.Buffer
+	if err := Render(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"generate  g", "1m30s", "http://gpu", "42%", "too_long", "! generate: something"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("render lacks %q:\n%s", want, b.String())
+		}
+	}
+}
