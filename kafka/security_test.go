@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -199,6 +200,11 @@ func roundTrip(t *testing.T, cfg kafka.Config) {
 // naming mech and the user, without the password.
 func checkAuthFails(t *testing.T, cfg kafka.Config, mech string) {
 	t.Helper()
+	checkAuthFailsUser(t, cfg, mech, "alice")
+}
+
+func checkAuthFailsUser(t *testing.T, cfg kafka.Config, mech, user string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	check := func(what string, start time.Time, err error) {
@@ -210,7 +216,7 @@ func checkAuthFails(t *testing.T, cfg kafka.Config, mech string) {
 			t.Errorf("%s: %v, want an authentication error", what, err)
 		}
 		msg := err.Error()
-		if !strings.Contains(msg, mech) || !strings.Contains(msg, `"alice"`) || !strings.Contains(msg, "authentication failed") {
+		if !strings.Contains(msg, mech) || !strings.Contains(msg, strconv.Quote(user)) || !strings.Contains(msg, "authentication failed") {
 			t.Errorf("%s: error %q does not name the mechanism, the user and the failure", what, msg)
 		}
 		if strings.Contains(msg, testPassword) {
@@ -237,4 +243,21 @@ func checkAuthFails(t *testing.T, cfg kafka.Config, mech string) {
 	errc := make(chan error, 1)
 	p.SendRetrying(ctx, "k", &topics.Prompt{ID: "k"}, func(err error) { errc <- err })
 	check("Producer.SendRetrying", start, <-errc)
+}
+
+// TestKafkaSASLReal: the same against Apache Kafka's SASL_SSL listener (kafka.sh with KAFKA_SASL_SSL=1).
+func TestKafkaSASLReal(t *testing.T) {
+	b := kafkatest.RealSASL(t)
+	for _, mech := range []string{kafka.MechanismPlain, kafka.MechanismSCRAMSHA256, kafka.MechanismSCRAMSHA512} {
+		t.Run(mech, func(t *testing.T) {
+			cfg := kafka.Config{Brokers: b.Brokers, Partitions: 2, Security: b.Security(mech),
+				Namespace: fmt.Sprintf("t-sasl-%s-%d", strings.ToLower(mech), time.Now().UnixNano())}
+			roundTrip(t, cfg)
+			bad := cfg
+			bad.Security.SASL.PasswordFile = ""
+			bad.Security.SASL.Password = kafka.NewSecret(testPassword)
+			bad.Security.SASL.Username = b.Username
+			checkAuthFailsUser(t, bad, mech, b.Username)
+		})
+	}
 }

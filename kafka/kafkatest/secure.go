@@ -12,9 +12,11 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/kafka/embedded"
 )
 
@@ -114,4 +116,43 @@ func SecureEmbedded(t testing.TB, pki *PKI, requireClientCert bool, users ...emb
 	}
 	t.Cleanup(e.Close)
 	return e
+}
+
+// SASLBroker is a real broker's SASL_SSL listener, as `KAFKA_SASL_SSL=1 deploy/kafka/kafka.sh up` starts one
+// and `kafka.sh env` describes it (DRAFTFLOW_TEST_SASL_BROKERS, _CA_FILE, _USERNAME, _PASSWORD_FILE).
+type SASLBroker struct {
+	// Brokers is the SASL_SSL bootstrap list.
+	Brokers []string
+	// CAFile is the PEM CA of the listener's certificate.
+	CAFile string
+	// Username and PasswordFile are a user known to PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512.
+	Username, PasswordFile string
+}
+
+// Security returns the settings of the listener for one mechanism, the password read from its file.
+func (b SASLBroker) Security(mechanism string) kafka.Security {
+	return kafka.Security{TLS: kafka.TLS{CAFile: b.CAFile},
+		SASL: kafka.SASL{Mechanism: mechanism, Username: b.Username, PasswordFile: b.PasswordFile}}
+}
+
+// RealSASL returns the real broker's SASL_SSL listener from the environment. Without one the test is skipped,
+// except in a run against real Kafka (DRAFTFLOW_TEST_BROKERS) under DRAFTFLOW_REQUIRE_ASSETS (CI's
+// `make test-integration`, whose broker has the listener), where it fails.
+func RealSASL(t testing.TB) SASLBroker {
+	t.Helper()
+	b := SASLBroker{CAFile: os.Getenv("DRAFTFLOW_TEST_SASL_CA_FILE"), Username: os.Getenv("DRAFTFLOW_TEST_SASL_USERNAME"),
+		PasswordFile: os.Getenv("DRAFTFLOW_TEST_SASL_PASSWORD_FILE")}
+	if s := os.Getenv("DRAFTFLOW_TEST_SASL_BROKERS"); s != "" {
+		b.Brokers = strings.Split(s, ",")
+	}
+	if len(b.Brokers) > 0 && b.CAFile != "" && b.Username != "" && b.PasswordFile != "" {
+		return b
+	}
+	msg := "no secured Kafka broker: set DRAFTFLOW_TEST_SASL_BROKERS, _CA_FILE, _USERNAME and _PASSWORD_FILE " +
+		"(`KAFKA_SASL_SSL=1 deploy/kafka/kafka.sh up`, then `export $(deploy/kafka/kafka.sh env)`; make test-integration does both)"
+	if Real() && os.Getenv("DRAFTFLOW_REQUIRE_ASSETS") != "" {
+		t.Fatal(msg + " (DRAFTFLOW_REQUIRE_ASSETS is set)")
+	}
+	t.Skip(msg)
+	return b
 }
