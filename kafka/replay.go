@@ -19,7 +19,9 @@ type GroupMember struct {
 	ClientID, Host string
 }
 
-func (m GroupMember) String() string { return m.ID + " (client " + m.ClientID + " from " + m.Host + ")" }
+func (m GroupMember) String() string {
+	return m.ID + " (client " + m.ClientID + " from " + m.Host + ")"
+}
 
 // GroupMembers returns the state ("Empty", "Stable", "PreparingRebalance", "Dead", ...) and the live members of
 // a consumer group, namespaced like ConsumerConfig.Group. A group the coordinator does not know is "Dead" with
