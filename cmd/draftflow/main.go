@@ -39,6 +39,7 @@ func commands() []command {
 		{"tokenize", "apply the chat template and tokenizer: prompts -> tokenized", cmdTokenize},
 		{"generate", "generate completions with SGLang: tokenized -> generated", cmdGenerate},
 		{"sink", "write generated records to exactly-once Parquet shards", cmdSink},
+		{"replay", "reset a stopped stage's consumer group to the earliest offset, a time or explicit offsets", cmdReplay},
 		{"sim", "serve a simulated SGLang server", cmdSim},
 		{"encode", "print the token ids the tokenize stage would produce for JSONL conversations on stdin", cmdEncode},
 		{"inspect", "validate shards against their manifest and print totals", cmdInspect},
