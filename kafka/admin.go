@@ -289,7 +289,8 @@ func (c Config) TopicConfigValue(ctx context.Context, topic, name string) (strin
 }
 
 // CommittedOffsets returns a consumer group's committed offsets (partition -> next offset to read) on a
-// (logical) topic; the group is namespaced like ConsumerConfig.Group. A partition without a commit is absent.
+// (logical) topic; the group is namespaced like ConsumerConfig.Group. A partition without a commit is absent;
+// a group that does not exist has none.
 func (c Config) CommittedOffsets(ctx context.Context, group, topic string) (map[int]int64, error) {
 	n, err := c.PartitionCount(ctx, topic)
 	if err != nil {
@@ -308,6 +309,9 @@ func (c Config) CommittedOffsets(ctx context.Context, group, topic string) (map[
 		Topics: map[string][]int{physical: parts}})
 	if err != nil {
 		return nil, fmt.Errorf("kafka: committed offsets of group %s on %s: %w", c.Topic(group), physical, c.explain(ctx, err))
+	}
+	if errors.Is(resp.Error, kafkago.GroupIdNotFound) {
+		return map[int]int64{}, nil // a group that never committed (the embedded broker says so; Apache Kafka answers with no offsets)
 	}
 	if resp.Error != nil {
 		return nil, fmt.Errorf("kafka: committed offsets of group %s on %s: %w", c.Topic(group), physical, resp.Error)
