@@ -62,7 +62,8 @@ type SASL struct {
 	// Password is the user's password. It never appears in logs, errors or printed configs (see Secret).
 	Password Secret
 	// PasswordFile, when Password is empty, is a file whose content (trailing newline removed) is the password.
-	// It is read each time a client is built, so a rotated file is picked up by new connections.
+	// It is read each time a consumer group, reader or producer is built; the admin requests of a process share
+	// one connection pool, built once with the password read then.
 	PasswordFile string
 }
 
