@@ -46,7 +46,11 @@ func TestSecretNeverPrinted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	outs = append(outs, string(j))
+	whole, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outs = append(outs, string(j), string(whole))
 	for _, o := range outs {
 		if strings.Contains(o, testPassword) || strings.Contains(o, fmt.Sprintf("%x", testPassword)) {
 			t.Fatalf("password revealed: %s", o)

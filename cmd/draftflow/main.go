@@ -3,7 +3,8 @@
 //
 // Each stage subcommand (ingest, tokenize, generate, sink) is what one container runs; `run` starts every
 // stage in one process, against an embedded broker and a simulated SGLang server unless told otherwise; `sim`
-// serves the simulator over HTTP; `encode`, `inspect`, `export`, `vocab` and `bench` are tools around the pipeline.
+// serves the simulator over HTTP; `replay` moves a stopped stage's consumer group back (or forward); `encode`,
+// `inspect`, `export`, `vocab` and `bench` are tools around the pipeline.
 package main
 
 import (
