@@ -265,3 +265,33 @@ func TestKafkaSASLReal(t *testing.T) {
 		})
 	}
 }
+
+// TestKafkaTLSServerNameEmbedded: --kafka-tls-server-name must match the certificate; insecure-skip-verify
+// accepts a certificate without its CA, only when asked.
+func TestKafkaTLSServerNameEmbedded(t *testing.T) {
+	pki, brokers := secureCluster(t, false)
+	sasl := kafka.SASL{Mechanism: kafka.MechanismSCRAMSHA512, Username: "alice", Password: kafka.NewSecret(testPassword)}
+	ok := kafka.Config{Brokers: brokers, Namespace: "sni", Security: kafka.Security{TLS: kafka.TLS{CAFile: pki.CAFile, ServerName: "localhost"}, SASL: sasl}}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := ok.Ping(ctx); err != nil {
+		t.Fatalf("server name localhost: %v", err)
+	}
+	wrong := ok
+	wrong.Security.TLS.ServerName = "kafka.example.org"
+	if err := wrong.Ping(ctx); !kafka.IsAuthError(err) || !strings.Contains(err.Error(), "TLS") {
+		t.Errorf("wrong server name: %v, want a TLS authentication error", err)
+	}
+	noCA := ok
+	noCA.Security.TLS = kafka.TLS{Enabled: true}
+	if err := noCA.Ping(ctx); !kafka.IsAuthError(err) {
+		t.Errorf("a certificate of an unknown CA: %v, want a TLS authentication error", err)
+	}
+	noCA.Security.TLS.InsecureSkipVerify = true
+	if err := noCA.Ping(ctx); err != nil {
+		t.Errorf("insecure-skip-verify: %v", err)
+	}
+	if d := fmt.Sprint(noCA.Security.Describe()...); !strings.Contains(d, "tls_insecure_skip_verify") || !strings.Contains(d, "SASL_SSL") {
+		t.Errorf("Describe = %s", d)
+	}
+}

@@ -99,3 +99,39 @@ func TestKafkaSecureRunReal(t *testing.T) {
 	b := kafkatest.RealSASL(t)
 	checkSecureRuns(t, b.Brokers, b.Security)
 }
+
+// TestSecurityFlagErrors: unusable settings stop a command at start, naming the setting.
+func TestSecurityFlagErrors(t *testing.T) {
+	dir := t.TempDir()
+	cases := []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{[]string{"--kafka-sasl-mechanism", "GSSAPI", "--kafka-sasl-username", "u"}, nil, "unknown SASL mechanism"},
+		{[]string{"--kafka-sasl-mechanism", "PLAIN", "--kafka-sasl-username", "u"}, nil, "needs a password"},
+		{[]string{"--kafka-sasl-mechanism", "PLAIN", "--kafka-sasl-username", "u", "--kafka-sasl-password-file", dir + "/none"}, nil, "password file"},
+		{[]string{"--kafka-tls-ca-file", dir + "/none.pem"}, nil, "CA file"},
+		{nil, map[string]string{kafka.EnvTLS: "maybe"}, "DRAFTFLOW_KAFKA_TLS"},
+		{nil, map[string]string{kafka.EnvSASLMechanism: "PLAIN", kafka.EnvSASLUsername: "u"}, "needs a password"},
+		{[]string{"--retention", "soon"}, nil, "retention"},
+	}
+	for _, c := range cases {
+		for k, v := range c.env {
+			t.Setenv(k, v)
+		}
+		args := append([]string{"--brokers", "127.0.0.1:1", "--stage", "generate", "--to-earliest"}, c.args...)
+		err := cmdReplay(context.Background(), args)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("replay %v (env %v): %v, want an error containing %q", c.args, c.env, err, c.want)
+		}
+		for k := range c.env {
+			os.Unsetenv(k)
+		}
+	}
+	// The embedded broker speaks plaintext only.
+	err := cmdRun(context.Background(), []string{"--input", sampleFile, "--out", dir, "--kafka-tls"})
+	if err == nil || !strings.Contains(err.Error(), "need --brokers") {
+		t.Errorf("run --kafka-tls without --brokers: %v", err)
+	}
+}
