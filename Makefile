@@ -46,12 +46,14 @@ test-go:
 test-python:
 	PYTHONPATH=python $(PYTHON) -m pytest -q -p no:cacheprovider python/tests
 
-## test-integration: the Kafka-facing tests again, against a real Apache Kafka broker started from Maven jars.
+## test-integration: the Kafka-facing tests again, against a real Apache Kafka broker started from Maven jars,
+## with a SASL_SSL listener too (KAFKA_SASL_SSL=1) for the security tests (DRAFTFLOW_TEST_SASL_*).
 test-integration: deps-go
-	@set -eo pipefail; addr=$$(bash deploy/kafka/kafka.sh up); \
+	@set -eo pipefail; addr=$$(KAFKA_SASL_SSL=1 bash deploy/kafka/kafka.sh up); \
 	  trap 'bash deploy/kafka/kafka.sh down' EXIT; \
 	  test -n "$$addr" || { echo "kafka.sh up printed no address"; exit 1; }; \
-	  echo "real Kafka at $$addr"; \
+	  export $$(bash deploy/kafka/kafka.sh env); \
+	  echo "real Kafka at $$addr, SASL_SSL at $$DRAFTFLOW_TEST_SASL_BROKERS"; \
 	  DRAFTFLOW_TEST_BROKERS=$$addr $(GO) test $(GOTEST_FLAGS) -count=1 -run 'Kafka|Consumer|Ensure|Pipeline|Stage|Sink|Integration|RunSample|RunDuplicates|RunCancelled|RunIgnores' ./topics/... ./kafka/... ./stages/... ./sink/... ./cmd/...
 
 kafka-up:

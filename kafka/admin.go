@@ -16,7 +16,10 @@ func (c Config) EnsureTopics(ctx context.Context, names ...string) error {
 	if len(c.Brokers) == 0 {
 		return errors.New("kafka: no brokers configured")
 	}
-	client := c.adminClient()
+	client, err := c.adminClient()
+	if err != nil {
+		return err
+	}
 	req := &kafkago.CreateTopicsRequest{}
 	physical := make([]string, len(names))
 	for i, n := range names {
@@ -27,14 +30,15 @@ func (c Config) EnsureTopics(ctx context.Context, names ...string) error {
 			ReplicationFactor: c.replication(),
 			ConfigEntries: []kafkago.ConfigEntry{
 				{ConfigName: "max.message.bytes", ConfigValue: strconv.Itoa(c.maxMessageBytes())},
+				{ConfigName: "retention.ms", ConfigValue: strconv.FormatInt(c.retentionMs(), 10)},
+				{ConfigName: "retention.bytes", ConfigValue: "-1"},
 			},
 		})
 	}
 	var resp *kafkago.CreateTopicsResponse
-	var err error
 	for attempt := 0; ; attempt++ {
 		resp, err = client.CreateTopics(ctx, req)
-		if err == nil || attempt >= 20 || ctx.Err() != nil {
+		if err = c.explain(ctx, err); err == nil || attempt >= 20 || ctx.Err() != nil || IsAuthError(err) {
 			break
 		}
 		// The broker may still be starting (controller not elected yet); retry briefly.
@@ -55,7 +59,7 @@ func (c Config) EnsureTopics(ctx context.Context, names ...string) error {
 			c.logger().Debug("topic exists, reusing it", "topic", topic)
 			existing = append(existing, topic)
 		} else {
-			c.logger().Info("topic created", "topic", topic, "partitions", c.partitions())
+			c.logger().Info("topic created", "topic", topic, "partitions", c.partitions(), "retention", c.retentionText())
 		}
 	}
 	c.checkMaxMessageBytes(ctx, client, existing)
@@ -150,11 +154,14 @@ func (c Config) partitionsServing(ctx context.Context, client *kafkago.Client, m
 
 // PartitionCount returns the number of partitions of an existing (logical) topic.
 func (c Config) PartitionCount(ctx context.Context, topic string) (int, error) {
-	client := c.adminClient()
+	client, err := c.adminClient()
+	if err != nil {
+		return 0, err
+	}
 	topic = c.Topic(topic)
 	meta, err := client.Metadata(ctx, &kafkago.MetadataRequest{Topics: []string{topic}})
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("kafka: metadata of %s: %w", topic, c.explain(ctx, err))
 	}
 	for _, t := range meta.Topics {
 		if t.Name == topic {
@@ -179,10 +186,13 @@ func (c Config) EndOffsets(ctx context.Context, topic string) (map[int]int64, er
 	for p := 0; p < n; p++ {
 		req.Topics[physical] = append(req.Topics[physical], kafkago.LastOffsetOf(p))
 	}
-	client := c.adminClient()
+	client, err := c.adminClient()
+	if err != nil {
+		return nil, err
+	}
 	resp, err := client.ListOffsets(ctx, req)
 	if err != nil {
-		return nil, fmt.Errorf("kafka: end offsets of %s: %w", physical, err)
+		return nil, fmt.Errorf("kafka: end offsets of %s: %w", physical, c.explain(ctx, err))
 	}
 	out := make(map[int]int64, n)
 	for _, po := range resp.Topics[physical] {
@@ -206,12 +216,15 @@ func (c Config) StartGroupAt(ctx context.Context, group, topic string, offsets m
 	for p, off := range offsets {
 		commits = append(commits, kafkago.OffsetCommit{Partition: p, Offset: off})
 	}
-	client := c.adminClient()
+	client, err := c.adminClient()
+	if err != nil {
+		return err
+	}
 	resp, err := client.OffsetCommit(ctx, &kafkago.OffsetCommitRequest{
 		GroupID: c.Topic(group), GenerationID: -1, Topics: map[string][]kafkago.OffsetCommit{physical: commits},
 	})
 	if err != nil {
-		return fmt.Errorf("kafka: set offsets of group %s on %s: %w", c.Topic(group), physical, err)
+		return fmt.Errorf("kafka: set offsets of group %s on %s: %w", c.Topic(group), physical, c.explain(ctx, err))
 	}
 	for _, p := range resp.Topics[physical] {
 		if p.Error != nil {
@@ -221,19 +234,27 @@ func (c Config) StartGroupAt(ctx context.Context, group, topic string, offsets m
 	return nil
 }
 
-// adminClient returns a client for the cluster's admin and metadata requests.
-func (c Config) adminClient() *kafkago.Client {
-	return &kafkago.Client{Addr: kafkago.TCP(c.Brokers...), Timeout: 30 * time.Second}
+// adminClient returns a client for the cluster's admin and metadata requests, with the TLS and SASL of
+// Security. Its error is a Security setting that cannot be used (a CA file that does not exist, ...).
+func (c Config) adminClient() (*kafkago.Client, error) {
+	t, err := c.adminTransport()
+	if err != nil {
+		return nil, err
+	}
+	return &kafkago.Client{Addr: kafkago.TCP(c.Brokers...), Timeout: 30 * time.Second, Transport: t}, nil
 }
 
 // DeleteGroup deletes a consumer group (namespaced like ConsumerConfig.Group) and its committed offsets. The
 // broker refuses it while the group has members; a group that does not exist is not an error.
 func (c Config) DeleteGroup(ctx context.Context, group string) error {
-	client := c.adminClient()
+	client, err := c.adminClient()
+	if err != nil {
+		return err
+	}
 	id := c.Topic(group)
 	resp, err := client.DeleteGroups(ctx, &kafkago.DeleteGroupsRequest{GroupIDs: []string{id}})
 	if err != nil {
-		return fmt.Errorf("kafka: delete group %s: %w", id, err)
+		return fmt.Errorf("kafka: delete group %s: %w", id, c.explain(ctx, err))
 	}
 	if err := resp.Errors[id]; err != nil && !errors.Is(err, kafkago.GroupIdNotFound) {
 		return fmt.Errorf("kafka: delete group %s: %w", id, err)
@@ -244,12 +265,15 @@ func (c Config) DeleteGroup(ctx context.Context, group string) error {
 // TopicConfigValue returns one config value of a (logical) topic (for example max.message.bytes), as the broker reports it.
 func (c Config) TopicConfigValue(ctx context.Context, topic, name string) (string, error) {
 	topic = c.Topic(topic)
-	client := c.adminClient()
+	client, err := c.adminClient()
+	if err != nil {
+		return "", err
+	}
 	resp, err := client.DescribeConfigs(ctx, &kafkago.DescribeConfigsRequest{Resources: []kafkago.DescribeConfigRequestResource{{
 		ResourceType: kafkago.ResourceTypeTopic, ResourceName: topic, ConfigNames: []string{name},
 	}}})
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("kafka: config %s of %s: %w", name, topic, c.explain(ctx, err))
 	}
 	for _, r := range resp.Resources {
 		if r.Error != nil {
@@ -265,7 +289,8 @@ func (c Config) TopicConfigValue(ctx context.Context, topic, name string) (strin
 }
 
 // CommittedOffsets returns a consumer group's committed offsets (partition -> next offset to read) on a
-// (logical) topic; the group is namespaced like ConsumerConfig.Group. A partition without a commit is absent.
+// (logical) topic; the group is namespaced like ConsumerConfig.Group. A partition without a commit is absent;
+// a group that does not exist has none.
 func (c Config) CommittedOffsets(ctx context.Context, group, topic string) (map[int]int64, error) {
 	n, err := c.PartitionCount(ctx, topic)
 	if err != nil {
@@ -276,10 +301,17 @@ func (c Config) CommittedOffsets(ctx context.Context, group, topic string) (map[
 	for i := range parts {
 		parts[i] = i
 	}
-	resp, err := c.adminClient().OffsetFetch(ctx, &kafkago.OffsetFetchRequest{GroupID: c.Topic(group),
+	client, err := c.adminClient()
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.OffsetFetch(ctx, &kafkago.OffsetFetchRequest{GroupID: c.Topic(group),
 		Topics: map[string][]int{physical: parts}})
 	if err != nil {
-		return nil, fmt.Errorf("kafka: committed offsets of group %s on %s: %w", c.Topic(group), physical, err)
+		return nil, fmt.Errorf("kafka: committed offsets of group %s on %s: %w", c.Topic(group), physical, c.explain(ctx, err))
+	}
+	if errors.Is(resp.Error, kafkago.GroupIdNotFound) {
+		return map[int]int64{}, nil // a group that never committed (the embedded broker says so; Apache Kafka answers with no offsets)
 	}
 	if resp.Error != nil {
 		return nil, fmt.Errorf("kafka: committed offsets of group %s on %s: %w", c.Topic(group), physical, resp.Error)
@@ -298,9 +330,13 @@ func (c Config) CommittedOffsets(ctx context.Context, group, topic string) (map[
 
 // Groups returns the ids of the consumer groups the cluster knows (physical names, namespace included).
 func (c Config) Groups(ctx context.Context) ([]string, error) {
-	resp, err := c.adminClient().ListGroups(ctx, &kafkago.ListGroupsRequest{})
+	client, err := c.adminClient()
 	if err != nil {
-		return nil, fmt.Errorf("kafka: list groups: %w", err)
+		return nil, err
+	}
+	resp, err := client.ListGroups(ctx, &kafkago.ListGroupsRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("kafka: list groups: %w", c.explain(ctx, err))
 	}
 	var out []string
 	for _, g := range resp.Groups {
@@ -315,9 +351,13 @@ func (c Config) DeleteTopics(ctx context.Context, names ...string) error {
 	for i, n := range names {
 		physical[i] = c.Topic(n)
 	}
-	resp, err := c.adminClient().DeleteTopics(ctx, &kafkago.DeleteTopicsRequest{Topics: physical})
+	client, err := c.adminClient()
 	if err != nil {
-		return fmt.Errorf("kafka: delete topics %v: %w", physical, err)
+		return err
+	}
+	resp, err := client.DeleteTopics(ctx, &kafkago.DeleteTopicsRequest{Topics: physical})
+	if err != nil {
+		return fmt.Errorf("kafka: delete topics %v: %w", physical, c.explain(ctx, err))
 	}
 	for _, e := range resp.Errors {
 		err = errors.Join(err, e)

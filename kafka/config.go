@@ -1,13 +1,14 @@
 package kafka
 
 import (
+	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	kafkago "github.com/segmentio/kafka-go"
 )
 
 // Config says how to reach Kafka and how topics are laid out. The zero value of every field but Brokers is a
@@ -29,6 +30,17 @@ type Config struct {
 	// runs) can share one cluster. Stages always use the logical names; Producer, Consumer and EnsureTopics
 	// apply the prefix.
 	Namespace string
+	// InputNamespace, when set, is the namespace Consumers read their topic from instead of Namespace; their
+	// groups, Producers and EnsureTopics stay in Namespace. It lets a stage read one pipeline's topic and write
+	// another's: re-tokenizing the prompts of namespace A for another model into namespace B (see the README's
+	// Replay section). TopicIDs and offsets of the consumed topic are looked up with InputTopic.
+	InputNamespace string
+	// Security configures TLS and SASL for every connection (zero: plaintext, unauthenticated).
+	Security Security
+	// Retention is how long topics this process creates keep their records (retention.ms): 0 or negative keeps
+	// them forever (retention.ms=-1), the default, so a replay can always start from the beginning.
+	// retention.bytes is always -1 (no size limit). Existing topics keep theirs.
+	Retention time.Duration
 	// Logger receives plumbing logs (default slog.Default()).
 	Logger *slog.Logger
 	// Registerer receives the plumbing metrics of this Config's producers and consumers (default
@@ -42,6 +54,15 @@ func (c Config) Topic(name string) string {
 		return name
 	}
 	return c.Namespace + "." + name
+}
+
+// InputTopic returns the physical name of a logical topic a Consumer reads: in InputNamespace when it is set,
+// else as Topic.
+func (c Config) InputTopic(name string) string {
+	if c.InputNamespace == "" {
+		return c.Topic(name)
+	}
+	return c.InputNamespace + "." + name
 }
 
 // Default values of Config.
@@ -100,7 +121,39 @@ func ParseBrokers(s string) []string {
 	return out
 }
 
-// dialer returns a kafka-go dialer carrying the client id.
-func (c Config) dialer() *kafkago.Dialer {
-	return &kafkago.Dialer{ClientID: c.clientID(), Timeout: 10 * time.Second, DualStack: true}
+// retentionMs is the retention.ms of created topics: -1 (forever) unless Retention is positive.
+func (c Config) retentionMs() int64 {
+	if c.Retention <= 0 {
+		return -1
+	}
+	return max(c.Retention.Milliseconds(), 1)
+}
+
+func (c Config) retentionText() string {
+	if c.Retention <= 0 {
+		return "forever"
+	}
+	return c.Retention.String()
+}
+
+// ParseRetention parses a --retention value: "forever", "-1" or "" (keep records forever, returned as 0), a Go
+// duration ("72h", "90m") or a number of days ("7d").
+func ParseRetention(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	switch strings.ToLower(s) {
+	case "", "forever", "-1", "infinite", "none":
+		return 0, nil
+	}
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.ParseFloat(days, 64)
+		if err != nil || n <= 0 {
+			return 0, fmt.Errorf("retention %q: want a positive number of days (7d), a duration (72h) or forever", s)
+		}
+		return time.Duration(n * float64(24*time.Hour)), nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("retention %q: want a positive duration (72h), a number of days (7d) or forever", s)
+	}
+	return d, nil
 }

@@ -125,8 +125,8 @@ var errCrashed = errors.New("kafka: consumer crashed (test)")
 // NewConsumer returns a Consumer of the logical topic in group cc.Group.
 func (c Config) NewConsumer(topic string, cc ConsumerConfig) *Consumer {
 	installZstd()
-	topic = c.Topic(topic)
-	cc.Group = c.Topic(cc.Group) // groups are namespaced like topics
+	topic = c.InputTopic(topic)
+	cc.Group = c.Topic(cc.Group) // groups are namespaced like topics (InputNamespace does not move them)
 	if cc.MaxInFlight <= 0 {
 		cc.MaxInFlight = 1024
 	}
@@ -182,10 +182,14 @@ func (c *Consumer) Run(ctx context.Context, handle func(*Delivery)) error {
 	if c.cc.StartFromLatest {
 		start = kafkago.LastOffset
 	}
+	dialer, err := c.cfg.dialer()
+	if err != nil {
+		return err
+	}
 	group, err := kafkago.NewConsumerGroup(kafkago.ConsumerGroupConfig{
 		ID:                c.cc.Group,
 		Brokers:           c.cfg.Brokers,
-		Dialer:            c.cfg.dialer(),
+		Dialer:            dialer,
 		Topics:            []string{c.topic},
 		GroupBalancers:    []kafkago.GroupBalancer{kafkago.RangeGroupBalancer{}},
 		HeartbeatInterval: c.cc.SessionTimeout / 5,
@@ -216,6 +220,11 @@ func (c *Consumer) Run(ctx context.Context, handle func(*Delivery)) error {
 		gen, err := group.Next(ctx)
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, kafkago.ErrGroupClosed) {
+				break
+			}
+			// Credentials the broker refuses: retrying cannot help, so the stage stops with an error naming them.
+			if aerr := c.cfg.explain(ctx, err); IsAuthError(aerr) {
+				runErr = fmt.Errorf("kafka: join group %s: %w", c.cc.Group, aerr)
 				break
 			}
 			// A group the broker will never accept: give up at once.
@@ -298,11 +307,19 @@ func (c *Consumer) runGeneration(ctx context.Context, gen *kafkago.Generation, h
 		fetchers.Add(1)
 		go func(a kafkago.PartitionAssignment) {
 			defer fetchers.Done()
+			dialer, err := c.cfg.dialer() // the group's worked, so this one does too (unless a file vanished)
+			if err != nil {
+				select {
+				case msgs <- fetched{err: err}:
+				case <-fetchCtx.Done():
+				}
+				return
+			}
 			r := kafkago.NewReader(kafkago.ReaderConfig{
 				Brokers:          c.cfg.Brokers,
 				Topic:            c.topic,
 				Partition:        a.ID,
-				Dialer:           c.cfg.dialer(),
+				Dialer:           dialer,
 				MinBytes:         1,
 				MaxBytes:         c.cfg.maxMessageBytes() * 2,
 				MaxWait:          250 * time.Millisecond,
@@ -484,7 +501,10 @@ func (c *Consumer) drain(parts []int, d time.Duration) int {
 // heartbeat keeps the member of gen alive until ctx ends. The coordinator answers REBALANCE_IN_PROGRESS while
 // a rebalance waits for this member; that answer still counts as a heartbeat.
 func (c *Consumer) heartbeat(ctx context.Context, gen *kafkago.Generation) {
-	client := c.cfg.adminClient()
+	client, err := c.cfg.adminClient()
+	if err != nil {
+		return // the group's own heartbeat client uses the same settings: it would not have joined
+	}
 	t := time.NewTicker(max(c.cc.SessionTimeout/5, 100*time.Millisecond))
 	defer t.Stop()
 	for {

@@ -1,10 +1,15 @@
 // Package kafka is draftflow's one door to Kafka: every request any stage, the sink or the command line sends
 // to a broker goes through it. It owns
 //
-//   - Config: how to reach the cluster and lay out topics (partitions, namespace, record size limit);
+//   - Config: how to reach the cluster and lay out topics (partitions, namespace, input namespace, record size
+//     limit, retention);
+//   - Security (security.go): TLS and SASL (PLAIN, SCRAM-SHA-256/512) for every client this package builds, the
+//     redacting Secret, and AuthError, which makes refused credentials a prompt, clear error (Ping);
 //   - admin requests (admin.go): EnsureTopics, partition counts, end and committed offsets, groups, topic
 //     deletion, and the topic ID lookup (topicid.go); what an operator's view needs (groups.go): a group's
 //     members (DescribeGroup), start offsets, and reading a partition's offset range outside any group;
+//     offsets for a time and group resets for replay (replay.go); what retention may cost a group
+//     (retention.go: RetentionRisk);
 //   - Producer (producer.go): asynchronous, acknowledged writes whose done callback marks the input finished;
 //   - Consumer (consumer.go): a consumer-group member that hands out Deliveries and commits, per partition, only
 //     the contiguous prefix of finished offsets (Watermark, watermark.go);
@@ -16,6 +21,6 @@
 //
 // The client is segmentio/kafka-go: writers with an explicit BatchTimeout, RequiredAcks=RequireAll and zstd;
 // consumers with explicit, synchronous commits. One request kafka-go cannot send (Metadata v10, for topic IDs)
-// goes through franz-go; topicid.go says why. The embedded broker lives in kafka/embedded, the test support in
+// goes through franz-go (with the same TLS and SASL); topicid.go says why. The embedded broker lives in kafka/embedded, the test support in
 // kafka/kafkatest.
 package kafka

@@ -22,6 +22,10 @@ type GroupMember struct {
 	Partitions map[string][]int `json:"partitions,omitempty"`
 }
 
+func (m GroupMember) String() string {
+	return m.ID + " (client " + m.ClientID + " from " + m.Host + ")"
+}
+
 // GroupDescription is a consumer group's state and members.
 type GroupDescription struct {
 	// Group is the logical group id (namespace removed).
@@ -32,13 +36,26 @@ type GroupDescription struct {
 	Members []GroupMember `json:"members"`
 }
 
+// MemberList names the members, comma-separated, for messages.
+func (g GroupDescription) MemberList() string {
+	names := make([]string, len(g.Members))
+	for i, m := range g.Members {
+		names[i] = m.String()
+	}
+	return strings.Join(names, ", ")
+}
+
 // DescribeGroup returns the state and members of a consumer group (namespaced like ConsumerConfig.Group). A
 // group the cluster does not know is described as Dead with no members, as Kafka itself does.
 func (c Config) DescribeGroup(ctx context.Context, group string) (GroupDescription, error) {
 	id := c.Topic(group)
-	resp, err := c.adminClient().DescribeGroups(ctx, &kafkago.DescribeGroupsRequest{GroupIDs: []string{id}})
+	client, err := c.adminClient()
 	if err != nil {
-		return GroupDescription{}, fmt.Errorf("kafka: describe group %s: %w", id, err)
+		return GroupDescription{}, err
+	}
+	resp, err := client.DescribeGroups(ctx, &kafkago.DescribeGroupsRequest{GroupIDs: []string{id}})
+	if err != nil {
+		return GroupDescription{}, fmt.Errorf("kafka: describe group %s: %w", id, c.explain(ctx, err))
 	}
 	out := GroupDescription{Group: group, State: "Dead"}
 	for _, g := range resp.Groups {
@@ -76,35 +93,6 @@ func (c Config) logical(physical string) string {
 	return strings.TrimPrefix(physical, c.Namespace+".")
 }
 
-// StartOffsets returns the first offset still on the log of every partition of an existing (logical) topic:
-// the end offset of an empty partition, more than 0 once retention deleted records.
-func (c Config) StartOffsets(ctx context.Context, topic string) (map[int]int64, error) {
-	n, err := c.PartitionCount(ctx, topic)
-	if err != nil {
-		return nil, err
-	}
-	physical := c.Topic(topic)
-	req := &kafkago.ListOffsetsRequest{Topics: map[string][]kafkago.OffsetRequest{}}
-	for p := 0; p < n; p++ {
-		req.Topics[physical] = append(req.Topics[physical], kafkago.FirstOffsetOf(p))
-	}
-	resp, err := c.adminClient().ListOffsets(ctx, req)
-	if err != nil {
-		return nil, fmt.Errorf("kafka: start offsets of %s: %w", physical, err)
-	}
-	out := make(map[int]int64, n)
-	for _, po := range resp.Topics[physical] {
-		if po.Error != nil {
-			return nil, fmt.Errorf("kafka: start offset of %s/%d: %w", physical, po.Partition, po.Error)
-		}
-		out[po.Partition] = po.FirstOffset
-	}
-	if len(out) != n {
-		return nil, fmt.Errorf("kafka: start offsets of %s: %d of %d partitions answered", physical, len(out), n)
-	}
-	return out, nil
-}
-
 // ReadPartition reads the records of one partition of a (logical) topic with offsets in [from, to), outside
 // any consumer group (nothing is committed), and calls fn for each in order. It returns fn's first error, or
 // an error when ctx ends before the record at to-1 was read. Records deleted by retention or compaction are
@@ -113,11 +101,15 @@ func (c Config) ReadPartition(ctx context.Context, topic string, partition int, 
 	if from >= to {
 		return nil
 	}
+	dialer, err := c.dialer()
+	if err != nil {
+		return err
+	}
 	r := kafkago.NewReader(kafkago.ReaderConfig{
 		Brokers:   c.Brokers,
 		Topic:     c.Topic(topic),
 		Partition: partition,
-		Dialer:    c.dialer(),
+		Dialer:    dialer,
 		MinBytes:  1,
 		MaxBytes:  c.maxMessageBytes() * 2,
 		MaxWait:   100 * time.Millisecond,

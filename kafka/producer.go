@@ -61,6 +61,7 @@ type Producer struct {
 	split     atomic.Bool
 	refusedMu sync.Mutex
 	refused   map[uint64]struct{} // fingerprints of records the broker refused on their own
+	setupErr  error               // a Security setting that cannot be used: every Send fails with it
 }
 
 // pending travels with every message as its WriterData.
@@ -85,7 +86,11 @@ func (c Config) NewProducer(topic string, pc ProducerConfig) *Producer {
 	if pc.BatchSize <= 0 {
 		pc.BatchSize = 100
 	}
-	transport := &kafkago.Transport{ClientID: c.clientID(), DialTimeout: 10 * time.Second}
+	transport, terr := c.newTransport()
+	if terr != nil {
+		// A Security setting that cannot be used: every Send fails with it (Validate reports it at start).
+		transport = &kafkago.Transport{ClientID: c.clientID(), DialTimeout: 10 * time.Second}
+	}
 	// Each failed attempt is retried (MaxAttempts); a record that fails for good reaches its done callback.
 	errorLogger := kafkago.LoggerFunc(func(msg string, args ...any) { c.logger().Debug(fmt.Sprintf(msg, args...), "topic", topic) })
 	w := &kafkago.Writer{
@@ -118,7 +123,7 @@ func (c Config) NewProducer(topic string, pc ProducerConfig) *Producer {
 		solo.Compression = compress.Zstd
 	}
 	p := &Producer{cfg: c, name: name, topic: topic, w: w, solo: solo, met: newPlumbing(c.Registerer),
-		closing: make(chan struct{})}
+		closing: make(chan struct{}), setupErr: terr}
 	p.limit.Store(w.BatchBytes)
 	w.Completion = func(msgs []kafkago.Message, err error) {
 		for _, m := range msgs {
@@ -173,7 +178,16 @@ func (p *Producer) SendRetrying(ctx context.Context, key string, rec any, done f
 		case errors.As(err, &ee) || IsRecordTooLarge(err):
 			go done(err)
 			return
-		case ctx.Err() != nil:
+		case p.setupErr != nil:
+			go done(err)
+			return
+		}
+		// Credentials the brokers refuse: retrying cannot help (explain tells them from a broker that is down).
+		if err = p.cfg.explain(ctx, err); IsAuthError(err) {
+			go done(err)
+			return
+		}
+		if ctx.Err() != nil {
 			go done(ctx.Err()) // never from within SendRetrying: callers may hold a lock done takes
 			return
 		}
@@ -265,6 +279,9 @@ func brokerTooLarge(err error) bool {
 
 // SendRaw writes an already encoded value; see Send.
 func (p *Producer) SendRaw(ctx context.Context, key string, value []byte, done func(error)) error {
+	if p.setupErr != nil {
+		return fmt.Errorf("kafka: write to %s: %w", p.topic, p.setupErr)
+	}
 	if p.tooLarge(key, value) {
 		if limit := p.limit.Load(); limit < p.w.BatchBytes {
 			return fmt.Errorf("kafka: record %q is %d bytes, over the %d-byte max.message.bytes of %s (raise the topic's max.message.bytes): %w",
@@ -305,6 +322,7 @@ func (p *Producer) finish(key, value []byte, pd *pending, err error, alone bool)
 			return
 		}
 	}
+	err = p.cfg.authError(err)
 	if err == nil {
 		p.met.producedRecords.WithLabelValues(p.topic).Inc()
 		p.met.producedBytes.WithLabelValues(p.topic).Add(float64(len(value)))

@@ -20,7 +20,18 @@ import (
 // dependency through the embedded broker). Nothing else in draftflow talks to Kafka through franz-go.
 func (c Config) TopicID(ctx context.Context, topic string) (string, error) {
 	topic = c.Topic(topic)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Brokers...), kgo.ClientID(c.clientID()))
+	opts, err := c.franzOpts()
+	if err != nil {
+		return "", err
+	}
+	if c.Security != (Security{}) {
+		// franz-go retries a connection the broker closed during authentication until ctx ends; a kafka-go
+		// connection first makes a refused credential a prompt AuthError.
+		if err := c.Ping(ctx); IsAuthError(err) {
+			return "", fmt.Errorf("kafka: metadata of %s: %w", topic, err)
+		}
+	}
+	cl, err := kgo.NewClient(append(opts, kgo.SeedBrokers(c.Brokers...), kgo.ClientID(c.clientID()))...)
 	if err != nil {
 		return "", err
 	}
@@ -31,7 +42,7 @@ func (c Config) TopicID(ctx context.Context, topic string) (string, error) {
 	req.Topics = append(req.Topics, t)
 	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
-		return "", fmt.Errorf("kafka: metadata of %s: %w", topic, err)
+		return "", fmt.Errorf("kafka: metadata of %s: %w", topic, c.explain(ctx, err))
 	}
 	for _, rt := range resp.Topics {
 		if rt.Topic == nil || *rt.Topic != topic {

@@ -201,13 +201,24 @@ func (c *Collector) Collect(ctx context.Context) (*Report, error) {
 	return r, nil
 }
 
-// retentionWarnings is the hook for the retention-risk warning: a stage whose lag may outlast its input
-// topic's retention loses records silently (a consumer whose committed offset fell off the log jumps to the
-// first offset). The check belongs in package kafka (the topic's retention against the oldest uncommitted
-// record); when it exists, call it here for every stage of r and return its warnings. Until then: none.
+// retentionWarnings says where retention may cost a stage records: records of its input topic deleted before
+// its group read them, or unread records older than 80% of the topic's retention.ms (kafka.RetentionRisk). A
+// consumer whose committed offset fell off the log jumps to the first offset still there, so without this
+// warning the loss would be silent.
 func retentionWarnings(ctx context.Context, kc kafka.Config, r *Report) []string {
-	_, _, _ = ctx, kc, r
-	return nil
+	var out []string
+	for _, st := range r.Stages {
+		if st.Group == "" || st.Topic == "" {
+			continue
+		}
+		risk, err := kc.RetentionRisk(ctx, st.Group, st.Topic)
+		if err != nil {
+			out = append(out, fmt.Sprintf("%s: retention of %s not checked: %v", st.Stage, kc.Topic(st.Topic), err))
+			continue
+		}
+		out = append(out, risk.Warnings(r.Time)...)
+	}
+	return out
 }
 
 // stages returns the configured stages, then any group that a status record names and they do not, then

@@ -2,12 +2,18 @@ package status
 
 import (
 	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/draftflow/draftflow/kafka"
+	"github.com/draftflow/draftflow/kafka/kafkatest"
 	"github.com/draftflow/draftflow/topics"
 )
 
@@ -94,5 +100,46 @@ func TestRenderShowsStagesEndpointsAndWarnings(t *testing.T) {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("render lacks %q:\n%s", want, b.String())
 		}
+	}
+}
+
+// TestReportWarnsOfRetentionLoss: a stage whose group had not read records that retention then deleted gets
+// a warning naming the topic, the group and how many (the embedded broker applies retention on demand).
+func TestReportWarnsOfRetentionLoss(t *testing.T) {
+	e := kafkatest.Embedded(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	kc := kafka.Config{Brokers: e.Brokers(), Partitions: 1, Namespace: "retention", Retention: time.Second,
+		Logger: slog.New(slog.DiscardHandler)}
+	if err := kc.EnsureTopics(ctx, topics.All...); err != nil {
+		t.Fatal(err)
+	}
+	recs := make([]kafkatest.Record, 5)
+	for i := range recs {
+		recs[i] = kafkatest.Record{Key: fmt.Sprint(i), Value: &topics.Tokenized{ID: fmt.Sprint(i), InputIDs: []uint32{1}}}
+	}
+	kafkatest.Produce(t, kc, topics.TopicTokenized, recs...)
+	if err := kc.StartGroupAt(ctx, "gen", topics.TopicTokenized, map[int]int64{0: 1}); err != nil {
+		t.Fatal(err)
+	}
+	col := NewCollector(CollectorConfig{Kafka: kc, Stages: []Stage{{Name: "generate", Group: "gen", Topic: topics.TopicTokenized}}})
+	r, err := col.Collect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range r.Warnings {
+		if strings.Contains(w, "deleted by retention") {
+			t.Fatalf("a warning before anything was deleted: %q", w)
+		}
+	}
+	time.Sleep(1200 * time.Millisecond)
+	e.Cluster().ApplyRetention()
+	if r, err = col.Collect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(r.Warnings, func(w string) bool {
+		return strings.Contains(w, "retention.tokenized/0") && strings.Contains(w, "deleted by retention") && strings.Contains(w, "retention.gen")
+	}) {
+		t.Fatalf("no retention warning: %q", r.Warnings)
 	}
 }

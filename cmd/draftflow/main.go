@@ -3,7 +3,9 @@
 //
 // Each stage subcommand (ingest, tokenize, generate, sink) is what one container runs; `run` starts every
 // stage in one process, against an embedded broker and a simulated SGLang server unless told otherwise; `sim`
-// serves the simulator over HTTP; `status` shows a running pipeline from Kafka; `encode`, `inspect`, `export`, `vocab` and `bench` are tools around the pipeline.
+// serves the simulator over HTTP; `status` shows a running pipeline from Kafka; `replay` moves a stopped stage's
+// consumer group back (or forward); `encode`, `inspect`, `export`, `vocab` and `bench` are tools around the
+// pipeline.
 package main
 
 import (
@@ -17,6 +19,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -39,6 +42,7 @@ func commands() []command {
 		{"generate", "generate completions with SGLang: tokenized -> generated", cmdGenerate},
 		{"sink", "write generated records to exactly-once Parquet shards", cmdSink},
 		{"status", "show a running pipeline: lag, rates, ETA, members, endpoints, rejections (--watch, --json)", cmdStatus},
+		{"replay", "reset a stopped stage's consumer group to the earliest offset, a time or explicit offsets", cmdReplay},
 		{"sim", "serve a simulated SGLang server", cmdSim},
 		{"encode", "print the token ids the tokenize stage would produce for JSONL conversations on stdin", cmdEncode},
 		{"inspect", "validate shards against their manifest and print totals", cmdInspect},
@@ -128,6 +132,8 @@ type common struct {
 	pprof       bool
 	logLevel    string
 	logFormat   string
+	security    kafka.Security // --kafka-tls*, --kafka-sasl-* (and DRAFTFLOW_KAFKA_* variables)
+	retention   time.Duration  // --retention of created topics (0: forever)
 
 	reg   *prometheus.Registry // the process's metrics (setup)
 	ready *metrics.Readiness   // the process's readiness checks (setup)
@@ -138,6 +144,16 @@ func (c *common) register(fs *flag.FlagSet, metricsDefault string) {
 	fs.IntVar(&c.partitions, "partitions", kafka.DefaultPartitions, "partitions of topics this process creates")
 	fs.StringVar(&c.namespace, "namespace", os.Getenv("DRAFTFLOW_NAMESPACE"), "prefix for topic and group names (env DRAFTFLOW_NAMESPACE)")
 	fs.IntVar(&c.maxMsgBytes, "max-message-bytes", kafka.DefaultMaxMessageBytes, "largest Kafka record batch, set on created topics and writers")
+	c.security.RegisterFlags(fs)
+	if v := os.Getenv("DRAFTFLOW_RETENTION"); v != "" {
+		c.retention, _ = kafka.ParseRetention(v) // a bad value is reported by setup
+	}
+	fs.Func("retention", "how long topics this process creates keep records: forever (default), a duration (72h) or days (7d); existing topics keep theirs (env DRAFTFLOW_RETENTION)",
+		func(v string) error {
+			d, err := kafka.ParseRetention(v)
+			c.retention = d
+			return err
+		})
 	fs.StringVar(&c.metricsAddr, "metrics-addr", metricsDefault, "serve /metrics, /healthz and /readyz here (empty: off)")
 	fs.BoolVar(&c.pprof, "pprof", false, "also serve Go's profiles (/debug/pprof/) on --metrics-addr")
 	c.logLevel, c.logFormat = "info", "text"
@@ -177,8 +193,24 @@ func (c *common) setup(ctx context.Context) (kafka.Config, *slog.Logger, error) 
 		Partitions:      c.partitions,
 		MaxMessageBytes: c.maxMsgBytes,
 		Namespace:       c.namespace,
+		Security:        c.security,
+		Retention:       c.retention,
 		Logger:          log,
 		Registerer:      c.reg,
+	}
+	if v := os.Getenv("DRAFTFLOW_RETENTION"); v != "" {
+		if _, err := kafka.ParseRetention(v); err != nil {
+			return kc, log, fmt.Errorf("DRAFTFLOW_RETENTION: %w", err)
+		}
+	}
+	if err := kc.Security.Validate(); err != nil {
+		return kc, log, err
+	}
+	if kc.Security != (kafka.Security{}) {
+		if len(kc.Brokers) == 0 {
+			return kc, log, errors.New("--kafka-tls*/--kafka-sasl-* settings need --brokers: the embedded broker speaks plaintext only")
+		}
+		log.Info("Kafka security", kc.Security.Describe()...)
 	}
 	if c.metricsAddr != "" {
 		if err := metrics.Serve(ctx, c.metricsAddr, c.reg, c.ready, c.pprof, log); err != nil {

@@ -309,40 +309,12 @@ func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
 
 	// Engine.
 	if len(rc.Generate.Endpoints) == 0 {
-		scfg := rc.Sim
-		scfg.Logger = log
-		scfg.VocabSize = model.Tokenizer.VocabSize()
-		scfg.EOSTokenIDs = nil
-		for _, id := range model.EOSTokenIDs {
-			scfg.EOSTokenIDs = append(scfg.EOSTokenIDs, int(id))
-		}
-		scfg.SpecialTokenStart = model.SpecialTokenStart
-		// Reasoning and tool-call segments, when the model has the tokens, as a thinking model emits them.
-		if a, ok := model.Tokenizer.TokenID("<think>"); ok && scfg.ReasoningTokenIDs == nil {
-			if b, ok := model.Tokenizer.TokenID("</think>"); ok {
-				scfg.ReasoningTokenIDs = []int{int(a), int(b)}
-			}
-		}
-		if a, ok := model.Tokenizer.TokenID("<tool_call>"); ok && scfg.ToolCallTokenIDs == nil {
-			if b, ok := model.Tokenizer.TokenID("</tool_call>"); ok {
-				scfg.ToolCallTokenIDs, scfg.ToolCallRate = []int{int(a), int(b)}, 0.1
-			}
-		}
-		scfg.ContextLength = ctxLen
-		s, err := sim.New(scfg)
+		url, stop, err := startSim(rc.Sim, model, ctxLen, log)
 		if err != nil {
 			return nil, err
 		}
-		defer s.Close()
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
-		go srv.Serve(l)
-		defer srv.Close()
-		rc.Generate.Endpoints = []string{"http://" + l.Addr().String()}
-		log.Info("simulated SGLang server", "url", rc.Generate.Endpoints[0])
+		defer stop()
+		rc.Generate.Endpoints = []string{url}
 	}
 
 	tr, err := newTracker()
@@ -465,4 +437,42 @@ wait:
 	res.Elapsed = time.Since(start)
 	res.Duplicates = sink.RedoneGenerations() - redoneBefore
 	return res, runErr
+}
+
+// startSim serves a simulated SGLang server for model (context window ctxLen) on a free loopback port and
+// returns its URL and a function that stops it.
+func startSim(scfg sim.Config, model *tokenize.Model, ctxLen int, log *slog.Logger) (string, func(), error) {
+	scfg.Logger = log
+	scfg.VocabSize = model.Tokenizer.VocabSize()
+	scfg.EOSTokenIDs = nil
+	for _, id := range model.EOSTokenIDs {
+		scfg.EOSTokenIDs = append(scfg.EOSTokenIDs, int(id))
+	}
+	scfg.SpecialTokenStart = model.SpecialTokenStart
+	// Reasoning and tool-call segments, when the model has the tokens, as a thinking model emits them.
+	if a, ok := model.Tokenizer.TokenID("<think>"); ok && scfg.ReasoningTokenIDs == nil {
+		if b, ok := model.Tokenizer.TokenID("</think>"); ok {
+			scfg.ReasoningTokenIDs = []int{int(a), int(b)}
+		}
+	}
+	if a, ok := model.Tokenizer.TokenID("<tool_call>"); ok && scfg.ToolCallTokenIDs == nil {
+		if b, ok := model.Tokenizer.TokenID("</tool_call>"); ok {
+			scfg.ToolCallTokenIDs, scfg.ToolCallRate = []int{int(a), int(b)}, 0.1
+		}
+	}
+	scfg.ContextLength = ctxLen
+	s, err := sim.New(scfg)
+	if err != nil {
+		return "", nil, err
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		s.Close()
+		return "", nil, err
+	}
+	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(l)
+	url := "http://" + l.Addr().String()
+	log.Info("simulated SGLang server", "url", url)
+	return url, func() { srv.Close(); s.Close() }, nil
 }

@@ -65,14 +65,41 @@ func cmdIngest(ctx context.Context, args []string) error {
 	return nil
 }
 
+// registerInputNamespace adds --input-namespace to a stage that consumes a topic.
+func registerInputNamespace(fs *flag.FlagSet, topic string) *string {
+	return fs.String("input-namespace", "", "read "+topic+" from this namespace instead of --namespace (its group, outputs and "+
+		"dead letters stay in --namespace): e.g. re-tokenize one pipeline's prompts for another model")
+}
+
+// useInputNamespace points kc's consumers at the topic of namespace ns, which must exist.
+func useInputNamespace(ctx context.Context, kc kafka.Config, ns, topic string) (kafka.Config, error) {
+	if ns == "" {
+		return kc, nil
+	}
+	src := kc
+	src.Namespace = ns
+	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := src.PartitionCount(tctx, topic); err != nil {
+		return kc, fmt.Errorf("--input-namespace %s: topic %s: %w", ns, src.Topic(topic), err)
+	}
+	kc.InputNamespace = ns
+	kc.Logger.Info("reading another namespace", "topic", kc.InputTopic(topic), "writing_namespace", kc.Namespace)
+	return kc, nil
+}
+
 func cmdTokenize(ctx context.Context, args []string) error {
 	fs := newFlagSet("tokenize")
 	var c common
 	c.register(fs, ":9090")
 	var cfg tokenize.Config
 	mergeFlags(fs, "tokenize", cfg.RegisterFlags)
+	inputNS := registerInputNamespace(fs, topics.TopicPrompts)
 	kc, err := prepare(ctx, &c, fs, args)
 	if err != nil {
+		return err
+	}
+	if kc, err = useInputNamespace(ctx, kc, *inputNS, topics.TopicPrompts); err != nil {
 		return err
 	}
 	if cfg.ModelDir == "" {
@@ -89,8 +116,12 @@ func cmdGenerate(ctx context.Context, args []string) error {
 	c.register(fs, ":9090")
 	var cfg generate.Config
 	mergeFlags(fs, "generate", cfg.RegisterFlags)
+	inputNS := registerInputNamespace(fs, topics.TopicTokenized)
 	kc, err := prepare(ctx, &c, fs, args)
 	if err != nil {
+		return err
+	}
+	if kc, err = useInputNamespace(ctx, kc, *inputNS, topics.TopicTokenized); err != nil {
 		return err
 	}
 	defer startStatus(ctx, &kc, c.reg, withGroup(statusGenerate, cfg.Group))()

@@ -4,7 +4,8 @@
  *
  *   ports N                          print N free loopback TCP ports, space separated
  *   cluster-id                       print a fresh KRaft cluster id
- *   prepare                          print "BROKER_PORT CONTROLLER_PORT CLUSTER_ID" (one JVM start, not two)
+ *   prepare [N]                      print N free ports (default 2: BROKER_PORT CONTROLLER_PORT) and a cluster
+ *                                    id, space separated (one JVM start, not two)
  *   ready BOOTSTRAP TIMEOUT_S [PID]  wait until the broker serves metadata, validates topic creation and
  *                                    has a group coordinator; exit 0 when ready, 1 on timeout, 2 when PID
  *                                    (the broker process) exited first
@@ -38,7 +39,7 @@ public final class BrokerCtl {
         switch (args[0]) {
             case "ports" -> System.out.println(freePorts(args.length > 1 ? Integer.parseInt(args[1]) : 1));
             case "cluster-id" -> System.out.println(Uuid.randomUuid());
-            case "prepare" -> System.out.println(freePorts(2) + " " + Uuid.randomUuid());
+            case "prepare" -> System.out.println(freePorts(args.length > 1 ? Integer.parseInt(args[1]) : 2) + " " + Uuid.randomUuid());
             case "ready" -> {
                 if (args.length < 3) {
                     usage();
@@ -51,7 +52,7 @@ public final class BrokerCtl {
     }
 
     private static void usage() {
-        System.err.println("usage: BrokerCtl ports N | cluster-id | prepare | ready BOOTSTRAP TIMEOUT_S [PID]");
+        System.err.println("usage: BrokerCtl ports N | cluster-id | prepare [N] | ready BOOTSTRAP TIMEOUT_S [PID]");
         System.exit(64);
     }
 

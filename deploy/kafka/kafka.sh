@@ -6,7 +6,8 @@
 #   kafka.sh up      fetch jars (once), format a KRaft log dir, start the broker, wait until it serves
 #                    metadata and consumer groups; print the bootstrap address as the last stdout line
 #   kafka.sh down    stop the broker and remove its state dir
-#   kafka.sh env     print DRAFTFLOW_TEST_BROKERS=<addr> for the running broker
+#   kafka.sh env     print DRAFTFLOW_TEST_BROKERS=<addr> for the running broker, and with KAFKA_SASL_SSL
+#                    the DRAFTFLOW_TEST_SASL_* variables of its SASL_SSL listener
 #   kafka.sh addr    print the bootstrap address of the running broker
 #   kafka.sh status  say whether the broker runs (exit 0) or not (exit 1)
 #   kafka.sh logs    print the tail of the broker log
@@ -20,6 +21,11 @@
 #   KAFKA_HEAP_OPTS        JVM heap flags (default -Xms128m -Xmx512m)
 #   KAFKA_JVM_OPTS         extra JVM flags
 #   JAVA_HOME              Java installation to use (default: java on PATH)
+#   KAFKA_SASL_SSL         1: also open a SASL_SSL listener (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) on a third
+#                          free port, with a throwaway CA made by keytool; the PLAINTEXT listener stays (tests,
+#                          inter-broker). Its user is KAFKA_SASL_USER with a random password in
+#                          <state>/sasl/password; the CA is <state>/sasl/ca.pem (see `env`)
+#   KAFKA_SASL_USER        the SASL user (default draftflow)
 set -euo pipefail
 
 readonly PINNED_KAFKA_VERSION=4.1.1
@@ -33,13 +39,17 @@ STATE_DIR=${DRAFTFLOW_KAFKA_DIR:-$CACHE_ROOT/kafka-run}
 START_TIMEOUT=${KAFKA_START_TIMEOUT:-120}
 HEAP_OPTS=${KAFKA_HEAP_OPTS:--Xms128m -Xmx512m}
 MARKER=.draftflow-kafka
+SASL_SSL=${KAFKA_SASL_SSL:-0}
+SASL_USER=${KAFKA_SASL_USER:-draftflow}
 
 if [[ -n ${JAVA_HOME:-} ]]; then
 	JAVA=$JAVA_HOME/bin/java
 	JAVAC=$JAVA_HOME/bin/javac
+	KEYTOOL=$JAVA_HOME/bin/keytool
 else
 	JAVA=java
 	JAVAC=javac
+	KEYTOOL=keytool
 fi
 
 log() { printf 'kafka.sh: %s\n' "$*" >&2; }
@@ -58,6 +68,9 @@ die_with_log() {
 	fi
 	exit 1
 }
+
+[[ $SASL_SSL == 0 || $SASL_SSL == 1 ]] || die "KAFKA_SASL_SSL must be 0 or 1"
+[[ $SASL_USER =~ ^[A-Za-z0-9_.-]+$ ]] || die "KAFKA_SASL_USER must be letters, digits, _ . or -"
 
 need_java() {
 	command -v "$JAVA" >/dev/null 2>&1 || die "java not found (install Java 17+ or set JAVA_HOME)"
@@ -141,18 +154,56 @@ remove_state() {
 	rm -rf "$STATE_DIR"
 }
 
+# make_pki: a throwaway CA and a broker certificate for 127.0.0.1/localhost signed by it, with keytool only:
+# <state>/sasl/broker.p12 (the broker's keystore), <state>/sasl/ca.pem (the CA, PEM, for clients), and a random
+# SASL password in <state>/sasl/password. Prints the keystore password.
+make_pki() {
+	local dir=$STATE_DIR/sasl pw
+	command -v "$KEYTOOL" >/dev/null 2>&1 || die "keytool not found (it comes with the JDK)"
+	mkdir -p "$dir"
+	chmod 700 "$dir"
+	pw=$(head -c 32 /dev/urandom | base64 | tr -dc 'A-Za-z0-9' | head -c 24)
+	local kt=("$KEYTOOL" -J-XX:TieredStopAtLevel=1 -J-Xshare:auto -storetype PKCS12 -storepass "$pw")
+	{
+		"${kt[@]}" -genkeypair -keystore "$dir/ca.p12" -alias ca -dname "CN=draftflow kafka.sh test CA" \
+			-keyalg RSA -keysize 2048 -validity 7 -ext bc:c &&
+			"${kt[@]}" -exportcert -keystore "$dir/ca.p12" -alias ca -rfc -file "$dir/ca.pem" &&
+			"${kt[@]}" -genkeypair -keystore "$dir/broker.p12" -alias broker -dname "CN=localhost" \
+				-keyalg RSA -keysize 2048 -validity 7 &&
+			"${kt[@]}" -certreq -keystore "$dir/broker.p12" -alias broker -file "$dir/broker.csr" &&
+			"${kt[@]}" -gencert -keystore "$dir/ca.p12" -alias ca -infile "$dir/broker.csr" -outfile "$dir/broker.crt" \
+				-rfc -validity 7 -ext SAN=dns:localhost,ip:127.0.0.1 -ext KU=digitalSignature,keyEncipherment \
+				-ext EKU=serverAuth,clientAuth &&
+			"${kt[@]}" -importcert -keystore "$dir/broker.p12" -alias ca -file "$dir/ca.pem" -noprompt &&
+			"${kt[@]}" -importcert -keystore "$dir/broker.p12" -alias broker -file "$dir/broker.crt" -noprompt
+	} >"$dir/keytool.log" 2>&1 || {
+		cat "$dir/keytool.log" >&2
+		die "keytool could not make the test CA and broker certificate"
+	}
+	(umask 077 && head -c 32 /dev/urandom | base64 | tr -dc 'A-Za-z0-9' | head -c 24 >"$dir/password")
+	echo "$pw"
+}
+
 write_config() {
-	local broker_port=$1 controller_port=$2
+	local broker_port=$1 controller_port=$2 sasl_port=${3:-} store_pw=${4:-}
+	local listeners="PLAINTEXT://127.0.0.1:$broker_port,CONTROLLER://127.0.0.1:$controller_port"
+	local advertised="PLAINTEXT://127.0.0.1:$broker_port"
+	local protocols="CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"
+	if [[ -n $sasl_port ]]; then
+		listeners+=",SASL_SSL://127.0.0.1:$sasl_port"
+		advertised+=",SASL_SSL://127.0.0.1:$sasl_port"
+		protocols+=",SASL_SSL:SASL_SSL"
+	fi
 	cat >"$STATE_DIR/server.properties" <<EOF
 # Written by deploy/kafka/kafka.sh for a throwaway single-node test broker.
 process.roles=broker,controller
 node.id=1
 controller.quorum.bootstrap.servers=127.0.0.1:$controller_port
-listeners=PLAINTEXT://127.0.0.1:$broker_port,CONTROLLER://127.0.0.1:$controller_port
-advertised.listeners=PLAINTEXT://127.0.0.1:$broker_port
+listeners=$listeners
+advertised.listeners=$advertised
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+listener.security.protocol.map=$protocols
 log.dirs=$STATE_DIR/data
 
 # One node: every internal topic with one replica.
@@ -187,6 +238,26 @@ num.io.threads=4
 background.threads=4
 num.recovery.threads.per.data.dir=1
 EOF
+	if [[ -n $sasl_port ]]; then
+		local pass
+		pass=$(<"$STATE_DIR/sasl/password")
+		cat >>"$STATE_DIR/server.properties" <<EOF
+
+# SASL_SSL listener for clients (KAFKA_SASL_SSL=1): TLS with a throwaway CA, SASL PLAIN (users below) and
+# SCRAM-SHA-256/512 (credentials written into the metadata log at format time).
+sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512
+listener.name.sasl_ssl.sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512
+listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_$SASL_USER="$pass";
+listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.ssl.keystore.type=PKCS12
+listener.name.sasl_ssl.ssl.keystore.location=$STATE_DIR/sasl/broker.p12
+listener.name.sasl_ssl.ssl.keystore.password=$store_pw
+listener.name.sasl_ssl.ssl.key.password=$store_pw
+listener.name.sasl_ssl.ssl.client.auth=none
+EOF
+		chmod 600 "$STATE_DIR/server.properties"
+	fi
 	cat >"$STATE_DIR/log4j2.properties" <<'EOF'
 status = warn
 appender.out.type = Console
@@ -212,15 +283,25 @@ start_once() {
 	mkdir -p "$STATE_DIR/data"
 	touch "$STATE_DIR/$MARKER"
 
-	local prep broker_port controller_port cluster_id
-	prep=$(ctl prepare) || die "could not pick free loopback ports and a cluster id"
-	read -r broker_port controller_port cluster_id <<<"$prep"
+	local prep broker_port controller_port sasl_port="" cluster_id store_pw="" scram=()
+	if ((SASL_SSL)); then
+		prep=$(ctl prepare 3) || die "could not pick free loopback ports and a cluster id"
+		read -r broker_port controller_port sasl_port cluster_id <<<"$prep"
+		store_pw=$(make_pki)
+		local pass
+		pass=$(<"$STATE_DIR/sasl/password")
+		scram=(--add-scram "SCRAM-SHA-256=[name=$SASL_USER,password=$pass]"
+			--add-scram "SCRAM-SHA-512=[name=$SASL_USER,password=$pass]")
+	else
+		prep=$(ctl prepare) || die "could not pick free loopback ports and a cluster id"
+		read -r broker_port controller_port cluster_id <<<"$prep"
+	fi
 	[[ -n $cluster_id ]] || die "unexpected output from BrokerCtl prepare: $prep"
-	write_config "$broker_port" "$controller_port"
+	write_config "$broker_port" "$controller_port" "$sasl_port" "$store_pw"
 
 	local jvm_common=(-Djava.awt.headless=true "-Dlog4j2.configurationFile=$STATE_DIR/log4j2.properties")
 	if ! "$JAVA" -Xmx256m -XX:TieredStopAtLevel=1 "${jvm_common[@]}" -cp "$LIB_DIR/*" kafka.tools.StorageTool \
-		format --standalone -t "$cluster_id" -c "$STATE_DIR/server.properties" >"$STATE_DIR/format.log" 2>&1; then
+		format --standalone -t "$cluster_id" -c "$STATE_DIR/server.properties" "${scram[@]}" >"$STATE_DIR/format.log" 2>&1; then
 		cat "$STATE_DIR/format.log" >&2
 		die "formatting the KRaft log dir failed"
 	fi
@@ -236,6 +317,10 @@ start_once() {
 	local addr=127.0.0.1:$broker_port rc=0
 	ctl ready "$addr" "$START_TIMEOUT" "$pid" 2>"$STATE_DIR/ready.log" || rc=$?
 	if ((rc == 0)); then
+		if [[ -n $sasl_port ]]; then
+			echo "127.0.0.1:$sasl_port" >"$STATE_DIR/sasl/bootstrap"
+			echo "$SASL_USER" >"$STATE_DIR/sasl/user"
+		fi
 		echo "$addr" >"$STATE_DIR/bootstrap"
 		return 0
 	fi
@@ -253,6 +338,9 @@ cmd_up() {
 	local pid addr
 	if pid=$(broker_pid) && [[ -s $STATE_DIR/bootstrap ]]; then
 		addr=$(<"$STATE_DIR/bootstrap")
+		if ((SASL_SSL)) && [[ ! -s $STATE_DIR/sasl/bootstrap ]]; then
+			die "a broker without a SASL_SSL listener runs for $STATE_DIR (pid $pid): run '$0 down' first"
+		fi
 		log "broker already running (pid $pid) at $addr"
 		echo "$addr"
 		return 0
@@ -268,6 +356,9 @@ cmd_up() {
 		0)
 			addr=$(<"$STATE_DIR/bootstrap")
 			log "Apache Kafka $KAFKA_VERSION up at $addr (pid $(<"$STATE_DIR/broker.pid"), $((SECONDS - started))s, state $STATE_DIR)"
+			if [[ -s $STATE_DIR/sasl/bootstrap ]]; then
+				log "SASL_SSL listener at $(<"$STATE_DIR/sasl/bootstrap") (user $SASL_USER, CA $STATE_DIR/sasl/ca.pem, password in $STATE_DIR/sasl/password)"
+			fi
 			echo "$addr"
 			return 0
 			;;
@@ -328,6 +419,12 @@ main() {
 	env)
 		addr=$(running_addr) || exit 1
 		echo "DRAFTFLOW_TEST_BROKERS=$addr"
+		if [[ -s $STATE_DIR/sasl/bootstrap ]]; then
+			echo "DRAFTFLOW_TEST_SASL_BROKERS=$(<"$STATE_DIR/sasl/bootstrap")"
+			echo "DRAFTFLOW_TEST_SASL_CA_FILE=$STATE_DIR/sasl/ca.pem"
+			echo "DRAFTFLOW_TEST_SASL_USERNAME=$(<"$STATE_DIR/sasl/user")"
+			echo "DRAFTFLOW_TEST_SASL_PASSWORD_FILE=$STATE_DIR/sasl/password"
+		fi
 		;;
 	addr) running_addr ;;
 	status)

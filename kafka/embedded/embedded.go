@@ -5,6 +5,7 @@
 package embedded
 
 import (
+	"crypto/tls"
 	"fmt"
 	"strconv"
 	"time"
@@ -27,6 +28,18 @@ type Config struct {
 	MaxMessageBytes int
 	// MinSessionTimeout lets tests use short group session timeouts (default 1 s).
 	MinSessionTimeout time.Duration
+	// TLS, when set, makes the broker accept TLS connections only (tests of kafka.Security).
+	TLS *tls.Config
+	// Users, when set, turns on SASL authentication (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) with these users.
+	Users []User
+}
+
+// User is a SASL user of the embedded broker.
+type User struct {
+	// Mechanism is PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
+	Mechanism string
+	// Name and Password are the credentials.
+	Name, Password string
 }
 
 // Start starts an embedded broker.
@@ -44,6 +57,15 @@ func Start(ec Config) (*Broker, error) {
 	}
 	if ec.Port > 0 {
 		opts = append(opts, kfake.Ports(ec.Port))
+	}
+	if ec.TLS != nil {
+		opts = append(opts, kfake.TLS(ec.TLS))
+	}
+	if len(ec.Users) > 0 {
+		opts = append(opts, kfake.EnableSASL())
+		for _, u := range ec.Users {
+			opts = append(opts, kfake.Superuser(u.Mechanism, u.Name, u.Password))
+		}
 	}
 	c, err := kfake.NewCluster(opts...)
 	if err != nil {

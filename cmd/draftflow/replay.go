@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/draftflow/draftflow/kafka"
+	"github.com/draftflow/draftflow/sink"
+	"github.com/draftflow/draftflow/stages/generate"
+	"github.com/draftflow/draftflow/topics"
+)
+
+// stageGroups maps a stage to the consumer group it uses by default and the topic that group reads.
+var stageGroups = map[string]struct{ group, topic string }{
+	"tokenize": {"draftflow-tokenize", topics.TopicPrompts},
+	"generate": {generate.DefaultGroup, topics.TopicTokenized},
+	"sink":     {sink.DefaultGroup, topics.TopicGenerated},
+}
+
+// replayTarget is where `draftflow replay` moves a group: exactly one of its fields is set.
+type replayTarget struct {
+	earliest, latest bool
+	at               time.Time
+	offsets          map[string]map[int]int64 // logical topic -> partition -> offset
+}
+
+// parseOffsets parses "topic:partition=offset,..." (logical topic names).
+func parseOffsets(s string) (map[string]map[int]int64, error) {
+	out := map[string]map[int]int64{}
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item == "" {
+			continue
+		}
+		tp, off, ok1 := strings.Cut(item, "=")
+		topic, part, ok2 := strings.Cut(tp, ":")
+		p, perr := strconv.Atoi(part)
+		o, oerr := strconv.ParseInt(off, 10, 64)
+		if !ok1 || !ok2 || topic == "" || perr != nil || oerr != nil || p < 0 || o < 0 {
+			return nil, fmt.Errorf("--to-offsets: %q is not topic:partition=offset", item)
+		}
+		if out[topic] == nil {
+			out[topic] = map[int]int64{}
+		}
+		out[topic][p] = o
+	}
+	if len(out) == 0 {
+		return nil, errors.New("--to-offsets: no offsets given")
+	}
+	return out, nil
+}
+
+func cmdReplay(ctx context.Context, args []string) error {
+	fs := newFlagSet("replay")
+	var c common
+	c.register(fs, "")
+	stage := fs.String("stage", "", "the stage whose consumer group to reset: tokenize (reads prompts), generate (tokenized) or sink (generated)")
+	group := fs.String("group", "", "consumer group to reset (default: the stage's; namespaced like the stages' groups)")
+	var topicList stringList
+	fs.Var(&topicList, "topic", "logical topic(s) the group reads (default: the stage's)")
+	toEarliest := fs.Bool("to-earliest", false, "replay everything still on the topic (each partition's log start)")
+	toLatest := fs.Bool("to-latest", false, "skip everything on the topic now (each partition's end)")
+	toTime := fs.String("to-time", "", "replay the records written at or after this RFC 3339 time")
+	toOffsets := fs.String("to-offsets", "", "explicit offsets: topic:partition=offset,... (partitions not named keep theirs)")
+	dryRun := fs.Bool("dry-run", false, "print the offsets the group would get, change nothing")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	var target replayTarget
+	chosen := 0
+	if *toEarliest {
+		target.earliest, chosen = true, chosen+1
+	}
+	if *toLatest {
+		target.latest, chosen = true, chosen+1
+	}
+	if *toTime != "" {
+		t, err := time.Parse(time.RFC3339, *toTime)
+		if err != nil {
+			return fmt.Errorf("--to-time %q: want an RFC 3339 time such as 2026-12-03T18:00:00Z", *toTime)
+		}
+		target.at, chosen = t, chosen+1
+	}
+	if *toOffsets != "" {
+		offs, err := parseOffsets(*toOffsets)
+		if err != nil {
+			return err
+		}
+		target.offsets, chosen = offs, chosen+1
+	}
+	if chosen != 1 {
+		return errors.New("say where to move the group: exactly one of --to-earliest, --to-latest, --to-time, --to-offsets")
+	}
+	g, tops := *group, []string(topicList)
+	if *stage != "" {
+		sg, ok := stageGroups[*stage]
+		if !ok {
+			return fmt.Errorf("--stage %q: want tokenize, generate or sink", *stage)
+		}
+		if g == "" {
+			g = sg.group
+		}
+		if len(tops) == 0 && target.offsets == nil {
+			tops = []string{sg.topic}
+		}
+	}
+	if g == "" {
+		return errors.New("name the group: --stage tokenize|generate|sink or --group NAME")
+	}
+	if target.offsets != nil {
+		for t := range target.offsets {
+			if len(topicList) > 0 && !slices.Contains(topicList, t) {
+				return fmt.Errorf("--to-offsets names topic %q, not among --topic %v", t, []string(topicList))
+			}
+			if !slices.Contains(tops, t) {
+				tops = append(tops, t)
+			}
+		}
+		slices.Sort(tops)
+	}
+	if len(tops) == 0 {
+		return errors.New("name the topic the group reads: --topic NAME (or --stage)")
+	}
+	kc, log, err := c.setup(ctx)
+	if err != nil {
+		return err
+	}
+	if err := requireBrokers(kc); err != nil {
+		return err
+	}
+	log.Debug("replay", "group", kc.Topic(g), "topics", tops)
+	return replay(ctx, kc, os.Stdout, g, tops, target, *dryRun)
+}
+
+// replay resets group on each topic to target and prints, per partition, the committed offset before and after.
+func replay(ctx context.Context, kc kafka.Config, w io.Writer, group string, tops []string, target replayTarget, dryRun bool) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	g, err := kc.DescribeGroup(ctx, group)
+	if err != nil {
+		return err
+	}
+	if len(g.Members) > 0 {
+		return fmt.Errorf("consumer group %s is in use (state %s, %d live members: %s): stop the stage's processes, then replay: %w",
+			kc.Topic(group), g.State, len(g.Members), g.MemberList(), kafka.ErrGroupActive)
+	}
+	for _, topic := range tops {
+		var offsets map[int]int64
+		switch {
+		case target.earliest:
+			offsets, err = kc.StartOffsets(ctx, topic)
+		case target.latest:
+			offsets, err = kc.EndOffsets(ctx, topic)
+		case !target.at.IsZero():
+			offsets, err = kc.OffsetsForTime(ctx, topic, target.at)
+		default:
+			offsets = target.offsets[topic]
+		}
+		if err != nil {
+			return err
+		}
+		before, err := kc.CommittedOffsets(ctx, group, topic)
+		if err != nil {
+			return err
+		}
+		parts := make([]int, 0, len(offsets))
+		for p := range offsets {
+			parts = append(parts, p)
+		}
+		slices.Sort(parts)
+		verb := "reset"
+		if dryRun {
+			verb = "would reset"
+		}
+		for _, p := range parts {
+			was := "none"
+			if off, ok := before[p]; ok {
+				was = strconv.FormatInt(off, 10)
+			}
+			fmt.Fprintf(w, "%s group %s on %s/%d: %s -> %d\n", verb, kc.Topic(group), kc.Topic(topic), p, was, offsets[p])
+		}
+		if dryRun {
+			continue
+		}
+		if err := kc.ResetGroup(ctx, group, topic, offsets); err != nil {
+			return err
+		}
+	}
+	return nil
+}

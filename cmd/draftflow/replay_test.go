@@ -1,0 +1,290 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/draftflow/draftflow/kafka"
+	"github.com/draftflow/draftflow/kafka/kafkatest"
+	"github.com/draftflow/draftflow/sink"
+	"github.com/draftflow/draftflow/stages/generate"
+	"github.com/draftflow/draftflow/stages/generate/sim"
+	"github.com/draftflow/draftflow/stages/tokenize"
+	"github.com/draftflow/draftflow/topics"
+)
+
+func TestParseOffsets(t *testing.T) {
+	got, err := parseOffsets("tokenized:0=10, tokenized:3=0,prompts:1=7")
+	if err != nil || got["tokenized"][0] != 10 || got["tokenized"][3] != 0 || got["prompts"][1] != 7 || len(got) != 2 {
+		t.Fatalf("got %v, %v", got, err)
+	}
+	for _, bad := range []string{"", "tokenized:0", "tokenized=3", ":0=1", "t:x=1", "t:0=-1", "t:-1=0"} {
+		if _, err := parseOffsets(bad); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+}
+
+// firstRun runs the bundled sample through every stage on kc (max_new_tokens left to generate's default,
+// maxNew) into out and returns the distinct ids in the shards.
+func firstRun(t *testing.T, kc kafka.Config, out string, maxNew int) map[string]bool {
+	t.Helper()
+	var rc runConfig
+	rc.Kafka = kc
+	rc.Ingest.Inputs = []string{sampleFile}
+	rc.Generate.DefaultMaxNewTokens = maxNew
+	rc.Sink.Dir = out
+	rc.Sim.Instant = true
+	rc.Sim.OutputLenMean = 200
+	rc.Timeout = 3 * time.Minute
+	res, err := runPipeline(context.Background(), rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Missing) != 0 {
+		t.Fatalf("first run lost %v", res.Missing)
+	}
+	ids := map[string]bool{}
+	for _, r := range readShards(t, out) {
+		ids[r.id] = true
+	}
+	if len(ids) == 0 {
+		t.Fatal("first run wrote no rows")
+	}
+	return ids
+}
+
+// replayCLI runs `draftflow replay` with args against kc's brokers and namespace.
+func replayCLI(t *testing.T, kc kafka.Config, args ...string) error {
+	t.Helper()
+	return cmdReplay(context.Background(), append([]string{"--brokers", strings.Join(kc.Brokers, ","), "--namespace", kc.Namespace}, args...))
+}
+
+// runStages runs the given stages (tokenize and/or generate, always sink into out) on kc until the sink made
+// every id of want durable, and returns the manifests of out's runs.
+func runStages(t *testing.T, kc kafka.Config, tk *tokenize.Config, gen generate.Config, out string, want map[string]bool) []sink.Manifest {
+	t.Helper()
+	log := slog.Default()
+	model, cleanup, err := loadModelOrBundled("")
+	defer cleanup()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctxLen, err := model.ContextWindow(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	url, stopSim, err := startSim(sim.Config{Instant: true, OutputLenMean: 200}, model, ctxLen, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopSim()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	errc := make(chan error, 3)
+	start := func(name string, run func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+				errc <- fmt.Errorf("%s: %w", name, err)
+			}
+		}()
+	}
+	if tk != nil {
+		tk.Kafka, tk.Logger = kc, log
+		if tk.Model == nil {
+			tk.Model = model
+		}
+		start("tokenize", func(ctx context.Context) error { return tokenize.Run(ctx, *tk) })
+	}
+	gen.Kafka, gen.Logger, gen.Endpoints = kc, log, []string{url}
+	if tk != nil {
+		gen.Kafka.InputNamespace = "" // generate reads the new namespace's tokenized
+	}
+	start("generate", func(ctx context.Context) error { return generate.Run(ctx, gen) })
+	var mu sync.Mutex
+	durable := map[string]bool{}
+	done := make(chan struct{})
+	sk := sink.Config{Kafka: kc, Logger: log, Dir: out, OnDurable: func(ids []string) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, id := range ids {
+			durable[id] = true
+		}
+		if len(durable) == len(want) {
+			select {
+			case <-done:
+			default:
+				close(done)
+			}
+		}
+	}}
+	sk.Kafka.InputNamespace = ""
+	start("sink", func(ctx context.Context) error { return sink.Run(ctx, sk) })
+	select {
+	case <-done:
+	case err := <-errc:
+		t.Fatal(err)
+	case <-ctx.Done():
+		mu.Lock()
+		t.Fatalf("only %d of %d ids reached the shards", len(durable), len(want))
+	}
+	cancel()
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatal(err)
+	}
+	return manifests(t, out)
+}
+
+func manifests(t *testing.T, out string) []sink.Manifest {
+	t.Helper()
+	paths, _ := filepath.Glob(filepath.Join(out, "*", "manifest.json"))
+	var ms []sink.Manifest
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m sink.Manifest
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		ms = append(ms, m)
+	}
+	return ms
+}
+
+// checkOnce checks the shards under out hold every id of want exactly once per turn-0 row and nothing else.
+func checkOnce(t *testing.T, out string, want map[string]bool) []shardRow {
+	t.Helper()
+	rows := readShards(t, out)
+	seen := map[string]int{}
+	for _, r := range rows {
+		seen[r.id]++
+		if !want[r.id] {
+			t.Errorf("row %q was not in the first run", r.id)
+		}
+	}
+	for id := range want {
+		if seen[id] == 0 {
+			t.Errorf("id %q missing from %s", id, out)
+		}
+	}
+	return rows
+}
+
+// TestStageReplayRegenerate is the README's recipe (a): regenerate `tokenized` with other sampling settings
+// (here max_new_tokens) into a new sink directory, without ingesting or tokenizing again: stop generate and
+// sink, `replay --stage sink --to-latest`, `replay --stage generate --to-earliest`, start them again.
+func TestStageReplayRegenerate(t *testing.T) {
+	kc := kafkatest.Config(t, 2)
+	out1, out2 := t.TempDir(), t.TempDir()
+	want := firstRun(t, kc, out1, 256)
+	tokenizedBefore := kafkatest.Size(t, kc, topics.TopicTokenized)
+
+	if err := replayCLI(t, kc, "--stage", "sink", "--to-latest"); err != nil {
+		t.Fatal(err)
+	}
+	if err := replayCLI(t, kc, "--stage", "generate", "--to-earliest", "--dry-run"); err != nil {
+		t.Fatal(err)
+	}
+	if err := replayCLI(t, kc, "--stage", "generate", "--to-earliest"); err != nil {
+		t.Fatal(err)
+	}
+	ms := runStages(t, kc, nil, generate.Config{DefaultMaxNewTokens: 16}, out2, want)
+	if len(ms) != 1 || ms[0].Run.Sampling.MaxNewTokens != 16 {
+		t.Fatalf("second run's manifests: %+v, want one run with max_new_tokens 16", ms)
+	}
+	rows := checkOnce(t, out2, want)
+	for _, r := range rows {
+		if n := len(r.inputIDs) - r.promptLen; n > 16 {
+			t.Errorf("%s: %d completion tokens, over the new max_new_tokens 16", r.id, n)
+		}
+	}
+	if n := kafkatest.Size(t, kc, topics.TopicTokenized); n != tokenizedBefore {
+		t.Errorf("tokenized grew from %d to %d records: the recipe must not tokenize again", tokenizedBefore, n)
+	}
+	if n := kafkatest.Size(t, kc, topics.TopicPrompts); n != len(want) && n < len(want) {
+		t.Errorf("prompts has %d records", n)
+	}
+}
+
+// TestStageReplayRetokenize is the README's recipe (b): tokenize namespace A's prompts again for another model
+// into namespace B (tokenize --namespace B --input-namespace A), then generate and sink in B.
+func TestStageReplayRetokenize(t *testing.T) {
+	kcA := kafkatest.Config(t, 2)
+	out1, out2 := t.TempDir(), t.TempDir()
+	want := firstRun(t, kcA, out1, 64)
+	promptsBefore := kafkatest.Size(t, kcA, topics.TopicPrompts)
+
+	kcB := kcA
+	kcB.Namespace = kcA.Namespace + "-b"
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := kcB.EnsureTopics(ctx, topics.All...); err != nil {
+		t.Fatal(err)
+	}
+	tkB := kcB
+	tkB.InputNamespace = kcA.Namespace
+	if got := tkB.InputTopic(topics.TopicPrompts); got != kcA.Topic(topics.TopicPrompts) {
+		t.Fatalf("InputTopic = %s", got)
+	}
+	ms := runStagesIn(t, tkB, &tokenize.Config{ModelName: "other-model"}, generate.Config{DefaultMaxNewTokens: 64}, out2, want)
+	if len(ms) != 1 || ms[0].Run.Model != "other-model" {
+		t.Fatalf("second run's manifests: %+v, want one run of other-model", ms)
+	}
+	checkOnce(t, out2, want)
+	if n := kafkatest.Size(t, kcA, topics.TopicPrompts); n != promptsBefore {
+		t.Errorf("A's prompts grew from %d to %d: nothing is ingested again", promptsBefore, n)
+	}
+	if n := kafkatest.Size(t, kcA, topics.TopicTokenized); n != kafkatest.Size(t, kcB, topics.TopicTokenized) {
+		t.Logf("tokenized: %d records in A, %d in B", n, kafkatest.Size(t, kcB, topics.TopicTokenized))
+	}
+	if kafkatest.Size(t, kcB, topics.TopicPrompts) != 0 {
+		t.Error("B's prompts topic got records")
+	}
+}
+
+// runStagesIn runs tokenize (reading kc.InputNamespace), generate and sink in kc.Namespace.
+func runStagesIn(t *testing.T, kc kafka.Config, tk *tokenize.Config, gen generate.Config, out string, want map[string]bool) []sink.Manifest {
+	t.Helper()
+	tkc := *tk
+	tkc.Kafka = kc
+	// runStages sets Kafka on each stage; tokenize keeps the input namespace, the others read kc.Namespace.
+	return runStages(t, kc, &tkc, gen, out, want)
+}
+
+// TestConsumerReplayRefusesLiveGroup: `draftflow replay` on a group with a live member fails, naming it.
+func TestConsumerReplayRefusesLiveGroup(t *testing.T) {
+	kc := kafkatest.Config(t, 2)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := kc.NewConsumer(topics.TopicTokenized, kafka.ConsumerConfig{Group: generate.DefaultGroup, SessionTimeout: 6 * time.Second})
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx, func(d *kafka.Delivery) { d.Done() }) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for c.Assigned() == 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	err := replayCLI(t, kc, "--stage", "generate", "--to-earliest")
+	if !errors.Is(err, kafka.ErrGroupActive) || !strings.Contains(err.Error(), "live members") || !strings.Contains(err.Error(), "draftflow") {
+		t.Errorf("replay of a live group: %v", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
