@@ -7,3 +7,6 @@ func CrashHook(c *Consumer) (arm func(), window func() int) {
 	c.crash = make(chan struct{})
 	return func() { close(c.crash) }, func() int { return c.crashWindow }
 }
+
+// SamplePeakHeap samples the Go heap in use until the returned function returns its peak in MiB (benchmarks).
+var SamplePeakHeap = samplePeakHeap

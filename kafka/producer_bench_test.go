@@ -2,10 +2,8 @@ package kafka_test
 
 import (
 	"context"
-	"runtime"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,23 +35,7 @@ func BenchmarkProducerBatchSize(b *testing.B) {
 				}
 				window := make(chan struct{}, 4096)
 				var wg sync.WaitGroup
-				var peak atomic.Uint64
-				stop := make(chan struct{})
-				go func() {
-					var ms runtime.MemStats
-					for {
-						runtime.ReadMemStats(&ms)
-						if ms.HeapInuse > peak.Load() {
-							peak.Store(ms.HeapInuse)
-						}
-						select {
-						case <-stop:
-							return
-						case <-time.After(5 * time.Millisecond):
-						}
-					}
-				}()
-				runtime.GC()
+				peak := kafka.SamplePeakHeap()
 				start := time.Now()
 				n := 0
 				for b.Loop() {
@@ -74,9 +56,8 @@ func BenchmarkProducerBatchSize(b *testing.B) {
 					}
 				}
 				wg.Wait()
-				close(stop)
 				b.ReportMetric(float64(n)/time.Since(start).Seconds(), "records/s")
-				b.ReportMetric(float64(peak.Load())/(1<<20), "heap-MiB")
+				b.ReportMetric(peak(), "heap-MiB")
 			})
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -109,11 +110,7 @@ func (c Config) ResetGroup(ctx context.Context, group, topic string, offsets map
 	if err != nil {
 		return err
 	}
-	parts := make([]int, 0, len(offsets))
-	for p := range offsets {
-		parts = append(parts, p)
-	}
-	slices.Sort(parts)
+	parts := slices.Sorted(maps.Keys(offsets))
 	for _, p := range parts {
 		end, ok := ends[p]
 		if !ok {

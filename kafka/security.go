@@ -344,13 +344,19 @@ func (r resolved) franzSASL() sasl.Mechanism {
 	return nil
 }
 
-// dialer returns a kafka-go dialer carrying the client id, TLS and SASL (consumer groups and readers).
-func (c Config) dialer() (*kafkago.Dialer, error) {
-	r, err := c.Security.resolve()
+// kafkaGo resolves the settings (files read now) and kafka-go's SASL mechanism for them (nil: none).
+func (s Security) kafkaGo() (resolved, kgosasl.Mechanism, error) {
+	r, err := s.resolve()
 	if err != nil {
-		return nil, err
+		return r, nil, err
 	}
 	mech, err := r.kafkaGoSASL()
+	return r, mech, err
+}
+
+// dialer returns a kafka-go dialer carrying the client id, TLS and SASL (consumer groups and readers).
+func (c Config) dialer() (*kafkago.Dialer, error) {
+	r, mech, err := c.Security.kafkaGo()
 	if err != nil {
 		return nil, err
 	}
@@ -359,11 +365,7 @@ func (c Config) dialer() (*kafkago.Dialer, error) {
 
 // newTransport returns a kafka-go transport (writers, admin client) with TLS and SASL.
 func (c Config) newTransport() (*kafkago.Transport, error) {
-	r, err := c.Security.resolve()
-	if err != nil {
-		return nil, err
-	}
-	mech, err := r.kafkaGoSASL()
+	r, mech, err := c.Security.kafkaGo()
 	if err != nil {
 		return nil, err
 	}

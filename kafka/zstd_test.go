@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -103,25 +102,7 @@ func BenchmarkZstdBatches(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(src)))
 			var out int
-			var peak atomic.Uint64
-			stop := make(chan struct{})
-			sampled := make(chan struct{})
-			go func() { // the heap in use, sampled: what the process holds, pooled encoders included
-				defer close(sampled)
-				var ms runtime.MemStats
-				for {
-					runtime.ReadMemStats(&ms)
-					if ms.HeapInuse > peak.Load() {
-						peak.Store(ms.HeapInuse)
-					}
-					select {
-					case <-stop:
-						return
-					case <-time.After(2 * time.Millisecond):
-					}
-				}
-			}()
-			runtime.GC()
+			peak := samplePeakHeap()
 			for b.Loop() {
 				var wg sync.WaitGroup
 				for range 8 {
@@ -129,10 +110,35 @@ func BenchmarkZstdBatches(b *testing.B) {
 				}
 				wg.Wait()
 			}
-			close(stop)
-			<-sampled
 			b.ReportMetric(float64(len(src))/float64(out), "ratio")
-			b.ReportMetric(float64(peak.Load())/(1<<20), "heap-MiB")
+			b.ReportMetric(peak(), "heap-MiB")
 		})
+	}
+}
+
+// samplePeakHeap collects garbage, then samples the Go heap in use (what the process holds, pooled buffers
+// included) every 2 ms until the returned function is called; that returns the peak in MiB.
+func samplePeakHeap() (stop func() float64) {
+	runtime.GC()
+	var peak uint64
+	done := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		var ms runtime.MemStats
+		for {
+			runtime.ReadMemStats(&ms)
+			peak = max(peak, ms.HeapInuse)
+			select {
+			case <-done:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+		}
+	}()
+	return func() float64 {
+		close(done)
+		<-sampled
+		return float64(peak) / (1 << 20)
 	}
 }

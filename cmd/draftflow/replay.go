@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"io"
 	"os"
 	"slices"
@@ -172,11 +173,7 @@ func replay(ctx context.Context, kc kafka.Config, w io.Writer, group string, top
 		if err != nil {
 			return err
 		}
-		parts := make([]int, 0, len(offsets))
-		for p := range offsets {
-			parts = append(parts, p)
-		}
-		slices.Sort(parts)
+		parts := slices.Sorted(maps.Keys(offsets))
 		verb := "reset"
 		if dryRun {
 			verb = "would reset"
