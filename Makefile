@@ -9,7 +9,7 @@ DEMO_OUT ?= out/demo
 export DRAFTFLOW_CACHE ?= $(HOME)/.cache/draftflow
 GOTEST_FLAGS ?= -timeout 45m
 
-.PHONY: all build demo test test-go test-python test-integration deps deps-go deps-python bench bench-kafka scale rebalance vet fmt kafka-up kafka-down clean
+.PHONY: all build demo test test-go test-python test-integration deps deps-go deps-python bench bench-kafka scale rebalance fuzz vet fmt kafka-up kafka-down clean
 
 all: build
 
@@ -79,6 +79,18 @@ bench-kafka: build
 SCALE_N ?= 2000000
 scale:
 	SCALE_N=$(SCALE_N) bash internal/scalegen/scale.sh
+
+## fuzz: every fuzz target (record codecs, dataset and settings parsers, Parquet reader, SGLang responses, chat
+## templates, tokenizers, shard names) for FUZZTIME each; CI runs it briefly. A failure leaves its input in the
+## package's testdata/fuzz, where `go test` replays it from then on.
+FUZZTIME ?= 10s
+fuzz:
+	@set -e; for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+	    echo "== $$pkg $$f ($(FUZZTIME))"; \
+	    $(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	  done; \
+	done
 
 ## rebalance: scaling generate out and in while it works (2,400 prompts, real Kafka, separate processes):
 ## prints the generations done twice. Not in CI.

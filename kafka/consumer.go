@@ -62,6 +62,33 @@ type Delivery struct {
 	c       *Consumer
 	mark    Mark
 	once    sync.Once
+	gen     *handout
+}
+
+// handout is what the deliveries of one generation share: the signals of its partitions being given up.
+type handout struct {
+	revoking, lost chan struct{}
+}
+
+// Revoking is closed when this member starts giving the delivery's partition up (a rebalance, or shutdown): it
+// keeps the partition only while work already running finishes (RevokeTimeout, DrainTimeout). Work that has
+// not started by then should not start: Abandon the delivery, and the partition's next owner does it, at no
+// cost to anyone.
+func (d *Delivery) Revoking() <-chan struct{} {
+	if d.gen == nil {
+		return nil // a Delivery made outside a Consumer (tests): never
+	}
+	return d.gen.revoking
+}
+
+// Lost is closed when the partition is gone: the drain ended, what was finished is committed, and the next
+// owner does the rest again from the committed offset. Work still running for the delivery is wasted from here
+// on; stop it (and Abandon the delivery).
+func (d *Delivery) Lost() <-chan struct{} {
+	if d.gen == nil {
+		return nil
+	}
+	return d.gen.lost
 }
 
 // Done marks the delivery finished. Safe to call more than once; only the first call counts. A delivery of a
@@ -387,6 +414,8 @@ func (c *Consumer) runGeneration(ctx context.Context, gen *kafkago.Generation, h
 	}()
 
 	// Hand out deliveries until the generation or the run ends.
+	hand := &handout{revoking: make(chan struct{}), lost: make(chan struct{})}
+	defer close(hand.lost)
 	var fetchErr error
 	crashed := false
 loop:
@@ -420,11 +449,14 @@ loop:
 		c.met.consumedRecords.WithLabelValues(c.topic, c.cc.Group).Inc()
 		m := f.m
 		c.lag.fetched(m.Partition, m.Offset, m.HighWaterMark)
-		d := &Delivery{c: c, mark: c.marks.Add(m.Partition, m.Offset),
+		d := &Delivery{c: c, gen: hand, mark: c.marks.Add(m.Partition, m.Offset),
 			Message: Message{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Key: m.Key, Value: m.Value, Time: m.Time}}
 		handle(d)
 	}
 	stopFetch()
+	if !crashed { // a crashed member gives nothing up in order: its deliveries just stop mattering
+		close(hand.revoking)
+	}
 	fetchers.Wait()
 	<-committerDone
 	if crashed {

@@ -247,3 +247,60 @@ func TestConsumerCrashRedoesAtMostInFlightWindow(t *testing.T) {
 	}
 	watch.check(t)
 }
+
+// TestConsumerSignalsRevokingThenLost: a member giving its partitions up (here on shutdown) closes its
+// deliveries' Revoking at once, while it still waits for them, and Lost only once it has let them go.
+func TestConsumerSignalsRevokingThenLost(t *testing.T) {
+	cfg := kafkatest.Config(t, 1)
+	produceN(t, cfg, 3)
+	c := cfg.NewConsumer(topics.TopicTokenized, kafka.ConsumerConfig{Group: "g", MaxInFlight: 8, DrainTimeout: 3 * time.Second,
+		SessionTimeout: 6 * time.Second})
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan *kafka.Delivery, 3)
+	ran := make(chan error, 1)
+	go func() { ran <- c.Run(ctx, func(d *kafka.Delivery) { got <- d }) }()
+	var ds []*kafka.Delivery
+	for range 3 {
+		select {
+		case d := <-got:
+			ds = append(ds, d)
+		case <-time.After(60 * time.Second):
+			t.Fatal("no delivery")
+		}
+	}
+	select {
+	case <-ds[0].Revoking():
+		t.Fatal("revoking before anything was given up")
+	default:
+	}
+	ds[0].Done()
+	cancel()
+	select {
+	case <-ds[1].Revoking():
+	case <-time.After(2 * time.Second): // well inside the drain: the member still holds its partition
+		t.Fatal("Revoking not closed when the shutdown began")
+	}
+	select {
+	case <-ds[1].Lost():
+		t.Fatal("Lost while the member still drains")
+	default:
+	}
+	ds[1].Abandon() // what generate does with work that has not started
+	select {
+	case err := <-ran:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return")
+	}
+	select {
+	case <-ds[2].Lost():
+	default:
+		t.Fatal("Lost not closed after the member let its partitions go")
+	}
+	committed, err := cfg.CommittedOffsets(context.Background(), "g", topics.TopicTokenized)
+	if err != nil || committed[0] != 1 {
+		t.Fatalf("committed %v, %v; want 1 (only the first delivery finished)", committed, err)
+	}
+}

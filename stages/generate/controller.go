@@ -26,7 +26,14 @@ type Request struct {
 	InputIDs []uint32
 	// Sampling holds the sampling parameters; MaxNewTokens must be set.
 	Sampling SamplingParams
+	// StartBy, when set, ends the request's wait for a server: once it is closed, Do returns ErrNotStarted
+	// instead of sending the request (or an attempt after a failed one). The stage closes it when the record's
+	// partition is being given up, so work that has not started is left to the next owner.
+	StartBy <-chan struct{}
 }
+
+// ErrNotStarted is Do's error for a request whose StartBy closed before a server took it: nothing was sent.
+var ErrNotStarted = errors.New("generate: request not started: its record is being handed over")
 
 // Result is a finished generation.
 type Result struct {
@@ -478,10 +485,14 @@ func (c *Controller) acquire(ctx context.Context, r *Request, avoid *endpoint) (
 	l := c.laneOf(r)
 	w := &waiter{req: r, lane: l, avoid: avoid, ready: make(chan struct{}), since: c.now()}
 	c.enqueue(w)
+	gaveUp := error(nil)
 	select {
 	case <-w.ready:
 		return w.lease, nil
 	case <-ctx.Done():
+		gaveUp = ctx.Err()
+	case <-r.StartBy: // nil: never
+		gaveUp = ErrNotStarted
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -492,7 +503,7 @@ func (c *Controller) acquire(ctx context.Context, r *Request, avoid *endpoint) (
 		l.waiters = slices.DeleteFunc(l.waiters, func(x *waiter) bool { return x == w })
 	}
 	c.met.queue(l.cfg.Name, len(l.waiters))
-	return nil, ctx.Err()
+	return nil, gaveUp
 }
 
 // finish ends a lease whose request the server answered: the output length is learnt, the retractions count

@@ -685,3 +685,29 @@ func attempts(t *testing.T, c *Controller, endpoint, outcome string) float64 {
 	}
 	return 0
 }
+
+// TestStartByLeavesQueuedWorkUnstarted: when a record's partition is being handed over (StartBy closes), a
+// request still waiting for a server returns ErrNotStarted and is never sent, while the running one finishes.
+func TestStartByLeavesQueuedWorkUnstarted(t *testing.T) {
+	f := newFake(t, 1000)
+	c := newTestController(t, Config{Endpoints: []string{f.srv.URL}, Policy: PolicyFixed, Concurrency: 1})
+	waitFor(t, "endpoint ready", func() bool { return c.Endpoints()[0].Ready })
+	revoking := make(chan struct{})
+	ra, rb := req("a", 1, 1), req("b", 1, 1)
+	ra.StartBy, rb.StartBy = revoking, revoking
+	running := doAsync(c, context.Background(), ra)
+	waitFor(t, "one running", func() bool { return f.runningNow() == 1 })
+	waiting := doAsync(c, context.Background(), rb)
+	waitFor(t, "one waiting", func() bool { return c.Waiting() == 1 })
+	close(revoking)
+	if err := <-waiting; !errors.Is(err, ErrNotStarted) {
+		t.Fatalf("queued request: %v, want ErrNotStarted", err)
+	}
+	f.release(1)
+	if err := <-running; err != nil {
+		t.Fatalf("the running request was stopped: %v", err)
+	}
+	if f.maxSeen != 1 || c.Waiting() != 0 {
+		t.Fatalf("server saw %d at once, %d still waiting", f.maxSeen, c.Waiting())
+	}
+}

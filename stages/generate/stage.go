@@ -167,10 +167,22 @@ func (s *stage) handle(d *kafka.Delivery) {
 			StopTokenIDs: sampling.StopTokenIDs,
 		},
 	}
+	// A record whose partition is being given up starts no request; one already running is stopped (and
+	// aborted on its server) once the partition is gone, since its next owner generates it again.
+	req.StartBy = d.Revoking()
 	s.workers.Add(1)
 	go func() {
 		defer s.workers.Done()
-		res, err := s.ctl.Do(s.work, req)
+		ctx, cancel := context.WithCancel(s.work)
+		defer cancel()
+		go func() {
+			select {
+			case <-d.Lost():
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		res, err := s.ctl.Do(ctx, req)
 		var rej *RejectedError
 		switch {
 		case err == nil:
@@ -179,8 +191,9 @@ func (s *stage) handle(d *kafka.Delivery) {
 			s.log.Info("request rejected", "id", t.ID, "dataset", t.Dataset, "reason", rej.Reason, "at", d.Where())
 			s.reject(d, &topics.Rejection{ID: t.ID, Dataset: t.Dataset, Source: t.Source, Class: "server_rejected", Reason: rej.Reason})
 		default:
-			// Abandoned on shutdown: its slot is freed at once (the consumer need not wait out its drain
-			// timeout) and its offset is never committed, so the record is redelivered.
+			// Abandoned on shutdown or handed over on a rebalance (ErrNotStarted, or stopped once its partition
+			// was lost): its slot is freed at once (the consumer need not wait out its drain timeout) and its
+			// offset is never committed, so the record is redelivered.
 			s.log.Debug("request abandoned", "id", t.ID, "at", d.Where(), "err", err)
 			d.Abandon()
 		}
