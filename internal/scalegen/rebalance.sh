@@ -89,11 +89,18 @@ wait "$pid_a" || echo "the first replica exited with status $?"
 sleep 3 # the sink's counters of the last records
 
 redone=$(metric "$ms" draftflow_sink_redone_generations_total)
+finished=$(metric "$port" sglang:num_requests_total)
+aborted=$(metric "$port" sglang:num_aborted_requests_total)
 consumed=$(metric "$ms" draftflow_consumed_records_total)
 echo "rebalance: $N prompts, namespace $NS, ${elapsed}s, output $OUT"
 echo "  rows in the shards          $(rows)"
 echo "  generations the sink read   $consumed"
-awk -v r="$redone" -v n="$N" 'BEGIN { printf "  redone (dropped duplicates) %d (%.2f%% of the prompts)\n", r, 100*r/n }'
+awk -v r="$redone" -v n="$N" 'BEGIN { printf "  duplicates the sink dropped %d (%.2f%% of the prompts)\n", r, 100*r/n }'
+# What the GPU did: requests the server finished beyond one per prompt were generated twice; aborted ones
+# (handed over while running) lost their partial work. The sink's duplicates also count records Kafka
+# delivered twice (a producer's retried write), which cost no GPU time.
+awk -v f="$finished" -v a="$aborted" -v n="$N" 'BEGIN {
+	printf "  server: %d requests ended (%d of them aborted); completed twice: %d (%.2f%% of the prompts)\n", f, a, f-a-n, 100*(f-a-n)/n }'
 for r in a b c; do
 	log=$WORK/generate-$r.log
 	[[ -s $log ]] || continue
