@@ -204,9 +204,14 @@ func TestStageReplayRegenerate(t *testing.T) {
 	if err := replayCLI(t, kc, "--stage", "generate", "--to-earliest"); err != nil {
 		t.Fatal(err)
 	}
-	ms := runStages(t, kc, nil, generate.Config{DefaultMaxNewTokens: 16}, out2, want)
-	if len(ms) != 1 || ms[0].Run.Sampling.MaxNewTokens != 16 {
-		t.Fatalf("second run's manifests: %+v, want one run with max_new_tokens 16", ms)
+	maxNew, temp, seed := 16, 0.25, int64(7)
+	ms := runStages(t, kc, nil, generate.Config{Override: generate.Override{MaxNewTokens: &maxNew, Temperature: &temp, Seed: &seed}}, out2, want)
+	if len(ms) != 1 {
+		t.Fatalf("second run's manifests: %+v, want one run", ms)
+	}
+	if got := ms[0].Run.Sampling; got.MaxNewTokens != 16 || got.Temperature == nil || *got.Temperature != 0.25 ||
+		got.Seed == nil || *got.Seed != 7 {
+		t.Fatalf("second run's sampling %+v, want the overrides (max_new_tokens 16, temperature 0.25, seed 7)", got)
 	}
 	rows := checkOnce(t, out2, want)
 	for _, r := range rows {

@@ -192,6 +192,8 @@ type Config struct {
 	Lanes []Lane
 	// DefaultMaxNewTokens applies to records whose sampling settings and lane set none (default 4096).
 	DefaultMaxNewTokens int
+	// Override replaces sampling settings of every record (none by default).
+	Override Override
 	// RequestTimeout bounds one attempt of one request (default 30 min); a timed-out request is aborted on the
 	// server and retried, up to MaxTimeouts attempts.
 	RequestTimeout time.Duration
@@ -328,6 +330,9 @@ func (c Config) withDefaults() Config {
 // validate reports a configuration the stage cannot run with. c must have defaults applied.
 func (c Config) validate() error {
 	var errs []error
+	if err := c.Override.validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if len(c.Endpoints) == 0 {
 		errs = append(errs, errors.New("generate: no SGLang endpoints (--sglang or --sglang-file)"))
 	}
@@ -406,6 +411,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Concurrency, "concurrency", DefaultConcurrency, "in-flight requests per endpoint (policy fixed)")
 	fs.StringVar(&c.Routing, "routing", RouteHeadroom, "endpoint choice: headroom or round-robin")
 	fs.IntVar(&c.DefaultMaxNewTokens, "max-new-tokens", DefaultMaxNewTokens, "max_new_tokens of records whose settings and lane set none")
+	c.Override.registerFlags(fs)
 	fs.Func("lane", "scheduling lane NAME[,max_new_tokens=N][,share=F][,datasets=A|B] (repeatable)", func(s string) error {
 		l, err := ParseLane(s)
 		if err != nil {

@@ -150,8 +150,8 @@ func (s *stage) handle(d *kafka.Delivery) {
 		return
 	}
 	lane := s.ctl.ResolveLane(t.Dataset, t.Sampling.Lane)
-	sampling := t.Sampling
-	sampling.MaxNewTokens = s.ctl.MaxNewTokens(t.Sampling.MaxNewTokens, lane)
+	sampling := s.cfg.Override.Apply(t.Sampling)
+	sampling.MaxNewTokens = s.ctl.MaxNewTokens(sampling.MaxNewTokens, lane)
 	sampling.Lane = lane.Name
 	req := &Request{
 		RID:      RequestID(t.ID, t.Turn),
