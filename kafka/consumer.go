@@ -65,6 +65,15 @@ type Delivery struct {
 	gen     *handout
 }
 
+// countSkips counts the offsets of a handedOver result.
+func countSkips(skip map[int]map[int64]bool) int {
+	n := 0
+	for _, s := range skip {
+		n += len(s)
+	}
+	return n
+}
+
 // handout is what the deliveries of one generation share: the signals of its partitions being given up.
 type handout struct {
 	revoking, lost chan struct{}
@@ -321,6 +330,18 @@ func (c *Consumer) runGeneration(ctx context.Context, gen *kafkago.Generation, h
 	for _, p := range parts {
 		c.marks.Forget(p) // a fresh start at the committed offset
 	}
+	// What the previous owner finished beyond its committed offsets is not handed out again (handover.go).
+	starts := make(map[int]int64, len(assigned))
+	for _, a := range assigned {
+		starts[a.ID] = a.Offset
+	}
+	skip, herr := c.handedOver(gctx, starts)
+	if herr != nil {
+		log.Warn("reading what the previous owner finished failed; it will be done again", "err", herr)
+	}
+	if n := countSkips(skip); n > 0 {
+		log.Info("records the previous owner finished after its committed offsets are skipped", "records", n)
+	}
 	fetchCtx, stopFetch := context.WithCancel(gctx)
 	stopOnShutdown := context.AfterFunc(ctx, stopFetch)
 	defer stopOnShutdown()
@@ -449,6 +470,12 @@ loop:
 		c.met.consumedRecords.WithLabelValues(c.topic, c.cc.Group).Inc()
 		m := f.m
 		c.lag.fetched(m.Partition, m.Offset, m.HighWaterMark)
+		if skip[m.Partition][m.Offset] {
+			c.marks.Done(c.marks.Add(m.Partition, m.Offset))
+			<-c.slots
+			c.met.handedOver.WithLabelValues(c.topic, c.cc.Group).Inc()
+			continue
+		}
 		d := &Delivery{c: c, gen: hand, mark: c.marks.Add(m.Partition, m.Offset),
 			Message: Message{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Key: m.Key, Value: m.Value, Time: m.Time}}
 		handle(d)
@@ -587,17 +614,15 @@ func (c *Consumer) finalCommit(gen *kafkago.Generation, parts []int, log *slog.L
 func (c *Consumer) commit(gen *kafkago.Generation, parts []int) error {
 	c.commitMu.Lock()
 	defer c.commitMu.Unlock()
-	adv := c.marks.AdvanceOf(parts)
-	if len(adv) == 0 {
+	offsets, done, changed := c.marks.Commit(parts)
+	if !changed {
 		return nil
 	}
-	offsets := make(map[int]int64, len(adv))
-	for part, off := range adv {
-		offsets[part] = off + 1
-	}
-	if err := gen.CommitOffsets(map[string]map[int]int64{c.topic: offsets}); err != nil {
-		for part, off := range adv {
-			c.marks.Retreat(part, off)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.commitWithDone(ctx, gen, offsets, done); err != nil {
+		for part, off := range offsets {
+			c.marks.Retreat(part, off-1)
 		}
 		c.met.commitErrors.WithLabelValues(c.topic, c.cc.Group).Inc()
 		return err

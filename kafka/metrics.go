@@ -14,7 +14,7 @@ type plumbing struct {
 	committedOffset                               *prometheus.GaugeVec
 	lag                                           *prometheus.GaugeVec
 	assignedPartitions                            *prometheus.GaugeVec
-	rebalances, revokedAbandoned                  *prometheus.CounterVec
+	rebalances, revokedAbandoned, handedOver      *prometheus.CounterVec
 }
 
 func newPlumbing(reg prometheus.Registerer) *plumbing {
@@ -38,6 +38,8 @@ func newPlumbing(reg prometheus.Registerer) *plumbing {
 			"Partitions this member owns in the current group generation, per topic and group.", "topic", "group"),
 		rebalances: counter("draftflow_group_generations_total",
 			"Group generations this member joined (each rebalance starts one), per topic and group.", "topic", "group"),
+		handedOver: counter("draftflow_handed_over_records_total",
+			"Records the partition's previous owner had finished after its committed offset (named in the commit's metadata), skipped instead of done again, per topic and group.", "topic", "group"),
 		revokedAbandoned: counter("draftflow_revoked_unfinished_total",
 			"Deliveries still unfinished when their partition was given up (the next owner does them again), per topic and group.", "topic", "group"),
 	}

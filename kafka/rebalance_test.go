@@ -304,3 +304,59 @@ func TestConsumerSignalsRevokingThenLost(t *testing.T) {
 		t.Fatalf("committed %v, %v; want 1 (only the first delivery finished)", committed, err)
 	}
 }
+
+// TestConsumerHandsOverFinishedWork: a member gives its partition up with the first record unfinished and
+// the rest finished; the next member is handed only the unfinished one (the rest is named in the commit's
+// metadata), on the embedded broker and on Apache Kafka.
+func TestConsumerHandsOverFinishedWork(t *testing.T) {
+	cfg := kafkatest.Config(t, 1)
+	produceN(t, cfg, 10)
+	cc := kafka.ConsumerConfig{Group: "g", MaxInFlight: 16, DrainTimeout: 500 * time.Millisecond, SessionTimeout: 6 * time.Second}
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan *kafka.Delivery, 10)
+	ran := make(chan error, 1)
+	go func() { ran <- cfg.NewConsumer(topics.TopicTokenized, cc).Run(ctx, func(d *kafka.Delivery) { got <- d }) }()
+	for i := range 10 {
+		select {
+		case d := <-got:
+			if i > 0 {
+				d.Done() // offset 0 stays unfinished, holding the committed offset at 0
+			}
+		case <-time.After(60 * time.Second):
+			t.Fatal("no delivery")
+		}
+	}
+	cancel()
+	if err := <-ran; err != nil {
+		t.Fatal(err)
+	}
+	committed, err := cfg.CommittedOffsets(context.Background(), "g", topics.TopicTokenized)
+	if err != nil || committed[0] != 0 {
+		t.Fatalf("committed %v, %v; want 0", committed, err)
+	}
+
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	second := make(chan *kafka.Delivery, 10)
+	go func() { ran <- cfg.NewConsumer(topics.TopicTokenized, cc).Run(ctx, func(d *kafka.Delivery) { second <- d; d.Done() }) }()
+	select {
+	case d := <-second:
+		if d.Message.Offset != 0 {
+			t.Fatalf("the next owner got offset %d first, want 0", d.Message.Offset)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the next owner got nothing")
+	}
+	select {
+	case d := <-second:
+		t.Fatalf("offset %d handed out again although the previous owner finished it", d.Message.Offset)
+	case <-time.After(2 * time.Second):
+	}
+	cancel()
+	if err := <-ran; err != nil {
+		t.Fatal(err)
+	}
+	if committed, err = cfg.CommittedOffsets(context.Background(), "g", topics.TopicTokenized); err != nil || committed[0] != 10 {
+		t.Fatalf("committed %v, %v; want 10", committed, err)
+	}
+}

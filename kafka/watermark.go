@@ -21,6 +21,8 @@ type partitionMarks struct {
 	last      int64   // last offset added, -1 if none
 	committed int64   // highest finished offset already reported by Advance, -1 if none
 	finished  int64   // highest offset of the finished prefix, -1 if none
+	// reportedDone is how many finished offsets after the prefix the last Commit reported.
+	reportedDone int
 }
 
 // States of a pending offset.
@@ -126,8 +128,11 @@ func (w *Watermark) Advance() map[int]int64 {
 func (w *Watermark) Retreat(partition int, offset int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if p := w.parts[partition]; p != nil && p.committed >= offset {
-		p.committed = offset - 1
+	if p := w.parts[partition]; p != nil {
+		p.reportedDone = -1 // the finished offsets after the prefix are offered again too
+		if p.committed >= offset {
+			p.committed = offset - 1
+		}
 	}
 }
 
@@ -227,4 +232,32 @@ func (w *Watermark) Pending() int {
 		}
 	}
 	return n
+}
+
+// Commit returns, for each of the given partitions with marks, the offset to commit (the first offset not
+// finished) and the finished offsets after it (in order), and records them as reported. changed is false when
+// neither moved since the last call, so there is nothing new to commit.
+func (w *Watermark) Commit(parts []int) (offsets map[int]int64, done map[int][]int64, changed bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	offsets, done = map[int]int64{}, map[int][]int64{}
+	for _, part := range parts {
+		p := w.parts[part]
+		if p == nil {
+			continue
+		}
+		offsets[part] = p.finished + 1
+		var d []int64
+		for i, st := range p.pending {
+			if st == finished {
+				d = append(d, p.base+int64(i))
+			}
+		}
+		done[part] = d
+		if p.finished > p.committed || len(d) != p.reportedDone {
+			changed = true
+		}
+		p.committed, p.reportedDone = p.finished, len(d)
+	}
+	return offsets, done, changed
 }
