@@ -89,18 +89,18 @@ wait "$pid_a" || echo "the first replica exited with status $?"
 sleep 3 # the sink's counters of the last records
 
 redone=$(metric "$ms" draftflow_sink_redone_generations_total)
-finished=$(metric "$port" sglang:num_requests_total)
-aborted=$(metric "$port" sglang:num_aborted_requests_total)
+gpu_tokens=$(metric "$port" sglang:generation_tokens_total)
+kept_tokens=$(python3 -c 'import glob,json,sys; print(sum(json.load(open(p))["totals"]["completion_tokens"] for p in glob.glob(sys.argv[1]+"/*/manifest.json")))' "$OUT")
 consumed=$(metric "$ms" draftflow_consumed_records_total)
 echo "rebalance: $N prompts, namespace $NS, ${elapsed}s, output $OUT"
 echo "  rows in the shards          $(rows)"
 echo "  generations the sink read   $consumed"
 awk -v r="$redone" -v n="$N" 'BEGIN { printf "  duplicates the sink dropped %d (%.2f%% of the prompts)\n", r, 100*r/n }'
-# What the GPU did: requests the server finished beyond one per prompt were generated twice; aborted ones
-# (handed over while running) lost their partial work. The sink's duplicates also count records Kafka
-# delivered twice (a producer's retried write), which cost no GPU time.
-awk -v f="$finished" -v a="$aborted" -v n="$N" 'BEGIN {
-	printf "  server: %d requests ended (%d of them aborted); completed twice: %d (%.2f%% of the prompts)\n", f, a, f-a-n, 100*(f-a-n)/n }'
+# What the GPU did: output tokens the server generated (aborted requests' partial outputs included) against the
+# completion tokens in the shards; the difference is decode work spent for nothing. The sink's duplicates also
+# count records Kafka delivered twice (a producer's retried write), which cost no GPU time.
+awk -v g="$gpu_tokens" -v k="$kept_tokens" 'BEGIN {
+	printf "  server: %d output tokens generated, %d kept in the shards: %d (%.2f%%) decoded for nothing\n", g, k, g-k, 100*(g-k)/k }'
 for r in a b c; do
 	log=$WORK/generate-$r.log
 	[[ -s $log ]] || continue

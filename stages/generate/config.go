@@ -210,6 +210,11 @@ type Config struct {
 	// MaxInFlight bounds records fetched and not yet finished (default 4096); it must exceed what the
 	// endpoints can run at once, or it becomes the limit.
 	MaxInFlight int
+	// RevokeTimeout is how long, on a rebalance (a replica joining or leaving), requests already running for the
+	// partitions this replica gives up may still finish before they are aborted and left to the next owner
+	// (default 20 s, kafka.ConsumerConfig's). Requests not yet started are handed over at once. Longer wastes
+	// less of long generations; the whole group waits that long (kafka-go rebalances eagerly).
+	RevokeTimeout time.Duration
 	// ShutdownGrace is how long in-flight requests may still finish after shutdown begins before they are
 	// aborted (they are redelivered, and done again by whoever owns their partition next). The zero value
 	// aborts at once; the command line defaults to DefaultShutdownGrace.
@@ -423,6 +428,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", DefaultRequestTimeout, "limit of one request attempt")
 	fs.IntVar(&c.MaxTimeouts, "max-timeouts", DefaultMaxTimeouts, "attempts of one request that may time out before it is dead-lettered")
 	fs.IntVar(&c.MaxInFlight, "max-in-flight", DefaultMaxInFlight, "records fetched and not yet finished")
+	fs.DurationVar(&c.RevokeTimeout, "revoke-timeout", 20*time.Second, "on a rebalance, time running requests of partitions given up may finish before they are aborted and left to the next owner")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", DefaultShutdownGrace, "time in-flight requests may finish after SIGTERM before they are aborted and redelivered (0: abort at once; a second signal always does)")
 	fs.DurationVar(&c.HealthInterval, "health-interval", DefaultHealthInterval, "endpoint health check interval")
 	fs.Float64Var(&c.Budget.Quantile, "kv-quantile", DefaultQuantile, "quantile of learnt output lengths charged per request (kv-budget)")

@@ -98,9 +98,10 @@ func Run(ctx context.Context, cfg Config) error {
 	go func() { defer close(ctlDone); _ = ctl.Run(ctlCtx) }()
 
 	cons := cfg.Kafka.NewConsumer(topics.TopicTokenized, kafka.ConsumerConfig{
-		Group:        cfg.Group,
-		MaxInFlight:  cfg.MaxInFlight,
-		DrainTimeout: cfg.ShutdownGrace + ackDrainTime,
+		Group:         cfg.Group,
+		MaxInFlight:   cfg.MaxInFlight,
+		DrainTimeout:  cfg.ShutdownGrace + ackDrainTime,
+		RevokeTimeout: cfg.RevokeTimeout,
 	})
 	cfg.Ready.Add("generate", func() error {
 		switch {
