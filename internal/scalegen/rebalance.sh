@@ -5,7 +5,8 @@
 # seconds (default 12) a third replica joins, after LEAVE_AT seconds (default 24) the first gets SIGTERM (a
 # graceful leave, with generate's default --shutdown-grace). When every prompt is in the shards it prints the
 # generations the replicas produced, the duplicates the sink dropped (work done twice) and each replica's
-# assignments, revocations and abandoned deliveries. Not run in CI (it takes a few minutes).
+# assignments, revocations and abandoned deliveries. REBALANCE_GENERATE_FLAGS adds flags to every replica
+# (e.g. --revoke-timeout 60s). Not run in CI (it takes a few minutes).
 #
 #   REBALANCE_N=2400 bash internal/scalegen/rebalance.sh     # or: make rebalance
 set -euo pipefail
@@ -57,7 +58,7 @@ start sim "$BIN" sim --addr "127.0.0.1:$port" --time-scale 4 --output-len-mean 3
 	--eos-token-ids 3030 --special-token-start 3027 --log-level warn
 start sink "$BIN" sink --metrics-addr "127.0.0.1:$ms" --out "$OUT"
 start tokenize "$BIN" tokenize --model "$WORK/model" --log-level warn
-gen=(generate --sglang "http://127.0.0.1:$port" --max-new-tokens 1024)
+gen=(generate --sglang "http://127.0.0.1:$port" --max-new-tokens 1024 ${REBALANCE_GENERATE_FLAGS:-})
 start generate-a "$BIN" "${gen[@]}" --metrics-addr "127.0.0.1:$ma"
 pid_a=$last
 start generate-b "$BIN" "${gen[@]}" --metrics-addr "127.0.0.1:$mb"
