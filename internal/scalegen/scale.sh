@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# scale.sh: `make scale`. N small conversations (default 2,000,000) through ingest, tokenize, generate (the
-# simulator, instant, 8-token outputs) and sink, each a separate draftflow process, against a real Kafka
-# broker (deploy/kafka/kafka.sh). Prints each stage's peak memory and the throughput; not run in CI.
+# scale.sh: `make scale`. N small conversations (default 2,000,000) through ingest, tokenize, generate (against
+# SCALE_ENDPOINTS simulated servers, default 32, instant, 8-token outputs) and sink, each a separate draftflow
+# process, against a real Kafka broker (deploy/kafka/kafka.sh). Prints each stage's peak memory and CPU time,
+# the throughput, each stage's peak records/s, tokens/s and input lag (from `draftflow status --json` every
+# 5 s), and which stage limits the run; not run in CI.
 #
 #   SCALE_N=200000 bash internal/scalegen/scale.sh      # or: make scale SCALE_N=200000
 #
@@ -45,8 +47,11 @@ freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 
 # RssAnon from /proc, and, when the stage serves /metrics, the Go heap in use (go_memstats_heap_inuse_bytes,
 # live objects and their spans: what the process holds, without the memory the runtime keeps but has freed).
 peak() {
-	local name=$1 pid=$2 mport=${3:-} hwm=0 anon=0 heap=0 a h g
+	local name=$1 pid=$2 mport=${3:-} hwm=0 anon=0 heap=0 cpu=0 a h g c
 	while [[ -r /proc/$pid/status ]]; do
+		# CPU seconds so far: utime + stime (fields 14 and 15 of /proc/PID/stat, in clock ticks)
+		c=$(awk -v hz="$(getconf CLK_TCK)" '{ printf "%.1f", ($14 + $15) / hz }' "/proc/$pid/stat" 2>/dev/null || true)
+		[[ -n $c ]] && cpu=$c
 		h=$(awk '/^VmHWM:/ {print $2}' "/proc/$pid/status" 2>/dev/null || true)
 		a=$(awk '/^RssAnon:/ {print $2}' "/proc/$pid/status" 2>/dev/null || true)
 		[[ -n $h ]] && ((h > hwm)) && hwm=$h
@@ -59,7 +64,7 @@ peak() {
 				curl -s --max-time 5 -o "$WORK/$name.heap.pprof" "http://127.0.0.1:$mport/debug/pprof/heap" 2>/dev/null || true
 			fi
 		fi
-		echo "$hwm $anon $heap" >"$WORK/$name.mem"
+		echo "$hwm $anon $heap $cpu" >"$WORK/$name.mem"
 		sleep 1
 	done
 }
@@ -71,13 +76,25 @@ start() { # start NAME METRICS_PORT ARGS...: run a stage in the background, logg
 	peak "$name" $! "$mport" &
 }
 
-port=$(freeport)
+# SCALE_ENDPOINTS simulated SGLang servers (default 32), each its own process, in accelerated time (--instant:
+# the engine steps as fast as the CPU allows, with the real scheduler and KV accounting).
+ENDPOINTS=${SCALE_ENDPOINTS:-32}
+sglang=()
+for i in $(seq 1 "$ENDPOINTS"); do
+	port=$(freeport)
+	sglang+=(--sglang "http://127.0.0.1:$port")
+	start "sim$i" "" "$BIN" sim --addr 127.0.0.1:$port --instant --output-len-dist fixed --output-len-mean 8 --vocab-size 3035 \
+		--eos-token-ids 3030 --special-token-start 3027 --seed "$i" --log-level warn
+done
 ms=$(freeport) mg=$(freeport) mt=$(freeport) mi=$(freeport)
-start sim "" "$BIN" sim --addr 127.0.0.1:$port --instant --output-len-dist fixed --output-len-mean 8 --vocab-size 3035 --eos-token-ids 3030 --special-token-start 3027 --log-level warn
 start sink "$ms" "$BIN" sink --pprof --metrics-addr "127.0.0.1:$ms" --out "$OUT" --log-level warn
-start generate "$mg" "$BIN" generate --pprof --metrics-addr "127.0.0.1:$mg" --sglang http://127.0.0.1:$port --max-new-tokens 8 --log-level warn
+start generate "$mg" "$BIN" generate --pprof --metrics-addr "127.0.0.1:$mg" "${sglang[@]}" --max-new-tokens 8 --log-level warn
 start tokenize "$mt" "$BIN" tokenize --pprof --metrics-addr "127.0.0.1:$mt" --model "$WORK/model" --log-level warn
 
+# Where records wait: every 5 s, `draftflow status --json` (lag, records/s and tokens/s per stage).
+(while sleep 5; do "$BIN" status --json --log-level error 2>/dev/null | tr -d '\n'; echo; done >"$WORK/status.jsonl") &
+statuspid=$!
+pids+=($statuspid)
 t0=$(date +%s.%N)
 "$BIN" ingest --pprof --input "$WORK/input-$N.jsonl" --progress=false --metrics-addr "127.0.0.1:$mi" --log-level warn >"$WORK/ingest.log" 2>&1 &
 ipid=$!
@@ -100,8 +117,41 @@ echo "scale: $N conversations, namespace $NS, output $OUT"
 awk -v n="$N" -v a="$t0" -v b="$t1" -v c="$t2" 'BEGIN {
 	printf "  ingest      %8.1f s  %9.0f records/s\n", b-a, n/(b-a)
 	printf "  end to end  %8.1f s  %9.0f records/s\n", c-a, n/(c-a) }'
-printf '  %-10s %12s %12s %14s\n' stage "VmHWM MiB" "RssAnon MiB" "Go heap MiB"
-for s in ingest tokenize generate sink sim; do
-	read -r h a g <"$WORK/$s.mem"
-	printf '  %-10s %12.1f %12.1f %14.1f\n' "$s" "$(echo "$h/1024" | bc -l)" "$(echo "$a/1024" | bc -l)" "$(echo "${g:-0}/1024" | bc -l)"
+printf '  %-10s %10s %12s %12s %8s\n' stage "VmHWM MiB" "RssAnon MiB" "Go heap MiB" "CPU s"
+for s in ingest tokenize generate sink; do
+	read -r h a g c <"$WORK/$s.mem"
+	printf '  %-10s %10.1f %12.1f %12.1f %8.1f\n' "$s" "$(echo "$h/1024" | bc -l)" "$(echo "$a/1024" | bc -l)" "$(echo "${g:-0}/1024" | bc -l)" "${c:-0}"
 done
+# The simulators, summed (memory: the largest one).
+cat "$WORK"/sim*.mem | awk -v n="$ENDPOINTS" '{ if ($1 > h) h = $1; if ($2 > a) a = $2; c += $4 }
+	END { printf "  %-10s %10.1f %12.1f %12s %8.1f   (%d servers: the largest; CPU summed)\n", "simulators", h/1024, a/1024, "-", c, n }'
+# Rates per stage at their peaks, and where records waited longest: the stage whose input lag stayed highest
+# is the one that limits the run (ingest, when no stage kept a backlog).
+python3 - "$WORK/status.jsonl" "$N" <<'PY'
+import json, sys
+peak, lagsum, n = {}, {}, 0
+for line in open(sys.argv[1]):
+    try:
+        r = json.loads(line)
+    except ValueError:
+        continue
+    n += 1
+    for st in r.get("stages") or []:
+        s = st["stage"]
+        p = peak.setdefault(s, [0.0, 0.0, 0])
+        # What waits for the stage: its input's end offset less the records it has taken in (the sink counts rows
+        # as it buffers them, while its committed offsets move only when it flushes), else its lag.
+        lag = st.get("lag") or 0
+        if st.get("records") and st.get("end"):
+            lag = max(0, st["end"] - st["records"] - (st.get("rejected") or 0))
+        p[0], p[1], p[2] = max(p[0], st.get("records_per_s") or 0), max(p[1], st.get("tokens_per_s") or 0), max(p[2], lag)
+        lagsum[s] = lagsum.get(s, 0) + lag
+print("  %-10s %14s %14s %12s %12s" % ("stage", "peak records/s", "peak tokens/s", "peak backlog", "mean backlog"))
+for s, (rps, tps, lag) in peak.items():
+    print("  %-10s %14.0f %14.0f %12d %12.0f" % (s, rps, tps, lag, lagsum[s] / max(n, 1)))
+limit = max(lagsum, key=lagsum.get) if lagsum else None
+if limit and lagsum[limit] / max(n, 1) > 0.01 * int(sys.argv[2]):
+    print("  limiting stage: %s (its input kept the largest backlog)" % limit)
+else:
+    print("  limiting stage: none downstream of ingest (no stage kept a backlog)")
+PY
