@@ -11,16 +11,19 @@
 //     offsets for a time and group resets for replay (replay.go); what retention may cost a group
 //     (retention.go: RetentionRisk);
 //   - Producer (producer.go): asynchronous, acknowledged writes whose done callback marks the input finished;
-//   - Consumer (consumer.go): a consumer-group member that hands out Deliveries and commits, per partition, only
-//     the contiguous prefix of finished offsets (Watermark, watermark.go);
+//   - Consumer (consumer.go): a consumer-group member that hands out Deliveries (with Revoking and Lost, the
+//     signals of their partition being given up) and commits, per partition, the contiguous prefix of finished
+//     offsets (Watermark, watermark.go) with, in the commit's metadata, the offsets finished after it, which the
+//     partition's next owner skips (handover.go);
 //   - the plumbing metrics (metrics.go), among them each consumer's lag per partition it owns (lag.go).
 //
 // A stage reads like a short story: a Consumer delivers a record, the stage does one thing, a Producer writes
 // the result, and the delivery is marked Done once the result is durable in Kafka. Delivery is at-least-once;
 // the sink makes output exactly-once.
 //
-// The client is segmentio/kafka-go: writers with an explicit BatchTimeout, RequiredAcks=RequireAll and zstd;
-// consumers with explicit, synchronous commits. One request kafka-go cannot send (Metadata v10, for topic IDs)
-// goes through franz-go (with the same TLS and SASL); topicid.go says why. The embedded broker lives in kafka/embedded, the test support in
-// kafka/kafkatest.
+// The client is segmentio/kafka-go: writers with an explicit BatchTimeout, RequiredAcks=RequireAll and zstd
+// (this package's own codec, zstd.go: whole batches on shared encoders, not kafka-go's pooled 16 MiB ones);
+// consumers with explicit, synchronous commits (sent as OffsetCommit requests, to carry metadata). One request kafka-go cannot send (Metadata v10, for topic IDs)
+// goes through franz-go (with the same TLS and SASL); topicid.go says why. The embedded broker lives in
+// kafka/embedded, the test support in kafka/kafkatest.
 package kafka

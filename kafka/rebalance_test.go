@@ -315,7 +315,9 @@ func TestConsumerHandsOverFinishedWork(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	got := make(chan *kafka.Delivery, 10)
 	ran := make(chan error, 1)
-	go func() { ran <- cfg.NewConsumer(topics.TopicTokenized, cc).Run(ctx, func(d *kafka.Delivery) { got <- d }) }()
+	go func() {
+		ran <- cfg.NewConsumer(topics.TopicTokenized, cc).Run(ctx, func(d *kafka.Delivery) { got <- d })
+	}()
 	for i := range 10 {
 		select {
 		case d := <-got:
@@ -338,7 +340,9 @@ func TestConsumerHandsOverFinishedWork(t *testing.T) {
 	ctx, cancel = context.WithCancel(context.Background())
 	defer cancel()
 	second := make(chan *kafka.Delivery, 10)
-	go func() { ran <- cfg.NewConsumer(topics.TopicTokenized, cc).Run(ctx, func(d *kafka.Delivery) { second <- d; d.Done() }) }()
+	go func() {
+		ran <- cfg.NewConsumer(topics.TopicTokenized, cc).Run(ctx, func(d *kafka.Delivery) { second <- d; d.Done() })
+	}()
 	select {
 	case d := <-second:
 		if d.Message.Offset != 0 {

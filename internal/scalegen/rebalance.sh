@@ -26,20 +26,8 @@ go build -o "$BIN" ./cmd/draftflow
 go build -o "$WORK/scalegen" ./internal/scalegen
 "$WORK/scalegen" -n "$N" -out "$WORK/input.jsonl" -model "$WORK/model"
 
-started_broker=0
-if [[ -z ${DRAFTFLOW_BROKERS:-} ]]; then
-	DRAFTFLOW_BROKERS=$(bash deploy/kafka/kafka.sh up | tail -1)
-	started_broker=1
-fi
-export DRAFTFLOW_BROKERS DRAFTFLOW_NAMESPACE=$NS
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	wait 2>/dev/null || true
-	if ((started_broker)); then bash deploy/kafka/kafka.sh down >/dev/null || true; fi
-}
-trap cleanup EXIT
-freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# shellcheck source=internal/scalegen/lib.sh
+source internal/scalegen/lib.sh
 metric() { # metric PORT NAME: the sum of a metric's samples on a stage's /metrics
 	curl -s --max-time 2 "http://127.0.0.1:$1/metrics" | awk -v n="$2" '$1 == n || index($1, n "{") == 1 { s += $NF } END { printf "%d", s }'
 }

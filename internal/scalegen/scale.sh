@@ -26,22 +26,8 @@ go build -o "$BIN" ./cmd/draftflow
 go build -o "$WORK/scalegen" ./internal/scalegen
 [[ -s $WORK/input-$N.jsonl ]] || "$WORK/scalegen" -n "$N" -out "$WORK/input-$N.jsonl" -model "$WORK/model"
 
-started_broker=0
-if [[ -z ${DRAFTFLOW_BROKERS:-} ]]; then
-	DRAFTFLOW_BROKERS=$(bash deploy/kafka/kafka.sh up | tail -1)
-	started_broker=1
-fi
-export DRAFTFLOW_BROKERS DRAFTFLOW_NAMESPACE=$NS
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	wait 2>/dev/null || true
-	if ((started_broker)); then bash deploy/kafka/kafka.sh down >/dev/null || true; fi
-}
-trap cleanup EXIT
-
-# freeport prints a free loopback port.
-freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# shellcheck source=internal/scalegen/lib.sh
+source internal/scalegen/lib.sh
 
 # peak NAME PID [METRICS_PORT]: sample PID's memory every second into $WORK/NAME.mem until it exits: VmHWM and
 # RssAnon from /proc, and, when the stage serves /metrics, the Go heap in use (go_memstats_heap_inuse_bytes,
