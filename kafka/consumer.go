@@ -65,15 +65,6 @@ type Delivery struct {
 	gen     *handout
 }
 
-// countSkips counts the offsets of a handedOver result.
-func countSkips(skip map[int]map[int64]bool) int {
-	n := 0
-	for _, s := range skip {
-		n += len(s)
-	}
-	return n
-}
-
 // handout is what the deliveries of one generation share: the signals of its partitions being given up.
 type handout struct {
 	revoking, lost chan struct{}

@@ -143,3 +143,12 @@ func (c *Consumer) handedOver(ctx context.Context, start map[int]int64) (map[int
 	}
 	return out, nil
 }
+
+// countSkips counts the offsets of a handedOver result.
+func countSkips(skip map[int]map[int64]bool) int {
+	n := 0
+	for _, s := range skip {
+		n += len(s)
+	}
+	return n
+}
