@@ -32,6 +32,8 @@ import (
 type pipelineBenchOptions struct {
 	// Brokers is a real cluster to measure next to the embedded broker (nil: embedded only).
 	Brokers []string
+	// Security is how to reach Brokers (TLS, SASL); the embedded broker is reached without.
+	Security kafka.Security
 	// Records is the number of synthetic conversations (default 10000).
 	Records int
 	// Partitions of the benchmark topics (default kafka.DefaultPartitions).
@@ -133,8 +135,12 @@ func cmdBenchPipeline(ctx context.Context, args []string) error {
 	fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up on a run after this long")
 	logLevel := fs.String("log-level", "warn", "debug, info, warn or error")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole benchmark to this file")
+	o.Security.RegisterFlags(fs) // --kafka-tls*, --kafka-sasl-*: for the cluster --brokers names
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if err := o.Security.Validate(); err != nil {
+		return fmt.Errorf("bench pipeline: %w", err)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("bench pipeline: unexpected argument %q", fs.Arg(0))
@@ -233,10 +239,12 @@ func benchPipelineOnce(ctx context.Context, o pipelineBenchOptions, target, inpu
 		}
 		defer e.Close()
 		brokers = e.Brokers()
+		o.Security = kafka.Security{}
 	}
 	kc := kafka.Config{
 		Brokers:    brokers,
 		Partitions: o.Partitions,
+		Security:   o.Security, // none for the embedded broker (plaintext only)
 		Namespace:  fmt.Sprintf("draftflow-bench-%x", rand.Uint64()),
 		Logger:     o.Logger,
 	}
