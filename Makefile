@@ -85,12 +85,7 @@ scale:
 ## package's testdata/fuzz, where `go test` replays it from then on.
 FUZZTIME ?= 10s
 fuzz:
-	@set -e; for pkg in $$($(GO) list ./...); do \
-	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
-	    echo "== $$pkg $$f ($(FUZZTIME))"; \
-	    $(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) $$pkg; \
-	  done; \
-	done
+	GO=$(GO) FUZZTIME=$(FUZZTIME) bash internal/fuzz.sh
 
 ## rebalance: scaling generate out and in while it works (2,400 prompts, real Kafka, separate processes):
 ## prints the generations done twice. Not in CI.
