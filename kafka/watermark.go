@@ -182,24 +182,6 @@ func (w *Watermark) Uncommitted(parts []int) int {
 	return n
 }
 
-// AdvanceOf is Advance restricted to the given partitions.
-func (w *Watermark) AdvanceOf(parts []int) map[int]int64 {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	var out map[int]int64
-	for _, part := range parts {
-		p := w.parts[part]
-		if p != nil && p.finished > p.committed {
-			if out == nil {
-				out = make(map[int]int64)
-			}
-			out[part] = p.finished
-			p.committed = p.finished
-		}
-	}
-	return out
-}
-
 // Forget drops a partition (it was given up, or is taken anew from its committed offset) and returns how many
 // of its offsets were not finished. Done and Abandon of its marks are ignored from now on.
 func (w *Watermark) Forget(partition int) int {

@@ -122,3 +122,35 @@ func TestWatermarkRandomOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestWatermarkCommitNamesFinishedAfterThePrefix: Commit gives the first unfinished offset and the finished
+// ones after it, says whether anything changed since the last call, and offers everything again after Retreat.
+func TestWatermarkCommitNamesFinishedAfterThePrefix(t *testing.T) {
+	w := NewWatermark()
+	var marks []Mark
+	for off := int64(10); off < 16; off++ {
+		marks = append(marks, w.Add(0, off))
+	}
+	w.Done(marks[0]) // 10
+	w.Done(marks[2]) // 12
+	w.Done(marks[4]) // 14
+	offs, done, changed := w.Commit([]int{0, 1})
+	if !changed || offs[0] != 11 || !reflect.DeepEqual(done[0], []int64{12, 14}) || len(offs) != 1 {
+		t.Fatalf("commit %v %v %v", offs, done, changed)
+	}
+	if _, _, changed := w.Commit([]int{0}); changed {
+		t.Fatal("nothing moved, yet changed")
+	}
+	w.Done(marks[5]) // 15: the prefix stays, the finished set grows
+	if offs, done, changed = w.Commit([]int{0}); !changed || offs[0] != 11 || !reflect.DeepEqual(done[0], []int64{12, 14, 15}) {
+		t.Fatalf("after 15: %v %v %v", offs, done, changed)
+	}
+	w.Done(marks[1]) // 11: the prefix runs to 12
+	if offs, done, changed = w.Commit([]int{0}); !changed || offs[0] != 13 || !reflect.DeepEqual(done[0], []int64{14, 15}) {
+		t.Fatalf("after 11: %v %v %v", offs, done, changed)
+	}
+	w.Retreat(0, offs[0]-1) // the commit failed
+	if offs, _, changed = w.Commit([]int{0}); !changed || offs[0] != 13 {
+		t.Fatalf("after a failed commit: %v %v", offs, changed)
+	}
+}
