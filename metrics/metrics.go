@@ -80,6 +80,14 @@ func (r *Readiness) Add(name string, check func() error) {
 	r.checks[name] = check
 }
 
+// Expect registers, for each name, a check that fails ("starting") until the part of the process of that name
+// Adds its own: a process is not ready before its stages have said what ready means for them.
+func (r *Readiness) Expect(names ...string) {
+	for _, n := range names {
+		r.Add(n, func() error { return errors.New("starting") })
+	}
+}
+
 // Check runs every check and returns nil when all pass, else an error listing those that did not.
 func (r *Readiness) Check() error {
 	if r == nil {

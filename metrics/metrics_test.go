@@ -59,6 +59,16 @@ func TestHandlerServesMetricsHealthAndReadiness(t *testing.T) {
 	if code, _ := get(t, h, "/readyz"); code != 200 {
 		t.Fatalf("/readyz after: %d", code)
 	}
+	// Expected parts are not ready until they Add their own check.
+	var starting Readiness
+	starting.Expect("tokenize")
+	if err := starting.Check(); err == nil || !strings.Contains(err.Error(), "tokenize: starting") {
+		t.Fatalf("expected part not started: %v", err)
+	}
+	starting.Add("tokenize", func() error { return nil })
+	if err := starting.Check(); err != nil {
+		t.Fatalf("after its Add: %v", err)
+	}
 	// A nil Readiness (a process with no stage checks) is ready and ignores Add.
 	var none *Readiness
 	none.Add("x", func() error { return errors.New("never") })

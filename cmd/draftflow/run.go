@@ -95,6 +95,7 @@ func cmdRun(ctx context.Context, args []string) error {
 	rc.Tokenize.Registerer, rc.Tokenize.Ready = c.reg, c.ready
 	rc.Generate.Registerer, rc.Generate.Ready = c.reg, c.ready
 	rc.Sink.Registerer, rc.Sink.Ready = c.reg, c.ready
+	c.ready.Expect("tokenize", "generate", "sink")
 	rc.Gatherer = c.reg
 	rc.Sim.Instant = rc.Sim.TimeScale == 0
 	rc.Progress = stderr()

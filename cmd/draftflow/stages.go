@@ -107,6 +107,7 @@ func cmdTokenize(ctx context.Context, args []string) error {
 	}
 	defer startStatus(ctx, &kc, c.reg, withGroup(statusTokenize, cfg.Group))()
 	cfg.Kafka, cfg.Logger, cfg.Registerer, cfg.Ready = kc, kc.Logger, c.reg, c.ready
+	c.ready.Expect("tokenize")
 	return tokenize.Run(ctx, cfg)
 }
 
@@ -126,6 +127,7 @@ func cmdGenerate(ctx context.Context, args []string) error {
 	}
 	defer startStatus(ctx, &kc, c.reg, withGroup(statusGenerate, cfg.Group))()
 	cfg.Kafka, cfg.Logger, cfg.Registerer, cfg.Ready = kc, kc.Logger, c.reg, c.ready
+	c.ready.Expect("generate")
 	return generate.Run(ctx, cfg)
 }
 
@@ -141,6 +143,7 @@ func cmdSink(ctx context.Context, args []string) error {
 	}
 	defer startStatus(ctx, &kc, c.reg, withGroup(statusSink, cfg.Group))()
 	cfg.Kafka, cfg.Logger, cfg.Registerer, cfg.Ready = kc, kc.Logger, c.reg, c.ready
+	c.ready.Expect("sink")
 	return sink.Run(ctx, cfg)
 }
 
