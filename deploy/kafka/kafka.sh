@@ -6,6 +6,9 @@
 #   kafka.sh up      fetch jars (once), format a KRaft log dir, start the broker, wait until it serves
 #                    metadata and consumer groups; print the bootstrap address as the last stdout line
 #   kafka.sh down    stop the broker and remove its state dir
+#   kafka.sh restart [--kill]
+#                    stop the broker (SIGTERM; --kill: SIGKILL, a crash) and start it again on the same ports and
+#                    log dir
 #   kafka.sh env     print DRAFTFLOW_TEST_BROKERS=<addr> for the running broker, and with KAFKA_SASL_SSL
 #                    the DRAFTFLOW_TEST_SASL_* variables of its SASL_SSL listener
 #   kafka.sh addr    print the bootstrap address of the running broker
@@ -306,16 +309,9 @@ start_once() {
 		die "formatting the KRaft log dir failed"
 	fi
 
-	# shellcheck disable=SC2086 # HEAP_OPTS and KAFKA_JVM_OPTS are word lists on purpose.
-	setsid nohup "$JAVA" $HEAP_OPTS -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 \
-		-XX:+ExplicitGCInvokesConcurrent "${jvm_common[@]}" ${KAFKA_JVM_OPTS:-} \
-		-cp "$LIB_DIR/*" kafka.Kafka "$STATE_DIR/server.properties" \
-		>"$STATE_DIR/broker.log" 2>&1 </dev/null 9>&- &
-	local pid=$!
-	echo "$pid" >"$STATE_DIR/broker.pid"
-
-	local addr=127.0.0.1:$broker_port rc=0
-	ctl ready "$addr" "$START_TIMEOUT" "$pid" 2>"$STATE_DIR/ready.log" || rc=$?
+	local addr=127.0.0.1:$broker_port rc=0 pid
+	launch "$addr" || rc=$?
+	pid=$(<"$STATE_DIR/broker.pid")
 	if ((rc == 0)); then
 		if [[ -n $sasl_port ]]; then
 			echo "127.0.0.1:$sasl_port" >"$STATE_DIR/sasl/bootstrap"
@@ -332,6 +328,35 @@ start_once() {
 	cat "$STATE_DIR/ready.log" >&2
 	((rc == 2)) && return 2
 	return 1
+}
+
+# launch ADDR: start the broker of $STATE_DIR's config in the background (its pid in broker.pid) and wait until
+# it serves ADDR; returns BrokerCtl ready's status (0 ready, 1 not in time, 2 exited).
+launch() {
+	local jvm_common=(-Djava.awt.headless=true "-Dlog4j2.configurationFile=$STATE_DIR/log4j2.properties")
+	# shellcheck disable=SC2086 # HEAP_OPTS and KAFKA_JVM_OPTS are word lists on purpose.
+	setsid nohup "$JAVA" $HEAP_OPTS -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 \
+		-XX:+ExplicitGCInvokesConcurrent "${jvm_common[@]}" ${KAFKA_JVM_OPTS:-} \
+		-cp "$LIB_DIR/*" kafka.Kafka "$STATE_DIR/server.properties" \
+		>>"$STATE_DIR/broker.log" 2>&1 </dev/null 9>&- &
+	echo "$!" >"$STATE_DIR/broker.pid"
+	ctl ready "$1" "$START_TIMEOUT" "$!" 2>"$STATE_DIR/ready.log"
+}
+
+# cmd_restart [--kill]: stop the running broker (SIGTERM, or SIGKILL with --kill: a crash) and start it again
+# on the same ports, log dir and config, so clients reconnect to what they knew: a broker restart for fault
+# tests.
+cmd_restart() {
+	local pid addr sig=TERM
+	[[ ${1:-} == --kill ]] && sig=KILL
+	pid=$(broker_pid) || die "no broker running for $STATE_DIR (run: $0 up)"
+	addr=$(<"$STATE_DIR/bootstrap")
+	kill "-$sig" "$pid" 2>/dev/null || true
+	while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+	need_java
+	build_ctl
+	launch "$addr" || die_with_log "Apache Kafka did not come back after a restart (SIG$sig)"
+	log "broker restarted after SIG$sig (pid $(<"$STATE_DIR/broker.pid")) at $addr"
 }
 
 cmd_up() {
@@ -416,6 +441,10 @@ main() {
 		cmd_up
 		;;
 	down) cmd_down ;;
+	restart)
+		lock_state
+		cmd_restart "${2:-}"
+		;;
 	env)
 		addr=$(running_addr) || exit 1
 		echo "DRAFTFLOW_TEST_BROKERS=$addr"
