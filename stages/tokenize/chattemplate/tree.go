@@ -646,6 +646,18 @@ func (b *builder) kwargs(kws []kwarg, line int) error {
 
 // expr checks one expression and returns it ready to evaluate: filters and tests resolved, and a
 // construct Jinja2 rejects only when it runs replaced by a failExpr.
+// operands resolves what a call, filter or test applies to (*node), then its arguments.
+func (b *builder) operands(node *expr, args []expr, kwargs []kwarg, line int) error {
+	var err error
+	if *node, err = b.expr(*node, line); err != nil {
+		return err
+	}
+	if err := b.exprs(args, line); err != nil {
+		return err
+	}
+	return b.kwargs(kwargs, line)
+}
+
 func (b *builder) expr(e expr, line int) (expr, error) {
 	var err error
 	switch x := e.(type) {
@@ -675,39 +687,21 @@ func (b *builder) expr(e expr, line int) (expr, error) {
 				return &failExpr{msg: msg}, nil
 			}
 		}
-		if x.fn, err = b.expr(x.fn, line); err != nil {
-			return nil, err
-		}
-		if err := b.exprs(x.args, line); err != nil {
-			return nil, err
-		}
-		err = b.kwargs(x.kwargs, line)
+		err = b.operands(&x.fn, x.args, x.kwargs, line)
 	case *filterExpr:
 		f, ok := filters[x.name]
 		if !ok {
 			return b.unknown("filter", x.name, line)
 		}
 		x.fn = f
-		if x.node, err = b.expr(x.node, line); err != nil {
-			return nil, err
-		}
-		if err := b.exprs(x.args, line); err != nil {
-			return nil, err
-		}
-		err = b.kwargs(x.kwargs, line)
+		err = b.operands(&x.node, x.args, x.kwargs, line)
 	case *testExpr:
 		t, ok := tests[x.name]
 		if !ok {
 			return b.unknown("test", x.name, line)
 		}
 		x.test = t
-		if x.node, err = b.expr(x.node, line); err != nil {
-			return nil, err
-		}
-		if err := b.exprs(x.args, line); err != nil {
-			return nil, err
-		}
-		err = b.kwargs(x.kwargs, line)
+		err = b.operands(&x.node, x.args, x.kwargs, line)
 	case *binExpr:
 		if x.l, err = b.expr(x.l, line); err == nil {
 			x.r, err = b.expr(x.r, line)
