@@ -67,7 +67,8 @@ type Delivery struct {
 
 // handout is what the deliveries of one generation share: the signals of its partitions being given up.
 type handout struct {
-	revoking, lost chan struct{}
+	revoking chan struct{}
+	lost     context.Context // cancelled once the partitions are gone
 }
 
 // Revoking is closed when this member starts giving the delivery's partition up (a rebalance, or shutdown): it
@@ -81,12 +82,12 @@ func (d *Delivery) Revoking() <-chan struct{} {
 	return d.gen.revoking
 }
 
-// Lost is closed when the partition is gone: the drain ended, what was finished is committed, and the next
-// owner does the rest again from the committed offset. Work still running for the delivery is wasted from here
-// on; stop it (and Abandon the delivery).
-func (d *Delivery) Lost() <-chan struct{} {
+// Lost is a context cancelled when the partition is gone: the drain ended, what was finished is committed, and
+// the next owner does the rest again from the committed offset. Work still running for the delivery is wasted
+// from here on; stop it (context.AfterFunc(d.Lost(), cancel) costs no goroutine) and Abandon the delivery.
+func (d *Delivery) Lost() context.Context {
 	if d.gen == nil {
-		return nil
+		return context.Background() // a Delivery made outside a Consumer (tests): never
 	}
 	return d.gen.lost
 }
@@ -426,8 +427,9 @@ func (c *Consumer) runGeneration(ctx context.Context, gen *kafkago.Generation, h
 	}()
 
 	// Hand out deliveries until the generation or the run ends.
-	hand := &handout{revoking: make(chan struct{}), lost: make(chan struct{})}
-	defer close(hand.lost)
+	lost, loseAll := context.WithCancel(context.Background())
+	hand := &handout{revoking: make(chan struct{}), lost: lost}
+	defer loseAll()
 	var fetchErr error
 	crashed := false
 loop:

@@ -281,7 +281,7 @@ func TestConsumerSignalsRevokingThenLost(t *testing.T) {
 		t.Fatal("Revoking not closed when the shutdown began")
 	}
 	select {
-	case <-ds[1].Lost():
+	case <-ds[1].Lost().Done():
 		t.Fatal("Lost while the member still drains")
 	default:
 	}
@@ -295,7 +295,7 @@ func TestConsumerSignalsRevokingThenLost(t *testing.T) {
 		t.Fatal("Run did not return")
 	}
 	select {
-	case <-ds[2].Lost():
+	case <-ds[2].Lost().Done():
 	default:
 		t.Fatal("Lost not closed after the member let its partitions go")
 	}

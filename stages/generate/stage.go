@@ -176,13 +176,7 @@ func (s *stage) handle(d *kafka.Delivery) {
 		defer s.workers.Done()
 		ctx, cancel := context.WithCancel(s.work)
 		defer cancel()
-		go func() {
-			select {
-			case <-d.Lost():
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
+		defer context.AfterFunc(d.Lost(), cancel)()
 		res, err := s.ctl.Do(ctx, req)
 		var rej *RejectedError
 		switch {
