@@ -149,6 +149,8 @@ type contractFacts struct {
 		DeprecatedAlias bool     `json:"data_parallel_rank_deprecated_alias"`
 		OutOfRangeError string   `json:"routed_dp_rank_out_of_range_error"`
 		IgnoredWhen     string   `json:"routed_dp_rank_ignored_when"`
+		DupInRequest    string   `json:"duplicate_rid_in_request_error"`
+		DupInFlight     string   `json:"duplicate_rid_in_flight_error"`
 	} `json:"generate_req_input"`
 	Retraction struct {
 		Counter          string   `json:"counter"`
@@ -175,6 +177,7 @@ type contractFacts struct {
 		MetaInfoBaseKeys      []string `json:"meta_info_base_keys"`
 		AlwaysAllowedPrefixes []string `json:"always_allowed_prefixes"`
 		BearerCaseInsensitive bool     `json:"bearer_scheme_case_insensitive"`
+		ChecksDuplicateRIDs   bool     `json:"checks_duplicate_rids"`
 	} `json:"legacy"`
 }
 
@@ -524,6 +527,7 @@ func TestContractSGLang0523(t *testing.T) {
 	})
 	t.Run("APIKey", func(t *testing.T) { contractAuth(t, facts) })
 	t.Run("RoutedDPRank", func(t *testing.T) { contractRoutedDPRank(t, facts) })
+	t.Run("DuplicateRID", func(t *testing.T) { contractDuplicateRID(t, facts) })
 	t.Run("Retraction", func(t *testing.T) { contractRetraction(t, facts) })
 	t.Run("LegacyRelease", func(t *testing.T) { contractLegacy(t, facts) })
 }
@@ -1299,5 +1303,57 @@ func contractLegacy(t *testing.T, f *contractFacts) {
 		if status, _ := k.do(http.MethodGet, "/get_server_info", "bearer "+key, nil); status != http.StatusUnauthorized {
 			t.Errorf(`release %s: "bearer <key>" got %d; this release compares the header with "Bearer " + api_key exactly (401)`, lf.Version, status)
 		}
+	}
+}
+
+// contractDuplicateRID: 0.5.23 refuses a call naming one rid twice
+// (GenerateReqInput._validate_rid_uniqueness) and a rid already in flight
+// (TokenizerManager._init_req_state), each a ValueError, HTTP 400 with the
+// source's message; a finished rid may be used again. 0.5.4 checks neither.
+func contractDuplicateRID(t *testing.T, f *contractFacts) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	errorOf := func(data []byte) string {
+		var body struct {
+			Error struct {
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		_ = json.Unmarshal(data, &body)
+		return body.Error.Message
+	}
+	c := newContractSim(t, Config{MaxTotalTokens: 20000})
+	batch := map[string]any{
+		"input_ids":       [][]int{contractPrompt(rng, 8), contractPrompt(rng, 8), contractPrompt(rng, 8)},
+		"rid":             []string{"a", "b", "a"},
+		"sampling_params": map[string]any{"max_new_tokens": 2},
+	}
+	want := strings.ReplaceAll(f.GenerateReqInput.DupInRequest, "{duplicates}", "['a']")
+	if status, data := c.do(http.MethodPost, "/generate", "", batch); status != http.StatusBadRequest || errorOf(data) != want {
+		t.Errorf("batch with rid 'a' twice: %d %.200s, want 400 %q", status, data, want)
+	}
+	c.pause(true)
+	first := c.submit([]map[string]any{contractGenBody(contractPrompt(rng, 8), 2, map[string]any{"rid": "r1"})})
+	contractEventually(t, "r1 queued", func() (bool, string) {
+		st := c.s.Stats()
+		return st.Waiting+st.Running == 1, fmt.Sprintf("%+v", st)
+	})
+	want = strings.ReplaceAll(f.GenerateReqInput.DupInFlight, "{rid}", "r1")
+	if status, data := c.do(http.MethodPost, "/generate", "", contractGenBody(contractPrompt(rng, 8), 2, map[string]any{"rid": "r1"})); status != http.StatusBadRequest || errorOf(data) != want {
+		t.Errorf("rid r1 while r1 is in flight: %d %.200s, want 400 %q", status, data, want)
+	}
+	c.pause(false)
+	if res := first.wait(t); res[0].status != http.StatusOK {
+		t.Fatalf("r1: %d %.200s", res[0].status, res[0].body)
+	}
+	if status, data := c.do(http.MethodPost, "/generate", "", contractGenBody(contractPrompt(rng, 8), 2, map[string]any{"rid": "r1"})); status != http.StatusOK {
+		t.Errorf("rid r1 again once r1 was answered: %d %.200s, want 200", status, data)
+	}
+
+	if f.Legacy.ChecksDuplicateRIDs {
+		t.Fatalf("sglang %s now checks duplicate rids: model it for Release054", f.Legacy.Version)
+	}
+	legacy := newContractSim(t, Config{MaxTotalTokens: 20000, Release: Release054})
+	if status, data := legacy.do(http.MethodPost, "/generate", "", batch); status == http.StatusBadRequest && strings.Contains(string(data), "Duplicate") {
+		t.Errorf("release %s refused a duplicate rid: %.200s", Release054, data)
 	}
 }

@@ -25,6 +25,9 @@ func FuzzParseGenerate(f *testing.F) {
 			return
 		}
 		items, batch, err := s.parseGenerate(&req)
+		if err == nil {
+			s.releaseRIDs(items)
+		}
 		if err != nil {
 			if _, ok := err.(validationError); !ok {
 				t.Fatalf("non-validation error %T %v", err, err)
@@ -35,7 +38,9 @@ func FuzzParseGenerate(f *testing.F) {
 			t.Fatalf("accepted %d items (batch %v)", len(items), batch)
 		}
 		for _, it := range items {
-			if len(it.input) == 0 || len(it.input) >= s.cfg.ContextLength || it.rid == "" {
+			// SGLang keeps a rid the caller gave, even "" (only a missing
+			// rid gets a fresh uuid).
+			if len(it.input) == 0 || len(it.input) >= s.cfg.ContextLength || (it.rid == "" && !hasRID(req.RID)) {
 				t.Fatalf("accepted item %+v", it)
 			}
 			for _, id := range it.input {
@@ -45,4 +50,10 @@ func FuzzParseGenerate(f *testing.F) {
 			}
 		}
 	})
+}
+
+// hasRID reports whether the request names its rid(s) itself.
+func hasRID(raw json.RawMessage) bool {
+	t := string(raw)
+	return len(raw) > 0 && t != "null"
 }

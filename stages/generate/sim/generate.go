@@ -69,6 +69,9 @@ func (s *Server) handleGenerate(w http.ResponseWriter, hr *http.Request) {
 		return
 	}
 	items, batch, err := s.parseGenerate(&req)
+	if err == nil {
+		defer s.releaseRIDs(items)
+	}
 	if err == nil && fd.queueFull {
 		s.answerQueueFull(w, &req, items, batch)
 		return

@@ -670,6 +670,9 @@ func (s *Server) parseGenerate(req *GenerateRequest) ([]genItem, bool, error) {
 	if pbatch && len(params) != len(inputs) {
 		return nil, false, badRequest("The sampling_params should be a list of the same length as the batch.")
 	}
+	if err := s.batchRIDsUnique(rids); err != nil {
+		return nil, false, err
+	}
 	// After normalize_batch_and_arguments, before tokenization and the
 	// per-request checks (TokenizerManager.generate_request).
 	rank, err := s.routedRank(req)
@@ -690,12 +693,111 @@ func (s *Server) parseGenerate(req *GenerateRequest) ([]genItem, bool, error) {
 		case len(params) == 1:
 			it.params = params[0]
 		}
-		if err := s.validateItem(&it); err != nil {
-			return nil, false, err
-		}
 		items[i] = it
 	}
+	// _init_req_state: a rid already in flight is refused before any
+	// per-request check runs.
+	if err := s.claimRIDs(items); err != nil {
+		return nil, false, err
+	}
+	for i := range items {
+		if err := s.validateItem(&items[i]); err != nil {
+			s.releaseRIDs(items)
+			return nil, false, err
+		}
+	}
 	return items, batch, nil
+}
+
+// batchRIDsUnique is GenerateReqInput._validate_rid_uniqueness (0.5.23; 0.5.4
+// has no such check): a batch naming one rid twice is a ValueError, HTTP 400,
+// naming the repeated rids as a Python list.
+func (s *Server) batchRIDsUnique(rids []string) error {
+	if s.cfg.Release == Release054 || len(rids) < 2 {
+		return nil
+	}
+	seen := make(map[string]int, len(rids))
+	var dups []string
+	for _, r := range rids {
+		seen[r]++
+		if seen[r] == 2 {
+			dups = append(dups, pyStrRepr(r))
+		}
+	}
+	if len(dups) == 0 {
+		return nil
+	}
+	return badRequest("Duplicate request IDs detected within the request: [%s]", strings.Join(dups, ", "))
+}
+
+// claimRIDs is TokenizerManager._init_req_state's check in 0.5.23: a rid
+// already in flight on this server is a ValueError "Duplicate request ID
+// detected: <rid>" (HTTP 400). The rids stay claimed until releaseRIDs, when
+// the call is answered. 0.5.4 does not check (its second request silently
+// replaces the first's state), so nothing is claimed there.
+func (s *Server) claimRIDs(items []genItem) error {
+	if s.cfg.Release == Release054 {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, it := range items {
+		if _, ok := s.live[it.rid]; ok {
+			return badRequest("Duplicate request ID detected: %s", it.rid)
+		}
+	}
+	if s.live == nil {
+		s.live = make(map[string]struct{})
+	}
+	for _, it := range items {
+		s.live[it.rid] = struct{}{}
+	}
+	return nil
+}
+
+// releaseRIDs ends the claim claimRIDs made (the request's state leaves
+// rid_to_state once it is answered or aborted).
+func (s *Server) releaseRIDs(items []genItem) {
+	if s.cfg.Release == Release054 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, it := range items {
+		delete(s.live, it.rid)
+	}
+}
+
+// pyStrRepr is Python's repr of a str, for messages that print a list of
+// strings: single quotes unless the text holds a single quote and no double
+// quote; backslashes and the quote in use escaped.
+func pyStrRepr(v string) string {
+	q := "'"
+	if strings.Contains(v, "'") && !strings.Contains(v, `"`) {
+		q = `"`
+	}
+	var b strings.Builder
+	b.WriteString(q)
+	for _, r := range v {
+		switch {
+		case r == '\\':
+			b.WriteString(`\\`)
+		case string(r) == q:
+			b.WriteString(`\` + q)
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r < 0x20 || r == 0x7f:
+			fmt.Fprintf(&b, `\x%02x`, r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	b.WriteString(q)
+	return b.String()
 }
 
 // validateItem applies SGLang's sampling-parameter and context checks.

@@ -50,6 +50,11 @@ type Server struct {
 	faults *faultInjector
 	routes map[string]route
 
+	// live holds the rid of every request the HTTP layer has admitted and not
+	// yet answered (TokenizerManager.rid_to_state), for 0.5.23's duplicate
+	// request id check.
+	live map[string]struct{}
+
 	// manual mode (NewManual): no loop; the owner drives the engines.
 	manual    bool
 	manualNow float64 // the simulated instant HTTP handlers use (SetTime)

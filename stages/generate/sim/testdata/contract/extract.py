@@ -872,9 +872,40 @@ def extract_generate_req(src: Sources) -> dict:
                     ignored_when = ast.unparse(sub.test)
     if msg is None:
         raise Drift(TOKENIZER_MANAGER, "routed_dp_rank range check", "no raise ValueError(f'routed_dp_rank=... out of range ...')")
+    # duplicate rids: within one call (GenerateReqInput._validate_rid_uniqueness,
+    # run by normalize_batch_and_arguments) and against the requests in flight
+    # (TokenizerManager._init_req_state, before tokenization)
+    in_batch = fstring_raise(find_func(cls, p, "_validate_rid_uniqueness"), p, "GenerateReqInput._validate_rid_uniqueness")
+    if "self._validate_rid_uniqueness()" not in ast.unparse(find_func(cls, p, "normalize_batch_and_arguments")):
+        raise Drift(p, "GenerateReqInput.normalize_batch_and_arguments", "no longer calls _validate_rid_uniqueness")
+    tmc = find_class(tm, TOKENIZER_MANAGER, "TokenizerManager")
+    init_state = find_func(tmc, TOKENIZER_MANAGER, "_init_req_state")
+    in_flight = fstring_raise(init_state, TOKENIZER_MANAGER, "TokenizerManager._init_req_state")
+    if "self.rid_to_state" not in ast.unparse(init_state):
+        raise Drift(TOKENIZER_MANAGER, "TokenizerManager._init_req_state", "the duplicate check no longer looks at rid_to_state")
+    gen = ast.unparse(find_func(tmc, TOKENIZER_MANAGER, "generate_request"))
+    if not (gen.index("normalize_batch_and_arguments") < gen.index("routed_dp_rank") < gen.index("_init_req_state")):
+        raise Drift(TOKENIZER_MANAGER, "TokenizerManager.generate_request", "normalize, routed_dp_rank check, _init_req_state no longer run in this order")
     return {"fields": names, "routed_dp_rank": True, "data_parallel_rank_deprecated_alias": True,
             "contract_fields": contract, "contract_ignores_unknown_keys": "unknown keys ignored" in doc,
-            "routed_dp_rank_out_of_range_error": msg, "routed_dp_rank_ignored_when": ignored_when}
+            "routed_dp_rank_out_of_range_error": msg, "routed_dp_rank_ignored_when": ignored_when,
+            "duplicate_rid_in_request_error": in_batch, "duplicate_rid_in_flight_error": in_flight}
+
+
+def fstring_raise(func, path: str, symbol: str) -> str:
+    """The message of the one `raise ValueError(f"...")` in func, with each
+    placeholder written as {expr}."""
+    found = []
+    for sub in ast.walk(func):
+        if isinstance(sub, ast.Raise) and isinstance(sub.exc, ast.Call) and ast.unparse(sub.exc.func) == "ValueError" \
+                and sub.exc.args and isinstance(sub.exc.args[0], ast.JoinedStr):
+            parts = []
+            for v in sub.exc.args[0].values:
+                parts.append(v.value if isinstance(v, ast.Constant) else "{" + ast.unparse(v.value) + "}")
+            found.append("".join(parts))
+    if len(found) != 1:
+        raise Drift(path, symbol, f"want one raise ValueError(f'...'), found {len(found)}")
+    return found[0]
 
 
 def extract_retraction(src: Sources) -> dict:
@@ -959,7 +990,12 @@ def extract_legacy(src: Sources) -> dict:
     if not prefixes or "{'error': 'Unauthorized'}" not in msrc:
         raise Drift(COMMON, "add_api_key_middleware", "no startswith exemptions or no {'error': 'Unauthorized'} body")
     exact = "request.headers.get('Authorization') != 'Bearer ' + api_key" in msrc
-    return {"version": LEGACY, "routes": sorted(routes), "has_v1_loads": bool(v1_loads),
+    # duplicate rids: GenerateReqInput and TokenizerManager._init_req_state are there, the checks are not
+    io = src.module(IO_STRUCT)
+    gri = find_class(io, IO_STRUCT, "GenerateReqInput")
+    tmc = find_class(src.module(TOKENIZER_MANAGER), TOKENIZER_MANAGER, "TokenizerManager")
+    dup_checks = "Duplicate request ID" in ast.unparse(gri) or "Duplicate request ID" in ast.unparse(tmc)
+    return {"version": LEGACY, "checks_duplicate_rids": dup_checks, "routes": sorted(routes), "has_v1_loads": bool(v1_loads),
             "has_server_info": "/server_info" in routes, "metric_names": sorted(n for n in names if "retract" in n),
             "has_retraction_counter": "sglang:num_retracted_requests_total" in names,
             "meta_info_base_keys": meta, "always_allowed_prefixes": prefixes,
