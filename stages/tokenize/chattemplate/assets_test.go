@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Test assets: real tokenizer files fetched with npm into the shared cache, and reference renders
@@ -113,6 +114,19 @@ type refRequest struct {
 	BOS              string    `json:"bos,omitempty"`
 	EOS              string    `json:"eos,omitempty"`
 	Cases            []refCase `json:"cases"`
+	// Now is the wall clock strftime_now reads on the reference side (naive local time); tests pin
+	// the Go side to the same instant with pinClock, so a render with a date does not depend on the
+	// day the cached reference was made.
+	Now string `json:"now"`
+}
+
+// refNow is the instant every reference render and every compared Go render take as "now".
+var refNow = time.Date(2026, 7, 4, 15, 4, 5, 0, time.UTC)
+
+// pinClock makes tmpl read refNow as the current time, as the reference renders do.
+func pinClock(tmpl *Template) *Template {
+	tmpl.now = func() time.Time { return refNow }
+	return tmpl
 }
 
 type refResult struct {
@@ -128,6 +142,7 @@ type refResult struct {
 func reference(t testing.TB, req refRequest) map[string]refResult {
 	t.Helper()
 	req.WantTransformers = transformersPin(t)
+	req.Now = refNow.Format("2006-01-02T15:04:05")
 	script, err := os.ReadFile("testdata/reference.py")
 	if err != nil {
 		t.Fatal(err)

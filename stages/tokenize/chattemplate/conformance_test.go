@@ -88,6 +88,7 @@ func TestModelTemplatesMatchTransformers(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Load: %v", err)
 			}
+			pinClock(tmpl)
 			cases := casesFor(model, corpus)
 			refs := reference(t, refRequest{Mode: "chat", ModelDir: dir, Cases: cases})
 			for _, c := range corpus {

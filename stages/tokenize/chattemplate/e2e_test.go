@@ -25,6 +25,7 @@ func TestEndToEndIDsMatchTransformers(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Load: %v", err)
 			}
+			pinClock(tmpl)
 			// The files are there (modelDir fails or skips otherwise), so a load failure is a bug.
 			tok, err := tokenizer.Load(filepath.Join(dir, "tokenizer.json"))
 			if err != nil {

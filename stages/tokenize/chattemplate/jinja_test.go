@@ -10,6 +10,7 @@ func renderTemplateVars(source string, varsJSON []byte) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	pinClock(tmpl)
 	vars := map[string]value{}
 	if len(varsJSON) > 0 {
 		v, err := decodeJSON(varsJSON)

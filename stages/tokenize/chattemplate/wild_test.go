@@ -33,6 +33,9 @@ func TestWildTemplatesMatchTransformers(t *testing.T) {
 			}
 			refs := reference(t, refRequest{Mode: "template", Template: string(src), BOS: bos, EOS: eos, Cases: cases})
 			tmpl, perr := Parse(string(src), bos, eos)
+			if perr == nil {
+				pinClock(tmpl)
+			}
 			for _, c := range cases {
 				t.Run(c.ID, func(t *testing.T) {
 					ref := refs[c.ID]

@@ -3,6 +3,8 @@
 
 Reads one JSON request on stdin, writes one JSON response on stdout.
 
+  Every request may carry "now" (ISO time): strftime_now then renders that instant, not the clock.
+
   {"mode": "chat", "model_dir": DIR, "want_transformers": "5.25.0", "tokenize": bool,
    "cases": [{"id", "messages", "tools", "kwargs", "add_generation_prompt"}]}
     -> {"results": [{"id", "text"?, "ids"?, "raw_ids"?, "error"?}]}
@@ -43,6 +45,31 @@ def error_text(e):
     return f"{type(e).__name__}: {e}"
 
 
+def pin_clock(now):
+    """Makes transformers' strftime_now read `now` (ISO, naive local time) instead of the wall clock.
+
+    transformers defines strftime_now as datetime.now().strftime(format) over its module's own
+    `datetime` name; the Go side of each comparison pins its clock to the same instant.
+    """
+    if not now:
+        return
+    from datetime import datetime
+
+    import transformers.utils.chat_template_utils as ctu
+
+    fixed = datetime.fromisoformat(now)
+
+    class PinnedDatetime(datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return fixed if tz is None else fixed.astimezone(tz)
+
+    if getattr(ctu, "datetime", None) is not datetime:
+        raise SystemExit("transformers.utils.chat_template_utils no longer imports datetime as expected; cannot pin strftime_now")
+    ctu.datetime = PinnedDatetime
+    ctu._compile_jinja_template.cache_clear()
+
+
 def main():
     req = json.load(sys.stdin)
     import transformers
@@ -51,6 +78,7 @@ def main():
         raise SystemExit(
             f"transformers {transformers.__version__} installed, {req['want_transformers']} pinned in requirements-test.txt"
         )
+    pin_clock(req.get("now"))
     results = []
     if req["mode"] == "jinja":
         from transformers.utils.chat_template_utils import _compile_jinja_template
