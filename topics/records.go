@@ -84,6 +84,13 @@ type Prompt struct {
 	Sampling Sampling `json:"sampling"`
 	// Source locates the record in its input file.
 	Source Source `json:"source"`
+	// Rest is the source conversation after Messages when every turn is regenerated (the dataset's
+	// `turns: all`): the original assistant reply to Messages first, then every later message. Empty for
+	// the conversation's last turn and under `turns: last`. See Thread.
+	Rest []Message `json:"rest,omitempty"`
+	// Endpoint is the server that generated the previous turn of the conversation (empty for its first):
+	// a hint to send this turn there, where the shared prefix is still cached.
+	Endpoint string `json:"endpoint,omitempty"`
 }
 
 // Tokenized is a prompt rendered through the chat template and tokenized.
@@ -100,6 +107,13 @@ type Tokenized struct {
 	TokenizerHash string `json:"tokenizer_hash"`
 	// InputIDs are the prompt token ids (on the wire as packed little-endian uint32, not JSON).
 	InputIDs []uint32 `json:"-"`
+	// Thread is the conversation this turn belongs to, set when later turns follow (the Prompt's Rest is
+	// not empty); nil otherwise.
+	Thread *Thread `json:"thread,omitempty"`
+	// Parsers says how the reply is split into reasoning, content and tool calls; set with Thread.
+	Parsers Parsers `json:"parsers,omitzero"`
+	// Endpoint is copied from the Prompt.
+	Endpoint string `json:"endpoint,omitempty"`
 }
 
 // Generation is a prompt with the target model's completion, token-exact.
@@ -118,6 +132,16 @@ type Generation struct {
 	PromptIDs []uint32 `json:"-"`
 	// OutputIDs are the completion token ids the server returned (reasoning and tool calls included).
 	OutputIDs []uint32 `json:"-"`
+	// Thread is copied from the Tokenized record (nil for single turns and last turns).
+	Thread *Thread `json:"thread,omitempty"`
+	// Reply is the completion parsed into an assistant message (reasoning, content, tool calls), set when
+	// Thread is; the next turn's history holds it.
+	Reply *Message `json:"reply,omitempty"`
+	// StopReason says how this turn bears on its conversation: StopEnd, StopContinued, StopToolDivergence,
+	// StopLength or StopParseError. Empty in records written before it existed, which mean StopEnd.
+	StopReason string `json:"stop_reason,omitempty"`
+	// StopDetail explains a StopReason other than StopEnd and StopContinued in words.
+	StopDetail string `json:"stop_detail,omitempty"`
 }
 
 // GenerationMeta is SGLang's meta_info, normalised.

@@ -110,7 +110,7 @@ func readParquet(ctx context.Context, path string, f *os.File, opt readOptions, 
 			if cerr != nil {
 				perr = cerr
 			} else {
-				p, perr = Parse(path, row, raw, opt.dataset)
+				p, perr = ParseAll(path, row, raw, opt.dataset)
 			}
 			if len(raw) > topics.MaxRejectedPayload && perr != nil {
 				raw = raw[:topics.MaxRejectedPayload]

@@ -93,7 +93,11 @@ func TestReadParquetNested(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p1 := s.prompts[1]
+	// Readers give every turn (turns: all): the first turn's prompt, the rest of the conversation after it.
+	if all := s.prompts[1]; len(all.Messages) != 1 || all.Turn != 0 || len(all.Rest) != 4 || all.Rest[0].Role != "assistant" {
+		t.Fatalf("row 1 (turns: all): %+v", all)
+	}
+	p1 := LastTurn(s.prompts[1])
 	if p1.ID != "1" || p1.Dataset != "nested" || len(p1.Messages) != 4 || p1.Turn != 1 || p1.Source.Line != 1 {
 		t.Fatalf("row 1: %+v", p1)
 	}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -128,9 +129,24 @@ var roles = map[string]string{
 	"tool_response":     "tool",
 }
 
-// Parse turns one JSONL line into a Prompt of dataset, located at file:line. It returns a *LineError when
-// the line is not a usable conversation. Sampling is left zero: per-dataset settings are applied by Run.
+// Parse turns one JSONL line into a Prompt of dataset, located at file:line, for the dataset setting
+// `turns: last`: the conversation up to its last user message, to regenerate the assistant turn after it.
+// It returns a *LineError when the line is not a usable conversation. Sampling is left zero: per-dataset
+// settings are applied by Run.
 func Parse(file string, line int64, data []byte, dataset string) (topics.Prompt, error) {
+	p, err := ParseAll(file, line, data, dataset)
+	if err != nil {
+		return p, err
+	}
+	return LastTurn(p), nil
+}
+
+// ParseAll is Parse for `turns: all`: the Prompt of the conversation's first assistant turn after a user
+// message, with the rest of the conversation (that turn's original reply first) in Rest, from which each
+// later turn is built once the previous one is generated (topics.Generation.Next). A conversation with no
+// assistant message after its first user message is a single prompt up to its last user message, as for
+// Parse.
+func ParseAll(file string, line int64, data []byte, dataset string) (topics.Prompt, error) {
 	src := topics.Source{File: file, Line: line}
 	if !utf8.Valid(data) {
 		return topics.Prompt{}, lineErr(ReasonInvalidUTF8, "invalid UTF-8 at byte %d", invalidUTF8Offset(data))
@@ -203,14 +219,51 @@ func Parse(file string, line int64, data []byte, dataset string) (topics.Prompt,
 		id = ContentID(msgs, tools)
 	}
 
-	prompt := msgs[: lastUser+1 : lastUser+1]
-	turn := 0
-	for _, m := range prompt {
-		if m.Role == "assistant" {
-			turn++
+	p := topics.Prompt{ID: id, Dataset: dataset, Tools: tools, Source: src}
+	firstUser := slices.IndexFunc(msgs, func(m topics.Message) bool { return m.Role == "user" })
+	split := -1
+	for i := firstUser + 1; i < len(msgs); i++ {
+		if msgs[i].Role == "assistant" {
+			split = i
+			break
 		}
 	}
-	return topics.Prompt{ID: id, Dataset: dataset, Turn: turn, Messages: prompt, Tools: tools, Source: src}, nil
+	if split < 0 {
+		p.Messages = msgs[: lastUser+1 : lastUser+1]
+	} else {
+		p.Messages, p.Rest = msgs[:split:split], msgs[split:]
+	}
+	p.Turn = assistantTurns(p.Messages)
+	return p, nil
+}
+
+// LastTurn turns a Prompt of ParseAll into the one Parse gives: its whole conversation up to the last user
+// message, with no Rest.
+func LastTurn(p topics.Prompt) topics.Prompt {
+	if len(p.Rest) == 0 {
+		return p
+	}
+	all := slices.Concat(p.Messages, p.Rest)
+	lastUser := 0
+	for i, m := range all {
+		if m.Role == "user" {
+			lastUser = i
+		}
+	}
+	p.Messages, p.Rest = all[:lastUser+1:lastUser+1], nil
+	p.Turn = assistantTurns(p.Messages)
+	return p
+}
+
+// assistantTurns is the index of the turn that answers msgs: how many assistant messages it holds.
+func assistantTurns(msgs []topics.Message) int {
+	n := 0
+	for _, m := range msgs {
+		if m.Role == "assistant" {
+			n++
+		}
+	}
+	return n
 }
 
 func parseMessage(where string, raw json.RawMessage) (topics.Message, error) {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -334,4 +335,46 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("codec round trip: %v", err)
 		}
 	})
+}
+
+func TestParseAllSplitsAtTheFirstTurn(t *testing.T) {
+	for _, c := range []struct {
+		name, line string
+		msgs, rest []string // roles
+		turn       int
+		last       []string // LastTurn's roles
+	}{
+		{"chat", `{"id":"a","messages":[{"role":"system","content":"s"},{"role":"user","content":"q"},{"role":"assistant","content":"a"},{"role":"user","content":"q2"},{"role":"assistant","content":"a2"}]}`,
+			[]string{"system", "user"}, []string{"assistant", "user", "assistant"}, 0, []string{"system", "user", "assistant", "user"}},
+		{"tools", `{"id":"b","messages":[{"role":"user","content":"q"},{"role":"assistant","content":"","tool_calls":[{"type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","content":"1"},{"role":"assistant","content":"done"}]}`,
+			[]string{"user"}, []string{"assistant", "tool", "assistant"}, 0, []string{"user"}},
+		{"greeting first", `{"id":"c","messages":[{"role":"assistant","content":"hi"},{"role":"user","content":"q"},{"role":"assistant","content":"a"}]}`,
+			[]string{"assistant", "user"}, []string{"assistant"}, 1, []string{"assistant", "user"}},
+		{"ends with user", `{"id":"d","messages":[{"role":"user","content":"q"}]}`,
+			[]string{"user"}, nil, 0, []string{"user"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p, err := ParseAll("f", 1, []byte(c.line), "ds")
+			if err != nil {
+				t.Fatal(err)
+			}
+			roles := func(ms []topics.Message) []string {
+				var r []string
+				for _, m := range ms {
+					r = append(r, m.Role)
+				}
+				return r
+			}
+			if !slices.Equal(roles(p.Messages), c.msgs) || !slices.Equal(roles(p.Rest), c.rest) || p.Turn != c.turn {
+				t.Fatalf("ParseAll: messages %v rest %v turn %d, want %v %v %d", roles(p.Messages), roles(p.Rest), p.Turn, c.msgs, c.rest, c.turn)
+			}
+			last, err := Parse("f", 1, []byte(c.line), "ds")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(roles(last.Messages), c.last) || len(last.Rest) != 0 || !reflect.DeepEqual(LastTurn(p), last) {
+				t.Fatalf("Parse: %v, want %v; LastTurn(ParseAll) = %+v", roles(last.Messages), c.last, LastTurn(p))
+			}
+		})
+	}
 }

@@ -103,7 +103,7 @@ func readJSONL(ctx context.Context, path string, r io.Reader, opt readOptions, f
 		if len(bytes.Trim(line, " \t\r")) == 0 {
 			continue // blank lines separate nothing in JSONL; skip them silently
 		}
-		p, perr := Parse(path, lineNo, line, opt.dataset)
+		p, perr := ParseAll(path, lineNo, line, opt.dataset)
 		if err := fn(p, perr, src, line); err != nil {
 			return err
 		}

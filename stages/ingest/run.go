@@ -38,6 +38,9 @@ type Config struct {
 	SettingsFile string
 	// Defaults are the generation settings of every dataset, before the settings file's overrides.
 	Defaults topics.Sampling
+	// Turns is the turns setting of datasets whose settings do not say (TurnsAll or TurnsLast; default
+	// TurnsAll): every assistant turn of a conversation, or only the last.
+	Turns string
 	// Logger receives the stage's logs (default slog.Default()).
 	Logger *slog.Logger
 	// Progress, when set, receives a progress bar (rate and ETA by input bytes read); nil means none.
@@ -111,6 +114,12 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	if cfg.Turns == "" {
+		cfg.Turns = TurnsAll
+	}
+	if err := checkTurns(cfg.Turns); err != nil {
+		return Result{}, fmt.Errorf("ingest: --turns: %w", err)
+	}
 	var settings Settings
 	if cfg.SettingsFile != "" {
 		if settings, err = LoadSettings(cfg.SettingsFile); err != nil {
@@ -146,6 +155,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		log:      log,
 		settings: settings,
 		defaults: cfg.Defaults,
+		turns:    cfg.Turns,
 		sampling: map[string]topics.Sampling{},
 		prompts:  cfg.Kafka.NewProducer(topics.TopicPrompts, kafka.ProducerConfig{}),
 		dead:     cfg.Kafka.NewDeadLetters(Stage),
@@ -232,6 +242,7 @@ type runner struct {
 	log      *slog.Logger
 	settings Settings
 	defaults topics.Sampling
+	turns    string                     // Config.Turns
 	sampling map[string]topics.Sampling // resolved settings per dataset
 	prompts  *kafka.Producer
 	dead     *kafka.DeadLetters
@@ -282,6 +293,9 @@ func (r *runner) handle(p topics.Prompt, perr error, src topics.Source, raw []by
 		r.sampling[p.Dataset] = samp
 	}
 	p.Sampling = samp
+	if r.settings.TurnsFor(p.Dataset, r.turns) == TurnsLast {
+		p = LastTurn(p)
+	}
 	value, err := topics.Marshal(&p)
 	if err != nil {
 		return fmt.Errorf("ingest: encode prompt %q: %w", p.ID, err)

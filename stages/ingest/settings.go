@@ -25,13 +25,41 @@ import (
 //	}
 //
 // Keys of a section are those of topics.Sampling: max_new_tokens, temperature, top_p, top_k, min_p,
-// seed (or sampling_seed), stop_token_ids, lane, template_kwargs. Unknown keys are an error, so a typo does
-// not silently fall back to a default.
+// seed (or sampling_seed), stop_token_ids, lane, template_kwargs; and turns: "all" regenerates every
+// assistant turn of a conversation, each against the target's own earlier answers, "last" only the turn
+// after the last user message (default: Config.Turns, itself "all" by default). Unknown keys are an error,
+// so a typo does not silently fall back to a default.
 type Settings struct {
 	// Default applies to every dataset.
 	Default topics.Sampling
 	// Datasets holds per-dataset overrides of Default, by dataset name.
 	Datasets map[string]topics.Sampling
+	// Turns holds the turns setting of the default section (key "") and of each dataset that sets one.
+	Turns map[string]string
+}
+
+// Values of the turns setting.
+const (
+	TurnsAll  = "all"
+	TurnsLast = "last"
+)
+
+func checkTurns(v string) error {
+	if v != TurnsAll && v != TurnsLast {
+		return fmt.Errorf("turns %q: want %q or %q", v, TurnsAll, TurnsLast)
+	}
+	return nil
+}
+
+// TurnsFor returns the turns setting of dataset: its own section's, else the default section's, else base.
+func (s Settings) TurnsFor(dataset, base string) string {
+	if v, ok := s.Turns[dataset]; ok {
+		return v
+	}
+	if v, ok := s.Turns[""]; ok {
+		return v
+	}
+	return base
 }
 
 // samplingJSON is one section of a settings file; pointers tell "absent" from zero.
@@ -46,6 +74,7 @@ type samplingJSON struct {
 	StopTokenIDs   []int          `json:"stop_token_ids"`
 	Lane           *string        `json:"lane"`
 	TemplateKwargs map[string]any `json:"template_kwargs"`
+	Turns          *string        `json:"turns"`
 }
 
 func (s samplingJSON) sampling() (topics.Sampling, error) {
@@ -116,15 +145,27 @@ func ParseSettings(data []byte) (Settings, error) {
 	if err := dec.Decode(&file); err != nil {
 		return Settings{}, err
 	}
-	var s Settings
+	s := Settings{Turns: map[string]string{}}
 	var err error
 	if s.Default, err = file.Default.sampling(); err != nil {
 		return Settings{}, fmt.Errorf("default: %w", err)
+	}
+	if t := file.Default.Turns; t != nil {
+		if err := checkTurns(*t); err != nil {
+			return Settings{}, fmt.Errorf("default: %w", err)
+		}
+		s.Turns[""] = *t
 	}
 	s.Datasets = make(map[string]topics.Sampling, len(file.Datasets))
 	for name, sec := range file.Datasets {
 		if s.Datasets[name], err = sec.sampling(); err != nil {
 			return Settings{}, fmt.Errorf("datasets.%s: %w", name, err)
+		}
+		if t := sec.Turns; t != nil {
+			if err := checkTurns(*t); err != nil {
+				return Settings{}, fmt.Errorf("datasets.%s: %w", name, err)
+			}
+			s.Turns[name] = *t
 		}
 	}
 	return s, nil
@@ -189,6 +230,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Defaults.TopK, "top-k", c.Defaults.TopK, "default top_k (0: server default)")
 	fs.Var(&intPtr{&c.Defaults.Seed}, "seed", "default sampling seed (unset: unseeded)")
 	fs.StringVar(&c.Defaults.Lane, "lane", c.Defaults.Lane, "default scheduling `lane` (for example short or long)")
+	fs.StringVar(&c.Turns, "turns", c.Turns, "which assistant turns to regenerate unless the settings say otherwise: all (each against the target's earlier answers) or last")
 	fs.IntVar(&c.MaxLineBytes, "max-line-bytes", c.MaxLineBytes, "longest accepted JSONL line in bytes (0: 32 MiB)")
 }
 

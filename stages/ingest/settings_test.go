@@ -44,6 +44,21 @@ func TestSettingsLayering(t *testing.T) {
 	}
 }
 
+func TestSettingsTurns(t *testing.T) {
+	s, err := ParseSettings([]byte(`{"default": {"turns": "last"}, "datasets": {"a": {"turns": "all"}, "b": {"lane": "x"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ds, want := range map[string]string{"a": TurnsAll, "b": TurnsLast, "c": TurnsLast} {
+		if got := s.TurnsFor(ds, TurnsAll); got != want {
+			t.Errorf("TurnsFor(%s) = %s, want %s", ds, got, want)
+		}
+	}
+	if got := (Settings{}).TurnsFor("a", TurnsLast); got != TurnsLast {
+		t.Errorf("no settings: TurnsFor = %s, want the flag's", got)
+	}
+}
+
 func TestSettingsErrors(t *testing.T) {
 	for in, want := range map[string]string{
 		`{"default": {"max_new_token": 5}}`:                    "unknown field",
@@ -51,6 +66,8 @@ func TestSettingsErrors(t *testing.T) {
 		`{"default": {"temperature": -1}}`:                     "default: temperature -1 is negative",
 		`{"datasets": {"a": {"seed": 1, "sampling_seed": 2}}}`: "disagree",
 		`[1]`: "cannot unmarshal",
+		`{"datasets": {"a": {"turns": "first"}}}`: `datasets.a: turns "first": want "all" or "last"`,
+		`{"default": {"turns": "ALL"}}`:           `default: turns "ALL"`,
 	} {
 		_, err := ParseSettings([]byte(in))
 		if err == nil || !strings.Contains(err.Error(), want) {

@@ -1,0 +1,118 @@
+package topics
+
+import (
+	"bytes"
+	"encoding/json"
+	"reflect"
+	"testing"
+)
+
+func msg(role, content string) Message { return Message{Role: role, Content: content} }
+
+func TestNextBuildsTheFollowingTurn(t *testing.T) {
+	call := json.RawMessage(`[{"id":"c1","type":"function","function":{"name":"f","arguments":{"x":1}}}]`)
+	original := Message{Role: "assistant", ToolCalls: call}
+	result := Message{Role: "tool", Content: "42", ToolCallID: "c1"}
+	final := msg("assistant", "it is 42")
+	g := Generation{
+		ID: "c", Dataset: "d", Turn: 0, StopReason: StopContinued,
+		Sampling: Sampling{MaxNewTokens: 9, TemplateKwargs: map[string]any{"enable_thinking": false}},
+		Source:   Source{File: "f.jsonl", Line: 3},
+		Meta:     GenerationMeta{Endpoint: "http://a"},
+		Thread: &Thread{
+			Messages: []Message{msg("system", "s"), msg("user", "q")},
+			Tools:    json.RawMessage(`[{"type":"function"}]`),
+			Rest:     []Message{original, result, final, msg("user", "thanks"), msg("assistant", "bye")},
+		},
+		Reply: &Message{Role: "assistant", ReasoningContent: "think", ToolCalls: call},
+	}
+	p, ok := g.Next()
+	if !ok {
+		t.Fatal("Next reported no next turn")
+	}
+	want := Prompt{
+		ID: "c", Dataset: "d", Turn: 1,
+		Messages: []Message{msg("system", "s"), msg("user", "q"), *g.Reply, result},
+		Tools:    g.Thread.Tools, Sampling: g.Sampling, Source: g.Source, Endpoint: "http://a",
+		Rest: []Message{final, msg("user", "thanks"), msg("assistant", "bye")},
+	}
+	if !reflect.DeepEqual(p, want) {
+		t.Fatalf("Next:\n got  %+v\n want %+v", p, want)
+	}
+	// The thread's own history is not aliased: appending to the next prompt leaves g alone.
+	p.Messages[0].Content = "changed"
+	if g.Thread.Messages[0].Content != "s" {
+		t.Fatal("Next aliases the thread's messages")
+	}
+
+	// Turn 1 generated from p: its next turn is the user's "thanks", with no rest after "bye".
+	g2 := Generation{ID: "c", Turn: 1, StopReason: StopContinued, Reply: &Message{Role: "assistant", Content: "42!"},
+		Thread: &Thread{Messages: p.Messages, Rest: p.Rest}}
+	p2, ok := g2.Next()
+	if !ok || p2.Turn != 2 || len(p2.Rest) != 1 || p2.Messages[len(p2.Messages)-1].Content != "thanks" {
+		t.Fatalf("second Next = %+v, %v", p2, ok)
+	}
+	g3 := Generation{ID: "c", Turn: 2, StopReason: StopContinued, Reply: &Message{Role: "assistant", Content: "bye!"},
+		Thread: &Thread{Messages: p2.Messages, Rest: p2.Rest}}
+	if g3.Thread.HasNext() {
+		t.Fatal("HasNext on the last turn")
+	}
+	if _, ok := g3.Next(); ok {
+		t.Fatal("Next after the last assistant message")
+	}
+}
+
+func TestNextOnlyWhenContinued(t *testing.T) {
+	th := &Thread{Messages: []Message{msg("user", "q")}, Rest: []Message{msg("assistant", "a"), msg("user", "q2")}}
+	for _, r := range []string{"", StopEnd, StopToolDivergence, StopLength, StopParseError} {
+		g := Generation{ID: "c", StopReason: r, Thread: th, Reply: &Message{Role: "assistant"}}
+		if _, ok := g.Next(); ok {
+			t.Fatalf("Next with stop reason %q", r)
+		}
+	}
+	for name, g := range map[string]Generation{
+		"no thread": {ID: "c", StopReason: StopContinued, Reply: &Message{Role: "assistant"}},
+		"no reply":  {ID: "c", StopReason: StopContinued, Thread: th},
+		"nothing to answer": {ID: "c", StopReason: StopContinued, Reply: &Message{Role: "assistant"},
+			Thread: &Thread{Rest: []Message{msg("assistant", "a"), msg("assistant", "b")}}},
+	} {
+		if _, ok := g.Next(); ok {
+			t.Fatalf("Next with %s", name)
+		}
+	}
+	if (*Thread)(nil).Original() != nil || th.Original().Content != "a" {
+		t.Fatal("Original")
+	}
+}
+
+func TestThreadFieldsRoundTrip(t *testing.T) {
+	th := &Thread{Messages: []Message{msg("user", "q")}, Tools: json.RawMessage(`[]`),
+		Rest: []Message{msg("assistant", "a"), msg("user", "q2")}}
+	tk := Tokenized{ID: "x", Turn: 1, InputIDs: []uint32{1, 2}, Thread: th, Endpoint: "e",
+		Parsers: Parsers{Reasoning: "qwen3", Tools: "qwen25", ReasoningOpen: true}}
+	b, err := Marshal(&tk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tk2 Tokenized
+	if err := Unmarshal(b, &tk2); err != nil || !reflect.DeepEqual(tk, tk2) {
+		t.Fatalf("Tokenized round trip: %v\n got  %+v\n want %+v", err, tk2, tk)
+	}
+	g := Generation{ID: "x", Turn: 1, PromptIDs: []uint32{1}, OutputIDs: []uint32{2}, Thread: th,
+		Reply: &Message{Role: "assistant", Content: "a"}, StopReason: StopToolDivergence, StopDetail: "called g, not f"}
+	b, err = Marshal(&g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g2 Generation
+	if err := Unmarshal(b, &g2); err != nil || !reflect.DeepEqual(g, g2) {
+		t.Fatalf("Generation round trip: %v\n got  %+v\n want %+v", err, g2, g)
+	}
+	// Single-turn records carry none of it on the wire.
+	b, _ = Marshal(&Tokenized{ID: "x", InputIDs: []uint32{1}})
+	for _, field := range []string{`"thread"`, `"parsers"`, `"endpoint"`} {
+		if bytes.Contains(b, []byte(field)) {
+			t.Fatalf("single-turn Tokenized carries %s: %q", field, b)
+		}
+	}
+}
