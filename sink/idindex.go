@@ -18,6 +18,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/draftflow/draftflow/topics"
 )
 
 // IDIndexFile is the file, in each run directory, that indexes the (id, turn) keys of the run's committed
@@ -82,8 +84,50 @@ func indexKey(k rowKey) []byte {
 	return binary.BigEndian.AppendUint32(append(b, id...), uint32(k.turn))
 }
 
-// present is the value of every key: bbolt's Get returns nil for an absent key.
-var present = []byte{1}
+// An index value says how the row's turn bears on its conversation (bbolt's Get returns nil for an absent key):
+//
+//	0x01                              the row ended its conversation (or predates stop reasons)
+//	0x02 log 0x00 reply               the next turn was built from it (stop_reason continued): the short
+//	                                  topic ID of the generated-topic incarnation it was written from, then
+//	                                  its reply (the Message JSON), to build that turn again if the prompts
+//	                                  of that incarnation are gone (see sinker.handleLocked)
+const (
+	valueEnded     = 1
+	valueContinued = 2
+)
+
+// winner is what the index holds of the copy of a row that is in the shards.
+type winner struct {
+	continued bool
+	log       string // with continued: the incarnation of the generated topic it was read from
+	reply     []byte // with continued: its reply, a topics.Message in JSON
+}
+
+// indexValue encodes the index value of a row written from the incarnation log.
+func indexValue(stopReason, reply, log string) []byte {
+	if stopReason != topics.StopContinued {
+		return []byte{valueEnded}
+	}
+	v := make([]byte, 0, 2+len(log)+len(reply))
+	v = append(v, valueContinued)
+	v = append(v, log...)
+	v = append(v, 0)
+	return append(v, reply...)
+}
+
+func decodeWinner(v []byte) winner {
+	if len(v) == 0 || v[0] != valueContinued {
+		return winner{}
+	}
+	log, reply, _ := bytes.Cut(v[1:], []byte{0})
+	return winner{continued: true, log: string(log), reply: slices.Clone(reply)}
+}
+
+// indexEntry is one key of the index with its value.
+type indexEntry struct {
+	key   rowKey
+	value []byte
+}
 
 func openBolt(path string) (*bolt.DB, error) {
 	// One sink owns a directory (DIR/.lock); the timeout only turns a stray second opener into an error.
@@ -117,14 +161,15 @@ func openIndex(ctx context.Context, runDir string, m *Manifest, log *slog.Logger
 		}
 	}
 	for i := from; i < len(m.Shards); i++ {
-		var keys []rowKey
+		var keys []indexEntry
 		sf, err := openShard(filepath.Join(runDir, m.Shards[i].File))
 		if err != nil {
 			x.close()
 			return nil, fmt.Errorf("sink: index ids: %w", err)
 		}
-		err = sf.scan(ctx, []int{colID, colTurn}, func(r *ShardRow) error {
-			keys = append(keys, rowKey{r.ID, r.Turn})
+		log := m.Shards[i].Log
+		err = sf.scan(ctx, []int{colID, colTurn, colStopReason, colReply}, func(r *ShardRow) error {
+			keys = append(keys, indexEntry{rowKey{r.ID, r.Turn}, indexValue(r.StopReason, r.Reply, log)})
 			return nil
 		})
 		sf.Close()
@@ -194,29 +239,31 @@ func openCovering(path string, m *Manifest) (x *idIndex, from int, err error) {
 	return x, c.Shards, err
 }
 
-// has reports whether k is in the index.
-func (x *idIndex) has(k rowKey) (bool, error) {
+// get reports whether k is in the index, and what it holds of its row.
+func (x *idIndex) get(k rowKey) (found bool, w winner, err error) {
 	if x == nil {
-		return false, nil
+		return false, w, nil
 	}
-	found := false
-	err := x.db.View(func(tx *bolt.Tx) error {
-		found = tx.Bucket(indexKeys).Get(indexKey(k)) != nil
+	err = x.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(indexKeys).Get(indexKey(k))
+		found = v != nil
+		w = decodeWinner(v)
 		return nil
 	})
-	return found, err
+	return found, w, err
 }
 
 // add puts keys, the rows of the shard cover ends with, into the index and records cover. The keys go in
 // transactions of indexChunk keys; all but the last name the shard in indexAdding and are not fsynced, the
 // last records cover, clears indexAdding and is fsynced (which makes the earlier ones durable too).
-func (x *idIndex) add(keys []rowKey, cover idCover) error {
-	enc := make([][]byte, len(keys))
-	for i, k := range keys {
-		enc[i] = indexKey(k)
+func (x *idIndex) add(keys []indexEntry, cover idCover) error {
+	type kv struct{ k, v []byte }
+	enc := make([]kv, len(keys))
+	for i, e := range keys {
+		enc[i] = kv{indexKey(e.key), e.value}
 	}
 	// Sorted keys fill each B+tree page once per transaction.
-	slices.SortFunc(enc, bytes.Compare)
+	slices.SortFunc(enc, func(a, b kv) int { return bytes.Compare(a.k, b.k) })
 	cb, err := json.Marshal(&cover)
 	if err != nil {
 		return err
@@ -231,8 +278,8 @@ func (x *idIndex) add(keys []rowKey, cover idCover) error {
 			if err != nil {
 				return err
 			}
-			for _, k := range enc[:n] {
-				if err := b.Put(k, present); err != nil {
+			for _, e := range enc[:n] {
+				if err := b.Put(e.k, e.v); err != nil {
 					return err
 				}
 			}

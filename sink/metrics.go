@@ -1,6 +1,7 @@
 package sink
 
 import (
+	"sync"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,6 +20,10 @@ type sinkMetrics struct {
 	rejected          *prometheus.CounterVec
 	flushSeconds      prometheus.Histogram
 	bufferedRows      prometheus.Gauge
+	// turns counts the rows written by stop reason (topics.StopReasons); continuations counts next-turn
+	// prompts written to the prompts topic (again, after a duplicate, when the topic they went to is gone).
+	turns         *prometheus.CounterVec
+	continuations prometheus.Counter
 }
 
 func newSinkMetrics(reg prometheus.Registerer) *sinkMetrics {
@@ -43,7 +48,32 @@ func newSinkMetrics(reg prometheus.Registerer) *sinkMetrics {
 		bufferedRows: metrics.Register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "draftflow_sink_buffered_rows", Help: "Rows held in memory, not yet durable.",
 		})),
+		turns: metrics.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "draftflow_sink_turns_total",
+			Help: "Rows written to durable shards by stop reason: end, continued (its next turn was sent), tool_divergence, length, parse_error.",
+		}, []string{"stop_reason"})),
+		continuations: counter("draftflow_sink_continuations_total",
+			"Next-turn prompts of multi-turn conversations written to the prompts topic."),
 	}
+}
+
+// turnCounts mirrors draftflow_sink_turns_total for TurnOutcomes.
+var turnCounts sync.Map // stop reason -> *atomic.Int64
+
+// TurnOutcomes returns how many rows the sinks of this process wrote so far, by stop reason (see
+// topics.StopReasons): for a run summary.
+func TurnOutcomes() map[string]int64 {
+	out := map[string]int64{}
+	turnCounts.Range(func(k, v any) bool {
+		out[k.(string)] = v.(*atomic.Int64).Load()
+		return true
+	})
+	return out
+}
+
+func countTurn(reason string) {
+	v, _ := turnCounts.LoadOrStore(reason, new(atomic.Int64))
+	v.(*atomic.Int64).Add(1)
 }
 
 // redoneCount mirrors draftflow_sink_redone_generations_total for RedoneGenerations.

@@ -1,12 +1,15 @@
 package sink
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -46,10 +49,13 @@ func Run(ctx context.Context, cfg Config) error {
 	st.zstd = cfg.ZstdLevel
 	dead := cfg.Kafka.NewDeadLetters("sink")
 	defer dead.Close()
+	// The next turns of multi-turn conversations go back to the prompts topic, keyed by conversation id.
+	prompts := cfg.Kafka.NewProducer(topics.TopicPrompts, kafka.ProducerConfig{})
+	defer prompts.Close()
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	s := &sinker{cfg: cfg, log: log, st: st, dead: dead, ctx: runCtx, cancel: cancel, met: newSinkMetrics(cfg.Registerer),
+	s := &sinker{cfg: cfg, log: log, st: st, dead: dead, prompts: prompts, ctx: runCtx, cancel: cancel, met: newSinkMetrics(cfg.Registerer),
 		parts:    map[partKey]*partState{},
 		lastRecv: time.Now()}
 	cons := cfg.Kafka.NewConsumer(topics.TopicGenerated, kafka.ConsumerConfig{Group: cfg.Group, MaxInFlight: cfg.MaxBufferedRows + 64})
@@ -122,6 +128,12 @@ type partState struct {
 
 	rejecting bool              // a dead letter is in flight: nothing after its offset may be absorbed yet
 	waiting   []*kafka.Delivery // deliveries that arrived while rejecting, in order
+
+	// emitting counts next-turn prompts of absorbed rows not yet acknowledged by the broker; a flush waits
+	// for them before its commit point, so a turn in a shard always has its next turn in the prompts topic.
+	emitting sync.WaitGroup
+	emitMu   sync.Mutex
+	emitErr  error // the first next turn that could not be written
 }
 
 type bufferedRow struct {
@@ -131,13 +143,14 @@ type bufferedRow struct {
 
 // sinker is the state of one Run.
 type sinker struct {
-	cfg    Config
-	log    *slog.Logger
-	st     *store
-	dead   *kafka.DeadLetters
-	ctx    context.Context // the run's: dead letters are retried while it lasts
-	met    *sinkMetrics
-	cancel context.CancelFunc
+	cfg     Config
+	log     *slog.Logger
+	st      *store
+	dead    *kafka.DeadLetters
+	prompts *kafka.Producer // next turns
+	ctx     context.Context // the run's: dead letters and next turns are retried while it lasts
+	met     *sinkMetrics
+	cancel  context.CancelFunc
 
 	mu       sync.Mutex
 	parts    map[partKey]*partState
@@ -214,7 +227,7 @@ func (s *sinker) handleLocked(d *kafka.Delivery) {
 	}
 	rs := s.st.run(RunOf(&g))
 	k := rowKey{g.ID, int32(g.Turn)}
-	dupW, err := rs.written(k)
+	dupW, win, err := rs.written(k)
 	if err != nil {
 		s.fail(fmt.Errorf("sink: id index of %s: %w", rs.dir, err))
 		d.Abandon()
@@ -227,15 +240,34 @@ func (s *sinker) handleLocked(d *kafka.Delivery) {
 		s.absorb(p, m.Offset)
 		d.Done()
 		s.log.Debug("duplicate dropped", "id", g.ID, "turn", g.Turn, "run", rs.info.DirName(), "at", d.Where())
-		// Only a copy already in a shard is reported: a buffered original is reported by OnDurable once
-		// its flush is durable.
-		if dupW && s.cfg.OnDuplicate != nil {
+		if dupW && win.continued && win.log != s.st.key(p.key).log {
+			// The copy in the shards continued its conversation from another incarnation of the generated
+			// topic (a new embedded broker, a topic recreated): the prompts topic of that incarnation, and
+			// the next turn in it, may be gone. Send the next turn again, built from the copy in the shards.
+			s.reemit(p, d, &g, win)
+			return
+		}
+		// Only a copy already in a shard is reported, and only when it ended its conversation: a buffered
+		// original is reported by OnDurable once its flush is durable.
+		if dupW && !win.continued && s.cfg.OnDuplicate != nil {
 			s.cfg.OnDuplicate(g.ID)
 		}
 		return
 	}
 	r := &row{id: g.ID, dataset: g.Dataset, finishReason: g.Meta.FinishReason, endpoint: g.Meta.Endpoint,
-		turn: int32(g.Turn), prompt: g.PromptIDs, output: g.OutputIDs}
+		turn: int32(g.Turn), prompt: g.PromptIDs, output: g.OutputIDs, stopReason: cmp.Or(g.StopReason, topics.StopEnd)}
+	if g.Reply != nil {
+		reply, err := json.Marshal(g.Reply)
+		if err != nil {
+			s.fail(fmt.Errorf("sink: encode the reply of %s turn %d: %w", g.ID, g.Turn, err))
+			d.Abandon()
+			return
+		}
+		r.reply = string(reply)
+	}
+	if next, ok := g.Next(); ok {
+		s.emit(p, &next)
+	}
 	rs.buffered[k] = struct{}{}
 	s.absorb(p, m.Offset)
 	if len(p.rows) == 0 {
@@ -273,6 +305,72 @@ func (s *sinker) absorb(p *partState, off int64) {
 	p.seen = off
 }
 
+// canContinue reports whether g, marked continued, yields a next turn.
+func canContinue(g *topics.Generation) bool {
+	_, ok := g.Next()
+	return ok
+}
+
+// emit writes next (a conversation's next turn) to the prompts topic, retrying while the run lasts. The
+// partition's next flush waits for it before its commit point. A next turn over the message limit is
+// dead-lettered (the conversation ends there, its turns so far in the shards); any other failure fails that
+// flush, so the row is written again, and its next turn sent again, after a restart. Called with s.mu held.
+func (s *sinker) emit(p *partState, next *topics.Prompt) {
+	p.emitting.Add(1)
+	s.prompts.SendRetrying(s.ctx, next.ID, next, func(err error) {
+		if err == nil {
+			s.met.continuations.Inc()
+			p.emitting.Done()
+			return
+		}
+		if !kafka.IsRecordTooLarge(err) {
+			p.emitFailed(fmt.Errorf("sink: write turn %d of %s to the prompts topic: %w", next.Turn, next.ID, err))
+			p.emitting.Done()
+			return
+		}
+		rej := &topics.Rejection{ID: next.ID, Dataset: next.Dataset, Source: next.Source, Class: "too_large",
+			Reason: fmt.Sprintf("turn %d of conversation %s cannot be sent: %v; the conversation ends at turn %d", next.Turn, next.ID, err, next.Turn-1)}
+		s.dead.Reject(s.ctx, nil, rej, func(err error) {
+			if err != nil {
+				p.emitFailed(fmt.Errorf("sink: dead-letter turn %d of %s: %w", next.Turn, next.ID, err))
+			} else {
+				s.met.rejected.WithLabelValues("too_large").Inc()
+				s.log.Warn("record rejected", "id", next.ID, "turn", next.Turn, "reason", rej.Reason)
+			}
+			p.emitting.Done()
+		})
+	})
+}
+
+func (p *partState) emitFailed(err error) {
+	p.emitMu.Lock()
+	defer p.emitMu.Unlock()
+	if p.emitErr == nil {
+		p.emitErr = err
+	}
+}
+
+// reemit sends the next turn of a duplicate whose copy in the shards (win) continued its conversation: the
+// duplicate's own thread (every copy of a turn has the same) with the reply of the copy in the shards. The
+// delivery is Done at the partition's next flush, after the next turn was acknowledged. Called with s.mu
+// held.
+func (s *sinker) reemit(p *partState, d *kafka.Delivery, g *topics.Generation, win winner) {
+	var reply topics.Message
+	if err := json.Unmarshal(win.reply, &reply); err != nil {
+		s.fail(fmt.Errorf("sink: id index of %s turn %d holds a reply that does not decode: %w", g.ID, g.Turn, err))
+		d.Abandon()
+		return
+	}
+	c := *g
+	c.Reply, c.StopReason = &reply, topics.StopContinued
+	if next, ok := c.Next(); ok {
+		s.log.Info("next turn sent again: the turn in the shards came from another incarnation of the topic",
+			"id", g.ID, "turn", next.Turn)
+		s.emit(p, &next)
+	}
+	p.deliveries = append(p.deliveries, d)
+}
+
 // validate returns why a generation cannot become a training row, or "".
 func validate(g *topics.Generation) string {
 	switch {
@@ -286,6 +384,10 @@ func validate(g *topics.Generation) string {
 		return "empty completion: no output token ids"
 	case g.Meta.FinishReason == "abort":
 		return "generation was aborted"
+	case g.StopReason != "" && !slices.Contains(topics.StopReasons, g.StopReason):
+		return fmt.Sprintf("unknown stop reason %q", g.StopReason)
+	case g.StopReason == topics.StopContinued && !canContinue(g):
+		return "stop reason continued, but the record has no reply or no next turn to build"
 	case int64(len(g.PromptIDs))+int64(len(g.OutputIDs)) > math.MaxInt32:
 		return "sequence longer than an int32 can count"
 	}
@@ -348,6 +450,16 @@ func (s *sinker) flush(p *partState) error {
 		return nil
 	}
 	start := time.Now()
+	// Every next turn of the buffered rows must be in the prompts topic before the commit point.
+	p.emitting.Wait()
+	p.emitMu.Lock()
+	emitErr := p.emitErr
+	p.emitMu.Unlock()
+	if emitErr != nil {
+		p.failed = true
+		s.fail(emitErr)
+		return emitErr
+	}
 	var shards []committedShard
 	if len(p.rows) > 0 {
 		var groups []runRows
@@ -377,6 +489,10 @@ func (s *sinker) flush(p *partState) error {
 		}
 	}
 	p.next = p.seen + 1
+	for _, br := range p.rows {
+		s.met.turns.WithLabelValues(br.row.stopReason).Inc()
+		countTurn(br.row.stopReason)
+	}
 	for _, sh := range shards {
 		s.met.rowsWritten.Add(float64(sh.entry.Rows))
 		s.met.tokensWritten.Add(float64(sh.entry.Tokens))

@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"unsafe"
 
@@ -60,7 +61,13 @@ var Columns = []Column{
 	{"dataset", "string", "dataset the conversation came from"},
 	{"turn", "int32", "index of the generated assistant turn (0 for the first)"},
 	{"endpoint", "string", "server that generated the completion"},
+	{"stop_reason", "string", "how the turn bears on its conversation: end, continued (the next turn was built from it), tool_divergence, length or parse_error"},
+	{"reply", "string", "the completion parsed into an assistant message (JSON: role, content, reasoning_content, tool_calls) for turns of multi-turn conversations; empty otherwise"},
 }
+
+// legacyColumns is how many columns shards had before stop_reason and reply; such shards are still read,
+// with those two fields empty.
+const legacyColumns = 9
 
 var shardSchema = arrow.NewSchema([]arrow.Field{
 	{Name: "id", Type: arrow.BinaryTypes.String},
@@ -72,6 +79,8 @@ var shardSchema = arrow.NewSchema([]arrow.Field{
 	{Name: "dataset", Type: arrow.BinaryTypes.String},
 	{Name: "turn", Type: arrow.PrimitiveTypes.Int32},
 	{Name: "endpoint", Type: arrow.BinaryTypes.String},
+	{Name: "stop_reason", Type: arrow.BinaryTypes.String},
+	{Name: "reply", Type: arrow.BinaryTypes.String},
 }, nil)
 
 // Column indices in shardSchema (each column has exactly one Parquet leaf, so these are leaf indices too).
@@ -85,11 +94,14 @@ const (
 	colDataset
 	colTurn
 	colEndpoint
+	colStopReason
+	colReply
 )
 
 // row is one generation as the sink buffers it.
 type row struct {
 	id, dataset, finishReason, endpoint string
+	stopReason, reply                   string
 	turn                                int32
 	prompt, output                      []uint32
 }
@@ -98,7 +110,7 @@ func (r *row) tokens() int { return len(r.prompt) + len(r.output) }
 
 // memBytes estimates a buffered row's memory: 4 bytes per token plus 1 for its mask, plus strings.
 func (r *row) memBytes() int64 {
-	return int64(5*r.tokens() + len(r.id) + len(r.dataset) + len(r.finishReason) + len(r.endpoint) + 64)
+	return int64(5*r.tokens() + len(r.id) + len(r.dataset) + len(r.finishReason) + len(r.endpoint) + len(r.stopReason) + len(r.reply) + 64)
 }
 
 // shardInfo locates a shard in the log it was written from.
@@ -195,6 +207,8 @@ func writeShard(w io.Writer, rows []*row, kv map[string]string, rowGroupRows, zs
 	ds := b.Field(colDataset).(*array.StringBuilder)
 	tn := b.Field(colTurn).(*array.Int32Builder)
 	ep := b.Field(colEndpoint).(*array.StringBuilder)
+	sr := b.Field(colStopReason).(*array.StringBuilder)
+	rp := b.Field(colReply).(*array.StringBuilder)
 
 	zeros, ones := maskRuns(rows)
 	for start := 0; start < len(rows); {
@@ -219,6 +233,8 @@ func writeShard(w io.Writer, rows []*row, kv map[string]string, rowGroupRows, zs
 			ds.Append(r.dataset)
 			tn.Append(r.turn)
 			ep.Append(r.endpoint)
+			sr.Append(r.stopReason)
+			rp.Append(r.reply)
 			st.Rows++
 			st.PromptTokens += int64(len(r.prompt))
 			st.CompletionTokens += int64(len(r.output))
@@ -291,6 +307,8 @@ type ShardRow struct {
 	Dataset       string
 	Turn          int32
 	Endpoint      string
+	StopReason    string
+	Reply         string
 }
 
 // shardFile is an open shard.
@@ -298,6 +316,8 @@ type shardFile struct {
 	f  *os.File
 	pf *file.Reader
 	fr *pqarrow.FileReader
+	// ncols is the shard's column count: len(shardSchema.Fields()), or legacyColumns for older shards.
+	ncols int
 }
 
 // openShard opens a shard and checks its schema.
@@ -329,11 +349,12 @@ func openShard(path string) (sf *shardFile, err error) {
 		sf.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if len(sc.Fields()) != len(shardSchema.Fields()) {
+	if n := len(sc.Fields()); n != len(shardSchema.Fields()) && n != legacyColumns {
 		sf.Close()
 		return nil, fmt.Errorf("%s: schema has %d columns, want %d", path, len(sc.Fields()), len(shardSchema.Fields()))
 	}
-	for i, want := range shardSchema.Fields() {
+	sf.ncols = len(sc.Fields())
+	for i, want := range shardSchema.Fields()[:sf.ncols] {
 		got := sc.Field(i)
 		if got.Name != want.Name || !sameType(got.Type, want.Type) {
 			sf.Close()
@@ -385,6 +406,8 @@ func (s *shardFile) scan(ctx context.Context, cols []int, fn func(*ShardRow) err
 			cols[i] = i
 		}
 	}
+	// Columns a legacy shard does not have read as empty.
+	cols = slices.DeleteFunc(slices.Clone(cols), func(c int) bool { return c >= s.ncols })
 	rr, err := s.fr.GetRecordReader(ctx, cols, nil)
 	if err != nil {
 		return err
@@ -412,6 +435,8 @@ func (s *shardFile) scan(ctx context.Context, cols []int, fn func(*ShardRow) err
 		ds, _ := col(colDataset).(*array.String)
 		tn, _ := col(colTurn).(*array.Int32)
 		ep, _ := col(colEndpoint).(*array.String)
+		sr, _ := col(colStopReason).(*array.String)
+		rp, _ := col(colReply).(*array.String)
 		var inVals []int32
 		var maskVals []uint8
 		if in != nil {
@@ -450,6 +475,12 @@ func (s *shardFile) scan(ctx context.Context, cols []int, fn func(*ShardRow) err
 			}
 			if ep != nil {
 				r.Endpoint = ep.Value(i)
+			}
+			if sr != nil {
+				r.StopReason = sr.Value(i)
+			}
+			if rp != nil {
+				r.Reply = rp.Value(i)
 			}
 			if err := fn(&r); err != nil {
 				return err

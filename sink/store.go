@@ -12,6 +12,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+
+	"github.com/draftflow/draftflow/topics"
 )
 
 // CheckpointName is the file, directly in Config.Dir, that holds the recovery point.
@@ -62,7 +64,7 @@ type runState struct {
 }
 
 // written reports whether k is in a committed shard of the run.
-func (rs *runState) written(k rowKey) (bool, error) { return rs.index.has(k) }
+func (rs *runState) written(k rowKey) (bool, winner, error) { return rs.index.get(k) }
 
 // store owns Config.Dir: the checkpoint, the run directories and their manifests.
 type store struct {
@@ -365,8 +367,8 @@ type runRows struct {
 type committedShard struct {
 	run    *runState
 	entry  ManifestShard
-	ids    []string
-	keys   []rowKey
+	ids    []string // the ids of the rows that ended their conversation (every row but continued turns)
+	keys   []indexEntry
 	counts *countTable // generated-token counts of the shard
 }
 
@@ -423,10 +425,13 @@ func (s *store) commitFlush(pk partKey, first, last int64, groups []runRows, row
 		if crashed("shard-written") {
 			return nil, errCrashed
 		}
-		ids := make([]string, len(g.rows))
-		keys := make([]rowKey, len(g.rows))
+		var ids []string
+		keys := make([]indexEntry, len(g.rows))
 		for i, r := range g.rows {
-			ids[i], keys[i] = r.id, rowKey{r.id, r.turn}
+			keys[i] = indexEntry{rowKey{r.id, r.turn}, indexValue(r.stopReason, r.reply, si.Log)}
+			if r.stopReason != topics.StopContinued {
+				ids = append(ids, r.id)
+			}
 		}
 		counts := &countTable{}
 		counts.addOutputs(g.rows)

@@ -33,7 +33,7 @@ func flushGens(st *store, first int64, gens []*mixedGen) error {
 		}
 		hi = off
 		rs := st.run(RunOf(mg.g))
-		if dup, err := rs.written(rowKey{mg.g.ID, int32(mg.g.Turn)}); err != nil {
+		if dup, _, err := rs.written(rowKey{mg.g.ID, int32(mg.g.Turn)}); err != nil {
 			return err
 		} else if dup {
 			continue
@@ -397,7 +397,7 @@ func checkIndexes(t *testing.T, st *store, wantRows int) {
 			t.Fatal(err)
 		}
 		sf.scan(context.Background(), []int{colID, colTurn}, func(r *ShardRow) error {
-			if ok, err := rs.written(rowKey{r.ID, r.Turn}); !ok || err != nil {
+			if ok, _, err := rs.written(rowKey{r.ID, r.Turn}); !ok || err != nil {
 				t.Fatalf("run %s: row %s/%d not in the index (%v)", rs.dir, r.ID, r.Turn, err)
 			}
 			return nil
@@ -476,9 +476,9 @@ func TestIDIndexRecovered(t *testing.T) {
 					t.Fatal(err)
 				}
 				db.Update(func(tx *bolt.Tx) error {
-					tx.Bucket(indexKeys).Put(indexKey(rowKey{a[len(a)-1].ID, 0}), present)
+					tx.Bucket(indexKeys).Put(indexKey(rowKey{a[len(a)-1].ID, 0}), []byte{valueEnded})
 					if damage == "adding-unlisted" {
-						tx.Bucket(indexKeys).Put(indexKey(rowKey{"not-in-any-shard", 0}), present)
+						tx.Bucket(indexKeys).Put(indexKey(rowKey{"not-in-any-shard", 0}), []byte{valueEnded})
 					}
 					return tx.Bucket(indexMeta).Put(indexAdding, []byte(adding))
 				})
@@ -512,9 +512,9 @@ func TestIDIndexAddsInChunks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer x.close()
-	keys := make([]rowKey, m.Shards[0].Rows)
+	keys := make([]indexEntry, m.Shards[0].Rows)
 	for i := range keys {
-		keys[i] = rowKey{fmt.Sprintf("id-%d", i), int32(i % 3)}
+		keys[i] = indexEntry{rowKey{fmt.Sprintf("id-%d", i), int32(i % 3)}, []byte{valueEnded}}
 	}
 	if err := x.add(keys, coverOf(m, 1)); err != nil {
 		t.Fatal(err)

@@ -39,6 +39,8 @@ COLUMNS = (
     "dataset",
     "turn",
     "endpoint",
+    "stop_reason",
+    "reply",
 )
 
 

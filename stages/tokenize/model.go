@@ -327,6 +327,12 @@ func Fits(n, maxNew, ctxLen int) bool { return n+maxNew < ctxLen }
 // template kwargs) and tokenizes the result without adding special tokens: the ids Hugging Face
 // apply_chat_template(..., tokenize=True) returns.
 func (m *Model) Encode(p *topics.Prompt) ([]uint32, error) {
+	_, ids, err := m.encode(p)
+	return ids, err
+}
+
+// encode is Encode, also returning the rendered text.
+func (m *Model) encode(p *topics.Prompt) (string, []uint32, error) {
 	text, err := m.Render(chattemplate.Input{
 		Messages:            p.Messages,
 		Tools:               p.Tools,
@@ -334,9 +340,9 @@ func (m *Model) Encode(p *topics.Prompt) ([]uint32, error) {
 		Kwargs:              p.Sampling.TemplateKwargs,
 	})
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
-	return m.Tokenizer.Encode(text), nil
+	return text, m.Tokenizer.Encode(text), nil
 }
 
 // Render renders a request with the chat template as the model's apply_chat_template(...,

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -41,6 +42,10 @@ type Config struct {
 	// ContextLength is the model's context window in tokens (default: from the model directory's
 	// config.json or tokenizer_config.json; required when the directory gives none).
 	ContextLength int
+	// ReasoningParser and ToolCallParser name how generate splits the replies of multi-turn conversations
+	// (SGLang's --reasoning-parser and --tool-call-parser names, or "none"); empty means detected from the
+	// chat template (DetectParsers).
+	ReasoningParser, ToolCallParser string
 	// Workers is the number of concurrent encoders (default GOMAXPROCS).
 	Workers int
 	// Logger receives stage logs (default slog.Default()).
@@ -57,6 +62,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ModelName, "model-name", c.ModelName, "model name recorded in outputs (default: the directory name)")
 	fs.IntVar(&c.ContextLength, "context-length", c.ContextLength,
 		"the model's context window in tokens (default: from the model directory; required when it gives none)")
+	fs.StringVar(&c.ReasoningParser, "reasoning-parser", c.ReasoningParser,
+		"how replies split into reasoning and content for the next turn: "+strings.Join(reasoningParsers, ", ")+" or none (default: from the chat template)")
+	fs.StringVar(&c.ToolCallParser, "tool-call-parser", c.ToolCallParser,
+		"how replies' tool calls are parsed for the next turn: "+strings.Join(toolParsers, ", ")+" or none (default: from the chat template)")
 	fs.IntVar(&c.Workers, "workers", c.Workers, "concurrent encoders (default: number of CPUs)")
 	fs.StringVar(&c.Group, "group", c.Group, "consumer group (default draftflow-tokenize)")
 }
@@ -117,7 +126,12 @@ func Run(ctx context.Context, cfg Config) error {
 	if group == "" {
 		group = DefaultGroup
 	}
-	log.Info("tokenize starting", "model", name, "hash", m.Hash, "context_length", ctxLen, "workers", workers)
+	parsers, err := m.Parsers(cfg.ReasoningParser, cfg.ToolCallParser)
+	if err != nil {
+		return err
+	}
+	log.Info("tokenize starting", "model", name, "hash", m.Hash, "context_length", ctxLen, "workers", workers,
+		"reasoning_parser", parsers.Reasoning, "tool_call_parser", parsers.Tools)
 
 	out := cfg.Kafka.NewProducer(topics.TopicTokenized, kafka.ProducerConfig{})
 	defer out.Close()
@@ -161,7 +175,7 @@ func Run(ctx context.Context, cfg Config) error {
 					continue
 				}
 				start := time.Now()
-				ids, err := m.Encode(&p)
+				text, ids, err := m.encode(&p)
 				met.encodeSeconds.Observe(time.Since(start).Seconds())
 				if err != nil {
 					reject(d, &p, fmt.Sprintf("prompt %s%s: %v", p.ID, origin(&p), err), "template")
@@ -173,7 +187,12 @@ func Run(ctx context.Context, cfg Config) error {
 					continue
 				}
 				rec := &topics.Tokenized{ID: p.ID, Dataset: p.Dataset, Turn: p.Turn, Sampling: p.Sampling, Source: p.Source,
-					Model: name, TokenizerHash: m.Hash, InputIDs: ids}
+					Model: name, TokenizerHash: m.Hash, InputIDs: ids, Endpoint: p.Endpoint}
+				if len(p.Rest) > 0 {
+					rec.Thread = &topics.Thread{Messages: p.Messages, Tools: p.Tools, Rest: p.Rest}
+					rec.Parsers = parsers
+					rec.Parsers.ReasoningOpen = parsers.Reasoning != "" && reasoningOpen(text)
+				}
 				n := len(ids)
 				// A record over the message limit, found here or refused by the broker, is dead-lettered:
 				// retrying it would fail forever.
