@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -51,15 +52,17 @@ type runConfig struct {
 
 // runResult is what a run reports.
 type runResult struct {
-	Prompts          int      // valid prompts ingested (unique ids)
-	Written          int      // of them, rows now in the shards (written by this run)
-	AlreadyPresent   int      // of them, already in the shards from an earlier run
-	IngestRejected   int      // malformed input lines
-	PipelineRejected int      // prompts dead-lettered by tokenize, generate or sink
-	Lost             int      // prompts that reached none of these
-	Missing          []string // the first maxListedMissing of them
-	Duplicates       int64    // generations the sink dropped as already written or buffered (redone work)
-	Tokens           int64    // tokens in the shards of this run's output
+	Prompts          int              // valid prompts ingested (unique ids)
+	Written          int              // of them, rows now in the shards (written by this run)
+	AlreadyPresent   int              // of them, already in the shards from an earlier run
+	IngestRejected   int              // malformed input lines
+	PipelineRejected int              // prompts dead-lettered by tokenize, generate or sink
+	Lost             int              // prompts that reached none of these
+	Missing          []string         // the first maxListedMissing of them
+	Duplicates       int64            // generations the sink dropped as already written or buffered (redone work)
+	Tokens           int64            // tokens in the shards of this run's output
+	Rows             int64            // rows in the shards of this run's output (one per regenerated turn)
+	Turns            map[string]int64 // rows written by this run, by stop reason (topics.StopReasons)
 	Shards           int
 	Dir              string
 	Elapsed          time.Duration
@@ -115,7 +118,16 @@ func cmdRun(ctx context.Context, args []string) error {
 func printSummary(w io.Writer, r *runResult) {
 	fmt.Fprintf(w, "\ndraftflow run: shards in %s\n", r.Dir)
 	fmt.Fprintf(w, "  prompts   %d valid (%d written now, %d already in the shards)\n", r.Prompts, r.Written, r.AlreadyPresent)
-	fmt.Fprintf(w, "  rows      %d in %d shards, %d tokens\n", r.Written+r.AlreadyPresent, r.Shards, r.Tokens)
+	fmt.Fprintf(w, "  rows      %d in %d shards, %d tokens (one row per regenerated turn)\n", r.Rows, r.Shards, r.Tokens)
+	var turns []string
+	for _, reason := range topics.StopReasons {
+		if n := r.Turns[reason]; n > 0 {
+			turns = append(turns, fmt.Sprintf("%d %s", n, reason))
+		}
+	}
+	if len(turns) > 0 {
+		fmt.Fprintf(w, "  turns     %s (written now, by stop reason)\n", strings.Join(turns, ", "))
+	}
 	fmt.Fprintf(w, "  rejected  %d (%d malformed input lines, %d by the pipeline; see topic %q)\n",
 		r.IngestRejected+r.PipelineRejected, r.IngestRejected, r.PipelineRejected, topics.TopicRejected)
 	fmt.Fprintf(w, "  redone    %d generations dropped by the sink as duplicates (%d of them prompts already in the shards; "+
@@ -240,6 +252,7 @@ func (t *tracker) account(res *runResult) error {
 func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
 	start := time.Now()
 	redoneBefore := sink.RedoneGenerations()
+	turnsBefore := sink.TurnOutcomes()
 	log := rc.Logger
 	if log == nil {
 		log = slog.Default()
@@ -431,12 +444,16 @@ wait:
 		runErr = fmt.Errorf("account for the prompts: %w", err)
 	}
 	if sum, err := sink.Inspect(rc.Sink.Dir, io.Discard); err == nil {
-		res.Tokens, res.Shards = sum.Tokens, sum.Shards
+		res.Tokens, res.Shards, res.Rows = sum.Tokens, sum.Shards, sum.Rows
 	} else if runErr == nil {
 		runErr = fmt.Errorf("inspect %s: %w", rc.Sink.Dir, err)
 	}
 	res.Elapsed = time.Since(start)
 	res.Duplicates = sink.RedoneGenerations() - redoneBefore
+	res.Turns = map[string]int64{}
+	for reason, n := range sink.TurnOutcomes() {
+		res.Turns[reason] = n - turnsBefore[reason]
+	}
 	return res, runErr
 }
 

@@ -26,6 +26,10 @@ type Request struct {
 	InputIDs []uint32
 	// Sampling holds the sampling parameters; MaxNewTokens must be set.
 	Sampling SamplingParams
+	// Prefer is the URL of the server that generated the previous turn of the request's conversation: the
+	// request goes there when it has room (its prompt prefix is in that server's radix cache), else wherever
+	// routing sends it. Empty: no preference.
+	Prefer string
 	// StartBy, when set, ends the request's wait for a server: once it is closed, Do returns ErrNotStarted
 	// instead of sending the request (or an attempt after a failed one). The stage closes it when the record's
 	// partition is being given up, so work that has not started is left to the next owner.
@@ -350,6 +354,33 @@ func (c *Controller) predictedUsed(ep *endpoint) float64 {
 }
 
 // route picks the endpoint for a request of charge, or nil when none has room.
+// routePreferring is route, except that a request with a preferred server goes to it (its rank with the
+// most room, for a DP server) when one fits and it did not just fail the request. It counts affinity hits
+// and misses.
+func (c *Controller) routePreferring(prefer string, charge float64, prompt, maxNew int, avoid *endpoint) *endpoint {
+	if prefer == "" {
+		return c.route(charge, prompt, maxNew, avoid)
+	}
+	var best *endpoint
+	for _, ep := range c.eps {
+		if ep.srv.url != prefer || (avoid != nil && ep.srv == avoid.srv) || !c.fits(ep, charge, prompt, maxNew) {
+			continue
+		}
+		if best == nil || ep.budget-ep.used > best.budget-best.used {
+			best = ep
+		}
+	}
+	if best != nil {
+		c.met.affinity.WithLabelValues("hit").Inc()
+		return best
+	}
+	ep := c.route(charge, prompt, maxNew, avoid)
+	if ep != nil {
+		c.met.affinity.WithLabelValues("miss").Inc()
+	}
+	return ep
+}
+
 func (c *Controller) route(charge float64, prompt, maxNew int, avoid *endpoint) *endpoint {
 	if avoid != nil {
 		others := false
@@ -430,7 +461,7 @@ func (c *Controller) admit() {
 			}
 			w := l.waiters[0]
 			charge := c.charge(w.req)
-			ep := c.route(charge, len(w.req.InputIDs), w.req.Sampling.MaxNewTokens, w.avoid)
+			ep := c.routePreferring(w.req.Prefer, charge, len(w.req.InputIDs), w.req.Sampling.MaxNewTokens, w.avoid)
 			if ep == nil {
 				now := c.now()
 				for _, e := range c.eps {

@@ -27,6 +27,9 @@ type metrics struct {
 	waiting          *prometheus.GaugeVec
 	expected         *prometheus.GaugeVec
 	records          *prometheus.CounterVec
+	affinity         *prometheus.CounterVec
+	turns            *prometheus.CounterVec
+	cachedTokens     prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -68,6 +71,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			[]string{"dataset", "lane"})),
 		records: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "draftflow_generate_records_total", Help: "Records finished by the stage, by result (generated, rejected)."}, []string{"result"})),
+		affinity: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "draftflow_generate_affinity_total",
+			Help: "Later turns of conversations routed to the server of their previous turn (hit) or elsewhere because it had no room (miss)."},
+			[]string{"result"})),
+		turns: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "draftflow_generate_turns_total",
+			Help: "Generated turns of multi-turn conversations by stop reason (continued, end, tool_divergence, length, parse_error)."},
+			[]string{"stop_reason"})),
+		cachedTokens: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "draftflow_generate_cached_prompt_tokens_total",
+			Help: "Prompt tokens the servers reported as prefix-cache hits (meta_info cached_tokens): prefill saved."})),
 	}
 }
 

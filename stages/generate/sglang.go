@@ -64,6 +64,9 @@ type SamplingParams struct {
 	StopTokenIDs []int    `json:"stop_token_ids,omitempty"`
 	MinNewTokens int      `json:"min_new_tokens,omitempty"`
 	IgnoreEOS    bool     `json:"ignore_eos,omitempty"`
+	// SkipSpecialTokens, when set, says whether the response's text leaves special tokens out (SGLang's
+	// default: true).
+	SkipSpecialTokens *bool `json:"skip_special_tokens,omitempty"`
 }
 
 // GenerateRequest is the body of POST /generate for one prompt.
@@ -125,6 +128,8 @@ func (m *MetaInfo) RetractionCount() (int, bool) {
 
 // GenerateResponse is the answer of POST /generate for one prompt.
 type GenerateResponse struct {
+	// Text is the detokenized output (a matched stop token left out, as SGLang's detokenizer trims it).
+	Text      string   `json:"text"`
 	OutputIDs []uint32 `json:"output_ids"`
 	MetaInfo  MetaInfo `json:"meta_info"`
 }

@@ -167,6 +167,13 @@ func (s *stage) handle(d *kafka.Delivery) {
 			SamplingSeed: sampling.Seed,
 			StopTokenIDs: sampling.StopTokenIDs,
 		},
+		Prefer: t.Endpoint,
+	}
+	if t.Thread != nil {
+		// The reply is parsed from the text: reasoning and tool-call markers are special tokens in some
+		// families (Kimi-K2's tool-call sections), which the default skip_special_tokens would drop.
+		no := false
+		req.Sampling.SkipSpecialTokens = &no
 	}
 	// A record whose partition is being given up starts no request; one already running is stopped (and
 	// aborted on its server) once the partition is gone, since its next owner generates it again.
@@ -181,7 +188,15 @@ func (s *stage) handle(d *kafka.Delivery) {
 		var rej *RejectedError
 		switch {
 		case err == nil:
-			s.emit(d, generation(&t, sampling, res))
+			g := generation(&t, sampling, res)
+			if t.Thread != nil {
+				s.ctl.met.turns.WithLabelValues(g.StopReason).Inc()
+				if g.StopReason != topics.StopContinued && g.StopReason != topics.StopEnd {
+					s.log.Info("conversation ends at this turn", "id", t.ID, "turn", t.Turn, "stop_reason", g.StopReason, "detail", g.StopDetail)
+				}
+			}
+			s.ctl.met.cachedTokens.Add(float64(g.Meta.CachedTokens))
+			s.emit(d, g)
 		case errors.As(err, &rej):
 			s.log.Info("request rejected", "id", t.ID, "dataset", t.Dataset, "reason", rej.Reason, "at", d.Where())
 			s.reject(d, &topics.Rejection{ID: t.ID, Dataset: t.Dataset, Source: t.Source, Class: "server_rejected", Reason: rej.Reason})
@@ -217,6 +232,7 @@ func generation(t *topics.Tokenized, sampling topics.Sampling, res *Result) *top
 	if string(g.Meta.FinishMatched) == "null" {
 		g.Meta.FinishMatched = nil
 	}
+	conclude(t, g, res.Response.Text)
 	return g
 }
 
