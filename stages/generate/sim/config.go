@@ -175,7 +175,7 @@ type Config struct {
 	// assistant turn found here is answered with that original assistant
 	// message, written as the model family writes it (see doc.go, "Scripted
 	// replies"). Rows without an "id" cannot be matched and are skipped (the
-	// count is logged). Loaded once by New.
+	// count is logged). Loaded once by New; not read without ReplyFormat.
 	Conversations string
 	// ReplyFormat is how scripted replies are written (--reply-format):
 	// ReplyQwen3, ReplyKimiK2, ReplyLlama3 or ReplyDeepSeekV3. Empty turns
