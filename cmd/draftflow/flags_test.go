@@ -23,3 +23,15 @@ func TestUnknownLogFlagsAreErrors(t *testing.T) {
 		}
 	}
 }
+
+// `draftflow sim` takes the scripted-reply flags into sim.Config.
+func TestSimScriptedReplyFlags(t *testing.T) {
+	fs, _, cfg, _ := simFlags()
+	err := fs.Parse([]string{"--conversations", "conv.jsonl", "--reply-format", "kimi_k2", "--tool-divergence-rate", "0.25", "--seed", "7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Conversations != "conv.jsonl" || cfg.ReplyFormat != "kimi_k2" || cfg.ToolDivergenceRate != 0.25 || cfg.Seed != 7 {
+		t.Fatalf("sim config %+v", cfg)
+	}
+}

@@ -147,13 +147,19 @@ func cmdSink(ctx context.Context, args []string) error {
 	return sink.Run(ctx, cfg)
 }
 
-func cmdSim(ctx context.Context, args []string) error {
-	fs := newFlagSet("sim")
-	var c common
+// simFlags is the `draftflow sim` flag set: the common flags, --addr and every sim.Config flag
+// (--conversations, --reply-format, --tool-divergence-rate among them).
+func simFlags() (fs *flag.FlagSet, c *common, cfg *sim.Config, addr *string) {
+	fs = newFlagSet("sim")
+	c, cfg = &common{}, &sim.Config{}
 	c.register(fs, "")
-	addr := fs.String("addr", "127.0.0.1:30000", "listen address")
-	var cfg sim.Config
+	addr = fs.String("addr", "127.0.0.1:30000", "listen address")
 	mergeFlags(fs, "sim", cfg.RegisterFlags)
+	return fs, c, cfg, addr
+}
+
+func cmdSim(ctx context.Context, args []string) error {
+	fs, c, cfg, addr := simFlags()
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -163,7 +169,7 @@ func cmdSim(ctx context.Context, args []string) error {
 	}
 	cfg.Logger = log
 	log.Info("simulated SGLang server", "addr", *addr)
-	return sim.ListenAndServe(ctx, *addr, cfg)
+	return sim.ListenAndServe(ctx, *addr, *cfg)
 }
 
 func registerSinkFlags(fs *flag.FlagSet, cfg *sink.Config) {

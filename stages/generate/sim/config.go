@@ -167,6 +167,26 @@ type Config struct {
 	// ToolCallRate is the share of outputs that end with a tool call.
 	ToolCallRate float64
 
+	// Conversations is a JSONL dataset in the ingest format (--conversations):
+	// rows {"id", "messages"|"conversations": [{"role"|"from",
+	// "content"|"value", "reasoning_content"?, "tool_calls"?}], "tools"?},
+	// ShareGPT from values included. With ReplyFormat, a request whose rid is
+	// the generate stage's "<escaped id>#<turn>.<attempt>;" for a row and
+	// assistant turn found here is answered with that original assistant
+	// message, written as the model family writes it (see doc.go, "Scripted
+	// replies"). Rows without an "id" cannot be matched and are skipped (the
+	// count is logged). Loaded once by New; not read without ReplyFormat.
+	Conversations string
+	// ReplyFormat is how scripted replies are written (--reply-format):
+	// ReplyQwen3, ReplyKimiK2, ReplyLlama3 or ReplyDeepSeekV3. Empty turns
+	// scripting off: every output is drawn at random.
+	ReplyFormat string
+	// ToolDivergenceRate is the share of scripted turns with tool calls
+	// whose first call diverges from the original (one argument value
+	// changed, or a key added), decided by Diverges from (Seed, id, turn),
+	// never the attempt (--tool-divergence-rate).
+	ToolDivergenceRate float64
+
 	// Seed makes output and fault injection reproducible. Two servers with
 	// the same Seed answer the same rid identically.
 	Seed int64
@@ -327,10 +347,26 @@ func (c Config) validate() error {
 		"ErrorRate": c.Faults.ErrorRate, "QueueFullRate": c.Faults.QueueFullRate,
 		"ResetRate": c.Faults.ResetRate, "AddedLatencyRate": c.Faults.AddedLatencyRate,
 		"ToolCallRate": c.ToolCallRate, "ReasoningFraction": c.ReasoningFraction,
+		"ToolDivergenceRate": c.ToolDivergenceRate,
 	} {
 		if r < 0 || r > 1 {
 			errs = append(errs, fmt.Errorf("sim: %s %v outside [0,1]", name, r))
 		}
+	}
+	switch c.ReplyFormat {
+	case "": // no scripting; Conversations, if set, is not read
+	case ReplyQwen3, ReplyKimiK2, ReplyLlama3, ReplyDeepSeekV3:
+		if c.Conversations == "" {
+			errs = append(errs, fmt.Errorf("sim: ReplyFormat %q needs Conversations", c.ReplyFormat))
+		}
+		// Scripted replies are byte tokens (id = byte value): they must be
+		// ordinary ids of the vocabulary.
+		if c.VocabSize < 256 || (c.SpecialTokenStart > 0 && c.SpecialTokenStart < 256) {
+			errs = append(errs, fmt.Errorf("sim: ReplyFormat needs ids 0-255 ordinary (VocabSize %d, SpecialTokenStart %d)", c.VocabSize, c.SpecialTokenStart))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("sim: unknown reply format %q (want %s, %s, %s or %s)", c.ReplyFormat,
+			ReplyQwen3, ReplyKimiK2, ReplyLlama3, ReplyDeepSeekV3))
 	}
 	if c.MaxTotalTokens < 2 {
 		errs = append(errs, errors.New("sim: MaxTotalTokens must be at least 2"))
@@ -380,6 +416,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.ReasoningFraction, "reasoning-fraction", c.ReasoningFraction, "share of the output spent reasoning (0 = 0.5)")
 	fs.Var((*intList)(&c.ToolCallTokenIDs), "tool-call-token-ids", "start,end ids of a tool call closing some outputs")
 	fs.Float64Var(&c.ToolCallRate, "tool-call-rate", c.ToolCallRate, "share of outputs ending with a tool call")
+	fs.StringVar(&c.Conversations, "conversations", c.Conversations, "JSONL dataset (ingest format) whose assistant turns answer requests with the generate stage's rids (needs --reply-format)")
+	fs.StringVar(&c.ReplyFormat, "reply-format", c.ReplyFormat, "write scripted replies as this model family does: "+ReplyQwen3+", "+ReplyKimiK2+", "+ReplyLlama3+" or "+ReplyDeepSeekV3)
+	fs.Float64Var(&c.ToolDivergenceRate, "tool-divergence-rate", c.ToolDivergenceRate, "share of scripted turns with tool calls whose call diverges from the original")
 	fs.Int64Var(&c.Seed, "seed", c.Seed, "seed for outputs and fault injection")
 	fs.Float64Var(&c.Faults.ErrorRate, "error-rate", c.Faults.ErrorRate, "share of /generate calls answered 500")
 	fs.Float64Var(&c.Faults.QueueFullRate, "queue-full-rate", c.Faults.QueueFullRate, "share of /generate calls answered 503 queue full")

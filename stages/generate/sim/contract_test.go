@@ -10,8 +10,9 @@
 // behind /v1/loads, the keys /v1/loads and /server_info return (startup_time,
 // per-rank internal_states, memory_usage), which server args are None when
 // unset, the API-key exemptions and 401 body, GenerateReqInput's
-// routed_dp_rank, the retraction counter and meta_info key, the routes, and
-// what sets 0.5.4 apart. The facts are cached beside the wheel under a key made
+// routed_dp_rank, the retraction counter and meta_info key, whether `text`
+// keeps a matched stop token (DetokenizerManager.trim_matched_stop, and
+// no_stop_trim's default), the routes, and what sets 0.5.4 apart. The facts are cached beside the wheel under a key made
 // of both wheels' and the extractor's sha256, so a warm run costs one python3
 // start. Each subtest drives a simulator (Instant mode, served by httptest)
 // and compares its HTTP answers with those facts.
@@ -159,6 +160,11 @@ type contractFacts struct {
 		MetaInfoKey      string   `json:"meta_info_key"`
 		MetaInfoBaseKeys []string `json:"meta_info_base_keys"`
 	} `json:"retraction"`
+	StopTrim struct {
+		DropsMatchedToken bool   `json:"text_drops_matched_stop_token"`
+		NoStopTrimKeeps   bool   `json:"no_stop_trim_keeps"`
+		NoStopTrimDefault string `json:"no_stop_trim_default"`
+	} `json:"stop_trim"`
 	Routes map[string]struct {
 		Methods   []string `json:"methods"`
 		AuthLevel string   `json:"auth_level"`
@@ -529,6 +535,7 @@ func TestContractSGLang0523(t *testing.T) {
 	t.Run("RoutedDPRank", func(t *testing.T) { contractRoutedDPRank(t, facts) })
 	t.Run("DuplicateRID", func(t *testing.T) { contractDuplicateRID(t, facts) })
 	t.Run("Retraction", func(t *testing.T) { contractRetraction(t, facts) })
+	t.Run("StopTrim", func(t *testing.T) { contractStopTrim(t, facts) })
 	t.Run("LegacyRelease", func(t *testing.T) { contractLegacy(t, facts) })
 }
 
@@ -1158,6 +1165,45 @@ func contractMetricSamples(text, name string) []string {
 		}
 	}
 	return out
+}
+
+// contractStopTrim: `text` leaves out the matched stop token as
+// DetokenizerManager.trim_matched_stop does (even with
+// skip_special_tokens=false, where the sim would write it as <|id|>), unless
+// no_stop_trim (default False) keeps it; output_ids always end with it.
+func contractStopTrim(t *testing.T, f *contractFacts) {
+	if !f.StopTrim.DropsMatchedToken || !f.StopTrim.NoStopTrimKeeps || f.StopTrim.NoStopTrimDefault != "False" {
+		t.Fatalf("extractor facts %+v: the simulator's stop trimming no longer matches SGLang", f.StopTrim)
+	}
+	c := newContractSim(t, Config{OutputLenDistribution: DistFixed, OutputLenMean: 6})
+	for _, keep := range []bool{false, true} {
+		for _, stream := range []bool{false, true} {
+			sp := map[string]any{"max_new_tokens": 32, "skip_special_tokens": false}
+			if keep {
+				sp["no_stop_trim"] = true
+			}
+			status, data := c.do(http.MethodPost, "/generate", "", map[string]any{
+				"input_ids": []int{5, 6, 7}, "rid": fmt.Sprintf("trim-%v-%v", keep, stream), "stream": stream, "sampling_params": sp})
+			if status != http.StatusOK {
+				t.Fatalf("status %d: %s", status, data)
+			}
+			if stream { // the last chunk before [DONE]
+				events := strings.Split(strings.TrimSpace(string(data)), "\n\n")
+				data = []byte(strings.TrimPrefix(events[len(events)-2], "data: "))
+			}
+			var g GenerateResponse
+			if err := json.Unmarshal(data, &g); err != nil {
+				t.Fatal(err)
+			}
+			fr := g.MetaInfo.FinishReason
+			if fr == nil || fr.Type != "stop" || fr.Matched == nil || len(g.OutputIDs) == 0 || int(g.OutputIDs[len(g.OutputIDs)-1]) != *fr.Matched {
+				t.Fatalf("finish %+v, output_ids %v", fr, g.OutputIDs)
+			}
+			if has := strings.HasSuffix(g.Text, fmt.Sprintf("<|%d|>", *fr.Matched)); has != keep {
+				t.Errorf("no_stop_trim=%v stream=%v: text %q", keep, stream, g.Text)
+			}
+		}
+	}
 }
 
 // contractRetraction: the labelled counter has no sample until a retraction,

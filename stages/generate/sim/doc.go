@@ -118,7 +118,11 @@
 // value (TokenizeText). Output text is rendered by DetokenizeIDs: ids below
 // 128 as that ASCII byte, others as a pseudo-word spelling the id; special
 // ids are dropped unless skip_special_tokens is false. output_ids are what
-// matters; the text only has to be deterministic.
+// matters; the text only has to be deterministic. As in SGLang
+// (DetokenizerManager.trim_matched_stop), `text` leaves out the matched stop
+// token of a request that finished with finish_reason stop (EOS or a
+// stop_token_ids id), even with skip_special_tokens false, unless the
+// request sets no_stop_trim; output_ids keep it. The contract test pins this.
 //
 // # Scheduler model
 //
@@ -234,6 +238,74 @@
 // mid-output unless the reasoning or tool-call patterns put it there. The
 // draw is a pure function of (Seed, rid, sampling_seed); with temperature 0
 // (greedy) of (Seed, input_ids) instead, as a greedy model would answer.
+//
+// # Scripted replies
+//
+// With Config.ReplyFormat (--reply-format) and Config.Conversations
+// (--conversations FILE), a request can be answered with a dataset's
+// original assistant message instead of random ids, so that tests exercise
+// the generate stage's reasoning and tool-call parsing end to end.
+// Conversations is JSONL in the ingest format: rows {"id", "messages" or
+// "conversations": [{"role" or "from", "content" or "value",
+// "reasoning_content", "tool_calls"}], "tools"}, with the role and ShareGPT
+// from names the ingest stage accepts (human, gpt, function_call whose value
+// is the call, observation, ...); content may be text parts (joined with
+// "\n"); tool_calls are OpenAI calls ({"function": {"name", "arguments"}},
+// arguments an object or a JSON string) or flat {"name", "arguments" or
+// "parameters"}. A numeric id is taken as its literal. Rows without an "id"
+// cannot be matched to a request and are skipped; New logs how many. The
+// file is read once, by New (a malformed line is an error).
+//
+// A request's rid is read as the generate stage writes it (RequestID and
+// AttemptRID): "<escaped id>#<turn>.<attempt>;", with "%3B" and "%25" in the
+// id standing for ";" and "%" (ParseRID). turn is the 0-based index of the
+// assistant message among the conversation's assistant messages. When the row
+// and its turn-th assistant message exist, the output is that message written
+// as the family's model writes it, one token per byte (id = byte value, the
+// trivial tokenizer of TokenizeText), then an EOS id: finish_reason stop
+// matched that EOS, and max_new_tokens shorter than the script cuts it
+// (finish_reason length) as it cuts any output; ignore_eos or a larger
+// min_new_tokens continues with random ids. Prompt, KV and time accounting
+// are those of any output of that length; reasoning_tokens counts the bytes
+// through the reasoning end marker. Any other rid (unknown id, a turn past
+// the row's assistant messages, another shape), or no ReplyFormat, gets the
+// random output described under Output, exactly as without scripting.
+//
+// The reply holds reasoning (reasoning_content, or the ASCII filler
+// "Simulated reasoning for assistant turn N." when it has none or it is
+// empty; not in llama3), content and tool calls (name and arguments; the
+// arguments re-marshalled as compact JSON with sorted keys). Formats, each
+// checked against SGLang 0.5.23's parsers (srt/function_call/*_detector.py,
+// srt/parser/reasoning_parser.py; see the Reply* constants):
+//
+//	qwen3       <think>\n{reasoning}\n</think>\n\n{content}[\n]<tool_call>\n{"name": N, "arguments": A}\n</tool_call>...
+//	kimi_k2     <think>{reasoning}</think>{content}<|tool_calls_section_begin|><|tool_call_begin|>functions.N:I<|tool_call_argument_begin|>A<|tool_call_end|>...<|tool_calls_section_end|>
+//	llama3      {"name": N, "parameters": A}; {"name": ...}   (a turn with calls is only its calls; else its content)
+//	deepseekv3  <think>{reasoning}</think>{content}<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>N\n```json\nA\n```<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>
+//
+// (kimi_k2's I counts the conversation's tool calls from 0.) The text is
+// ASCII but for deepseekv3's markers: in JSON arguments a non-ASCII
+// character is written as a \uXXXX escape (a surrogate pair above U+FFFF),
+// the same JSON value; in reasoning and content each non-ASCII rune is
+// replaced by the ASCII escape \uXXXX (BMP) or \UXXXXXXXX (above it), hex
+// upper-case, so content is not byte-identical to the original when it had
+// any. deepseekv3's markers are UTF-8, one token per byte (ids 128-255): a
+// scripted reply's text renders ids below 256 as raw bytes (DetokenizeIDs
+// would spell ids 128-255 as pseudo-words), and a stream holds back a
+// character until all its bytes are out, as SGLang's detokenizer does. Special
+// tokens such as <|tool_call_begin|> are plain text here, which is what SGLang
+// returns for them with skip_special_tokens false; the generate stage sends
+// that. ScriptedReply returns the text a Config answers for a rid.
+//
+// Config.ToolDivergenceRate (--tool-divergence-rate) makes that share of
+// scripted turns with tool calls diverge: the first call's arguments change
+// (the first key in sorted order gets another value of its kind: a string
+// gains " (diverged)", a number +1, a boolean flips, anything else becomes
+// "diverged"; an empty object gains "sim_diverged": true), the name stays.
+// Whether a turn diverges is Diverges(Seed, rate, id, turn): a hash of the
+// seed, the conversation id and the turn, never the attempt, so a retry
+// decides the same and a test can predict which turns end in
+// tool_divergence.
 //
 // # Faults
 //

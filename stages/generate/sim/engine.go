@@ -143,6 +143,8 @@ type request struct {
 	output    []int32
 	stream    bool // publish progress, not just the end
 	keepSpec  bool // skip_special_tokens=false
+	keepStop  bool // no_stop_trim: a matched stop token stays in text
+	byteText  bool // a scripted reply: ids below 256 are UTF-8 bytes of the text
 
 	kvLen           int        // KV slots computed for input+output
 	prefixLen       int        // leading part of kvLen held by the radix tree

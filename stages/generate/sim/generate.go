@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // maxBodyBytes bounds a /generate body (SGLang accepts large batches).
@@ -33,6 +34,41 @@ func (s *Server) isSpecial(id int32) bool {
 		}
 	}
 	return false
+}
+
+// outputText renders the `text` of r's output ids as SGLang's detokenizer
+// does: a matched stop token (the last id of a request that finished with
+// finish_reason stop) is left out unless no_stop_trim is set
+// (DetokenizerManager.trim_matched_stop, managers/detokenizer_manager.py).
+// In a stream, acc holds the text of ids[:sent] and gets the rest appended;
+// a scripted reply is rendered whole each time, its text cut before an
+// incomplete UTF-8 sequence until it finishes (the detokenizer's "printable
+// prefix" for a token that ends mid-character).
+func (s *Server) outputText(r *request, ids []int32, fin *FinishReason, sent int, acc *strings.Builder) string {
+	if fin != nil && fin.Type == "stop" && fin.Matched != nil && !r.keepStop && len(ids) > 0 && ids[len(ids)-1] == int32(*fin.Matched) {
+		ids = ids[:len(ids)-1]
+	}
+	if r.byteText {
+		text := detokenize(ids, s.isSpecial, r.skipSpecial(), true)
+		if fin == nil {
+			for cut := len(text) - 1; cut >= 0 && cut >= len(text)-utf8.UTFMax; cut-- {
+				if utf8.RuneStart(text[cut]) {
+					if !utf8.FullRuneInString(text[cut:]) {
+						text = text[:cut]
+					}
+					break
+				}
+			}
+		}
+		return text
+	}
+	if acc == nil {
+		return DetokenizeIDs(ids, s.isSpecial, r.skipSpecial())
+	}
+	if sent < len(ids) {
+		acc.WriteString(DetokenizeIDs(ids[sent:], s.isSpecial, r.skipSpecial()))
+	}
+	return acc.String()
 }
 
 // handleGenerate serves POST|PUT /generate. In manual mode the call is
@@ -176,7 +212,7 @@ func (s *Server) waitResults(ctx context.Context, w http.ResponseWriter, reqs []
 			}
 			return
 		}
-		out[i] = s.response(r, ids, DetokenizeIDs(ids, s.isSpecial, r.skipSpecial()), fin, meta)
+		out[i] = s.response(r, ids, s.outputText(r, ids, fin, 0, nil), fin, meta)
 		out[i].MetaInfo.ResponseSentToClientTS = unixNow()
 	}
 	if reset {
@@ -281,8 +317,7 @@ func (s *Server) streamResults(ctx context.Context, w http.ResponseWriter, reqs 
 				}
 				writeEvent(w, map[string]any{"error": e})
 			} else {
-				texts[i].WriteString(DetokenizeIDs(ids[sent[i]:], s.isSpecial, r.skipSpecial()))
-				chunk := s.response(r, ids, texts[i].String(), fin, meta)
+				chunk := s.response(r, ids, s.outputText(r, ids, fin, sent[i], &texts[i]), fin, meta)
 				if !first[i] {
 					first[i] = true
 					chunk.MetaInfo.ResponseSentToClientTS = unixNow()

@@ -51,8 +51,11 @@ type SamplingParams struct {
 	StopTokenIDs      []int    `json:"stop_token_ids,omitempty"`
 	IgnoreEOS         bool     `json:"ignore_eos,omitempty"`
 	SkipSpecialTokens *bool    `json:"skip_special_tokens,omitempty"`
-	SamplingSeed      *int64   `json:"sampling_seed,omitempty"`
-	N                 int      `json:"n,omitempty"`
+	// NoStopTrim keeps a matched stop token's text in `text` (SGLang
+	// trims it by default: DetokenizerManager.trim_matched_stop).
+	NoStopTrim   bool   `json:"no_stop_trim,omitempty"`
+	SamplingSeed *int64 `json:"sampling_seed,omitempty"`
+	N            int    `json:"n,omitempty"`
 }
 
 // GenerateResponse is one element of a /generate answer or stream chunk.
@@ -865,6 +868,11 @@ func (s *Server) newRequest(it genItem, notify chan struct{}) *request {
 		plan:      newOutputPlan(&s.cfg, seed, p.MinNewTokens, p.IgnoreEOS, p.StopTokenIDs),
 		notify:    notify,
 		keepSpec:  p.SkipSpecialTokens != nil && !*p.SkipSpecialTokens,
+		keepStop:  p.NoStopTrim,
+	}
+	if script, reasonLen := s.scriptFor(it.rid); script != nil {
+		r.plan.setScript(script, reasonLen, p.MinNewTokens)
+		r.byteText = true
 	}
 	if len(p.StopTokenIDs) > 0 {
 		r.stopIDs = make(map[int32]bool, len(p.StopTokenIDs))

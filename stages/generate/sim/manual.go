@@ -58,6 +58,9 @@ func NewManual(cfg Config) (*Server, error) {
 	}
 	s := newServer(given, cfg, true)
 	close(s.done)
+	if err := s.loadScripts(); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 

@@ -21,6 +21,19 @@ type outputPlan struct {
 	rng        *rand.Rand
 	vocabLimit int            // ordinary ids are drawn from [0, vocabLimit)
 	special    map[int32]bool // ids never drawn as ordinary tokens
+	// script, when set, is a scripted reply emitted from position 0 (see
+	// setScript); scriptReason is the length of its reasoning segment.
+	script       []int32
+	scriptReason int
+}
+
+// setScript makes the plan emit script first, then the end token (or, when
+// min_new_tokens asks for more, ordinary ids up to it, then the end token).
+// The random reasoning and tool-call segments are dropped.
+func (p *outputPlan) setScript(script []int32, reasonLen, minNew int) {
+	p.script, p.scriptReason = script, reasonLen
+	p.natural = max(len(script), minNew) + 1
+	p.reasonEnd, p.toolStart = -1, -1
 }
 
 // planSeed derives the per-request seed: (server seed, rid, sampling_seed)
@@ -129,6 +142,8 @@ func (p *outputPlan) token(i int) int32 {
 	switch {
 	case i == p.natural-1 && p.endToken >= 0:
 		return p.endToken
+	case i < len(p.script):
+		return p.script[i]
 	case p.reasonEnd >= 0 && i == 0:
 		return int32(p.reasonIDs[0])
 	case p.reasonEnd >= 0 && i == p.reasonEnd:
@@ -149,6 +164,9 @@ func (p *outputPlan) token(i int) int32 {
 // reasoningTokens counts the reasoning tokens among the first n outputs
 // (start marker through end marker).
 func (p *outputPlan) reasoningTokens(n int) int {
+	if p.script != nil {
+		return min(n, p.scriptReason)
+	}
 	if p.reasonEnd < 0 || n == 0 {
 		return 0
 	}
@@ -176,6 +194,12 @@ var syllables = [...]string{
 // the configured marker ids) are skipped when skipSpecial is set, otherwise
 // written as <|id|>.
 func DetokenizeIDs(ids []int32, special func(int32) bool, skipSpecial bool) string {
+	return detokenize(ids, special, skipSpecial, false)
+}
+
+// detokenize is DetokenizeIDs; with byteText (a scripted reply) ids 128-255
+// are raw bytes too, so a script's UTF-8 comes back whole.
+func detokenize(ids []int32, special func(int32) bool, skipSpecial, byteText bool) string {
 	var b strings.Builder
 	for _, id := range ids {
 		switch {
@@ -183,7 +207,7 @@ func DetokenizeIDs(ids []int32, special func(int32) bool, skipSpecial bool) stri
 			if !skipSpecial {
 				b.WriteString("<|" + strconv.Itoa(int(id)) + "|>")
 			}
-		case id >= 0 && id < 128:
+		case id >= 0 && (id < 128 || byteText && id < 256):
 			b.WriteByte(byte(id))
 		default:
 			b.WriteByte(' ')

@@ -45,6 +45,10 @@ type Server struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
+	// scripts holds Config.Conversations' assistant messages by row id,
+	// loaded once at New (nil without Config.ReplyFormat).
+	scripts map[string][]scriptTurn
+
 	reg    *prometheus.Registry
 	met    *metrics
 	faults *faultInjector
@@ -149,6 +153,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := newServer(given, cfg, false)
+	if err := s.loadScripts(); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	go s.loop(ctx)

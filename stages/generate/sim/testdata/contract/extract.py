@@ -327,6 +327,8 @@ API_TYPES = "sglang/api/v1/api_types.py"
 TOKENIZER_MANAGER = "sglang/srt/managers/tokenizer_manager.py"
 METRICS_COLLECTOR = "sglang/srt/observability/metrics_collector.py"
 VERSION = "sglang/_version.py"
+DETOKENIZER = "sglang/srt/managers/detokenizer_manager.py"
+SAMPLING_PARAMS = "sglang/srt/sampling/sampling_params.py"
 
 
 def extract_version(src: Sources) -> str:
@@ -951,6 +953,43 @@ def extract_retraction(src: Sources) -> dict:
             "retract_metrics": counters, "meta_info_key": meta_key, "meta_info_base_keys": meta_keys}
 
 
+def extract_stop_trim(src: Sources) -> dict:
+    """Whether `text` includes a matched stop token: DetokenizerManager.trim_matched_stop
+    drops the last id (the matched token) unless no_stop_trim, and both the
+    streamed ids and the finished text go through it."""
+    p = DETOKENIZER
+    cls = find_class(src.module(p), p, "DetokenizerManager")
+    trim = find_func(cls, p, "trim_matched_stop")
+    args = [a.arg for a in trim.args.args]
+    if args[:4] != ["self", "output", "finished_reason", "no_stop_trim"]:
+        raise Drift(p, "DetokenizerManager.trim_matched_stop", f"arguments {args}")
+    int_branch = None
+    for node in ast.walk(trim):
+        if isinstance(node, ast.If) and "isinstance(matched, int)" in ast.unparse(node.test):
+            int_branch = node
+    if int_branch is None:
+        raise Drift(p, "DetokenizerManager.trim_matched_stop", "no isinstance(matched, int) branch (stop token)")
+    body = "\n".join(ast.unparse(n) for n in int_branch.body)
+    drops_last = "return output[:-1]" in body
+    keeps_if_no_trim = "if no_stop_trim:\n    return output" in body
+    if not drops_last or not keeps_if_no_trim:
+        raise Drift(p, "DetokenizerManager.trim_matched_stop", "stop-token branch no longer returns output[:-1] unless no_stop_trim")
+    dec = ast.unparse(find_func(cls, p, "_decode_batch_token_id_output"))
+    calls = dec.count("self.trim_matched_stop(")
+    if calls < 2 or "s.decode_ids[s.surr_offset:]" not in dec:
+        raise Drift(p, "DetokenizerManager._decode_batch_token_id_output", f"trim_matched_stop applied {calls} times, want ids and finished text")
+    sp = find_class(src.module(SAMPLING_PARAMS), SAMPLING_PARAMS, "SamplingParams")
+    default = None
+    for f in class_fields(sp):
+        if f["name"] == "no_stop_trim":
+            default = f["default"]
+    if default is None:
+        raise Drift(SAMPLING_PARAMS, "SamplingParams.no_stop_trim", "no field with a default")
+    return {"text_drops_matched_stop_token": drops_last, "no_stop_trim_keeps": keeps_if_no_trim,
+            "keeps_tool_close_tokens": "self.tool_close_token_ids" in body,
+            "trim_calls_in_decode": calls, "no_stop_trim_default": default}
+
+
 def extract_legacy(src: Sources) -> dict:
     """What sets LEGACY apart from PIN, each fact anchored on a shape that is
     there (so a wrong path fails instead of reading as 'absent')."""
@@ -1025,6 +1064,7 @@ def extract(src: Sources) -> dict:
     facts["auth"] = extract_auth(src, http)
     facts["generate_req_input"] = extract_generate_req(src)
     facts["retraction"] = extract_retraction(src)
+    facts["stop_trim"] = extract_stop_trim(src)
     need = ["/generate", "/health", "/server_info", "/get_server_info", "/abort_request"]
     missing = [r for r in need if r not in http["routes"]]
     if missing:
