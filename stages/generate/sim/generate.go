@@ -220,9 +220,11 @@ func (s *Server) waitResults(ctx context.Context, w http.ResponseWriter, reqs []
 		return
 	}
 	if batch {
+		s.releaseFinished(reqs...)
 		writeJSON(w, http.StatusOK, out)
 		return
 	}
+	s.releaseFinished(reqs...)
 	writeJSON(w, http.StatusOK, out[0])
 }
 
@@ -317,6 +319,9 @@ func (s *Server) streamResults(ctx context.Context, w http.ResponseWriter, reqs 
 				}
 				writeEvent(w, map[string]any{"error": e})
 			} else {
+				if fin != nil {
+					s.releaseFinished(r)
+				}
 				chunk := s.response(r, ids, s.outputText(r, ids, fin, sent[i], &texts[i]), fin, meta)
 				if !first[i] {
 					first[i] = true

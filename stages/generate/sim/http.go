@@ -771,6 +771,22 @@ func (s *Server) releaseRIDs(items []genItem) {
 	}
 }
 
+// releaseFinished releases the rids of finished requests before their answer
+// is written: TokenizerManager._handle_batch_output deletes a finished
+// request's rid_to_state entry when its output arrives, before the HTTP
+// handler yields it, so a client that has the answer can reuse the rid at
+// once. (releaseRIDs at the end of the call covers the other paths.)
+func (s *Server) releaseFinished(reqs ...*request) {
+	if s.cfg.Release == Release054 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range reqs {
+		delete(s.live, r.rid)
+	}
+}
+
 // pyStrRepr is Python's repr of a str, for messages that print a list of
 // strings: single quotes unless the text holds a single quote and no double
 // quote; backslashes and the quote in use escaped.
