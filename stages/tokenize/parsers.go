@@ -11,12 +11,12 @@ import (
 // choices. They travel in topics.Parsers so that generate splits each reply the way the model writes it.
 var (
 	reasoningParsers = []string{"qwen3", "deepseek-r1", "kimi_k2", "gpt-oss"}
-	toolParsers      = []string{"qwen25", "llama3", "kimi_k2", "deepseekv3", "deepseekv31", "gpt-oss"}
+	toolParsers      = []string{"qwen25", "llama3", "kimi_k2", "deepseekv3", "gpt-oss"}
 )
 
 // DetectParsers names the reasoning and tool-call parsers of a chat template from the markup it writes:
 // Kimi-K2's <|tool_calls_section_begin|> sections, DeepSeek-V3's <｜tool▁calls▁begin｜> with ```json
-// arguments (V3.1 without), gpt-oss's harmony channels, Qwen/Hermes <tool_call> blocks, Llama 3.1's
+// arguments (DeepSeek-V3.1's calls, without them, are not parsed: its tool turns end as divergences), gpt-oss's harmony channels, Qwen/Hermes <tool_call> blocks, Llama 3.1's
 // ipython environment; <think> blocks for reasoning. A template that writes none of them gets "" (the
 // reply is all content, and a turn whose source called tools ends as a tool divergence).
 func DetectParsers(template string) topics.Parsers {
@@ -30,8 +30,6 @@ func DetectParsers(template string) topics.Parsers {
 		p.Tools = "kimi_k2"
 	case has("<｜tool▁calls▁begin｜>") && has("```json"):
 		p.Tools = "deepseekv3"
-	case has("<｜tool▁calls▁begin｜>"):
-		p.Tools = "deepseekv31"
 	case has("<tool_call>"):
 		p.Tools = "qwen25"
 	case has("<|python_tag|>") || has("Environment: ipython"):
