@@ -19,6 +19,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -286,4 +287,92 @@ func callsString(cs []Call) string {
 		fmt.Fprintf(&b, "%s(%s) ", c.Name, c.Arguments)
 	}
 	return "[" + strings.TrimSpace(b.String()) + "]"
+}
+
+// randomFragments are the pieces TestDifferentialSGLangRandom glues together:
+// each family's markers, whole and broken calls, and text that looks like
+// markers, so texts hit the odd paths (a marker mid-sentence, a call cut off,
+// a stray close tag) that a hand-written corpus misses.
+var randomFragments = map[string][]string{
+	"common": {"", " ", "\n", "\n\n", "Hello", "é日本 ☕", "{", "}", ";", "x"},
+	"think":  {"<think>", "</think>", "<think>\n", "\n</think>\n\n", "◁think▷", "◁/think▷"},
+	"qwen25": {"<tool_call>\n", "\n</tool_call>", "<tool_call>", qwenCall("f", `{"a": 1}`), qwenCall("g", `{"b": [1, {"c": "ü"}]}`),
+		`{"name": "f", "arguments": {"a": 1}}`, "<tool_call>\n[{\"name\": \"a\", \"arguments\": {}}]\n</tool_call>"},
+	"llama3": {"<|python_tag|>", `{"name": "a", "parameters": {"x": 1}}`, `{"name": "b", "arguments": {"y": true}}`, "; ", ";",
+		`{"name": "c", "parameters": {}}`, `{'name': 'd'}`},
+	"kimi_k2": {kSec, kSecE, kCall, kArg, kCallE, "functions.f:0", "g:1", `{"a": 1}`, " ",
+		kimiCallText("functions.f:0", `{"a": {"b": 2}}`), kimiCallText("functions.x.y:4", `{}`), "<|tool_calls_section_begin|>"},
+	"deepseekv3": {dsBegin, dsEnd, dsCall, dsCallE, dsSep, "function", "\n```json\n", "\n```", "f",
+		dsv3CallText("f", `{"a": 1}`), dsv3CallText("g", "{\n\"b\": [true]\n}")},
+	"gpt-oss": {"<|start|>", "assistant", "<|channel|>", "analysis", "final", "commentary", " to=functions.f ", "<|constrain|>", "json",
+		"<|message|>", "<|end|>", "<|call|>", "<|return|>", "<|weird|>", "<|", "|>", "assistantfinal",
+		harmonyCallText("f", `{"a": 1}`), harmonyCallText("g", ``), "<|channel|>analysis<|message|>think<|end|>",
+		"<|start|>assistant<|channel|>final<|message|>done", "<|channel|>commentary<|message|>pre<|end|>"},
+}
+
+func TestDifferentialSGLangRandom(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs python3 over the SGLang wheel")
+	}
+	configs := []struct {
+		reasoning, tools string
+		open             bool
+		pools            []string
+	}{
+		{"qwen3", "qwen25", false, []string{"think", "qwen25"}},
+		{"qwen3", "qwen25", true, []string{"think", "qwen25"}},
+		{"", "qwen25", false, []string{"qwen25"}},
+		{"deepseek-r1", "deepseekv3", false, []string{"think", "deepseekv3"}},
+		{"kimi_k2", "kimi_k2", false, []string{"think", "kimi_k2"}},
+		{"kimi", "", false, []string{"think"}},
+		{"", "llama3", false, []string{"llama3"}},
+		{"gpt-oss", "gpt-oss", false, []string{"gpt-oss"}},
+		{"", "gpt-oss", false, []string{"gpt-oss"}},
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	var cases []corpusCase
+	for _, cfg := range configs {
+		var pool []string
+		for _, p := range append([]string{"common"}, cfg.pools...) {
+			pool = append(pool, randomFragments[p]...)
+		}
+		for i := range 300 {
+			var b strings.Builder
+			for range 1 + rng.IntN(7) {
+				b.WriteString(pool[rng.IntN(len(pool))])
+			}
+			cases = append(cases, corpusCase{
+				Name: fmt.Sprintf("%s+%s/open=%v/%d", cfg.reasoning, cfg.tools, cfg.open, i),
+				Text: b.String(), Reasoning: cfg.reasoning, Tools: cfg.tools, Open: cfg.open,
+			})
+		}
+	}
+	want := runSGLang(t, cases)
+	compared, refused := 0, 0
+	for _, c := range cases {
+		py := want[c.Name]
+		got, err := Parse(c.Text, Options{Reasoning: c.Reasoning, Tools: c.Tools, ReasoningOpen: c.Open})
+		if err != nil {
+			// Parse refuses what SGLang would read with a call dropped.
+			// REPLY_SHOW_REFUSED=1 logs a sample, to check that they are.
+			refused++
+			if os.Getenv("REPLY_SHOW_REFUSED") != "" && refused%7 == 0 {
+				t.Logf("refused %s: %q: %v\n  SGLang: content %q calls %d %s", c.Name, c.Text, err, py.Content, len(py.Calls), py.Exception)
+			}
+			continue
+		}
+		compared++
+		pyCalls := make([]Call, len(py.Calls))
+		for i, pc := range py.Calls {
+			pyCalls[i] = Call{Name: pc.Name, Arguments: json.RawMessage(pc.Arguments)}
+		}
+		if got.Reasoning != py.Reasoning || got.Content != py.Content || !SameCalls(got.Calls, pyCalls) {
+			t.Errorf("%s: text %q\n  Parse:  reasoning %q content %q calls %s\n  SGLang: reasoning %q content %q calls %s (%s)",
+				c.Name, c.Text, got.Reasoning, got.Content, callsString(got.Calls), py.Reasoning, py.Content, callsString(pyCalls), py.Exception)
+		}
+	}
+	t.Logf("%d texts: %d compared with SGLang, %d refused with a ParseError", len(cases), compared, refused)
+	if compared < len(cases)/2 {
+		t.Errorf("only %d of %d texts compared: the corpus mostly exercises refusals", compared, len(cases))
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 )
 
 // A toolParser is one of SGLang's function-call detectors
@@ -195,21 +196,22 @@ func llama3Parse(text string, _ Options) (string, []Call, error) {
 	for idx < len(action) {
 		if v, n, ok := rawDecode(action[idx:]); ok {
 			actions = append(actions, v)
-			idx += n + 1 // len(self.tool_call_separator)
+			idx = skipChar(action, idx+n) // + len(self.tool_call_separator): one character
 			safe = idx
 			continue
 		}
 		if v, end, ok := pyDictAt(action, idx); ok {
 			actions = append(actions, v)
-			idx = end + 1
+			idx = skipChar(action, end)
 			safe = idx
 			continue
 		}
-		next := strings.Index(action[min(idx+1, len(action)):], `{"name":`)
+		from := skipChar(action, idx)
+		next := strings.Index(action[from:], `{"name":`)
 		if next < 0 {
 			break
 		}
-		next += min(idx+1, len(action))
+		next += from
 		if skipped := strings.Trim(pyStrip(action[idx:next]), ";"); pyStrip(skipped) != "" {
 			return "", nil, parseErr(p, action[idx:next], "text between tool calls is not a call")
 		}
@@ -234,6 +236,16 @@ func llama3Parse(text string, _ Options) (string, []Call, error) {
 		calls = append(calls, cs...)
 	}
 	return normal + trailing, calls, nil
+}
+
+// skipChar is i plus one character (Python indexes str by code point), at
+// most len(s).
+func skipChar(s string, i int) int {
+	if i >= len(s) {
+		return len(s)
+	}
+	_, n := utf8.DecodeRuneInString(s[i:])
+	return i + n
 }
 
 // rawDecode is Python's json.JSONDecoder().raw_decode(s): one JSON value that
