@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/big"
+	"strconv"
 	"strings"
 )
 
@@ -156,9 +157,7 @@ func jsonEqual(x, y any) bool {
 		if !ok {
 			return false
 		}
-		rx, okx := new(big.Rat).SetString(string(x))
-		ry, oky := new(big.Rat).SetString(string(y))
-		return okx && oky && rx.Cmp(ry) == 0
+		return numberEqual(string(x), string(y))
 	case string:
 		y, ok := y.(string)
 		return ok && x == y
@@ -169,4 +168,31 @@ func jsonEqual(x, y any) bool {
 		return y == nil
 	}
 	return false
+}
+
+// maxExponent bounds the exponents numberEqual expands exactly: 1e999999999
+// as a big.Rat would take gigabytes. Numbers beyond it compare as written.
+const maxExponent = 4096
+
+// numberEqual compares two JSON numbers by value, exactly.
+func numberEqual(x, y string) bool {
+	if x == y {
+		return true
+	}
+	if hugeExponent(x) || hugeExponent(y) {
+		return false
+	}
+	rx, okx := new(big.Rat).SetString(x)
+	ry, oky := new(big.Rat).SetString(y)
+	return okx && oky && rx.Cmp(ry) == 0
+}
+
+func hugeExponent(n string) bool {
+	i := strings.IndexAny(n, "eE")
+	if i < 0 {
+		return false
+	}
+	e := strings.TrimLeft(n[i+1:], "+-")
+	e = strings.TrimLeft(e, "0")
+	return len(e) > 4 || (len(e) == 4 && e > strconv.Itoa(maxExponent))
 }
