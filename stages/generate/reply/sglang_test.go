@@ -53,6 +53,10 @@ const (
 	kCallE  = "<|tool_call_end|>"
 )
 
+// pyDictCall is a Llama 3 call written as a Python dict, which SGLang reads
+// with ast.literal_eval.
+const pyDictCall = `{'name': 'e', 'parameters': {'x': True, 'y': None, 'z': (1, 2), 'w': 'it\'s "q"', 'n': -1.5e3, 'big': 123456789012345678901234567890}}`
+
 func qwenCall(name, args string) string {
 	return "<tool_call>\n{\"name\": \"" + name + "\", \"arguments\": " + args + "}\n</tool_call>"
 }
@@ -128,6 +132,9 @@ var corpus = []corpusCase{
 	{Name: "llama3/nested", Text: "<|python_tag|>{\"name\": \"f\", \"parameters\": {\"a\": {\"b\": [1, {\"c\": \"d\"}]}, \"e\": 1.5}}", Tools: "llama3"},
 	{Name: "llama3/trailing-text", Text: "<|python_tag|>{\"name\": \"f\", \"parameters\": {}} and more", Tools: "llama3"},
 	{Name: "llama3/no-call", Text: "Just an answer.", Tools: "llama3"},
+	{Name: "llama3/python-dict", Text: "<|python_tag|>" + pyDictCall, Tools: "llama3"},
+	{Name: "llama3/python-dict-after-json", Text: "<|python_tag|>{\"name\": \"a\", \"parameters\": {}};" + pyDictCall, Tools: "llama3"},
+	{Name: "llama3/json-with-python-bool", Text: "<|python_tag|>{\"name\": \"f\", \"parameters\": {\"a\": True, \"b\": None}}", Tools: "llama3"},
 	{Name: "llama3/malformed", Text: "<|python_tag|>{\"name\": \"f\", \"parameters\": {\"a\": }}", Tools: "llama3", WantErr: true},
 	{Name: "llama3/truncated-second", Text: "<|python_tag|>{\"name\": \"a\", \"parameters\": {}};{\"name\": \"b\", \"parameters\": {\"x\"", Tools: "llama3", WantErr: true},
 
@@ -299,7 +306,8 @@ var randomFragments = map[string][]string{
 	"qwen25": {"<tool_call>\n", "\n</tool_call>", "<tool_call>", qwenCall("f", `{"a": 1}`), qwenCall("g", `{"b": [1, {"c": "ü"}]}`),
 		`{"name": "f", "arguments": {"a": 1}}`, "<tool_call>\n[{\"name\": \"a\", \"arguments\": {}}]\n</tool_call>"},
 	"llama3": {"<|python_tag|>", `{"name": "a", "parameters": {"x": 1}}`, `{"name": "b", "arguments": {"y": true}}`, "; ", ";",
-		`{"name": "c", "parameters": {}}`, `{'name': 'd'}`},
+		`{"name": "c", "parameters": {}}`, `{'name': 'd'}`, pyDictCall, `{"name": "f", "parameters": {"a": True}}`,
+		`{'name': 'g', 'arguments': {1: 2, None: 'n', True: [], 'u': '\u00e9\x41\d'}}`, `{'name': 'h', 'parameters': {'t': (1,), 'f': 1., 'g': .5, 'z': -0}}`},
 	"kimi_k2": {kSec, kSecE, kCall, kArg, kCallE, "functions.f:0", "g:1", `{"a": 1}`, " ",
 		kimiCallText("functions.f:0", `{"a": {"b": 2}}`), kimiCallText("functions.x.y:4", `{}`), "<|tool_calls_section_begin|>"},
 	"deepseekv3": {dsBegin, dsEnd, dsCall, dsCallE, dsSep, "function", "\n```json\n", "\n```", "f",

@@ -181,9 +181,11 @@ func llama3Has(text string) bool {
 // llama3Parse is Llama32Detector.detect_and_parse. The text after the first
 // <|python_tag|> (or all of it, when it starts with "{") is read as JSON
 // objects one after another; after each, exactly one character (the ";"
-// separator, whatever it is) is skipped. Where a value does not start right
-// there, SGLang tries the braces that follow as a Python dict literal, then
-// jumps to the next `{"name":`. The normal text is what preceded the tag plus
+// separator, whatever it is) is skipped. Where a JSON value does not start
+// right there, the braces that follow are tried as a Python dict literal
+// (pyDictAt), and failing that the parser jumps to the next `{"name":`;
+// here only whitespace and ";" may be jumped over, anything else is a
+// *ParseError. The normal text is what preceded the tag plus
 // the stripped rest after the last object read.
 func llama3Parse(text string, _ Options) (string, []Call, error) {
 	const p = "llama3"
@@ -262,12 +264,11 @@ func rawDecode(s string) (json.RawMessage, int, bool) {
 	return v, int(dec.InputOffset()), true
 }
 
-// pyDictAt is the Python-dict fallback of Llama32Detector.detect_and_parse,
-// restricted to what this package can read: from idx, the span up to the
-// first point where "{" and "}" balance, stripped, must be a dict literal
-// (ast.literal_eval). Only JSON objects without true/false/null (the ones
-// that are also Python literals) are accepted here; single-quoted Python
-// dicts are not read.
+// pyDictAt is the Python-dict fallback of Llama32Detector.detect_and_parse:
+// from idx, the span up to the first point where "{" and "}" balance
+// (counted without regard to strings, as SGLang counts), stripped, read as a
+// Python dict literal (pyDictJSON) and written as JSON. It returns the JSON
+// and where the span ended.
 func pyDictAt(s string, idx int) (json.RawMessage, int, bool) {
 	depth, end := 0, idx
 	for i := idx; i < len(s); i++ {
@@ -284,27 +285,8 @@ func pyDictAt(s string, idx int) (json.RawMessage, int, bool) {
 	if end <= idx {
 		return nil, 0, false
 	}
-	body := pyStrip(s[idx:end])
-	if !strings.HasPrefix(body, "{") || !json.Valid([]byte(body)) || hasJSONLiteral(body) {
-		return nil, 0, false
-	}
-	return json.RawMessage(body), end, true
-}
-
-// hasJSONLiteral reports a true, false or null outside strings (names Python
-// does not know).
-func hasJSONLiteral(s string) bool {
-	dec := json.NewDecoder(strings.NewReader(s))
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			return false
-		}
-		switch tok.(type) {
-		case bool, nil:
-			return true
-		}
-	}
+	v, ok := pyDictJSON(pyStrip(s[idx:end]))
+	return v, end, ok
 }
 
 // ---------------------------------------------------------------------------
