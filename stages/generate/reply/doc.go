@@ -23,6 +23,26 @@
 // that are not a JSON object), Parse returns a *ParseError, because a
 // regenerated turn with a lost call is not a usable training sample.
 //
+// # The text
+//
+// Parse expects the text SGLang's chat endpoint hands its parsers, which is
+// /generate's text with skip_special_tokens=false. Stop tokens matter:
+// SGLang trims a matched stop token (detokenizer_manager.py
+// trim_matched_stop) except gpt-oss's <|call|> when the server runs with
+// --tool-call-parser gpt-oss, and a harmony call without its <|call|> is
+// no call at all (the block stays incomplete). Request gpt-oss turns with
+// no_stop_trim, or append the matched stop token, before parsing.
+//
+// SGLang's rules are kept even where they surprise: no whitespace is
+// stripped around reasoning; a start tag later in the text (not at its
+// start) puts everything before the end tag into reasoning; reasoning with
+// no end tag is all reasoning (unless a tool-call marker ends it: qwen3's
+// <tool_call>, kimi_k2's section begin); qwen25 and deepseekv3 strip the
+// text before the calls and drop any text after them; llama3 takes a text
+// that starts with "{" for a call; gpt-oss text with no harmony markers is
+// neither reasoning nor content, and a harmony call counts only after
+// "<|start|>assistant".
+//
 // Calls are kept whatever their name, as SGLang does with
 // SGLANG_FORWARD_UNKNOWN_TOOLS set; Options.Functions restores SGLang's
 // default of dropping calls to functions the request did not offer.
