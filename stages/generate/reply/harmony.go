@@ -433,8 +433,16 @@ func (h *harmonyParser) parse(chunk string) []hEvent {
 // harmonyOneShot is parse(text) then parse("") on a fresh HarmonyParser, as
 // both GptOssDetectors' detect_and_parse do.
 func harmonyOneShot(text string) []hEvent {
+	events, _ := harmonyOneShotRest(text)
+	return events
+}
+
+// harmonyOneShotRest is harmonyOneShot, also returning what the parser still
+// holds at the end: an incomplete block.
+func harmonyOneShotRest(text string) ([]hEvent, string) {
 	var h harmonyParser
-	return append(h.parse(text), h.parse("")...)
+	events := append(h.parse(text), h.parse("")...)
+	return events, h.buffer
 }
 
 // harmonyReasoning is the gpt-oss reasoning parser (reasoning_parser.py
@@ -468,6 +476,16 @@ const harmonyCallStart = "<|start|>assistant<|channel|>commentary"
 // GptOssDetector.tool_extract_pattern.
 var harmonyCall = regexp.MustCompile(`(?s)to=([a-zA-Z_][a-zA-Z0-9_.-]*)[` + pySpace + `]*<\|constrain\|>json<\|message\|>(.*?)(?:<\|call\|>|$)`)
 
+// harmonyHeldCall reports a call block the harmony parser still holds at
+// the end (no <|call|>): SGLang drops it, from the reasoning parser's normal
+// text already, so the tool parser never sees it.
+func harmonyHeldCall(rest string) error {
+	if strings.Contains(rest, "commentary") && strings.Contains(rest, "to=") {
+		return parseErr("gpt-oss", rest, "tool call without <|call|> (was the stop token trimmed?)")
+	}
+	return nil
+}
+
 func harmonyHas(text string) bool { return strings.Contains(text, harmonyCallStart) }
 
 // harmonyParse is gpt_oss_detector.py GptOssDetector.detect_and_parse: the
@@ -478,7 +496,11 @@ func harmonyParse(text string, _ Options) (string, []Call, error) {
 	const p = "gpt-oss"
 	var normal []string
 	var calls []Call
-	for _, e := range harmonyOneShot(text) {
+	events, rest := harmonyOneShotRest(text)
+	if err := harmonyHeldCall(rest); err != nil {
+		return "", nil, err
+	}
+	for _, e := range events {
 		switch e.kind {
 		case "normal":
 			normal = append(normal, e.content)

@@ -130,6 +130,13 @@ func Parse(text string, o Options) (Reply, error) {
 	if o.Tools == "" {
 		return r, nil
 	}
+	if o.Tools == "gpt-oss" && o.Reasoning == "gpt-oss" {
+		// The harmony reasoning parser already dropped a call block that
+		// has no <|call|>; the tool parser would never see it.
+		if _, rest := harmonyOneShotRest(text); harmonyHeldCall(rest) != nil {
+			return Reply{}, harmonyHeldCall(rest)
+		}
+	}
 	tp := toolParsers[o.Tools]
 	if !tp.has(normal) {
 		return r, nil

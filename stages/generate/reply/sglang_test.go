@@ -169,6 +169,8 @@ var corpus = []corpusCase{
 	{Name: "gpt-oss/commentary-preamble", Text: "<|channel|>analysis<|message|>r<|end|><|start|>assistant<|channel|>commentary<|message|>Checking now.<|end|>" + harmonyCallText("f", `{}`), Reasoning: "gpt-oss", Tools: "gpt-oss"},
 	{Name: "gpt-oss/empty-args", Text: "<|channel|>analysis<|message|>r<|end|>" + harmonyCallText("f", ``), Reasoning: "gpt-oss", Tools: "gpt-oss"},
 	{Name: "gpt-oss/text-fallback", Text: "analysisLet me think.assistantfinalHere you go.", Reasoning: "gpt-oss"},
+	{Name: "gpt-oss/call-stop-trimmed", Text: "<|channel|>analysis<|message|>r<|end|>" + strings.TrimSuffix(harmonyCallText("f", `{"a": 1}`), "<|call|>"), Reasoning: "gpt-oss", Tools: "gpt-oss", WantErr: true},
+	{Name: "gpt-oss/recipient-in-role", Text: "<|channel|>analysis<|message|>r<|end|><|start|>assistant to=functions.f<|channel|>commentary json<|message|>{}<|call|>", Reasoning: "gpt-oss", Tools: "gpt-oss"},
 	{Name: "gpt-oss/malformed-args", Text: "<|channel|>analysis<|message|>r<|end|>" + harmonyCallText("f", `{"a": }`), Reasoning: "gpt-oss", Tools: "gpt-oss", WantErr: true},
 }
 
