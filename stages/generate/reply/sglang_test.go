@@ -147,6 +147,7 @@ var corpus = []corpusCase{
 	{Name: "kimi_k2/section-ends-reasoning", Text: "<think>plan " + kSec + kimiCallText("functions.f:0", `{}`) + kSecE, Reasoning: "kimi_k2", Tools: "kimi_k2"},
 	{Name: "kimi_k2/no-section-end", Text: kSec + kimiCallText("functions.f:0", `{"a": 1}`), Tools: "kimi_k2"},
 	{Name: "kimi_k2/bare-counter-one-tool", Text: kSec + kimiCallText("7", `{"a": 1}`) + kSecE, Tools: "kimi_k2", Functions: []string{"only"}},
+	{Name: "kimi_k2/empty-section", Text: "Hm. " + kSec + kSecE, Tools: "kimi_k2", WantErr: true},
 	{Name: "kimi_k2/malformed-json", Text: kSec + kimiCallText("functions.f:0", `{"a": }`) + kSecE, Tools: "kimi_k2", WantErr: true},
 	{Name: "kimi_k2/unterminated-call", Text: kSec + kCall + "functions.f:0" + kArg + `{"a": 1`, Tools: "kimi_k2", WantErr: true},
 
@@ -156,6 +157,7 @@ var corpus = []corpusCase{
 	{Name: "deepseekv3/several", Text: dsBegin + dsv3CallText("a", `{"x": [1, {"y": "é"}]}`) + "\n" + dsv3CallText("b", "{\n  \"z\": 1.0\n}") + dsEnd, Tools: "deepseekv3"},
 	{Name: "deepseekv3/null-args", Text: dsBegin + dsv3CallText("a", `null`) + dsEnd, Tools: "deepseekv3"},
 	{Name: "deepseekv3/with-r1", Text: "think</think>\n\n" + dsBegin + dsv3CallText("f", `{"k": "v"}`) + dsEnd, Reasoning: "deepseek-r1", Tools: "deepseekv3"},
+	{Name: "deepseekv3/empty-section", Text: "Hm. " + dsBegin + dsEnd, Tools: "deepseekv3", WantErr: true},
 	{Name: "deepseekv3/malformed", Text: "x" + dsBegin + dsv3CallText("f", `{"k": }`) + dsEnd, Tools: "deepseekv3", WantErr: true},
 	{Name: "deepseekv3/no-fence", Text: dsBegin + dsCall + "function" + dsSep + "f\n{}" + dsCallE + dsEnd, Tools: "deepseekv3", WantErr: true},
 

@@ -316,6 +316,9 @@ func kimiParse(text string, o Options) (string, []Call, error) {
 	const p = "kimi_k2"
 	normal := text[:strings.Index(text, kimiSection)]
 	matches := kimiCall.FindAllStringSubmatch(text, -1)
+	if len(matches) == 0 {
+		return "", nil, parseErr(p, text[strings.Index(text, kimiSection):], "tool-call section holds no complete call")
+	}
 	if begun := strings.Count(text, "<|tool_call_begin|>"); begun > len(matches) {
 		return "", nil, parseErr(p, text[strings.Index(text, kimiSection):], "%d tool calls begun, %d complete", begun, len(matches))
 	}
@@ -367,6 +370,9 @@ func dsv3Parse(text string, _ Options) (string, []Call, error) {
 	const p = "deepseekv3"
 	normal := pyStrip(text[:strings.Index(text, dsv3Begin)])
 	blocks := dsv3Call.FindAllString(text, -1)
+	if len(blocks) == 0 {
+		return "", nil, parseErr(p, text[strings.Index(text, dsv3Begin):], "tool-call section holds no complete call")
+	}
 	if begun := strings.Count(text, "<｜tool▁call▁begin｜>"); begun > len(blocks) {
 		return "", nil, parseErr(p, text[strings.Index(text, dsv3Begin):], "%d tool calls begun, %d complete", begun, len(blocks))
 	}
