@@ -68,6 +68,7 @@ type ParseError struct {
 	Snippet string
 }
 
+// Error says which parser failed, why, and on what text.
 func (e *ParseError) Error() string {
 	if e.Snippet == "" {
 		return fmt.Sprintf("reply: %s: %s", e.Parser, e.Reason)

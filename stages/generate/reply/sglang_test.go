@@ -305,7 +305,7 @@ func callsString(cs []Call) string {
 // markers, so texts hit the odd paths (a marker mid-sentence, a call cut off,
 // a stray close tag) that a hand-written corpus misses.
 var randomFragments = map[string][]string{
-	"common": {"", " ", "\n", "\n\n", "Hello", "é日本 ☕", "{", "}", ";", "x"},
+	"common": {"", " ", "\n", "\n\n", "Hello", "é日本 ☕", "{", "}", ";", "x", "\u00a0", "\x1c", "\u3000\t"},
 	"think":  {"<think>", "</think>", "<think>\n", "\n</think>\n\n", "◁think▷", "◁/think▷"},
 	"qwen25": {"<tool_call>\n", "\n</tool_call>", "<tool_call>", qwenCall("f", `{"a": 1}`), qwenCall("g", `{"b": [1, {"c": "ü"}]}`),
 		`{"name": "f", "arguments": {"a": 1}}`, "<tool_call>\n[{\"name\": \"a\", \"arguments\": {}}]\n</tool_call>"},
