@@ -46,6 +46,7 @@ type itest struct {
 	model *tokenize.Model
 	log   *slog.Logger
 	out   string // the sink's output directory
+	turns string // ingest's turns setting (tests that check one row per id use last; see newITest)
 
 	fatal chan error // a stage that failed on its own
 
@@ -60,7 +61,7 @@ func newITest(t *testing.T, kc kafka.Config) *itest {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &itest{t: t, kc: kc, model: model, log: testLogger(t), out: t.TempDir(), fatal: make(chan error, 16),
+	h := &itest{t: t, kc: kc, model: model, log: testLogger(t), out: t.TempDir(), turns: ingest.TurnsLast, fatal: make(chan error, 16),
 		durable: map[string]int{}}
 	h.kc.Logger = h.log
 	return h
@@ -242,7 +243,7 @@ func (h *itest) ingest(path string, maxNewTokens int) []string {
 	var mu sync.Mutex
 	var ids []string
 	res, err := ingest.Run(ctx, ingest.Config{Kafka: h.kc, Inputs: []string{path}, Dataset: itestDataset,
-		Defaults: topics.Sampling{MaxNewTokens: maxNewTokens}, Logger: h.log,
+		Defaults: topics.Sampling{MaxNewTokens: maxNewTokens}, Logger: h.log, Turns: h.turns,
 		OnPrompt: func(id string, _ topics.Source) { mu.Lock(); ids = append(ids, id); mu.Unlock() }})
 	if err != nil {
 		h.t.Fatal(err)
