@@ -91,6 +91,10 @@ type Prompt struct {
 	// Endpoint is the server that generated the previous turn of the conversation (empty for its first):
 	// a hint to send this turn there, where the shared prefix is still cached.
 	Endpoint string `json:"endpoint,omitempty"`
+	// Continuation marks a prompt built from a generated turn (Generation.Next) rather than ingested: its
+	// history holds one pipeline's own replies, so a stage reading another namespace's prompts, or
+	// regenerating with other settings, must not take it for its own.
+	Continuation bool `json:"continuation,omitempty"`
 }
 
 // Tokenized is a prompt rendered through the chat template and tokenized.
@@ -112,8 +116,9 @@ type Tokenized struct {
 	Thread *Thread `json:"thread,omitempty"`
 	// Parsers says how the reply is split into reasoning, content and tool calls; set with Thread.
 	Parsers Parsers `json:"parsers,omitzero"`
-	// Endpoint is copied from the Prompt.
-	Endpoint string `json:"endpoint,omitempty"`
+	// Endpoint and Continuation are copied from the Prompt.
+	Endpoint     string `json:"endpoint,omitempty"`
+	Continuation bool   `json:"continuation,omitempty"`
 }
 
 // Generation is a prompt with the target model's completion, token-exact.

@@ -104,6 +104,8 @@ func (g *Generation) Next() (Prompt, bool) {
 		Sampling: g.Sampling,
 		Source:   g.Source,
 		Endpoint: g.Meta.Endpoint,
+
+		Continuation: true,
 	}
 	if len(rest) > 0 {
 		p.Rest = rest

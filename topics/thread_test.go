@@ -33,7 +33,7 @@ func TestNextBuildsTheFollowingTurn(t *testing.T) {
 	want := Prompt{
 		ID: "c", Dataset: "d", Turn: 1,
 		Messages: []Message{msg("system", "s"), msg("user", "q"), *g.Reply, result},
-		Tools:    g.Thread.Tools, Sampling: g.Sampling, Source: g.Source, Endpoint: "http://a",
+		Tools:    g.Thread.Tools, Sampling: g.Sampling, Source: g.Source, Endpoint: "http://a", Continuation: true,
 		Rest: []Message{final, msg("user", "thanks"), msg("assistant", "bye")},
 	}
 	if !reflect.DeepEqual(p, want) {

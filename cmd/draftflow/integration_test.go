@@ -263,6 +263,9 @@ func (h *itest) expectedPrompts(path string, maxNewTokens int) map[string][]uint
 			return perr
 		}
 		p.Dataset = itestDataset
+		if h.turns == ingest.TurnsLast {
+			p = ingest.LastTurn(p)
+		}
 		p.Sampling.MaxNewTokens = maxNewTokens
 		ids, err := h.model.Encode(&p)
 		if err != nil {

@@ -170,6 +170,48 @@ func TestPipelineMultiTurn(t *testing.T) {
 	t.Logf("turns by stop reason: %v", counts)
 }
 
+// checkConversationsHang reads the stop reasons of the shards under out and checks that every conversation
+// hangs together: its turns are 0..n without gaps, each (id, turn) once, every turn but the last continued
+// and the last not. It returns the stop reasons by id and turn.
+func checkConversationsHang(t *testing.T, out string) map[string]map[int]string {
+	t.Helper()
+	conv := map[string]map[int]string{}
+	eachShardBatch(t, out, func(rec arrow.Record, col func(string) int) {
+		ids := rec.Column(col("id")).(*array.String)
+		turns := rec.Column(col("turn")).(*array.Int32)
+		stop := rec.Column(col("stop_reason")).(*array.String)
+		for i := 0; i < int(rec.NumRows()); i++ {
+			id, turn := ids.Value(i), int(turns.Value(i))
+			if conv[id] == nil {
+				conv[id] = map[int]string{}
+			}
+			if _, dup := conv[id][turn]; dup {
+				t.Errorf("%s turn %d: two rows", id, turn)
+			}
+			conv[id][turn] = stop.Value(i)
+		}
+	})
+	for id, turns := range conv {
+		first := len(turns)
+		for turn := range turns {
+			first = min(first, turn)
+		}
+		last := first + len(turns) - 1
+		for turn := first; turn <= last; turn++ {
+			reason, ok := turns[turn]
+			switch {
+			case !ok:
+				t.Errorf("%s: turns %d..%d with turn %d missing", id, first, last, turn)
+			case turn < last && reason != topics.StopContinued:
+				t.Errorf("%s: turn %d is %q, but turn %d follows it", id, turn, reason, turn+1)
+			case turn == last && reason == topics.StopContinued:
+				t.Errorf("%s: turn %d continued, but no turn %d reached the shards", id, turn, turn+1)
+			}
+		}
+	}
+	return conv
+}
+
 func joinLines(lines []string) string {
 	s := ""
 	for _, l := range lines {

@@ -150,6 +150,7 @@ func TestPipelineEndToEndSample(t *testing.T) {
 	rc.Kafka = kc
 	rc.Ingest.Inputs = []string{sampleFile}
 	rc.Ingest.Defaults.MaxNewTokens = 2048
+	rc.Ingest.Turns = ingest.TurnsLast // one row per id, checked token by token below (TestPipelineMultiTurn: every turn)
 	rc.Sink.Dir = out
 	rc.Sim.Instant = true
 	rc.Sim.OutputLenMean = 300
@@ -177,6 +178,7 @@ func TestPipelineEndToEndSample(t *testing.T) {
 		if perr != nil {
 			return nil
 		}
+		p = ingest.LastTurn(p)
 		p.Dataset = "conversations"
 		p.Sampling.MaxNewTokens = 2048
 		ids, err := model.Encode(&p)

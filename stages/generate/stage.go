@@ -2,6 +2,7 @@ package generate
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -154,6 +155,15 @@ func (s *stage) handle(d *kafka.Delivery) {
 	sampling := s.cfg.Override.Apply(t.Sampling)
 	sampling.MaxNewTokens = s.ctl.MaxNewTokens(sampling.MaxNewTokens, lane)
 	sampling.Lane = lane.Name
+	if t.Continuation && !sameSampling(sampling, t.Sampling) {
+		// A later turn built from a generation made with other settings: a replay of the tokenized topic
+		// with other sampling (or lanes) reads the previous run's continuations too. This run builds its
+		// own later turns from its own replies; the old one belongs to the old run.
+		s.ctl.met.records.WithLabelValues("stale_turn").Inc()
+		s.log.Debug("later turn of a run with other settings skipped", "id", t.ID, "turn", t.Turn, "at", d.Where())
+		d.Done()
+		return
+	}
 	req := &Request{
 		RID:      RequestID(t.ID, t.Turn),
 		Key:      LengthKey{Dataset: t.Dataset, Lane: lane.Name},
@@ -266,4 +276,11 @@ func (s *stage) reject(d *kafka.Delivery, r *topics.Rejection) {
 		s.ctl.met.records.WithLabelValues("rejected").Inc()
 		d.Done()
 	})
+}
+
+// sameSampling reports whether two sampling settings are the same (as JSON: pointers and maps by value).
+func sameSampling(a, b topics.Sampling) bool {
+	ja, erra := json.Marshal(a)
+	jb, errb := json.Marshal(b)
+	return erra == nil && errb == nil && string(ja) == string(jb)
 }

@@ -73,6 +73,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 // stageMetrics are the tokenize stage's series, registered on Config.Registerer.
 type stageMetrics struct {
 	prompts, tokens prometheus.Counter
+	foreignTurns    prometheus.Counter
 	rejected        *prometheus.CounterVec
 	encodeSeconds   prometheus.Histogram
 }
@@ -84,6 +85,10 @@ func newStageMetrics(reg prometheus.Registerer) *stageMetrics {
 		})),
 		tokens: metrics.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "draftflow_tokenize_tokens_total", Help: "Prompt tokens produced.",
+		})),
+		foreignTurns: metrics.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "draftflow_tokenize_foreign_turns_skipped_total",
+			Help: "Later turns of another namespace's conversations skipped while reading its prompts (--input-namespace).",
 		})),
 		rejected: metrics.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "draftflow_tokenize_rejected_total", Help: "Prompts dead-lettered, by reason.",
@@ -187,7 +192,7 @@ func Run(ctx context.Context, cfg Config) error {
 					continue
 				}
 				rec := &topics.Tokenized{ID: p.ID, Dataset: p.Dataset, Turn: p.Turn, Sampling: p.Sampling, Source: p.Source,
-					Model: name, TokenizerHash: m.Hash, InputIDs: ids, Endpoint: p.Endpoint}
+					Model: name, TokenizerHash: m.Hash, InputIDs: ids, Endpoint: p.Endpoint, Continuation: p.Continuation}
 				if len(p.Rest) > 0 {
 					rec.Thread = &topics.Thread{Messages: p.Messages, Tools: p.Tools, Rest: p.Rest}
 					rec.Parsers = parsers
@@ -228,13 +233,52 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		return nil
 	})
-	err = in.Run(runCtx, func(d *kafka.Delivery) {
+	feed := func(d *kafka.Delivery) {
 		select {
 		case work <- d:
 		case <-runCtx.Done():
 			d.Abandon() // redelivered after a restart
 		}
+	}
+	// Reading another namespace's prompts (--input-namespace): its ingested prompts are ours to tokenize,
+	// its continuations (later turns built from its own replies) are not. The later turns of this
+	// namespace's conversations come back on this namespace's prompts topic, read by a second consumer
+	// (group "<group>-turns").
+	foreign := cfg.Kafka.InputNamespace != "" && cfg.Kafka.InputNamespace != cfg.Kafka.Namespace
+	var turnsErr error
+	var turnsDone sync.WaitGroup
+	if foreign {
+		own := cfg.Kafka
+		own.InputNamespace = ""
+		turns := own.NewConsumer(topics.TopicPrompts, kafka.ConsumerConfig{Group: group + "-turns", MaxInFlight: 4096})
+		turnsDone.Add(1)
+		go func() {
+			defer turnsDone.Done()
+			if turnsErr = turns.Run(runCtx, feed); turnsErr != nil {
+				cancel(turnsErr)
+			}
+		}()
+		log.Info("reading another namespace's prompts; this namespace's later turns from its own prompts topic",
+			"input", cfg.Kafka.InputTopic(topics.TopicPrompts), "turns", own.Topic(topics.TopicPrompts))
+	}
+	err = in.Run(runCtx, func(d *kafka.Delivery) {
+		if foreign {
+			var p topics.Prompt
+			if topics.Unmarshal(d.Message.Value, &p) == nil && p.Continuation {
+				met.foreignTurns.Inc()
+				d.Done()
+				return
+			}
+		}
+		feed(d)
 	})
+	if foreign {
+		cancel(nil)
+		turnsDone.Wait()
+		if err == nil && ctx.Err() == nil {
+			err = turnsErr
+		}
+	}
 	close(work)
 	wg.Wait()
 	if cause := context.Cause(runCtx); cause != nil && cause != context.Canceled && ctx.Err() == nil {

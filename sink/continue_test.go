@@ -1,0 +1,288 @@
+package sink
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"reflect"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/draftflow/draftflow/kafka"
+	"github.com/draftflow/draftflow/kafka/embedded"
+	"github.com/draftflow/draftflow/kafka/kafkatest"
+	"github.com/draftflow/draftflow/topics"
+)
+
+// mkTurn is mkGen(i) as turn 0 of a multi-turn conversation: continued for i%3 != 0, else the end.
+func mkTurn(i int) *topics.Generation {
+	g := mkGen(i, 0.7)
+	g.Thread = &topics.Thread{
+		Messages: []topics.Message{{Role: "user", Content: fmt.Sprintf("question %d", i)}},
+		Rest: []topics.Message{{Role: "assistant", Content: "original"}, {Role: "user", Content: "and then?"},
+			{Role: "assistant", Content: "original 2"}},
+	}
+	g.Reply = &topics.Message{Role: "assistant", Content: fmt.Sprintf("regenerated %d", i), ReasoningContent: "thought"}
+	g.StopReason = topics.StopContinued
+	if i%3 == 0 {
+		g.StopReason = topics.StopToolDivergence
+	}
+	return g
+}
+
+func mkTurns(from, to int) []*topics.Generation {
+	var out []*topics.Generation
+	for i := from; i < to; i++ {
+		out = append(out, mkTurn(i))
+	}
+	return out
+}
+
+// nextPrompts reads the prompts topic: every next turn the sink sent, by id (copies must be identical).
+func nextPrompts(t *testing.T, kc kafka.Config, want int) map[string]*topics.Prompt {
+	t.Helper()
+	got := map[string]*topics.Prompt{}
+	for _, p := range kafkatest.Collect[topics.Prompt](t, kc, topics.TopicPrompts, want, 30*time.Second) {
+		if prev, ok := got[p.ID]; ok && !reflect.DeepEqual(prev, p) {
+			t.Errorf("%s: two different next turns sent:\n %+v\n %+v", p.ID, prev, p)
+		}
+		got[p.ID] = p
+	}
+	return got
+}
+
+// checkContinuations: every continued turn in the shards has exactly its Next() prompt on the prompts topic,
+// and nothing else is there.
+func checkContinuations(t *testing.T, kc kafka.Config, dir string, gens []*topics.Generation) {
+	t.Helper()
+	continued := 0
+	for _, g := range gens {
+		if g.StopReason == topics.StopContinued {
+			continued++
+		}
+	}
+	sent := nextPrompts(t, kc, kafkatest.Size(t, kc, topics.TopicPrompts))
+	byID := map[string]*topics.Generation{}
+	for _, g := range gens {
+		byID[g.ID] = g
+	}
+	rows := 0
+	for _, rs := range readRows(t, dir) {
+		for _, r := range rs {
+			rows++
+			g := byID[r.ID]
+			if r.StopReason != g.StopReason {
+				t.Errorf("%s: stop_reason %q, want %q", r.ID, r.StopReason, g.StopReason)
+			}
+			next, ok := g.Next()
+			if !ok {
+				if sent[r.ID] != nil {
+					t.Errorf("%s ended (%s) but a next turn was sent", r.ID, g.StopReason)
+				}
+				continue
+			}
+			if p := sent[r.ID]; p == nil || !reflect.DeepEqual(*p, next) {
+				t.Errorf("%s: next turn on the prompts topic %+v, want %+v", r.ID, p, next)
+			}
+		}
+	}
+	if rows != len(gens) || len(sent) != continued {
+		t.Fatalf("%d rows and %d next turns, want %d and %d", rows, len(sent), len(gens), continued)
+	}
+}
+
+// TestSinkSendsNextTurns: a continued turn's next prompt is on the prompts topic once its row is durable;
+// OnDurable reports only the conversations that ended.
+func TestSinkSendsNextTurns(t *testing.T) {
+	kc := kafkatest.Config(t, 4)
+	dir := t.TempDir()
+	gens := mkTurns(0, 90)
+	produceGens(t, kc, gens)
+	sr := startSink(t, baseConfig(kc, dir))
+	var ended []string
+	for _, g := range gens {
+		if g.StopReason != topics.StopContinued {
+			ended = append(ended, g.ID)
+		}
+	}
+	sr.waitFor(t, "ended conversations durable", allDurable(ended))
+	// Duplicates of a continued turn send nothing again (the next turn is on this topic already) and are not
+	// reported as conversations present.
+	produceGens(t, kc, gens[:12])
+	time.Sleep(3 * DefaultIdleFlush)
+	if err := sr.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	sr.mu.Lock()
+	for id := range sr.durable {
+		if g := mkTurn(idNum(id)); g.StopReason == topics.StopContinued {
+			t.Errorf("OnDurable reported %s, whose conversation goes on", id)
+		}
+	}
+	for id := range sr.dups {
+		if g := mkTurn(idNum(id)); g.StopReason == topics.StopContinued {
+			t.Errorf("OnDuplicate reported %s, whose conversation goes on", id)
+		}
+	}
+	sr.mu.Unlock()
+	checkContinuations(t, kc, dir, gens)
+}
+
+func idNum(id string) int {
+	var n int
+	fmt.Sscanf(strings.TrimPrefix(id, "conv-"), "%d", &n)
+	return n
+}
+
+// TestSinkNextTurnsSurviveKills: the sink is SIGKILLed at several points of a run (between a row's next turn
+// and its flush, between flushes, ...) and restarted each time: in the end every continued row in the shards
+// has its next turn on the prompts topic (a kill before the commit point may send it twice: identical
+// copies), and no next turn exists for a row that is not in the shards.
+func TestSinkNextTurnsSurviveKills(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns child processes")
+	}
+	kc := kafkatest.Config(t, 4)
+	dir := t.TempDir()
+	gens := mkTurns(0, 300)
+	produceGens(t, kc, gens)
+	child := func() *exec.Cmd {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperSinkProcess$")
+		cmd.Env = append(os.Environ(), "DRAFTFLOW_SINK_HELPER=1", "HELPER_BROKERS="+strings.Join(kc.Brokers, ","),
+			"HELPER_NAMESPACE="+kc.Namespace, "HELPER_DIR="+dir)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd
+	}
+	kills := 0
+	for _, shards := range []int{2, 9, 20} {
+		cmd := child()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			runs, _ := RunDirs(dir)
+			if len(runs) > 0 {
+				if m, err := ReadManifest(runs[0]); err == nil && len(m.Shards) >= shards {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				cmd.Process.Kill()
+				t.Fatalf("child sink did not reach %d shards", shards)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		cmd.Process.Signal(syscall.SIGKILL)
+		cmd.Wait()
+		kills++
+	}
+	cfg := baseConfig(kc, dir)
+	sr := startSink(t, cfg)
+	var ended []string
+	for _, g := range gens {
+		if g.StopReason != topics.StopContinued {
+			ended = append(ended, g.ID)
+		}
+	}
+	// Ended conversations are reported as durable now, or as duplicates of rows a killed child wrote.
+	sr.waitFor(t, "every conversation end accounted for", func(d, dups map[string]int) bool {
+		for _, id := range ended {
+			if d[id] == 0 && dups[id] == 0 {
+				rows := readRowsQuiet(dir)
+				if !rows[id] {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	time.Sleep(3 * DefaultIdleFlush)
+	if err := sr.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d kills", kills)
+	checkContinuations(t, kc, dir, gens)
+	assertNoTemps(t, dir)
+}
+
+// readRowsQuiet returns the ids in the shards under dir, or nil when they cannot be read yet.
+func readRowsQuiet(dir string) map[string]bool {
+	ids := map[string]bool{}
+	runs, err := RunDirs(dir)
+	if err != nil {
+		return nil
+	}
+	for _, run := range runs {
+		m, err := ReadManifest(run)
+		if err != nil {
+			return nil
+		}
+		for _, sh := range m.Shards {
+			sf, err := openShard(run + "/" + sh.File)
+			if err != nil {
+				return nil
+			}
+			sf.scan(context.Background(), []int{colID}, func(r *ShardRow) error { ids[r.ID] = true; return nil })
+			sf.Close()
+		}
+	}
+	return ids
+}
+
+// TestSinkSendsNextTurnsAgainForANewBroker: rows written from one broker's generated topic, then the same
+// generations replayed from a new broker into the same directory (a second `draftflow run`): the duplicates
+// of continued turns send their next turns again, built from the rows' recorded replies, to the new
+// broker's prompts topic, where the first broker's copies are gone.
+func TestSinkSendsNextTurnsAgainForANewBroker(t *testing.T) {
+	dir := t.TempDir()
+	broker := func() kafka.Config {
+		e, err := embedded.Start(embedded.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(e.Close)
+		kc := kafka.Config{Brokers: e.Brokers(), Partitions: 2, Namespace: "again"}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := kc.EnsureTopics(ctx, topics.All...); err != nil {
+			t.Fatal(err)
+		}
+		return kc
+	}
+	gens := mkTurns(0, 30)
+	kc := broker()
+	produceGens(t, kc, gens)
+	sr := startSink(t, baseConfig(kc, dir))
+	sr.waitFor(t, "first broker's rows durable", func(d, _ map[string]int) bool { return len(readRowsQuiet(dir)) == len(gens) })
+	time.Sleep(2 * DefaultIdleFlush)
+	if err := sr.stop(t); err != nil {
+		t.Fatal(err)
+	}
+
+	kc = broker()
+	// The replayed copies carry other replies: the next turns must be built from the rows' (the first ones).
+	replay := mkTurns(0, 30)
+	for _, g := range replay {
+		g.Reply = &topics.Message{Role: "assistant", Content: "a different reply"}
+	}
+	produceGens(t, kc, replay)
+	sr = startSink(t, baseConfig(kc, dir))
+	continued := 0
+	for _, g := range gens {
+		if g.StopReason == topics.StopContinued {
+			continued++
+		}
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for kafkatest.Size(t, kc, topics.TopicPrompts) < continued && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(2 * DefaultIdleFlush)
+	if err := sr.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	checkContinuations(t, kc, dir, gens)
+}
