@@ -63,7 +63,7 @@ func Export(dir string, opts ExportOptions, w io.Writer) (LimitReport, error) {
 				return rep, fmt.Errorf("export: %w", err)
 			}
 			err = sf.scan(context.Background(), nil, func(r *ShardRow) error {
-				if msg := checkRow(r); msg != "" {
+				if msg := checkRow(r, m.Merged); msg != "" {
 					return fmt.Errorf("%s: row %q: %s", sh.File, r.ID, msg)
 				}
 				ids, mask, fate := opts.Limits.apply(r)

@@ -84,7 +84,7 @@ func FuzzShardRoundTrip(f *testing.F) {
 		err = sf.scan(context.Background(), nil, func(got *ShardRow) error {
 			want := rows[i]
 			ids := append(slices.Clone(asInt32(want.prompt)), asInt32(want.output)...)
-			if got.ID != want.id || got.Turn != want.turn || !slices.Equal(got.InputIDs, ids) || checkRow(got) != "" ||
+			if got.ID != want.id || got.Turn != want.turn || !slices.Equal(got.InputIDs, ids) || checkRow(got, false) != "" ||
 				int(got.PromptLen) != len(want.prompt) {
 				t.Fatalf("row %d: got %+v, want %+v", i, got, want)
 			}

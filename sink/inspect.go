@@ -56,7 +56,7 @@ type Bucket struct {
 // Inspect validates every shard under dir (a run directory, or a sink output directory holding runs) against
 // its manifest and the schema: the manifest's files exist with its sizes and checksums and nothing else is
 // published, every row has len(loss_mask) = len(input_ids) = prompt_len + completion_len with loss_mask 0
-// before prompt_len and 1 after, (id, turn) is unique per run, and the run's generated-token counts
+// before prompt_len (in a merged run, MergeTurns, 0 or 1) and 1 after, (id, turn) is unique per run, and the run's generated-token counts
 // (TokenCountsFile) are those of its rows. It writes a report to w and returns an
 // error when anything is wrong.
 func Inspect(dir string, w io.Writer) (Summary, error) {
@@ -166,7 +166,7 @@ func inspectRun(rd string, sum *Summary, hist map[int]int64) RunSummary {
 			st.Tokens += n
 			st.PromptTokens += int64(r.PromptLen)
 			st.CompletionTokens += int64(r.CompletionLen)
-			if msg := checkRow(r); msg != "" {
+			if msg := checkRow(r, m.Merged); msg != "" {
 				if len(sum.Problems) < 1000 {
 					problem("%s: row %q: %s", sh.File, r.ID, msg)
 				}
@@ -222,8 +222,9 @@ func inspectRun(rd string, sum *Summary, hist map[int]int64) RunSummary {
 	return rs
 }
 
-// checkRow returns what is wrong with a row's token columns, or "".
-func checkRow(r *ShardRow) string {
+// checkRow returns what is wrong with a row's token columns, or "". In a merged run (Manifest.Merged) the
+// prompt part of the loss mask may hold the earlier turns' ones.
+func checkRow(r *ShardRow, merged bool) string {
 	switch {
 	case r.ID == "":
 		return "empty id"
@@ -238,6 +239,9 @@ func checkRow(r *ShardRow) string {
 		want := uint8(0)
 		if i >= int(r.PromptLen) {
 			want = 1
+		}
+		if merged && want == 0 && v == 1 {
+			continue
 		}
 		if v != want {
 			return fmt.Sprintf("loss_mask[%d] = %d, want %d (prompt_len %d)", i, v, want, r.PromptLen)

@@ -1,6 +1,7 @@
 package sink
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 )
@@ -61,10 +62,7 @@ func (l Limits) apply(r *ShardRow) (ids []int32, mask []uint8, fate rowFate) {
 		}
 		ids, mask, fate = ids[:l.MaxLength], mask[:l.MaxLength], rowTruncated
 	}
-	loss := 0
-	if len(ids) > int(r.PromptLen) {
-		loss = len(ids) - int(r.PromptLen) // loss_mask is 0 then 1 (checkRow)
-	}
+	loss := bytes.Count(mask, []byte{1}) // a merged run's rows have ones before prompt_len too
 	if loss < max(l.MinLossTokens, 1) {
 		return nil, nil, rowDroppedLoss
 	}

@@ -25,6 +25,9 @@ type Manifest struct {
 	Shards []ManifestShard `json:"shards"`
 	// Totals over Shards.
 	Totals Totals `json:"totals"`
+	// Merged marks a run written by MergeTurns: a row may hold a whole conversation, its prompt (before
+	// prompt_len) including earlier turns' outputs, marked 1 in loss_mask.
+	Merged bool `json:"merged,omitempty"`
 }
 
 // ManifestShard describes one shard.

@@ -103,7 +103,10 @@ type row struct {
 	id, dataset, finishReason, endpoint string
 	stopReason, reply                   string
 	turn                                int32
-	prompt, output                      []uint32
+	// mask, when set, is the loss mask of prompt+output instead of zeros then ones: a merged conversation's
+	// row (MergeTurns), whose prompt holds the earlier turns' outputs, marked 1.
+	mask           []uint8
+	prompt, output []uint32
 }
 
 func (r *row) tokens() int { return len(r.prompt) + len(r.output) }
@@ -225,8 +228,12 @@ func writeShard(w io.Writer, rows []*row, kv map[string]string, rowGroupRows, zs
 			inVB.AppendValues(asInt32(r.prompt), nil)
 			inVB.AppendValues(asInt32(r.output), nil)
 			maskLB.Append(true)
-			maskVB.AppendValues(zeros[:len(r.prompt)], nil)
-			maskVB.AppendValues(ones[:len(r.output)], nil)
+			if r.mask != nil {
+				maskVB.AppendValues(r.mask, nil)
+			} else {
+				maskVB.AppendValues(zeros[:len(r.prompt)], nil)
+				maskVB.AppendValues(ones[:len(r.output)], nil)
+			}
 			pl.Append(int32(len(r.prompt)))
 			cl.Append(int32(len(r.output)))
 			fr.Append(r.finishReason)

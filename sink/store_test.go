@@ -292,11 +292,11 @@ func TestInspectCatchesCorruption(t *testing.T) {
 		f.Close()
 		// Corrupt the mask in memory terms: rows are always written consistently, so check checkRow directly too.
 		r := ShardRow{ID: "x", InputIDs: []int32{1, 2, 3}, LossMask: []uint8{0, 1, 1}, PromptLen: 2, CompletionLen: 1}
-		if msg := checkRow(&r); !strings.Contains(msg, "loss_mask[1]") {
+		if msg := checkRow(&r, false); !strings.Contains(msg, "loss_mask[1]") {
 			t.Fatalf("checkRow = %q, want a loss_mask complaint", msg)
 		}
 		r = ShardRow{ID: "x", InputIDs: []int32{1, 2, 3}, LossMask: []uint8{0, 1}, PromptLen: 1, CompletionLen: 2}
-		if msg := checkRow(&r); !strings.Contains(msg, "loss_mask has 2") {
+		if msg := checkRow(&r, false); !strings.Contains(msg, "loss_mask has 2") {
 			t.Fatalf("checkRow = %q", msg)
 		}
 		expectProblem(t, dir, "manifest says")

@@ -180,7 +180,7 @@ func countRows(runDir string, l Limits, acc *countTable, rep *LimitReport) error
 			return err
 		}
 		err = sf.scan(context.Background(), []int{colID, colInputIDs, colLossMask, colPromptLen, colCompletionLen}, func(r *ShardRow) error {
-			if msg := checkRow(r); msg != "" {
+			if msg := checkRow(r, m.Merged); msg != "" {
 				return fmt.Errorf("%s: row %q: %s", sh.File, r.ID, msg)
 			}
 			ids, _, fate := l.apply(r)

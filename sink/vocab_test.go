@@ -200,8 +200,11 @@ func TestExportOneRunWithLimits(t *testing.T) {
 		byID[g.ID] = g
 		ids := append(slices.Clone(g.PromptIDs), g.OutputIDs...)
 		r := &ShardRow{ID: g.ID, PromptLen: int32(len(g.PromptIDs)), CompletionLen: int32(len(g.OutputIDs)), LossMask: make([]uint8, len(ids))}
-		for _, id := range ids {
+		for i, id := range ids {
 			r.InputIDs = append(r.InputIDs, int32(id))
+			if i >= len(g.PromptIDs) {
+				r.LossMask[i] = 1
+			}
 		}
 		kept, _, fate := lim.apply(r)
 		want.add(r, kept, fate)

@@ -46,6 +46,7 @@ func commands() []command {
 		{"sim", "serve a simulated SGLang server", cmdSim},
 		{"encode", "print the token ids the tokenize stage would produce for JSONL conversations on stdin", cmdEncode},
 		{"inspect", "validate shards against their manifest and print totals", cmdInspect},
+		{"merge-turns", "write one row per conversation where the turns merge token-exactly (the rest stay turn rows, with the reason)", cmdMergeTurns},
 		{"export", "export one run's shards as SpecForge or speculators JSONL, with the trainer's length limits", cmdExport},
 		{"vocab", "count a run's generated tokens and write the draft vocabulary maps (d2t.npy, t2d.npy)", cmdVocab},
 		{"bench", "benchmarks: bench generate (serving policies), bench pipeline (Kafka throughput)", cmdBench},

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -40,6 +41,8 @@ type runConfig struct {
 	Sim      sim.Config
 	// Timeout bounds the whole run (0: none).
 	Timeout time.Duration
+	// MergeTurns, when set, is where the run's conversations are also written merged (sink.MergeTurns).
+	MergeTurns string
 	// Progress receives a progress bar (nil: none).
 	Progress io.Writer
 	Logger   *slog.Logger
@@ -83,6 +86,9 @@ func cmdRun(ctx context.Context, args []string) error {
 	fs.Float64Var(&rc.Sim.OutputLenMean, "sim-output-mean", 600, "mean output length of the built-in simulator (tokens)")
 	fs.Float64Var(&rc.Sim.TimeScale, "sim-time-scale", 0, "simulated seconds per wall second of the built-in simulator (0: instant)")
 	fs.DurationVar(&rc.Timeout, "timeout", 0, "give up (exit non-zero) after this long (0: no limit)")
+	fs.StringVar(&rc.MergeTurns, "merge-turns", "", "after the run, also write one row per conversation where its turns merge token-exactly into this `dir` (see draftflow merge-turns)")
+	fs.StringVar(&rc.Sim.ReplyFormat, "sim-reply-format", "", "the built-in simulator answers each turn with the input's original reply written as this family writes it (qwen3, kimi_k2, llama3, deepseekv3), so reasoning and tool calls parse; empty: random tokens")
+	fs.Float64Var(&rc.Sim.ToolDivergenceRate, "sim-tool-divergence-rate", 0, "with --sim-reply-format, the share of tool-call turns whose call the simulator changes (the conversation ends there as a tool divergence)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -101,6 +107,13 @@ func cmdRun(ctx context.Context, args []string) error {
 	c.ready.Expect("tokenize", "generate", "sink")
 	rc.Gatherer = c.reg
 	rc.Sim.Instant = rc.Sim.TimeScale == 0
+	if rc.Sim.ReplyFormat != "" {
+		// The simulator scripts each turn's original reply from the input it was ingested from.
+		if len(rc.Ingest.Inputs) != 1 || !strings.Contains(filepath.Base(rc.Ingest.Inputs[0]), ".jsonl") {
+			return errors.New("--sim-reply-format needs exactly one JSONL --input (the simulator reads the original replies from it)")
+		}
+		rc.Sim.Conversations = rc.Ingest.Inputs[0]
+	}
 	rc.Progress = stderr()
 	res, err := runPipeline(ctx, rc)
 	if res != nil {
@@ -108,6 +121,21 @@ func cmdRun(ctx context.Context, args []string) error {
 	}
 	if err != nil {
 		return err
+	}
+	if rc.MergeTurns != "" {
+		dirs, err := sink.RunDirs(rc.Sink.Dir)
+		if err != nil {
+			return err
+		}
+		var names []string
+		for _, d := range dirs {
+			names = append(names, filepath.Base(d))
+		}
+		sum, err := sink.MergeTurns(rc.Sink.Dir, rc.MergeTurns, sink.MergeOptions{Runs: names})
+		if err != nil {
+			return err
+		}
+		printMergeSummary(os.Stdout, sum, rc.MergeTurns)
 	}
 	if res.Lost > 0 {
 		return exitCode(3)

@@ -8,8 +8,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/draftflow/draftflow/sink"
@@ -173,6 +175,38 @@ func limitFlags(fs *flag.FlagSet) *sink.Limits {
 	fs.StringVar(&l.Overlong, "overlong", sink.OverlongTruncate, "a row longer than --max-length: truncate (as the trainers do) or drop")
 	fs.IntVar(&l.MinLossTokens, "min-loss-tokens", 1, "leave out rows with fewer generated tokens (counted after truncation)")
 	return l
+}
+
+func cmdMergeTurns(ctx context.Context, args []string) error {
+	fs := newFlagSet("merge-turns")
+	var runs stringList
+	fs.Var(&runs, "run", "run to merge: its directory name, or a prefix of it or of its fingerprint (repeatable; default: the only run)")
+	pos, err := parseAnywhere(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 2 {
+		return errors.New("usage: draftflow merge-turns [--run NAME] DIR OUT_DIR")
+	}
+	sum, err := sink.MergeTurns(pos[0], pos[1], sink.MergeOptions{Runs: runs})
+	if err != nil {
+		return err
+	}
+	printMergeSummary(os.Stderr, sum, pos[1])
+	return nil
+}
+
+// printMergeSummary says what MergeTurns did.
+func printMergeSummary(w io.Writer, sum sink.MergeSummary, out string) {
+	fmt.Fprintf(w, "%d conversations: %d merged into one row each, %d kept as turn rows", sum.Conversations, sum.Merged, sum.Conversations-sum.Merged)
+	if len(sum.Separate) > 0 {
+		var parts []string
+		for _, class := range slices.Sorted(maps.Keys(sum.Separate)) {
+			parts = append(parts, fmt.Sprintf("%d %s", sum.Separate[class], class))
+		}
+		fmt.Fprintf(w, " (%s; reasons in %s)", strings.Join(parts, ", "), sink.MergeReportFile)
+	}
+	fmt.Fprintf(w, "; written to %s\n", out)
 }
 
 func cmdExport(ctx context.Context, args []string) error {

@@ -254,7 +254,7 @@
 // arguments an object or a JSON string) or flat {"name", "arguments" or
 // "parameters"}. A numeric id is taken as its literal. Rows without an "id"
 // cannot be matched to a request and are skipped; New logs how many. The
-// file is read once, by New (a malformed line is an error).
+// file is read once, by New (a line that is not a usable row is skipped and counted in the log, as ingest dead-letters it).
 //
 // A request's rid is read as the generate stage writes it (RequestID and
 // AttemptRID): "<escaped id>#<turn>.<attempt>;", with "%3B" and "%25" in the

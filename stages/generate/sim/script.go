@@ -80,13 +80,15 @@ var scriptRoles = map[string]string{
 }
 
 // loadConversations reads a JSONL dataset in the ingest format and returns
-// each row's assistant messages by id, and how many rows had no id.
-func loadConversations(path string) (map[string][]scriptTurn, int, error) {
+// each row's assistant messages by id, how many rows had no id, and the lines
+// that are not a usable row (ingest dead-letters those; no request names them).
+func loadConversations(path string) (map[string][]scriptTurn, int, []int, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, 0, fmt.Errorf("sim: conversations: %w", err)
+		return nil, 0, nil, fmt.Errorf("sim: conversations: %w", err)
 	}
 	defer f.Close()
+	var bad []int
 	out := map[string][]scriptTurn{}
 	noID := 0
 	sc := bufio.NewScanner(f)
@@ -100,7 +102,8 @@ func loadConversations(path string) (map[string][]scriptTurn, int, error) {
 		}
 		id, turns, err := parseScriptRow(b)
 		if err != nil {
-			return nil, 0, fmt.Errorf("sim: conversations %s line %d: %w", path, line, err)
+			bad = append(bad, line)
+			continue
 		}
 		if id == "" {
 			noID++
@@ -109,9 +112,9 @@ func loadConversations(path string) (map[string][]scriptTurn, int, error) {
 		out[id] = turns
 	}
 	if err := sc.Err(); err != nil {
-		return nil, 0, fmt.Errorf("sim: conversations %s: %w", path, err)
+		return nil, 0, nil, fmt.Errorf("sim: conversations %s: %w", path, err)
 	}
-	return out, noID, nil
+	return out, noID, bad, nil
 }
 
 // parseScriptRow parses one dataset row: its id ("" when absent) and its
@@ -381,7 +384,7 @@ func ScriptedReply(cfg Config, rid string) (string, bool, error) {
 	if cfg.ReplyFormat == "" || cfg.Conversations == "" {
 		return "", false, nil
 	}
-	scripts, _, err := loadConversations(cfg.Conversations)
+	scripts, _, _, err := loadConversations(cfg.Conversations)
 	if err != nil {
 		return "", false, err
 	}
@@ -565,9 +568,13 @@ func (s *Server) loadScripts() error {
 	if s.cfg.ReplyFormat == "" || s.cfg.Conversations == "" {
 		return nil
 	}
-	scripts, noID, err := loadConversations(s.cfg.Conversations)
+	scripts, noID, bad, err := loadConversations(s.cfg.Conversations)
 	if err != nil {
 		return err
+	}
+	if len(bad) > 0 {
+		s.log.Warn("conversation lines that are not a usable row were skipped (ingest rejects them too)",
+			"lines", len(bad), "first", bad[0], "conversations", s.cfg.Conversations)
 	}
 	s.scripts = scripts
 	turns := 0

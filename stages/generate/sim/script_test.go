@@ -261,9 +261,12 @@ func TestParseRID(t *testing.T) {
 }
 
 func TestConversationsWithoutIDSkipped(t *testing.T) {
-	scripts, noID, err := loadConversations(writeConversations(t, scriptRows))
+	scripts, noID, bad, err := loadConversations(writeConversations(t, append(slices.Clone(scriptRows), `{"id": "broken", "messages": [`)))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(bad) != 1 || bad[0] != len(scriptRows)+1 {
+		t.Fatalf("malformed lines %v, want the last one", bad)
 	}
 	if noID != 1 || len(scripts) != 2 || len(scripts["c%1;x"]) != 2 || len(scripts["42"]) != 3 {
 		t.Fatalf("rows %d (turns %d, %d), without id %d", len(scripts), len(scripts["c%1;x"]), len(scripts["42"]), noID)
