@@ -65,6 +65,9 @@ kafka-down:
 ## bench: the benchmarks whose figures the README reports (bench-kafka adds the real-broker side).
 bench: build
 	$(BIN) bench generate --plot bench-generate.svg
+	$(BIN) bench generate --multi-turn
+	$(BIN) bench generate --multi-turn --backlog 4
+	$(BIN) bench generate --multi-turn --conversations 150 --turns 4
 	$(BIN) bench pipeline $(if $(DRAFTFLOW_TEST_BROKERS),--brokers $(DRAFTFLOW_TEST_BROKERS))
 	$(GO) test -run '^$$' -bench 'ShardEncode|JSONLZstd|TokenBounds|Flush|TokenCounting' -cpu 1 -benchtime 5x ./sink/
 	bash stages/tokenize/tokenizer/bench.sh

@@ -18,6 +18,7 @@ func cmdBench(ctx context.Context, args []string) error {
 	}
 	if len(args) == 0 || args[0] != "generate" {
 		return errors.New("usage: draftflow bench generate [--json] [--scenario S,...] [--policy P,...]\n" +
+			"       draftflow bench generate --multi-turn [--conversations N] [--turns T] [--servers S] [--backlog B] [--json]\n" +
 			"       draftflow bench pipeline [--brokers ADDR] [--records N] [--json]")
 	}
 	fs := newFlagSet("bench generate")
@@ -32,6 +33,13 @@ func cmdBench(ctx context.Context, args []string) error {
 	fs.Float64Var(&opts.Budget.SafeFraction, "kv-safe-fraction", 0, "the kv-budget policy's --kv-safe-fraction")
 	fs.Float64Var(&opts.Budget.HeadroomOutputs, "kv-headroom-outputs", 0, "the kv-budget policy's --kv-headroom-outputs (default: the stage's)")
 	verbose := fs.Bool("v", false, "log every run (and, with DRAFTFLOW_LOG_LEVEL=debug, every poll) on stderr")
+	multiTurn := fs.Bool("multi-turn", false, "run the multi-turn workload instead (every turn of each conversation generated, "+
+		"affinity on and off side by side) and print its table")
+	var mt bench.MultiTurnOptions
+	fs.IntVar(&mt.Conversations, "conversations", 0, fmt.Sprintf("--multi-turn: conversations (default %d)", bench.DefaultConversations))
+	fs.IntVar(&mt.Turns, "turns", 0, fmt.Sprintf("--multi-turn: assistant turns per conversation (default %d)", bench.DefaultTurns))
+	fs.IntVar(&mt.Servers, "servers", 0, fmt.Sprintf("--multi-turn: simulated servers, default KV pool each (default %d)", bench.DefaultServers))
+	fs.IntVar(&mt.Backlog, "backlog", 0, "--multi-turn: requests kept waiting for admission while conversations remain to start (default 64)")
 	fs.StringVar(&opts.PlotFile, "plot", "bench-generate.svg", "write an SVG of tok/s and KV usage over time per policy here (empty: none)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
@@ -49,6 +57,20 @@ func cmdBench(ctx context.Context, args []string) error {
 			level = slog.LevelDebug
 		}
 		opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	}
+	if *multiTurn {
+		mt.Seed, mt.Budget, mt.JSON, mt.Logger = opts.Seed, opts.Budget, opts.JSON, opts.Logger
+		results, err := bench.MultiTurn(ctx, mt, os.Stdout)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			enc := json.NewEncoder(os.Stdout)
+			enc.SetIndent("", "  ")
+			return enc.Encode(results)
+		}
+		fmt.Println()
+		return nil
 	}
 	results, err := bench.Bench(ctx, opts, os.Stdout)
 	if err != nil {

@@ -21,6 +21,13 @@
 // tuned for throughput, and the oracle: the best fixed concurrency per server, found by sweeping (on the
 // fleet the sum of each server's own oracle; in a finite scenario the uniform concurrency with the shortest
 // makespan, which `--policy fixed --concurrency N` runs).
+//
+// MultiTurn (`draftflow bench generate --multi-turn`) runs conversations whose every assistant turn is
+// generated, each later turn offered once the previous one is answered with the previous prompt, reply and a
+// new user message as its prompt, through the same simulation twice: with affinity (Request.Prefer, the
+// server that ran the previous turn) and without. It reports the prefill the servers computed and the prompt
+// tokens their radix caches served (meta_info cached_tokens), the Controller's affinity hits and misses, the
+// makespan and output tok/s of each mode.
 package bench
 
 import (
@@ -192,6 +199,11 @@ type scenario struct {
 	prompts int
 	outage  *outage     // a server that dies and restarts
 	late    *lateServer // a server that joins later
+	// conv, when set, makes the requests conversation turns (ScenarioMultiTurn) instead of work's independent
+	// prompts; prompts is then the number of turns in all.
+	conv *convWorkload
+	// backlog is how many requests wait for admission while the dataset lasts (0: backlogDepth).
+	backlog int
 }
 
 // outage takes server slot down at at (simulated seconds) for dur.
@@ -235,6 +247,8 @@ type runSpec struct {
 	routing     string
 	concurrency int
 	budget      *generate.BudgetConfig // overrides BenchOptions.Budget
+	// affinity sets each later turn's Request.Prefer to the server that ran the previous turn (sc.conv).
+	affinity bool
 }
 
 // Bench runs the selected scenarios under the selected policies, prints a table on w (unless opts.JSON) and

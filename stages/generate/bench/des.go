@@ -40,6 +40,7 @@ const (
 	evSample         // the bench samples the servers
 	evDown           // a server dies (scenario outage)
 	evUp             // a server (re)starts
+	evTurn           // a conversation's next turn reaches the Controller (multi-turn)
 )
 
 type event struct {
@@ -49,6 +50,7 @@ type event struct {
 	srv  int
 	gen  int // the server's generation (polls and health checks of an earlier bring-up are stale)
 	f    *flight
+	row  *turnRow // evTurn's turn
 }
 
 type eventQueue []*event
@@ -97,7 +99,7 @@ func (f *flight) take() attempt {
 }
 
 // slotCounters accumulate a slot's server figures over its restarts.
-type slotCounters struct{ gen, retr int64 }
+type slotCounters struct{ gen, retr, prompt, prefill int64 }
 
 // run executes one run as a discrete-event simulation and returns its figures (Policy left for the caller).
 // Simulated time is the bench's own: the servers' engines are driven pass by pass (sim.NewManual) and the
@@ -106,10 +108,16 @@ type slotCounters struct{ gen, retr int64 }
 // /server_info when it brings a server up, /v1/loads and /metrics when it polls, each /generate answer's
 // meta_info. A run's figures depend on its inputs only, not on the machine or its load.
 func (b *bencher) run(ctx context.Context, spec runSpec) (*BenchResult, error) {
+	r, _, err := b.runFull(ctx, spec)
+	return r, err
+}
+
+// runFull is run, also returning the multi-turn figures (prompt, prefill and cached tokens, affinity).
+func (b *bencher) runFull(ctx context.Context, spec runSpec) (*BenchResult, *turnFigures, error) {
 	select {
 	case b.sem <- struct{}{}:
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, nil, ctx.Err()
 	}
 	defer func() { <-b.sem }()
 	opts := b.opts
@@ -153,6 +161,8 @@ func (b *bencher) run(ctx context.Context, spec runSpec) (*BenchResult, error) {
 			st := s.Stats()
 			counters[i].gen += st.GeneratedTokens
 			counters[i].retr += st.RetractionsTotal
+			counters[i].prompt += st.PromptTokens
+			counters[i].prefill += st.PrefillTokens
 			_ = s.Close()
 		}
 	}
@@ -175,6 +185,7 @@ func (b *bencher) run(ctx context.Context, spec runSpec) (*BenchResult, error) {
 	if spec.budget != nil {
 		budget = *spec.budget
 	}
+	reg := prometheus.NewRegistry()
 	ctl, err := generate.NewController(generate.Config{
 		Endpoints:   urls,
 		Policy:      spec.policy,
@@ -182,12 +193,12 @@ func (b *bencher) run(ctx context.Context, spec runSpec) (*BenchResult, error) {
 		Routing:     spec.routing,
 		Budget:      budget,
 		HTTPClient:  &http.Client{Transport: simnet},
-		Registerer:  prometheus.NewRegistry(),
+		Registerer:  reg,
 		Logger:      opts.Logger,
 		Clock:       func() time.Time { return epoch.Add(time.Duration(now * float64(time.Second))) },
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	pollEvery := generate.DefaultPollInterval.Seconds()
 	healthEvery := generate.DefaultHealthInterval.Seconds()
@@ -218,8 +229,27 @@ func (b *bencher) run(ctx context.Context, spec runSpec) (*BenchResult, error) {
 	var retries []*flight  // prompts to offer again
 	var offered, completed, clientAborts int64
 	waiting := 0
+	depth := backlogDepth
+	if sc.backlog > 0 {
+		depth = sc.backlog
+	}
+	// Multi-turn: the turns by dataset row (until answered), the conversations started, the figures.
+	rows := map[int64]*turnRow{}
+	convs := 0
+	var tf turnFigures
 	offer := func(prompt int64, attemptNo int) {
-		plen, out := sc.work.draw(prompt)
+		var ids []uint32
+		var out int
+		prefer := ""
+		if row := rows[prompt]; row != nil {
+			ids, out = row.ids, row.out
+			if spec.affinity {
+				prefer = row.prefer
+			}
+		} else {
+			plen, o := sc.work.draw(prompt)
+			ids, out = promptIDs(prompt, plen), o
+		}
 		rid := fmt.Sprintf("req-%d", prompt)
 		if attemptNo > 1 {
 			rid = fmt.Sprintf("req-%d~%d", prompt, attemptNo)
@@ -228,8 +258,9 @@ func (b *bencher) run(ctx context.Context, spec runSpec) (*BenchResult, error) {
 		t := ctl.Offer(&generate.Request{
 			RID:      rid,
 			Key:      generate.LengthKey{Dataset: "bench", Lane: generate.DefaultLane},
-			InputIDs: promptIDs(prompt, plen),
+			InputIDs: ids,
 			Sampling: generate.SamplingParams{MaxNewTokens: sc.work.maxNew, MinNewTokens: min(out-1, sc.work.maxNew)},
+			Prefer:   prefer,
 		}, onGrant)
 		flights[t] = &flight{prompt: prompt, attempt: attemptNo, t: t}
 	}
@@ -239,7 +270,15 @@ func (b *bencher) run(ctx context.Context, spec runSpec) (*BenchResult, error) {
 			retries = retries[1:]
 			offer(f.prompt, f.attempt+1)
 		}
-		for waiting < backlogDepth && (!finite || offered < int64(sc.prompts)) {
+		for waiting < depth && (!finite || offered < int64(sc.prompts)) {
+			if sc.conv != nil {
+				// A new conversation starts; its later turns are offered as their previous turns finish.
+				if convs == sc.conv.conversations {
+					break
+				}
+				rows[offered+1] = &turnRow{conv: convs, ids: sc.conv.user(convs, 0), out: sc.conv.replyLen(convs, 0, sc.work.maxNew)}
+				convs++
+			}
 			offered++
 			offer(offered, 1)
 		}
@@ -318,7 +357,7 @@ func (b *bencher) run(ctx context.Context, spec runSpec) (*BenchResult, error) {
 
 	for i := range sc.pools {
 		if err := start(i); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	for i := range nslots {
@@ -356,7 +395,7 @@ func (b *bencher) run(ctx context.Context, spec runSpec) (*BenchResult, error) {
 
 	for q.Len() > 0 {
 		if ctx.Err() != nil {
-			return nil, ctx.Err()
+			return nil, nil, ctx.Err()
 		}
 		e := heap.Pop(&q).(*event)
 		now = e.t
@@ -384,7 +423,7 @@ func (b *bencher) run(ctx context.Context, spec runSpec) (*BenchResult, error) {
 					continue // an attempt abandoned before (aborted on our request)
 				}
 				if fin.FinishReason == "abort" {
-					return nil, fmt.Errorf("bench: request %s aborted by the simulator", fin.RID)
+					return nil, nil, fmt.Errorf("bench: request %s aborted by the simulator", fin.RID)
 				}
 				f.finished = true
 				push(&event{t: now + replyDelay, kind: evReply, srv: e.srv, f: f})
@@ -408,14 +447,14 @@ func (b *bencher) run(ctx context.Context, spec runSpec) (*BenchResult, error) {
 			case a := <-f.res:
 				f.got = &a
 				if a.err == nil {
-					return nil, fmt.Errorf("bench: request %s answered before it was queued", f.rid)
+					return nil, nil, fmt.Errorf("bench: request %s answered before it was queued", f.rid)
 				}
 				var se *generate.StatusError
 				if errors.As(a.err, &se) {
-					return nil, fmt.Errorf("bench: request %s refused: %w", f.rid, a.err)
+					return nil, nil, fmt.Errorf("bench: request %s refused: %w", f.rid, a.err)
 				}
 				if err := fail(f, a.err); err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 			}
 		case evReply:
@@ -426,17 +465,34 @@ func (b *bencher) run(ctx context.Context, spec runSpec) (*BenchResult, error) {
 			a := f.take()
 			if a.err != nil {
 				if err := fail(f, a.err); err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 				break
 			}
 			settle(f)
 			lat := a.resp.MetaInfo.E2ELatency
 			if err := ctl.Finish(f.t, a.resp, time.Duration(lat*float64(time.Second))); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			completed++
 			outputTokens += int64(len(a.resp.OutputIDs))
+			if row := rows[f.prompt]; row != nil {
+				delete(rows, f.prompt)
+				tf.requests++
+				tf.cached += int64(a.resp.MetaInfo.CachedTokens)
+				tf.output += int64(len(a.resp.OutputIDs))
+				if row.prefer == urls[f.srv] {
+					tf.sameServer++
+				}
+				if next := row.turn + 1; next < sc.conv.turns {
+					// The next turn's prompt: this turn's prompt and reply, then the next user message.
+					user := sc.conv.user(row.conv, next)
+					ids := make([]uint32, 0, len(row.ids)+len(a.resp.OutputIDs)+len(user))
+					ids = append(append(append(ids, row.ids...), a.resp.OutputIDs...), user...)
+					push(&event{t: now + turnGap, kind: evTurn, row: &turnRow{conv: row.conv, turn: next, ids: ids,
+						out: sc.conv.replyLen(row.conv, next, sc.work.maxNew), prefer: urls[f.srv]}})
+				}
+			}
 			if now >= warmup {
 				latencies = append(latencies, lat)
 			}
@@ -451,7 +507,7 @@ func (b *bencher) run(ctx context.Context, spec runSpec) (*BenchResult, error) {
 			if err := ctl.Probe(ctx, e.srv); err != nil {
 				var ae *generate.AuthError
 				if errors.As(err, &ae) {
-					return nil, err
+					return nil, nil, err
 				}
 				scheduleProbe(e.srv, now+probeWait[e.srv])
 				probeWait[e.srv] = min(2*probeWait[e.srv], probeMax)
@@ -475,7 +531,7 @@ func (b *bencher) run(ctx context.Context, spec runSpec) (*BenchResult, error) {
 			}
 			restarted, err := ctl.Poll(ctx, e.srv)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			if restarted {
 				scheduleProbe(e.srv, now+probeFirst)
@@ -503,14 +559,18 @@ func (b *bencher) run(ctx context.Context, spec runSpec) (*BenchResult, error) {
 			for _, f := range slices.Clone(inflight) {
 				if f.srv == e.srv && !f.finished {
 					if err := fail(f, f.take().err); err != nil {
-						return nil, err
+						return nil, nil, err
 					}
 				}
 			}
 			clear(passEnds[e.srv])
+		case evTurn:
+			offered++
+			rows[offered] = e.row
+			offer(offered, 1)
 		case evUp:
 			if err := start(e.srv); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			scheduleProbe(e.srv, now)
 		case evSample:
@@ -546,7 +606,7 @@ func (b *bencher) run(ctx context.Context, spec runSpec) (*BenchResult, error) {
 			}
 		}
 		if err := abandonDrained(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		send()
 		if finite && makespan > 0 {
@@ -566,7 +626,7 @@ func (b *bencher) run(ctx context.Context, spec runSpec) (*BenchResult, error) {
 	end := take()
 	if finite {
 		if makespan == 0 {
-			return nil, fmt.Errorf("bench: %s stalled at %.0fs with %d of %d prompts done", sc.name, now, completed, sc.prompts)
+			return nil, nil, fmt.Errorf("bench: %s stalled at %.0fs with %d of %d prompts done", sc.name, now, completed, sc.prompts)
 		}
 		res.MakespanS = makespan
 		res.TokPerS = float64(outputTokens) / makespan
@@ -576,7 +636,7 @@ func (b *bencher) run(ctx context.Context, spec runSpec) (*BenchResult, error) {
 		res.Retractions = res.RetractionsTotal
 	} else {
 		if atWarmup == nil {
-			return nil, errors.New("bench: run ended before its warm-up")
+			return nil, nil, errors.New("bench: run ended before its warm-up")
 		}
 		span := res.Series[len(res.Series)-1].T - warmupSampleT(res.Series, warmup)
 		for i := range nslots {
@@ -598,5 +658,21 @@ func (b *bencher) run(ctx context.Context, spec runSpec) (*BenchResult, error) {
 		"concurrency", spec.concurrency, "pools", sc.pools, "tok_per_s", math.Round(res.TokPerS),
 		"makespan_s", math.Round(res.MakespanS), "retractions", res.Retractions, "client_aborts", clientAborts,
 		"mean_queue", res.MeanQueue)
-	return res, nil
+	if sc.conv != nil {
+		for i := range nslots {
+			tf.prompt += counters[i].prompt
+			tf.prefill += counters[i].prefill
+			if s := simnet.server(i); s != nil {
+				st := s.Stats()
+				tf.prompt += st.PromptTokens
+				tf.prefill += st.PrefillTokens
+			}
+		}
+		if tf.hits, tf.misses, err = affinityCounts(reg); err != nil {
+			return nil, nil, err
+		}
+		opts.Logger.Info("multi-turn run", "affinity", spec.affinity, "turns", tf.requests, "prompt_tokens", tf.prompt,
+			"prefill_tokens", tf.prefill, "cached_tokens", tf.cached, "affinity_hits", tf.hits, "affinity_misses", tf.misses)
+	}
+	return res, &tf, nil
 }

@@ -1,0 +1,100 @@
+package bench
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestMultiTurnAffinity runs a small multi-turn workload with and without affinity. The DES is a pure
+// function of its inputs (checked: a second run, one mode at a time, gives the same results), so the comparison on the fixed seed
+// is exact, not noisy: with affinity, later turns run on the server that holds their prefix and the servers
+// report more cached tokens and compute fewer prefill tokens.
+func TestMultiTurnAffinity(t *testing.T) {
+	opts := MultiTurnOptions{Conversations: 150, Turns: 4, Seed: 3}
+	var out strings.Builder
+	res, err := MultiTurn(context.Background(), opts, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + out.String())
+	serial := opts
+	serial.Parallel = 1
+	again, err := MultiTurn(context.Background(), serial, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(res, again) {
+		t.Fatalf("same seed, different results:\n%+v\n%+v", res, again)
+	}
+	if len(res) != 2 || !res[0].Affinity || res[1].Affinity {
+		t.Fatalf("results %+v", res)
+	}
+	on, off := res[0], res[1]
+	for _, r := range res {
+		if r.Requests != 150*4 || r.Servers != DefaultServers || r.MakespanS <= 0 || r.TokPerS <= 0 {
+			t.Errorf("affinity %v: implausible figures %+v", r.Affinity, r)
+		}
+		// Every prompt token is either computed or served from the cache (more computed after retractions).
+		if r.PrefillTokens+r.CachedTokens < r.PromptTokens || r.CachedTokens > r.PromptTokens {
+			t.Errorf("affinity %v: prompt %d, prefill %d, cached %d", r.Affinity, r.PromptTokens, r.PrefillTokens, r.CachedTokens)
+		}
+	}
+	// The same conversations in both modes: same prompt and output lengths.
+	if on.PromptTokens != off.PromptTokens || on.OutputTokens != off.OutputTokens {
+		t.Errorf("modes ran different workloads: prompt %d/%d, output %d/%d", on.PromptTokens, off.PromptTokens,
+			on.OutputTokens, off.OutputTokens)
+	}
+	// Later turns asked for a server only with affinity; each was admitted once (no failures here).
+	if off.AffinityHits+off.AffinityMisses != 0 || on.AffinityHits+on.AffinityMisses != 150*3 || on.AffinityHits == 0 {
+		t.Errorf("affinity hits/misses: on %d/%d, off %d/%d", on.AffinityHits, on.AffinityMisses, off.AffinityHits, off.AffinityMisses)
+	}
+	if on.SameServer != on.AffinityHits {
+		t.Errorf("affinity on: %d turns on their previous server, %d hits", on.SameServer, on.AffinityHits)
+	}
+	if on.CachedTokens <= off.CachedTokens || on.PrefillTokens >= off.PrefillTokens {
+		t.Errorf("affinity did not save prefill: cached %d (off %d), prefill %d (off %d)", on.CachedTokens, off.CachedTokens,
+			on.PrefillTokens, off.PrefillTokens)
+	}
+	if !strings.Contains(out.String(), "on/off") {
+		t.Errorf("table lacks the ratio row:\n%s", out.String())
+	}
+}
+
+// TestMultiTurnFull runs the full multi-turn benchmark when DRAFTFLOW_BENCH is set (make bench uses the CLI:
+// draftflow bench generate --multi-turn). DRAFTFLOW_BENCH_CONVERSATIONS, DRAFTFLOW_BENCH_TURNS,
+// DRAFTFLOW_BENCH_BACKLOG and DRAFTFLOW_BENCH_SEED change the workload.
+func TestMultiTurnFull(t *testing.T) {
+	if os.Getenv("DRAFTFLOW_BENCH") == "" {
+		t.Skip("set DRAFTFLOW_BENCH=1 to run the full benchmark")
+	}
+	opts := MultiTurnOptions{Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))}
+	for env, dst := range map[string]*int{"DRAFTFLOW_BENCH_CONVERSATIONS": &opts.Conversations,
+		"DRAFTFLOW_BENCH_TURNS": &opts.Turns, "DRAFTFLOW_BENCH_BACKLOG": &opts.Backlog} {
+		if s := os.Getenv(env); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil {
+				t.Fatalf("%s: %v", env, err)
+			}
+			*dst = n
+		}
+	}
+	if s := os.Getenv("DRAFTFLOW_BENCH_SEED"); s != "" {
+		seed, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.Seed = seed
+	}
+	var out strings.Builder
+	start := time.Now()
+	if _, err := MultiTurn(context.Background(), opts, &out); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s\nwall time %s", out.String(), time.Since(start).Round(time.Second))
+}
