@@ -90,13 +90,15 @@ FUZZTIME ?= 10s
 fuzz:
 	GO=$(GO) FUZZTIME=$(FUZZTIME) bash internal/fuzz.sh
 
-## chaos: the sample through `draftflow run` on a real broker while the broker is restarted (SIGTERM, SIGKILL)
-## and the pipeline process is killed and started again at seeded random moments; every valid id must end up in
-## the shards exactly once (DRAFTFLOW_CHAOS_SEED replays a run). Not in CI yet.
+## chaos: the sample through ingest, tokenize, two generate replicas and the sink as separate processes on a real
+## broker and two faulty simulated servers, while each stage is SIGKILLed CHAOS_ROUNDS times (default 2), the
+## broker restarted (SIGTERM, SIGKILL) and the servers killed, at seeded random moments; every conversation must
+## end up in the shards whole, each turn exactly once (DRAFTFLOW_CHAOS_SEED replays a run). .ci/run runs it.
+CHAOS_ROUNDS ?= 2
 chaos: deps-go
 	@set -eo pipefail; export DRAFTFLOW_KAFKA_DIR=$${DRAFTFLOW_KAFKA_DIR:-/tmp/draftflow-chaos-kafka}; \
 	  bash deploy/kafka/kafka.sh up >/dev/null; trap 'bash deploy/kafka/kafka.sh down' EXIT; \
-	  DRAFTFLOW_CHAOS_KAFKA_DIR=$$DRAFTFLOW_KAFKA_DIR $(GO) test -count=1 -timeout 20m -run TestChaos -v ./cmd/draftflow/
+	  DRAFTFLOW_CHAOS_ROUNDS=$(CHAOS_ROUNDS) DRAFTFLOW_CHAOS_KAFKA_DIR=$$DRAFTFLOW_KAFKA_DIR $(GO) test -count=1 -timeout 20m -run TestChaos -v ./cmd/draftflow/
 
 ## rebalance: scaling generate out and in while it works (2,400 prompts, real Kafka, separate processes):
 ## prints the generations done twice. Not in CI.

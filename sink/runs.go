@@ -1,6 +1,7 @@
 package sink
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -73,4 +74,33 @@ func listRuns(dirs []string, ms []*Manifest) string {
 		fmt.Fprintf(&b, "  %s  model %s  tokenizer %s  %d rows\n", filepath.Base(rd), ms[i].Run.Model, ms[i].Run.TokenizerHash, ms[i].Totals.Rows)
 	}
 	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// ScanRows calls fn for every row of every run under dir (a run directory or an output directory), shard by
+// shard in manifest order, reading the columns that describe a row but not its tokens: id, turn, dataset,
+// finish_reason, endpoint, stop_reason, prompt_len and completion_len. The row is only valid during the call.
+func ScanRows(dir string, fn func(*ShardRow) error) error {
+	runs, err := RunDirs(dir)
+	if err != nil {
+		return err
+	}
+	cols := []int{colID, colPromptLen, colCompletionLen, colFinishReason, colDataset, colTurn, colEndpoint, colStopReason}
+	for _, rd := range runs {
+		m, err := ReadManifest(rd)
+		if err != nil {
+			return err
+		}
+		for _, sh := range m.Shards {
+			sf, err := openShard(filepath.Join(rd, sh.File))
+			if err != nil {
+				return err
+			}
+			err = sf.scan(context.Background(), cols, fn)
+			sf.Close()
+			if err != nil {
+				return fmt.Errorf("%s: %w", sh.File, err)
+			}
+		}
+	}
+	return nil
 }

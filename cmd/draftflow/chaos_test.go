@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -13,19 +12,129 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/draftflow/draftflow/kafka"
+	"github.com/draftflow/draftflow/kafka/kafkatest"
 	"github.com/draftflow/draftflow/sink"
+	"github.com/draftflow/draftflow/stages/tokenize/tokenizer/bundled"
+	"github.com/draftflow/draftflow/topics"
 )
 
-// TestChaosBrokerRestartsAndKills is `make chaos`: the sample dataset through `draftflow run` against a real
-// Kafka broker and a separate simulated SGLang server whose requests take seconds, while the broker is
-// restarted (SIGTERM and SIGKILL) and the pipeline process is SIGKILLed and started again, at seeded random
-// moments. Afterwards every valid id is in the shards exactly once, the shards match their manifest, and the
-// last run exits 0. It needs a broker it may restart: DRAFTFLOW_CHAOS_KAFKA_DIR names the state dir of a
-// deploy/kafka/kafka.sh broker (`make chaos` starts one); DRAFTFLOW_CHAOS_SEED replays a run.
-func TestChaosBrokerRestartsAndKills(t *testing.T) {
+// proc is one process of the chaos harness, restarted with the same command line after each kill.
+type proc struct {
+	name string
+	args []string
+	// oneShot processes (ingest) are done once they exit 0; the others run until stopped.
+	oneShot bool
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan error
+	done   bool // a one-shot process finished
+	kills  int
+	logs   *lockedBuffer
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func (p *proc) start(t *testing.T, bin string) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	cmd := exec.Command(bin, p.args...)
+	cmd.Stdout, cmd.Stderr = p.logs, p.logs
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", p.name, err)
+	}
+	p.cmd, p.exited = cmd, make(chan error, 1)
+	go func(c *exec.Cmd, ch chan error) {
+		err := c.Wait()
+		p.mu.Lock()
+		if p.oneShot && err == nil && p.cmd == c {
+			p.done = true
+		}
+		p.mu.Unlock()
+		ch <- err
+	}(cmd, p.exited)
+}
+
+// running reports whether the process is running now.
+func (p *proc) running() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return false
+	}
+	select {
+	case err := <-p.exited:
+		p.exited <- err
+		return false
+	default:
+		return true
+	}
+}
+
+// kill SIGKILLs the process and waits for it.
+func (p *proc) kill() {
+	p.mu.Lock()
+	cmd, exited := p.cmd, p.exited
+	p.kills++
+	p.mu.Unlock()
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	err := <-exited
+	exited <- err
+}
+
+// stop ends the process with SIGTERM (a graceful leave) and returns how it exited.
+func (p *proc) stop() error {
+	p.mu.Lock()
+	cmd, exited := p.cmd, p.exited
+	p.mu.Unlock()
+	if cmd == nil {
+		return nil
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-exited:
+		exited <- err
+		return err
+	case <-time.After(60 * time.Second):
+		_ = cmd.Process.Kill()
+		return fmt.Errorf("%s did not stop within 60 s of SIGTERM", p.name)
+	}
+}
+
+// TestChaosSeparateStages is `make chaos` (and, bounded, part of .ci/run): the sample dataset through the
+// pipeline as users deploy it — ingest, tokenize, two generate replicas and the sink as separate processes —
+// against a real Kafka broker and two simulated SGLang servers that fail requests, stall, reset connections,
+// crash and are restarted. At seeded random moments each stage is SIGKILLed several times and started again,
+// the broker is restarted (SIGTERM and SIGKILL) and the servers are killed and started again. Afterwards:
+// every valid conversation is in the shards, every turn (id, turn) exactly once and each conversation whole
+// (turns 0..n, each continued but the last); every malformed line is on the rejected topic with its file,
+// line and reason and nothing valid is; no shard is partial; the manifests match the shards and the token
+// counts match the rows (sink.Inspect). It needs a broker it may restart: DRAFTFLOW_CHAOS_KAFKA_DIR names
+// the state dir of a deploy/kafka/kafka.sh broker (`make chaos` starts one); DRAFTFLOW_CHAOS_SEED replays a
+// run, DRAFTFLOW_CHAOS_ROUNDS sets how many times each stage is killed (default 2).
+func TestChaosSeparateStages(t *testing.T) {
 	stateDir := os.Getenv("DRAFTFLOW_CHAOS_KAFKA_DIR")
 	if stateDir == "" {
 		t.Skip("set DRAFTFLOW_CHAOS_KAFKA_DIR to a kafka.sh broker's state dir (make chaos)")
@@ -37,7 +146,14 @@ func TestChaosBrokerRestartsAndKills(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	t.Logf("chaos seed %d (DRAFTFLOW_CHAOS_SEED=%d replays it)", seed, seed)
+	rounds := 2
+	if s := os.Getenv("DRAFTFLOW_CHAOS_ROUNDS"); s != "" {
+		var err error
+		if rounds, err = strconv.Atoi(s); err != nil || rounds < 1 {
+			t.Fatalf("DRAFTFLOW_CHAOS_ROUNDS=%q", s)
+		}
+	}
+	t.Logf("chaos seed %d (DRAFTFLOW_CHAOS_SEED=%d replays it), %d rounds", seed, seed, rounds)
 	defer func() {
 		if t.Failed() {
 			t.Logf("failed with chaos seed %d", seed)
@@ -55,93 +171,100 @@ func TestChaosBrokerRestartsAndKills(t *testing.T) {
 	}
 	brokers := kafkaSh("addr")
 
-	bin := filepath.Join(t.TempDir(), "draftflow")
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "draftflow")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	modelDir := filepath.Join(dir, "model")
+	if err := bundled.WriteDir(modelDir); err != nil {
 		t.Fatal(err)
 	}
-	simAddr := ln.Addr().String()
-	ln.Close()
-	sim := exec.Command(bin, "sim", "--addr", simAddr, "--time-scale", "8", "--output-len-mean", "200",
-		"--vocab-size", "3035", "--eos-token-ids", "3030", "--special-token-start", "3027", "--seed", fmt.Sprint(seed%1000),
-		"--log-level", "warn")
-	if err := sim.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = sim.Process.Kill(); _ = sim.Wait() }()
-
-	out := t.TempDir()
-	ns := fmt.Sprintf("chaos-%d", seed)
-	logs := &bytes.Buffer{}
-	start := func() *exec.Cmd {
-		cmd := exec.Command(bin, "run", "--brokers", brokers, "--namespace", ns, "--input", "../../testdata/sample/conversations.jsonl",
-			"--out", out, "--sglang", "http://"+simAddr, "--max-new-tokens", "512", "--shutdown-grace", "0", "--log-level", "warn")
-		cmd.Stdout, cmd.Stderr = logs, logs
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		return cmd
-	}
-	run := start()
-	exited := make(chan error, 1)
-	go func() { exited <- run.Wait() }()
-
-	faults := []string{"restart", "restart --kill", "kill run"}
-	rng.Shuffle(len(faults), func(i, j int) { faults[i], faults[j] = faults[j], faults[i] })
-	for _, f := range faults {
-		wait := time.Duration(2000+rng.IntN(4000)) * time.Millisecond
-		select {
-		case err := <-exited:
-			t.Logf("the run finished (%v) before fault %q", err, f)
-			exited <- err
-		case <-time.After(wait):
-		}
-		t.Logf("after %s: %s", wait, f)
-		switch f {
-		case "kill run":
-			_ = run.Process.Kill()
-			<-exited
-			run = start()
-			go func() { exited <- run.Wait() }()
-		default:
-			kafkaSh(strings.Fields(f)...)
-		}
-	}
-	select {
-	case err := <-exited:
+	freeAddr := func() string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			t.Fatalf("the last run failed: %v\n%s", err, tail(logs.String(), 40))
-		}
-	case <-time.After(10 * time.Minute):
-		_ = run.Process.Kill()
-		t.Fatalf("the run did not finish\n%s", tail(logs.String(), 40))
-	}
-
-	// Every valid id exactly once, shards consistent with the manifest.
-	if _, err := sink.Inspect(out, &bytes.Buffer{}); err != nil {
-		t.Fatalf("inspect: %v", err)
-	}
-	var rows bytes.Buffer
-	if _, err := sink.Export(out, sink.ExportOptions{Format: sink.FormatSpecForge}, &rows); err != nil {
-		t.Fatal(err)
-	}
-	var ids []string
-	sc := bufio.NewScanner(&rows)
-	sc.Buffer(nil, 64<<20)
-	for sc.Scan() {
-		var r struct {
-			ID string `json:"id"`
-		}
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 			t.Fatal(err)
 		}
-		ids = append(ids, r.ID)
+		defer ln.Close()
+		return ln.Addr().String()
 	}
+	simArgs := func(addr string, faults ...string) []string {
+		return append([]string{"sim", "--addr", addr, "--time-scale", "8", "--output-len-mean", "200",
+			"--vocab-size", "3035", "--eos-token-ids", "3030", "--special-token-start", "3027",
+			"--seed", fmt.Sprint(seed % 1000), "--log-level", "warn"}, faults...)
+	}
+	simA, simB := freeAddr(), freeAddr()
+	out := filepath.Join(dir, "out")
+	ns := fmt.Sprintf("chaos-%d", seed)
+	kafkaArgs := []string{"--brokers", brokers, "--namespace", ns, "--metrics-addr", "", "--log-level", "warn"}
+	sglang := "http://" + simA + ",http://" + simB
+	procs := map[string]*proc{
+		// Server A fails 5% of calls with a 500, resets 3% of connections after the work, stalls 10% by a second.
+		"sim-a": {args: simArgs(simA, "--error-rate", "0.05", "--reset-rate", "0.03", "--added-latency", "1s", "--added-latency-rate", "0.1")},
+		// Server B answers 3% with "queue full" and crashes every 40 simulated seconds (5 s of wall time).
+		"sim-b": {args: simArgs(simB, "--queue-full-rate", "0.03", "--crash-every", "40s", "--crash-downtime", "8s")},
+		"ingest": {oneShot: true, args: append([]string{"ingest", "--input", "../../testdata/sample/conversations.jsonl",
+			"--max-new-tokens", "512"}, kafkaArgs...)},
+		"tokenize":   {args: append([]string{"tokenize", "--model", modelDir}, kafkaArgs...)},
+		"generate-a": {args: append([]string{"generate", "--sglang", sglang, "--shutdown-grace", "0"}, kafkaArgs...)},
+		"generate-b": {args: append([]string{"generate", "--sglang", sglang, "--shutdown-grace", "0"}, kafkaArgs...)},
+		"sink":       {args: append([]string{"sink", "--out", out}, kafkaArgs...)},
+	}
+	order := []string{"sim-a", "sim-b", "sink", "tokenize", "generate-a", "generate-b", "ingest"}
+	for _, name := range order {
+		p := procs[name]
+		p.name, p.logs = name, &lockedBuffer{}
+		p.start(t, bin)
+	}
+	defer func() {
+		for _, p := range procs {
+			if p.running() {
+				_ = p.cmd.Process.Kill()
+			}
+		}
+	}()
+
+	// The faults, in a seeded order: every stage killed `rounds` times, the broker restarted gracefully and
+	// killed, each server killed and started again.
+	var faults []string
+	for range rounds {
+		faults = append(faults, "kill tokenize", "kill generate-a", "kill generate-b", "kill sink")
+	}
+	faults = append(faults, "broker restart", "broker restart --kill", "kill sim-a", "kill sim-b")
+	rng.Shuffle(len(faults), func(i, j int) { faults[i], faults[j] = faults[j], faults[i] })
+	// Ingest reads the sample in well under a second: it is killed first, mid-file, and once more if it is
+	// still at work later (a restarted ingest reads the file again; the sink drops what is already written).
+	faults = append([]string{"kill ingest"}, faults...)
+	faults = slices.Insert(faults, 1+rng.IntN(len(faults)-1), "kill ingest")
+	injected := map[string]int{}
+	for i, f := range faults {
+		wait := time.Duration(1500+rng.IntN(3000)) * time.Millisecond
+		if i == 0 {
+			wait = time.Duration(20+rng.IntN(200)) * time.Millisecond
+		}
+		time.Sleep(wait)
+		switch {
+		case strings.HasPrefix(f, "broker "):
+			kafkaSh(strings.Fields(strings.TrimPrefix(f, "broker "))...)
+		default:
+			p := procs[strings.TrimPrefix(f, "kill ")]
+			if p.oneShot && !p.running() {
+				t.Logf("%s: already finished", f)
+				continue
+			}
+			p.kill()
+			time.Sleep(time.Duration(100+rng.IntN(900)) * time.Millisecond)
+			p.start(t, bin)
+		}
+		injected[f]++
+		t.Logf("fault: %s", f)
+	}
+	t.Logf("faults injected: %v", injected)
+
+	// Recovery: wait until every valid conversation has ended in the shards.
 	var want struct {
-		IDs []string `json:"ids"`
+		IDs            []string `json:"ids"`
+		MalformedLines []int64  `json:"malformed_lines"`
 	}
 	b, err := os.ReadFile("../../testdata/sample/expected.json")
 	if err != nil {
@@ -150,11 +273,104 @@ func TestChaosBrokerRestartsAndKills(t *testing.T) {
 	if err := json.Unmarshal(b, &want); err != nil {
 		t.Fatal(err)
 	}
+	deadline := time.Now().Add(10 * time.Minute)
+	for {
+		if ended := endedConversations(out); ended >= len(want.IDs) {
+			break
+		}
+		if time.Now().After(deadline) {
+			for _, name := range order {
+				t.Logf("== %s (killed %d times)\n%s", name, procs[name].kills, tail(procs[name].logs.String(), 15))
+			}
+			t.Fatalf("after 10 minutes %d of %d conversations have ended in the shards", endedConversations(out), len(want.IDs))
+		}
+		time.Sleep(2 * time.Second)
+	}
+	for _, name := range []string{"generate-a", "generate-b", "tokenize", "sink"} {
+		if err := procs[name].stop(); err != nil {
+			t.Errorf("%s: %v\n%s", name, err, tail(procs[name].logs.String(), 20))
+		}
+	}
+	if p := procs["ingest"]; p.running() {
+		t.Error("ingest still running after every conversation ended")
+	}
+
+	// No partial shard, manifests and token counts match the rows.
+	if _, err := sink.Inspect(out, &bytes.Buffer{}); err != nil {
+		t.Fatalf("inspect: %v", err)
+	}
+	// Every (id, turn) once, every conversation whole, exactly the valid ids.
+	conv := checkConversationsHang(t, out)
+	var ids []string
+	for id := range conv {
+		ids = append(ids, id)
+	}
 	slices.Sort(ids)
 	slices.Sort(want.IDs)
 	if !slices.Equal(ids, want.IDs) {
-		t.Fatalf("shards hold %d ids (%d distinct), want the %d valid ones exactly once", len(ids), len(slices.Compact(slices.Clone(ids))), len(want.IDs))
+		t.Errorf("shards hold %d conversations, want the %d valid ones", len(ids), len(want.IDs))
 	}
+	rows := 0
+	for _, turns := range conv {
+		rows += len(turns)
+	}
+	// Every malformed line on the rejected topic with file, line and reason; nothing else rejected.
+	kc := kafka.Config{Brokers: strings.Split(brokers, ","), Namespace: ns}
+	n := kafkatest.Size(t, kc, topics.TopicRejected)
+	seen := map[int64]bool{}
+	for _, r := range kafkatest.Collect[topics.Rejection](t, kc, topics.TopicRejected, n, time.Minute) {
+		switch {
+		case r.Stage != "ingest":
+			t.Errorf("a valid record was rejected by %s: %s (%s)", r.Stage, r.ID, r.Reason)
+		case !strings.HasSuffix(r.Source.File, "conversations.jsonl") || r.Reason == "" || r.Class == "":
+			t.Errorf("rejection without file, reason or class: %+v", r)
+		default:
+			seen[r.Source.Line] = true
+		}
+	}
+	for _, line := range want.MalformedLines {
+		if !seen[line] {
+			t.Errorf("malformed line %d is not on the rejected topic", line)
+		}
+	}
+	kills := 0
+	for _, p := range procs {
+		kills += p.kills
+	}
+	t.Logf("survived %d process kills, %d broker restarts and server faults: %d conversations, %d turn rows, lost 0, duplicated 0",
+		kills, injected["broker restart"]+injected["broker restart --kill"], len(conv), rows)
+}
+
+// endedConversations counts the conversations whose last turn in the shards under out ended it (0 while the
+// shards cannot be read).
+func endedConversations(out string) int {
+	runs, err := sink.RunDirs(out)
+	if err != nil || len(runs) == 0 {
+		return 0
+	}
+	last := map[string]struct {
+		turn int32
+		stop string
+	}{}
+	err = sink.ScanRows(out, func(r *sink.ShardRow) error {
+		if l, ok := last[r.ID]; !ok || r.Turn > l.turn {
+			last[r.ID] = struct {
+				turn int32
+				stop string
+			}{r.Turn, r.StopReason}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, l := range last {
+		if l.stop != topics.StopContinued {
+			n++
+		}
+	}
+	return n
 }
 
 // tail returns the last n lines of s.
