@@ -506,7 +506,18 @@ func (c *Controller) laneOf(r *Request) *lane {
 func (c *Controller) enqueue(w *waiter) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	w.lane.waiters = append(w.lane.waiters, w)
+	if w.req.Prefer != "" {
+		// A later turn of a conversation goes ahead of the first turns waiting in its lane (after the later
+		// turns already waiting): it finishes conversations sooner and reaches its server while the
+		// previous turn's prefix is still in the radix cache.
+		i := len(w.lane.waiters)
+		for i > 0 && w.lane.waiters[i-1].req.Prefer == "" {
+			i--
+		}
+		w.lane.waiters = slices.Insert(w.lane.waiters, i, w)
+	} else {
+		w.lane.waiters = append(w.lane.waiters, w)
+	}
 	c.met.queue(w.lane.cfg.Name, len(w.lane.waiters))
 	c.admit()
 }

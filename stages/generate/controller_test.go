@@ -711,3 +711,41 @@ func TestStartByLeavesQueuedWorkUnstarted(t *testing.T) {
 		t.Fatalf("server saw %d at once, %d still waiting", f.maxSeen, c.Waiting())
 	}
 }
+
+// TestLaterTurnsWaitAheadOfFirstTurns: a request that continues a conversation (Prefer set) waits for
+// admission ahead of the first turns queued in its lane, behind the later turns queued before it.
+func TestLaterTurnsWaitAheadOfFirstTurns(t *testing.T) {
+	// An endpoint that never answers: nothing is admitted, the queue order stays to be seen.
+	c := newTestController(t, Config{Endpoints: []string{"http://127.0.0.1:1"}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	offer := func(rid, prefer string) {
+		r := req(rid, 10, 10)
+		r.Prefer = prefer
+		doAsync(c, ctx, r)
+		waitFor(t, rid+" queued", func() bool {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			for _, w := range c.laneOf(r).waiters {
+				if w.req.RID == rid {
+					return true
+				}
+			}
+			return false
+		})
+	}
+	offer("first-1", "")
+	offer("first-2", "")
+	offer("later-1", "http://a")
+	offer("first-3", "")
+	offer("later-2", "http://b")
+	c.mu.Lock()
+	var order []string
+	for _, w := range c.lanes[DefaultLane].waiters {
+		order = append(order, w.req.RID)
+	}
+	c.mu.Unlock()
+	if want := []string{"later-1", "later-2", "first-1", "first-2", "first-3"}; !slices.Equal(order, want) {
+		t.Fatalf("queue %v, want %v", order, want)
+	}
+}
