@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/draftflow/draftflow/kafka"
-	"github.com/draftflow/draftflow/kafka/embedded"
 	"github.com/draftflow/draftflow/kafka/kafkatest"
 	"github.com/draftflow/draftflow/topics"
 )
@@ -238,20 +237,7 @@ func readRowsQuiet(dir string) map[string]bool {
 // broker's prompts topic, where the first broker's copies are gone.
 func TestSinkSendsNextTurnsAgainForANewBroker(t *testing.T) {
 	dir := t.TempDir()
-	broker := func() kafka.Config {
-		e, err := embedded.Start(embedded.Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(e.Close)
-		kc := kafka.Config{Brokers: e.Brokers(), Partitions: 2, Namespace: "again"}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := kc.EnsureTopics(ctx, topics.All...); err != nil {
-			t.Fatal(err)
-		}
-		return kc
-	}
+	broker := func() kafka.Config { return freshBroker(t, "again") }
 	gens := mkTurns(0, 30)
 	kc := broker()
 	produceGens(t, kc, gens)

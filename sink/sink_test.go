@@ -369,20 +369,7 @@ func TestHelperSinkProcess(t *testing.T) {
 // dropped as duplicates, new ids written, and no shard is overwritten.
 func TestNewBrokerSameDir(t *testing.T) {
 	dir := t.TempDir()
-	broker := func() kafka.Config {
-		e, err := embedded.Start(embedded.Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(e.Close)
-		kc := kafka.Config{Brokers: e.Brokers(), Partitions: 2, Namespace: "replay"}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := kc.EnsureTopics(ctx, topics.All...); err != nil {
-			t.Fatal(err)
-		}
-		return kc
-	}
+	broker := func() kafka.Config { return freshBroker(t, "replay") }
 	first := mkGens(0, 80, 0.7)
 	kc := broker()
 	produceGens(t, kc, first)
@@ -414,4 +401,22 @@ func TestNewBrokerSameDir(t *testing.T) {
 	if _, err := Inspect(dir, nil); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// freshBroker starts a new embedded broker (a new incarnation of every topic, offsets from 0) with the
+// pipeline's topics in namespace ns.
+func freshBroker(t *testing.T, ns string) kafka.Config {
+	t.Helper()
+	e, err := embedded.Start(embedded.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	kc := kafka.Config{Brokers: e.Brokers(), Partitions: 2, Namespace: ns}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := kc.EnsureTopics(ctx, topics.All...); err != nil {
+		t.Fatal(err)
+	}
+	return kc
 }
