@@ -116,3 +116,35 @@ func TestThreadFieldsRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// FuzzNext: for any generation decoded from JSON, Next never panics, and when it gives a next turn, that turn
+// is the same conversation one turn on, its history starts with the thread's history and the reply, it ends
+// with something to answer, and its rest is a suffix of the thread's.
+func FuzzNext(f *testing.F) {
+	f.Add([]byte(`{"id":"c","turn":0,"stop_reason":"continued","reply":{"role":"assistant","content":"a"},"thread":{"messages":[{"role":"user","content":"q"}],"rest":[{"role":"assistant","content":"o"},{"role":"user","content":"q2"},{"role":"assistant","content":"o2"}]}}`))
+	f.Add([]byte(`{"id":"c","turn":3,"stop_reason":"continued","reply":{"role":"assistant"},"thread":{"messages":[],"rest":[{"role":"assistant"},{"role":"tool","content":"r"}]}}`))
+	f.Add([]byte(`{"id":"c","stop_reason":"end"}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var g Generation
+		if json.Unmarshal(data, &g) != nil {
+			return
+		}
+		p, ok := g.Next()
+		if !ok {
+			return
+		}
+		th := g.Thread
+		if p.ID != g.ID || p.Turn != g.Turn+1 || !p.Continuation || len(p.Messages) < len(th.Messages)+2 {
+			t.Fatalf("next turn %+v of %+v", p, g)
+		}
+		if !reflect.DeepEqual(p.Messages[:len(th.Messages)], th.Messages) || !reflect.DeepEqual(p.Messages[len(th.Messages)], *g.Reply) {
+			t.Fatalf("next turn's history does not start with the thread's history and the reply")
+		}
+		if last := p.Messages[len(p.Messages)-1]; last.Role == "assistant" {
+			t.Fatalf("next turn ends with an assistant message: nothing to answer")
+		}
+		if len(p.Rest) > 0 && (len(p.Rest) >= len(th.Rest) || !reflect.DeepEqual(p.Rest, th.Rest[len(th.Rest)-len(p.Rest):]) || p.Rest[0].Role != "assistant") {
+			t.Fatalf("next turn's rest %+v is not a suffix of %+v starting with the next original reply", p.Rest, th.Rest)
+		}
+	})
+}
