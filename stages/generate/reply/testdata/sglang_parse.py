@@ -29,58 +29,18 @@ skips unless DRAFTFLOW_REQUIRE_ASSETS is set.
 from __future__ import annotations
 
 import argparse
-import glob
 import importlib
 import json
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import types
 
 PIN = "0.5.23"
-# As extract.py: one fixed platform tag, so every machine gets the same file.
-PIP_TAGS = [
-    "--only-binary=:all:",
-    "--implementation", "cp",
-    "--python-version", "3.11",
-    "--abi", "cp311",
-    "--platform", "manylinux_2_34_x86_64",
-]
+# The one sglang wheel fetcher: the simulator's contract extractor's (same cache, same platform tag).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "sim", "testdata", "contract"))
+from extract import Unavailable, obtain_wheel  # noqa: E402
+
 EXIT_UNAVAILABLE = 2
-
-
-class Unavailable(Exception):
-    pass
-
-
-def obtain_wheel(cache: str, version: str) -> str:
-    wheel_dir = os.path.join(cache, f"sglang-{version}")
-    found = sorted(glob.glob(os.path.join(wheel_dir, f"sglang-{version}-*.whl")))
-    if found:
-        return found[0]
-    os.makedirs(wheel_dir, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".download-", dir=wheel_dir)
-    try:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps",
-               "--disable-pip-version-check", "--no-input", "--quiet",
-               *PIP_TAGS, f"sglang=={version}", "-d", tmp]
-        try:
-            res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            raise Unavailable(f"pip download sglang=={version}: {e}")
-        if res.returncode != 0:
-            tail = (res.stderr or res.stdout).strip().splitlines()[-5:]
-            raise Unavailable(f"pip download sglang=={version} failed (exit {res.returncode}): " + " | ".join(tail))
-        got = sorted(glob.glob(os.path.join(tmp, f"sglang-{version}-*.whl")))
-        if not got:
-            raise Unavailable(f"pip download sglang=={version} left no wheel in {tmp}")
-        dest = os.path.join(wheel_dir, os.path.basename(got[0]))
-        os.replace(got[0], dest)
-        return dest
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------
