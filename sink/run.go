@@ -457,6 +457,11 @@ func (s *sinker) flush(p *partState) error {
 	p.emitMu.Unlock()
 	if emitErr != nil {
 		p.failed = true
+		if s.stopped && errors.Is(emitErr, context.Canceled) {
+			// Shutting down with a next turn unsent: the partition's records are redelivered after a restart,
+			// and the turn is written, and its next turn sent, then. Not a failure of the run.
+			return emitErr
+		}
 		s.fail(emitErr)
 		return emitErr
 	}
