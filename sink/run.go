@@ -305,12 +305,6 @@ func (s *sinker) absorb(p *partState, off int64) {
 	p.seen = off
 }
 
-// canContinue reports whether g, marked continued, yields a next turn.
-func canContinue(g *topics.Generation) bool {
-	_, ok := g.Next()
-	return ok
-}
-
 // emit writes next (a conversation's next turn) to the prompts topic, retrying while the run lasts. The
 // partition's next flush waits for it before its commit point. A next turn over the message limit is
 // dead-lettered (the conversation ends there, its turns so far in the shards); any other failure fails that
@@ -386,7 +380,7 @@ func validate(g *topics.Generation) string {
 		return "generation was aborted"
 	case g.StopReason != "" && !slices.Contains(topics.StopReasons, g.StopReason):
 		return fmt.Sprintf("unknown stop reason %q", g.StopReason)
-	case g.StopReason == topics.StopContinued && !canContinue(g):
+	case g.StopReason == topics.StopContinued && !g.Continues():
 		return "stop reason continued, but the record has no reply or no next turn to build"
 	case int64(len(g.PromptIDs))+int64(len(g.OutputIDs)) > math.MaxInt32:
 		return "sequence longer than an int32 can count"

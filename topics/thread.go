@@ -81,13 +81,19 @@ type Parsers struct {
 	ReasoningOpen bool `json:"reasoning_open,omitempty"`
 }
 
+// Continues reports whether Next gives a turn: StopReason is StopContinued, the generation carries its
+// thread and reply, and the source conversation goes on.
+func (g *Generation) Continues() bool {
+	return g.StopReason == StopContinued && g.Thread != nil && g.Reply != nil && g.Thread.HasNext()
+}
+
 // Next builds the Prompt of the conversation's next turn from this generation: the history, the parsed
 // reply, then the source messages that answer it (tool results or the user's next message), keyed by the
 // same ID with Turn+1 and the Endpoint that produced this turn. It reports false unless StopReason is
 // StopContinued and there is a next turn. Next is a pure function of g, so every copy of a generation
 // yields the same prompt.
 func (g *Generation) Next() (Prompt, bool) {
-	if g.StopReason != StopContinued || g.Thread == nil || g.Reply == nil || !g.Thread.HasNext() {
+	if !g.Continues() {
 		return Prompt{}, false
 	}
 	between, rest := g.Thread.follow()

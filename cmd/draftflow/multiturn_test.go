@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,7 +48,7 @@ func TestPipelineMultiTurn(t *testing.T) {
 			lines = append(lines, fmt.Sprintf(`{"id":"tool-%d","tools":%s,"messages":[{"role":"user","content":"find %d"},{"role":"assistant","content":"","tool_calls":[{"id":"call_%d","type":"function","function":{"name":"lookup","arguments":"{\"q\": \"item %d\"}"}}]},{"role":"tool","tool_call_id":"call_%d","content":"found %d"},{"role":"assistant","content":"It is %d."},{"role":"user","content":"thanks"},{"role":"assistant","content":"welcome"}]}`, i, tools, i, i, i, i, i, i))
 		}
 	}
-	if err := os.WriteFile(data, []byte(joinLines(lines)), 0o644); err != nil {
+	if err := os.WriteFile(data, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	out := t.TempDir()
@@ -210,14 +211,6 @@ func checkConversationsHang(t *testing.T, out string) map[string]map[int]string 
 		}
 	}
 	return conv
-}
-
-func joinLines(lines []string) string {
-	s := ""
-	for _, l := range lines {
-		s += l + "\n"
-	}
-	return s
 }
 
 func asUint32(ids []int32) []uint32 {
