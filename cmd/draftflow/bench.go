@@ -61,22 +61,19 @@ func cmdBench(ctx context.Context, args []string) error {
 	if *multiTurn {
 		mt.Seed, mt.Budget, mt.JSON, mt.Logger = opts.Seed, opts.Budget, opts.JSON, opts.Logger
 		results, err := bench.MultiTurn(ctx, mt, os.Stdout)
-		if err != nil {
-			return err
-		}
-		if *asJSON {
-			enc := json.NewEncoder(os.Stdout)
-			enc.SetIndent("", "  ")
-			return enc.Encode(results)
-		}
-		fmt.Println()
-		return nil
+		return benchOutput(results, err, *asJSON)
 	}
 	results, err := bench.Bench(ctx, opts, os.Stdout)
+	return benchOutput(results, err, *asJSON)
+}
+
+// benchOutput ends a benchmark: its results as indented JSON with --json (the tables were printed as it ran
+// otherwise), or its error.
+func benchOutput(results any, err error, asJSON bool) error {
 	if err != nil {
 		return err
 	}
-	if *asJSON {
+	if asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(results)
