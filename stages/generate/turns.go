@@ -44,23 +44,22 @@ func conclude(t *topics.Tokenized, g *topics.Generation, text string) {
 	}
 	orig := t.Thread.Original()
 	var origCalls []reply.Call
+	var origErr error
 	if orig != nil && len(orig.ToolCalls) > 0 && string(orig.ToolCalls) != "null" {
-		if origCalls, err = reply.CallsOf(orig.ToolCalls); err != nil {
-			msg := r.Message(nil)
-			g.Reply = &msg
-			g.StopReason = topics.StopToolDivergence
-			g.StopDetail = "the source's tool calls at this turn do not parse, so no call can match them: " + err.Error()
-			return
-		}
+		origCalls, origErr = reply.CallsOf(orig.ToolCalls)
 	}
+	same := origErr == nil && reply.SameCalls(r.Calls, origCalls)
 	var ids []string
-	if reply.SameCalls(r.Calls, origCalls) {
+	if same {
 		ids = callIDs(orig)
 	}
 	msg := r.Message(ids)
 	g.Reply = &msg
 	switch {
-	case !reply.SameCalls(r.Calls, origCalls):
+	case origErr != nil:
+		g.StopReason = topics.StopToolDivergence
+		g.StopDetail = "the source's tool calls at this turn do not parse, so no call can match them: " + origErr.Error()
+	case !same:
 		g.StopReason = topics.StopToolDivergence
 		g.StopDetail = fmt.Sprintf("called %s; the source called %s", describeCalls(r.Calls), describeCalls(origCalls))
 	case !t.Thread.HasNext():
