@@ -177,8 +177,9 @@ func (c *common) register(fs *flag.FlagSet, metricsDefault string) {
 
 // setup installs the logger, makes the process's metrics registry and readiness checks, starts the one HTTP
 // server of the process (/metrics, /healthz, /readyz) when --metrics-addr is set, and returns the Kafka config
-// (brokers may be empty) with that registry.
-func (c *common) setup(ctx context.Context) (kafka.Config, *slog.Logger, error) {
+// (brokers may be empty) with that registry. The process is not ready until each part named in expect has Added
+// its own readiness check: those parts are registered as "starting" before the server answers its first /readyz.
+func (c *common) setup(ctx context.Context, expect ...string) (kafka.Config, *slog.Logger, error) {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(c.logLevel)) // checked when the flag was parsed
 	opts := &slog.HandlerOptions{Level: level}
@@ -189,6 +190,7 @@ func (c *common) setup(ctx context.Context) (kafka.Config, *slog.Logger, error) 
 	log := slog.New(h)
 	slog.SetDefault(log)
 	c.reg, c.ready = metrics.NewRegistry(), &metrics.Readiness{}
+	c.ready.Expect(expect...)
 	kc := kafka.Config{
 		Brokers:         kafka.ParseBrokers(c.brokers),
 		Partitions:      c.partitions,

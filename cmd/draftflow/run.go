@@ -96,7 +96,7 @@ func cmdRun(ctx context.Context, args []string) error {
 		return errors.New("no input: pass --input FILE (repeatable)")
 	}
 	var err error
-	if rc.Kafka, rc.Logger, err = c.setup(ctx); err != nil {
+	if rc.Kafka, rc.Logger, err = c.setup(ctx, "tokenize", "generate", "sink"); err != nil {
 		return err
 	}
 	// One registry and one set of readiness checks for the whole process.
@@ -104,7 +104,6 @@ func cmdRun(ctx context.Context, args []string) error {
 	rc.Tokenize.Registerer, rc.Tokenize.Ready = c.reg, c.ready
 	rc.Generate.Registerer, rc.Generate.Ready = c.reg, c.ready
 	rc.Sink.Registerer, rc.Sink.Ready = c.reg, c.ready
-	c.ready.Expect("tokenize", "generate", "sink")
 	rc.Gatherer = c.reg
 	rc.Sim.Instant = rc.Sim.TimeScale == 0
 	if rc.Sim.ReplyFormat != "" {

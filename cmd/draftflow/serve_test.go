@@ -64,3 +64,25 @@ func TestStageServesMetricsAndReadiness(t *testing.T) {
 		}
 	}
 }
+
+// A stage process answers /readyz with 503 from the first request on: the stages it runs are expected before its
+// server starts, not once each stage gets round to adding its check (CI once read a sink's /readyz as 200 before
+// the sink had registered anything).
+func TestSetupExpectsStagesBeforeServing(t *testing.T) {
+	fs := newFlagSet("sink")
+	var c common
+	c.register(fs, "")
+	if err := fs.Parse([]string{"--log-level", "warn"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.setup(context.Background(), "sink"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ready.Check(); err == nil || !strings.Contains(err.Error(), "sink: starting") {
+		t.Fatalf("ready before the sink added its check: %v", err)
+	}
+	c.ready.Add("sink", func() error { return nil })
+	if err := c.ready.Check(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -19,11 +19,11 @@ import (
 )
 
 // prepare parses flags, sets up logging/metrics and makes sure the topics exist.
-func prepare(ctx context.Context, c *common, fs interface{ Parse([]string) error }, args []string) (kafka.Config, error) {
+func prepare(ctx context.Context, c *common, fs interface{ Parse([]string) error }, args []string, expect ...string) (kafka.Config, error) {
 	if err := fs.Parse(args); err != nil {
 		return kafka.Config{}, err
 	}
-	kc, _, err := c.setup(ctx)
+	kc, _, err := c.setup(ctx, expect...)
 	if err != nil {
 		return kc, err
 	}
@@ -95,7 +95,7 @@ func cmdTokenize(ctx context.Context, args []string) error {
 	var cfg tokenize.Config
 	mergeFlags(fs, "tokenize", cfg.RegisterFlags)
 	inputNS := registerInputNamespace(fs, topics.TopicPrompts)
-	kc, err := prepare(ctx, &c, fs, args)
+	kc, err := prepare(ctx, &c, fs, args, "tokenize")
 	if err != nil {
 		return err
 	}
@@ -107,7 +107,6 @@ func cmdTokenize(ctx context.Context, args []string) error {
 	}
 	defer startStatus(ctx, &kc, c.reg, withGroup(statusTokenize, cfg.Group))()
 	cfg.Kafka, cfg.Logger, cfg.Registerer, cfg.Ready = kc, kc.Logger, c.reg, c.ready
-	c.ready.Expect("tokenize")
 	return tokenize.Run(ctx, cfg)
 }
 
@@ -118,7 +117,7 @@ func cmdGenerate(ctx context.Context, args []string) error {
 	var cfg generate.Config
 	mergeFlags(fs, "generate", cfg.RegisterFlags)
 	inputNS := registerInputNamespace(fs, topics.TopicTokenized)
-	kc, err := prepare(ctx, &c, fs, args)
+	kc, err := prepare(ctx, &c, fs, args, "generate")
 	if err != nil {
 		return err
 	}
@@ -127,7 +126,6 @@ func cmdGenerate(ctx context.Context, args []string) error {
 	}
 	defer startStatus(ctx, &kc, c.reg, withGroup(statusGenerate, cfg.Group))()
 	cfg.Kafka, cfg.Logger, cfg.Registerer, cfg.Ready = kc, kc.Logger, c.reg, c.ready
-	c.ready.Expect("generate")
 	return generate.Run(ctx, cfg)
 }
 
@@ -137,13 +135,12 @@ func cmdSink(ctx context.Context, args []string) error {
 	c.register(fs, ":9090")
 	var cfg sink.Config
 	registerSinkFlags(fs, &cfg)
-	kc, err := prepare(ctx, &c, fs, args)
+	kc, err := prepare(ctx, &c, fs, args, "sink")
 	if err != nil {
 		return err
 	}
 	defer startStatus(ctx, &kc, c.reg, withGroup(statusSink, cfg.Group))()
 	cfg.Kafka, cfg.Logger, cfg.Registerer, cfg.Ready = kc, kc.Logger, c.reg, c.ready
-	c.ready.Expect("sink")
 	return sink.Run(ctx, cfg)
 }
 
