@@ -17,7 +17,7 @@ func sampleRecords() []any {
 		TemplateKwargs: map[string]any{"enable_thinking": true}}
 	return []any{
 		&Prompt{ID: "a1", Dataset: "glaive", Messages: []Message{{Role: "system", Content: "be brief"},
-			{Role: "user", Content: "héllo 世界 🚀"}}, Tools: json.RawMessage(`[{"type":"function"}]`),
+			{Role: "user", Content: "héllo 世界 🚀"}, {Role: "assistant", ContentNull: true, ToolCalls: json.RawMessage(`[{"function":{"name":"f"}}]`)}}, Tools: json.RawMessage(`[{"type":"function"}]`),
 			Sampling: samp, Source: Source{File: "x.jsonl", Line: 3}},
 		&Tokenized{ID: "a1", Dataset: "glaive", Sampling: samp, Model: "m", TokenizerHash: "abc",
 			InputIDs: []uint32{0, 1, 128000, 4294967295}},

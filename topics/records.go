@@ -28,6 +28,11 @@ type Message struct {
 	// [{"type": "text", "text": "..."}]); chat templates receive this list as the message's content,
 	// as Hugging Face passes it. Empty when the content was a string.
 	ContentParts json.RawMessage `json:"content_parts,omitempty"`
+	// ContentNull is true when the source gave the content as JSON null (OpenAI's shape of an assistant turn
+	// that only calls tools). Content is then empty and chat templates receive None, as Hugging Face passes
+	// it: DeepSeek-V3's template, for one, writes tool calls only for an assistant message whose content is
+	// None, and others render None as "None" or raise.
+	ContentNull bool `json:"content_null,omitempty"`
 	// ReasoningContent is an assistant's thinking, kept apart from Content as chat templates expect.
 	ReasoningContent string `json:"reasoning_content,omitempty"`
 	// ToolCalls is an assistant's tool calls, passed to the chat template as they came (a JSON list).

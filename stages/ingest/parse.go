@@ -302,6 +302,8 @@ func parseMessage(where string, raw json.RawMessage) (topics.Message, error) {
 	if !isNull(rawContent) && rawContent[0] == '[' {
 		m.ContentParts = compact(rawContent)
 	}
+	// An explicit null (not a missing key) reaches the chat template as None, as it does in transformers.
+	m.ContentNull = string(rawContent) == "null"
 	if m.ReasoningContent, err = optString(w.ReasoningContent, where+".reasoning_content"); err != nil {
 		return topics.Message{}, err
 	}

@@ -68,7 +68,7 @@ func TestParseFormats(t *testing.T) {
 				`{"role": "assistant", "content": "dropped"}]}`,
 			id: "t",
 			msgs: []topics.Message{{Role: "user", Content: "q"},
-				{Role: "assistant", ReasoningContent: "think", ToolCalls: json.RawMessage(`[{"id":"c1","type":"function","function":{"name":"f","arguments":{"b":1,"a":2}}}]`)},
+				{Role: "assistant", ContentNull: true, ReasoningContent: "think", ToolCalls: json.RawMessage(`[{"id":"c1","type":"function","function":{"name":"f","arguments":{"b":1,"a":2}}}]`)},
 				{Role: "tool", Content: "42", ToolCallID: "c1", Name: "f"},
 				{Role: "assistant", Content: "done"},
 				{Role: "user", Content: "more"}},

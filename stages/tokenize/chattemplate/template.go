@@ -35,7 +35,8 @@ type parsed struct {
 // Input is one render request: what apply_chat_template receives.
 type Input struct {
 	// Messages is the conversation. Each message reaches the template as a mapping with "role" and
-	// "content" (the ContentParts list when set, else the Content string) always present and "reasoning_content", "tool_calls" (decoded JSON, key order kept),
+	// "content" (the ContentParts list when set, None when ContentNull, else the Content string) always present
+	// and "reasoning_content", "tool_calls" (decoded JSON, key order kept),
 	// "tool_call_id" and "name" only when set.
 	Messages []topics.Message
 	// Tools is the JSON list of tool schemas, or empty for none (the template then sees tools=None).
@@ -337,6 +338,8 @@ func messageValue(m topics.Message) (value, error) {
 			return d, fmt.Errorf("content: %w", err)
 		}
 		dd.Set("content", v)
+	} else if m.ContentNull && m.Content == "" {
+		dd.Set("content", vNone)
 	} else {
 		dd.Set("content", str(m.Content))
 	}

@@ -14,23 +14,18 @@ AutoTokenizer.from_pretrained(DIR, trust_remote_code=True): its own tokenization
 tool_declaration_ts.py run. Plain texts are encoded as apply_chat_template(tokenize=True) encodes
 the rendered text: tok.encode(text, add_special_tokens=False). Messages arrive in draftflow's
 topics.Message JSON shape and become the dicts the tokenize stage stands for (content_parts as the
-content list).
+content list, None for content_null), by the chattemplate references' message_dict.
 """
 import contextlib
 import io
 import json
+import os
 import sys
 
-
-def message_dict(m):
-    content = m.get("content_parts") or m.get("content", "")
-    d = {"role": m.get("role", ""), "content": content}
-    for k in ("reasoning_content", "tool_call_id", "name"):
-        if m.get(k):
-            d[k] = m[k]
-    if m.get("tool_calls") is not None:
-        d["tool_calls"] = m["tool_calls"]
-    return d
+# One mapping from topics.Message JSON to the dict a chat template receives, shared with the chattemplate
+# conformance references.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "chattemplate", "testdata"))
+from reference import message_dict  # noqa: E402
 
 
 def main():

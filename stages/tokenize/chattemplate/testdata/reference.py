@@ -13,7 +13,7 @@ Reads one JSON request on stdin, writes one JSON response on stdout.
     are the `tokenizers` library's ids for the rendered text straight from DIR/tokenizer.json, to tell
     a transformers loading quirk from a real mismatch.
     Messages arrive in draftflow's topics.Message JSON shape and are turned into the dicts the tokenize
-    stage stands for: role and content always, other keys only when non-empty, tool_calls decoded.
+    stage stands for: role and content always (None when content_null), other keys only when non-empty, tool_calls decoded.
 
   {"mode": "template", "template": SRC, "bos": ..., "eos": ..., "want_transformers": ..., "cases": [...]}
     -> as "chat", rendering SRC with transformers' render_jinja_template (what apply_chat_template calls)
@@ -29,6 +29,8 @@ import sys
 
 def message_dict(m):
     content = m.get("content_parts") or m.get("content", "")
+    if not m.get("content_parts") and m.get("content_null") and not m.get("content"):
+        content = None
     d = {"role": m.get("role", ""), "content": content}
     if m.get("reasoning_content"):
         d["reasoning_content"] = m["reasoning_content"]
