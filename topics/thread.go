@@ -88,7 +88,8 @@ func (g *Generation) Continues() bool {
 }
 
 // Next builds the Prompt of the conversation's next turn from this generation: the history, the parsed
-// reply, then the source messages that answer it (tool results or the user's next message), keyed by the
+// reply, then the source messages that answer it (tool results or the user's next message, a tool result's
+// tool_call_id changed to the id the reply gave the call where the source's call had another), keyed by the
 // same ID with Turn+1 and the Endpoint that produced this turn. It reports false unless StopReason is
 // StopContinued and there is a next turn. Next is a pure function of g, so every copy of a generation
 // yields the same prompt.
@@ -97,6 +98,7 @@ func (g *Generation) Next() (Prompt, bool) {
 		return Prompt{}, false
 	}
 	between, rest := g.Thread.follow()
+	between = relink(between, g.Thread.Original().CallIDs(), g.Reply.CallIDs())
 	msgs := make([]Message, 0, len(g.Thread.Messages)+1+len(between))
 	msgs = append(msgs, g.Thread.Messages...)
 	msgs = append(msgs, *g.Reply)
@@ -117,4 +119,55 @@ func (g *Generation) Next() (Prompt, bool) {
 		p.Rest = rest
 	}
 	return p, true
+}
+
+// CallIDs returns the ids of the message's tool calls, in order ("" where a call has none); nil for a nil
+// message, or one without calls or whose calls are not a JSON list.
+func (m *Message) CallIDs() []string {
+	if m == nil || len(m.ToolCalls) == 0 {
+		return nil
+	}
+	var list []struct {
+		ID json.RawMessage `json:"id"`
+	}
+	if json.Unmarshal(m.ToolCalls, &list) != nil {
+		return nil
+	}
+	ids := make([]string, len(list))
+	for i, c := range list {
+		var id string
+		if json.Unmarshal(c.ID, &id) != nil && len(c.ID) > 0 && string(c.ID) != "null" {
+			id = string(c.ID) // a number
+		}
+		ids[i] = id
+	}
+	return ids
+}
+
+// relink returns msgs with each tool result that answers the source's call i (its ToolCallID is from[i])
+// answering the reply's call i instead (to[i]): a model that writes its own call ids (Kimi-K2's
+// functions.NAME:IDX) keeps them in the history, and the source's results still link to them. Ids that
+// are empty or occur twice in from are left alone. msgs itself is not changed.
+func relink(msgs []Message, from, to []string) []Message {
+	seen := map[string]int{}
+	for _, id := range from {
+		seen[id]++
+	}
+	ids := map[string]string{}
+	for i := 0; i < len(from) && i < len(to); i++ {
+		if from[i] != "" && to[i] != "" && from[i] != to[i] && seen[from[i]] == 1 {
+			ids[from[i]] = to[i]
+		}
+	}
+	if len(ids) == 0 {
+		return msgs
+	}
+	out := make([]Message, len(msgs))
+	for i, m := range msgs {
+		if id, ok := ids[m.ToolCallID]; ok && m.Role == "tool" {
+			m.ToolCallID = id
+		}
+		out[i] = m
+	}
+	return out
 }

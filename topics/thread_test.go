@@ -148,3 +148,48 @@ func FuzzNext(f *testing.F) {
 		}
 	})
 }
+
+// A model that writes its own call ids keeps them in the next turn's history, and the source's tool results
+// are pointed at them; ids the source gives twice, or a reply without ids, leave the results as they were.
+func TestNextRelinksToolResultsToTheReplysCallIDs(t *testing.T) {
+	source := Message{Role: "assistant", ToolCalls: json.RawMessage(`[{"id":"c1","function":{"name":"f"}},{"id":7,"function":{"name":"g"}}]`)}
+	between := []Message{{Role: "tool", Content: "r1", ToolCallID: "c1"}, {Role: "tool", Content: "r2", ToolCallID: "7"},
+		{Role: "tool", Content: "other", ToolCallID: "c9"}, msg("user", "ok?")}
+	next := func(src Message, reply string) []Message {
+		t.Helper()
+		th := &Thread{Messages: []Message{msg("user", "q")}, Rest: append([]Message{src}, append(append([]Message(nil), between...), msg("assistant", "done"))...)}
+		g := Generation{ID: "c", StopReason: StopContinued, Thread: th, Reply: &Message{Role: "assistant", ToolCalls: json.RawMessage(reply)}}
+		p, ok := g.Next()
+		if !ok {
+			t.Fatal("no next turn")
+		}
+		if !reflect.DeepEqual(th.Rest[1:1+len(between)], between) {
+			t.Fatal("Next changed the thread's messages")
+		}
+		return p.Messages[2:]
+	}
+	ids := func(ms []Message) []string {
+		var out []string
+		for _, m := range ms {
+			out = append(out, m.ToolCallID)
+		}
+		return out
+	}
+	kimi := `[{"id":"functions.f:0","function":{"name":"f"}},{"id":"functions.g:1","function":{"name":"g"}}]`
+	if got, want := ids(next(source, kimi)), []string{"functions.f:0", "functions.g:1", "c9", ""}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("relinked ids %q, want %q", got, want)
+	}
+	if got, want := ids(next(source, `[{"id":"c1"},{"id":"7"}]`)), []string{"c1", "7", "c9", ""}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("same ids: %q, want %q", got, want)
+	}
+	if got, want := ids(next(source, `[{"function":{"name":"f"}}]`)), []string{"c1", "7", "c9", ""}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("reply without ids: %q, want %q", got, want)
+	}
+	twice := Message{Role: "assistant", ToolCalls: json.RawMessage(`[{"id":"c1"},{"id":"c1"}]`)}
+	if got, want := ids(next(twice, kimi)), []string{"c1", "7", "c9", ""}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("ambiguous source ids: %q, want %q", got, want)
+	}
+	if got := (&Message{ToolCalls: json.RawMessage(`{"id":"x"}`)}).CallIDs(); got != nil {
+		t.Fatalf("CallIDs of a non-list: %q", got)
+	}
+}

@@ -19,8 +19,9 @@ import (
 //   - Tool calls that are not the source's calls at this turn (other names, other arguments as JSON
 //     values, another count, or calls where the source had none and the reverse): StopToolDivergence; the
 //     source's tool results would not answer them.
-//   - Otherwise StopContinued, with the source's call ids on the calls so that its tool results link up,
-//     unless the source has no later message to answer (StopEnd).
+//   - Otherwise StopContinued, unless the source has no later message to answer (StopEnd). A call keeps the
+//     id the model wrote for it (Kimi-K2), else takes the source's id, so the source's tool results link up
+//     (Generation.Next points them at the model's ids).
 func conclude(t *topics.Tokenized, g *topics.Generation, text string) {
 	if t.Thread == nil {
 		g.StopReason = topics.StopEnd
@@ -51,7 +52,7 @@ func conclude(t *topics.Tokenized, g *topics.Generation, text string) {
 	same := origErr == nil && reply.SameCalls(r.Calls, origCalls)
 	var ids []string
 	if same {
-		ids = callIDs(orig)
+		ids = orig.CallIDs()
 	}
 	msg := r.Message(ids)
 	g.Reply = &msg
@@ -94,24 +95,6 @@ func functionNames(tools json.RawMessage) []string {
 		}
 	}
 	return names
-}
-
-// callIDs returns the ids of a message's tool calls, in order ("" where a call has none).
-func callIDs(m *topics.Message) []string {
-	if m == nil || len(m.ToolCalls) == 0 {
-		return nil
-	}
-	var list []struct {
-		ID string `json:"id"`
-	}
-	if json.Unmarshal(m.ToolCalls, &list) != nil {
-		return nil
-	}
-	ids := make([]string, len(list))
-	for i, c := range list {
-		ids[i] = c.ID
-	}
-	return ids
 }
 
 // describeCalls names calls for a stop detail: "no tool", or "f({...}), g({...})" with long arguments cut.

@@ -87,7 +87,19 @@ func TestConcludeTurns(t *testing.T) {
 		}},
 		{"kimi section", toolThread, topics.Parsers{Reasoning: "kimi_k2", Tools: "kimi_k2"}, "stop",
 			"<think>ok</think><|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{\"city\":\"Paris\",\"days\":2}<|tool_call_end|><|tool_calls_section_end|>",
-			topics.StopContinued, nil},
+			topics.StopContinued, func(t *testing.T, g *topics.Generation) {
+				// The history keeps the id the model wrote, and the source's result (for call_7) answers it.
+				if ids := g.Reply.CallIDs(); len(ids) != 1 || ids[0] != "functions.get_weather:0" {
+					t.Fatalf("reply call ids %q", ids)
+				}
+				next, _ := g.Next()
+				if last := next.Messages[len(next.Messages)-1]; last.Role != "tool" || last.ToolCallID != "functions.get_weather:0" {
+					t.Fatalf("next turn's tool result does not answer the model's call: %+v", last)
+				}
+				if toolThread.Rest[1].ToolCallID != "call_7" {
+					t.Fatal("Next changed the thread")
+				}
+			}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			tk := &topics.Tokenized{ID: "c", Turn: 0, Thread: c.thread, Parsers: c.parsers, InputIDs: []uint32{1}}

@@ -66,7 +66,8 @@ type turnsReply struct {
 
 // reply builds the message reply.Parse(raw, parsers).Message(source call ids) gives, in its exact shape:
 // role assistant, reasoning and content with the whitespace SGLang keeps, and, when callID is set, one
-// get_weather call in the OpenAI shape with the arguments as a compact JSON object and the source's id.
+// get_weather call in the OpenAI shape with the arguments as a compact JSON object and that id (the model's
+// own where its format writes one, else the source's).
 func reply(raw, reasoning, content, callID string) turnsReply {
 	m := topics.Message{Role: "assistant", Content: content, ReasoningContent: reasoning}
 	if callID != "" {
@@ -192,7 +193,8 @@ func turnsModels() []turnsModel {
 
 // kimiTurnsConvs are Kimi-K2-Thinking's conversations. Its template keeps reasoning only after the last
 // assistant turn without tool calls (earlier ones render "<think></think>"), and writes a call's id as the
-// message gives it: the source's id, which the generate stage puts on calls that match the source's.
+// message gives it: the generate stage keeps the id the model wrote, and Generation.Next points the source's
+// tool results at it.
 func kimiTurnsConvs() []turnsConv {
 	call := func(id string) turnsReply {
 		return reply("<think>I need the weather tool.</think><|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"+
@@ -206,10 +208,11 @@ func kimiTurnsConvs() []turnsConv {
 			reply("<think>Simple arithmetic.</think>2+2 = 4.", "Simple arithmetic.", "2+2 = 4.", ""),
 			reply("<think>4 times 3.</think>4 × 3 = 12.", "4 times 3.", "4 × 3 = 12.", ""),
 		}, want: []string{rewritesReply, rewritesReply}},
-		// A dataset's own call id ("call_0") replaces the "functions.get_weather:0" the model wrote.
-		{name: "tool", source: turnsToolChat("call_0"), tools: turnsTools, replies: []turnsReply{call("call_0"), answer},
-			want: []string{rewritesReply, rewritesHistory}},
-		// With Kimi's own ids in the source the call turn renders as generated.
+		// A dataset with its own call id ("call_0"): the reply keeps the "functions.get_weather:0" the model
+		// wrote, the source's result is relinked to it, and the call turn renders as generated.
+		{name: "tool", source: turnsToolChat("call_0"), tools: turnsTools, replies: []turnsReply{call("functions.get_weather:0"), answer},
+			want: []string{extendsRow, rewritesHistory}},
+		// With Kimi's own ids in the source nothing is relinked.
 		{name: "tool-kimi-ids", source: turnsToolChat("functions.get_weather:0"), tools: turnsTools,
 			replies: []turnsReply{call("functions.get_weather:0"), answer},
 			want:    []string{extendsRow, rewritesHistory}},

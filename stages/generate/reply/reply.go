@@ -157,9 +157,10 @@ func Parse(text string, o Options) (Reply, error) {
 
 // Message is the reply as an assistant message. ToolCalls take the OpenAI
 // shape [{"id", "type": "function", "function": {"name", "arguments"}}] with
-// arguments as a JSON object (what chat templates iterate over); callIDs[i]
-// is the id of call i when given and not empty, else the call's own ID, else
-// a deterministic id made from the call ("call_" and 24 hex digits, SGLang's
+// arguments as a JSON object (what chat templates iterate over). Call i keeps
+// the id the model wrote for it (Call.ID), else takes callIDs[i] when given
+// and not empty (the source conversation's id for that call), else a
+// deterministic id made from the call ("call_" and 24 hex digits, SGLang's
 // shape).
 func (r Reply) Message(callIDs []string) topics.Message {
 	m := topics.Message{Role: "assistant", Content: r.Content, ReasoningContent: r.Reasoning}
@@ -178,7 +179,7 @@ func (r Reply) Message(callIDs []string) topics.Message {
 	out := make([]toolCall, len(r.Calls))
 	for i, c := range r.Calls {
 		id := c.ID
-		if i < len(callIDs) && callIDs[i] != "" {
+		if id == "" && i < len(callIDs) {
 			id = callIDs[i]
 		}
 		if id == "" {
