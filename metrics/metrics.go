@@ -141,12 +141,13 @@ func Handler(gatherer prometheus.Gatherer, ready *Readiness, profile bool) http.
 	return mux
 }
 
-// Serve listens on addr and serves Handler until ctx ends. It returns once the listener is open (an error
-// when it cannot be), so a bad address fails the command at once.
-func Serve(ctx context.Context, addr string, gatherer prometheus.Gatherer, ready *Readiness, profile bool, log *slog.Logger) error {
+// Serve listens on addr and serves Handler until ctx ends. It returns the address it listens on (addr with
+// the port chosen when addr gives port 0) once the listener is open, or an error when it cannot be, so a bad
+// address fails the command at once.
+func Serve(ctx context.Context, addr string, gatherer prometheus.Gatherer, ready *Readiness, profile bool, log *slog.Logger) (string, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("metrics: listen %s: %w", addr, err)
+		return "", fmt.Errorf("metrics: listen %s: %w", addr, err)
 	}
 	srv := &http.Server{Handler: Handler(gatherer, ready, profile), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
@@ -161,5 +162,5 @@ func Serve(ctx context.Context, addr string, gatherer prometheus.Gatherer, ready
 		_ = srv.Shutdown(shut)
 	}()
 	log.Info("serving /metrics, /healthz and /readyz", "addr", ln.Addr().String(), "pprof", profile)
-	return nil
+	return ln.Addr().String(), nil
 }

@@ -216,12 +216,17 @@ func (c *common) setup(ctx context.Context, expect ...string) (kafka.Config, *sl
 		log.Info("Kafka security", kc.Security.Describe()...)
 	}
 	if c.metricsAddr != "" {
-		if err := metrics.Serve(ctx, c.metricsAddr, c.reg, c.ready, c.pprof, log); err != nil {
+		addr, err := metrics.Serve(ctx, c.metricsAddr, c.reg, c.ready, c.pprof, log)
+		if err != nil {
 			return kc, log, err
 		}
+		serving(addr)
 	}
 	return kc, log, nil
 }
+
+// serving is told the address the process's HTTP server listens on (a test passes port 0 and reads it here).
+var serving = func(addr string) {}
 
 // requireBrokers returns an error naming the flag when a stage runs without brokers.
 func requireBrokers(cfg kafka.Config) error {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -16,17 +15,14 @@ import (
 // plumbing's), /healthz, and /readyz, which turns ready once its consumer owns partitions.
 func TestStageServesMetricsAndReadiness(t *testing.T) {
 	kc := kafkatest.Config(t, 2)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	served := make(chan string, 1)
+	serving = func(addr string) { served <- addr }
+	defer func() { serving = func(string) {} }()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		done <- cmdSink(ctx, []string{"--brokers", strings.Join(kc.Brokers, ","), "--namespace", kc.Namespace,
-			"--out", t.TempDir(), "--metrics-addr", addr, "--log-level", "warn"})
+			"--out", t.TempDir(), "--metrics-addr", "127.0.0.1:0", "--log-level", "warn"})
 	}()
 	defer func() {
 		cancel()
@@ -34,6 +30,13 @@ func TestStageServesMetricsAndReadiness(t *testing.T) {
 			t.Errorf("sink: %v", err)
 		}
 	}()
+	var addr string
+	select {
+	case addr = <-served:
+	case err := <-done:
+		done <- err
+		t.Fatalf("sink ended before serving: %v", err)
+	}
 	get := func(path string) (int, string) {
 		resp, err := http.Get("http://" + addr + path)
 		if err != nil {
