@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"reflect"
+	"slices"
 	"testing"
 )
 
@@ -124,6 +125,7 @@ func FuzzNext(f *testing.F) {
 	f.Add([]byte(`{"id":"c","turn":0,"stop_reason":"continued","reply":{"role":"assistant","content":"a"},"thread":{"messages":[{"role":"user","content":"q"}],"rest":[{"role":"assistant","content":"o"},{"role":"user","content":"q2"},{"role":"assistant","content":"o2"}]}}`))
 	f.Add([]byte(`{"id":"c","turn":3,"stop_reason":"continued","reply":{"role":"assistant"},"thread":{"messages":[],"rest":[{"role":"assistant"},{"role":"tool","content":"r"}]}}`))
 	f.Add([]byte(`{"id":"c","stop_reason":"end"}`))
+	f.Add([]byte(`{"id":"c","turn":1,"stop_reason":"continued","reply":{"role":"assistant","tool_calls":[{"id":"functions.f:0"}]},"thread":{"messages":[{"role":"user","content":"q"}],"rest":[{"role":"assistant","tool_calls":[{"id":"c1"}]},{"role":"tool","tool_call_id":"c1"},{"role":"tool","tool_call_id":"c2"}]}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var g Generation
 		if json.Unmarshal(data, &g) != nil {
@@ -137,8 +139,18 @@ func FuzzNext(f *testing.F) {
 		if p.ID != g.ID || p.Turn != g.Turn+1 || !p.Continuation || len(p.Messages) < len(th.Messages)+2 {
 			t.Fatalf("next turn %+v of %+v", p, g)
 		}
-		if !reflect.DeepEqual(p.Messages[:len(th.Messages)], th.Messages) || !reflect.DeepEqual(p.Messages[len(th.Messages)], *g.Reply) {
+		if !slices.EqualFunc(p.Messages[:len(th.Messages)], th.Messages, func(a, b Message) bool { return reflect.DeepEqual(a, b) }) || !reflect.DeepEqual(p.Messages[len(th.Messages)], *g.Reply) {
 			t.Fatalf("next turn's history does not start with the thread's history and the reply")
+		}
+		// Then the source messages after the original reply, a tool result's call id at most changed.
+		for i, m := range p.Messages[len(th.Messages)+1:] {
+			src := th.Rest[1+i]
+			if m.Role == "tool" {
+				src.ToolCallID = m.ToolCallID
+			}
+			if !reflect.DeepEqual(m, src) {
+				t.Fatalf("next turn's message %d is %+v, the source's %+v", len(th.Messages)+1+i, m, th.Rest[1+i])
+			}
 		}
 		if last := p.Messages[len(p.Messages)-1]; last.Role == "assistant" {
 			t.Fatalf("next turn ends with an assistant message: nothing to answer")
