@@ -111,7 +111,7 @@ func TestSinkSendsNextTurns(t *testing.T) {
 	// Duplicates of a continued turn send nothing again (the next turn is on this topic already) and are not
 	// reported as conversations present.
 	produceGens(t, kc, gens[:12])
-	time.Sleep(3 * DefaultIdleFlush)
+	time.Sleep(3 * testIdleFlush)
 	if err := sr.stop(t); err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +198,7 @@ func TestSinkNextTurnsSurviveKills(t *testing.T) {
 		}
 		return true
 	})
-	time.Sleep(3 * DefaultIdleFlush)
+	time.Sleep(3 * testIdleFlush)
 	if err := sr.stop(t); err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +243,7 @@ func TestSinkSendsNextTurnsAgainForANewBroker(t *testing.T) {
 	produceGens(t, kc, gens)
 	sr := startSink(t, baseConfig(kc, dir))
 	sr.waitFor(t, "first broker's rows durable", func(d, _ map[string]int) bool { return len(readRowsQuiet(dir)) == len(gens) })
-	time.Sleep(2 * DefaultIdleFlush)
+	time.Sleep(2 * testIdleFlush)
 	if err := sr.stop(t); err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +266,7 @@ func TestSinkSendsNextTurnsAgainForANewBroker(t *testing.T) {
 	for kafkatest.Size(t, kc, topics.TopicPrompts) < continued && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
-	time.Sleep(2 * DefaultIdleFlush)
+	time.Sleep(2 * testIdleFlush)
 	if err := sr.stop(t); err != nil {
 		t.Fatal(err)
 	}

@@ -55,9 +55,16 @@ func Run(ctx context.Context, cfg Config) error {
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	s := &sinker{cfg: cfg, log: log, st: st, dead: dead, prompts: prompts, ctx: runCtx, cancel: cancel, met: newSinkMetrics(cfg.Registerer),
-		parts:    map[partKey]*partState{},
-		lastRecv: time.Now()}
+	s := newSinker(runCtx, cancel, cfg, log, st, dead, prompts)
+	j, recovered, err := openJournal(cfg.Dir, st.nextKey, log)
+	if err != nil {
+		return err
+	}
+	s.j = j
+	defer j.close()
+	if err := s.recoverJournal(recovered); err != nil {
+		return err
+	}
 	cons := cfg.Kafka.NewConsumer(topics.TopicGenerated, kafka.ConsumerConfig{Group: cfg.Group, MaxInFlight: cfg.MaxBufferedRows + 64})
 	cfg.Ready.Add("sink", func() error {
 		if cons.Assigned() == 0 {
@@ -66,7 +73,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return nil
 	})
 	log.Info("sink started", "dir", cfg.Dir, "group", cfg.Group, "runs", len(st.runs), "rotate_rows", cfg.RotateRows,
-		"rotate_interval", cfg.RotateInterval, "idle_flush", cfg.IdleFlush, "topic_id", tid)
+		"rotate_interval", cfg.RotateInterval, "idle_flush", cfg.IdleFlush, "journal_sync", cfg.JournalSync, "topic_id", tid)
 
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -113,6 +120,13 @@ func lookupTopicID(ctx context.Context, kc kafka.Config, topic string, log *slog
 	}
 }
 
+// newSinker returns the state of one Run, before the journal is opened.
+func newSinker(ctx context.Context, cancel context.CancelFunc, cfg Config, log *slog.Logger, st *store, dead *kafka.DeadLetters,
+	prompts *kafka.Producer) *sinker {
+	return &sinker{cfg: cfg, log: log, st: st, dead: dead, prompts: prompts, ctx: ctx, cancel: cancel, met: newSinkMetrics(cfg.Registerer),
+		parts: map[partKey]*partState{}, lastRecv: cfg.now(), lastSync: cfg.now()}
+}
+
 // partState is what the sink holds for one topic partition since its last flush.
 type partState struct {
 	key        partKey
@@ -152,6 +166,8 @@ type sinker struct {
 	met     *sinkMetrics
 	cancel  context.CancelFunc
 
+	j *journal
+
 	mu       sync.Mutex
 	parts    map[partKey]*partState
 	stopped  bool
@@ -159,6 +175,7 @@ type sinker struct {
 	nrows    int
 	nbytes   int64
 	lastRecv time.Time
+	lastSync time.Time // of the journal; used by the timer goroutine only
 }
 
 func (s *sinker) part(pk partKey) *partState {
@@ -204,7 +221,7 @@ func (s *sinker) handleLocked(d *kafka.Delivery) {
 		p.waiting = append(p.waiting, d)
 		return
 	}
-	s.lastRecv = time.Now()
+	s.lastRecv = s.cfg.now()
 	if m.Offset < p.next {
 		// Already in a shard on disk: the group's committed offset lagged behind our recovery point.
 		s.met.covered.Inc()
@@ -212,7 +229,8 @@ func (s *sinker) handleLocked(d *kafka.Delivery) {
 		return
 	}
 	if m.Offset <= p.seen {
-		// The consumer rewound over offsets absorbed since the last flush; they are resolved by that flush.
+		// The consumer rewound over offsets absorbed since the last flush (or recovered from the journal);
+		// they are resolved by that flush.
 		p.deliveries = append(p.deliveries, d)
 		return
 	}
@@ -225,66 +243,22 @@ func (s *sinker) handleLocked(d *kafka.Delivery) {
 		s.reject(p, d, &g, "invalid", reason)
 		return
 	}
-	rs := s.st.run(RunOf(&g))
-	k := rowKey{g.ID, int32(g.Turn)}
-	dupW, win, err := rs.written(k)
-	if err != nil {
-		s.fail(fmt.Errorf("sink: id index of %s: %w", rs.dir, err))
+	if err := s.take(p, m.Offset, m.Value, &g, d, nil); err != nil {
+		s.fail(err)
 		d.Abandon()
 		return
 	}
-	_, dupB := rs.buffered[k]
-	if dupW || dupB {
-		s.met.redoneGenerations.Inc()
-		redoneCount.Add(1)
-		s.absorb(p, m.Offset)
-		d.Done()
-		s.log.Debug("duplicate dropped", "id", g.ID, "turn", g.Turn, "run", rs.info.DirName(), "at", d.Where())
-		if dupW && win.continued && win.log != s.st.key(p.key).log {
-			// The copy in the shards continued its conversation from another incarnation of the generated
-			// topic (a new embedded broker, a topic recreated): the prompts topic of that incarnation, and
-			// the next turn in it, may be gone. Send the next turn again, built from the copy in the shards.
-			s.reemit(p, d, &g, win)
-			return
-		}
-		// Only a copy already in a shard is reported, and only when it ended its conversation: a buffered
-		// original is reported by OnDurable once its flush is durable.
-		if dupW && !win.continued && s.cfg.OnDuplicate != nil {
-			s.cfg.OnDuplicate(g.ID)
-		}
-		return
-	}
-	r := &row{id: g.ID, dataset: g.Dataset, finishReason: g.Meta.FinishReason, endpoint: g.Meta.Endpoint,
-		turn: int32(g.Turn), prompt: g.PromptIDs, output: g.OutputIDs, stopReason: cmp.Or(g.StopReason, topics.StopEnd)}
-	if g.Reply != nil {
-		reply, err := json.Marshal(g.Reply)
-		if err != nil {
-			s.fail(fmt.Errorf("sink: encode the reply of %s turn %d: %w", g.ID, g.Turn, err))
-			d.Abandon()
-			return
-		}
-		r.reply = string(reply)
-	}
-	if next, ok := g.Next(); ok {
-		s.emit(p, &next)
-	}
-	rs.buffered[k] = struct{}{}
-	s.absorb(p, m.Offset)
-	if len(p.rows) == 0 {
-		p.oldest = time.Now()
-	}
-	p.rows = append(p.rows, bufferedRow{rs, r})
-	p.deliveries = append(p.deliveries, d)
-	b := r.memBytes()
-	p.bytes += b
-	s.nrows++
-	s.nbytes += b
-	s.met.bufferedRows.Inc()
 	if len(p.rows) >= s.cfg.RotateRows || p.bytes >= s.cfg.RotateBytes {
 		if s.flush(p) != nil {
 			return
 		}
 	}
+	s.flushOverBudget()
+}
+
+// flushOverBudget flushes the largest buffers while the buffers together hold more than the sink may. Called
+// with s.mu held.
+func (s *sinker) flushOverBudget() {
 	for s.nrows >= s.cfg.MaxBufferedRows || s.nbytes >= s.cfg.MaxBufferedBytes {
 		var big *partState
 		for _, q := range s.parts {
@@ -298,6 +272,108 @@ func (s *sinker) handleLocked(d *kafka.Delivery) {
 	}
 }
 
+// take absorbs the valid generation g, consumed at offset off of p with the Kafka value value: as a row of
+// its run, or as a duplicate of a row already written or buffered. d is its delivery, Done once the outcome
+// is durable. replayed is nil for a consumed record, which take first appends to the journal; when the
+// journal is replayed at start it holds the offsets whose next turn the broker already acknowledged (d is
+// then nil). Called with s.mu held; returns a fatal error.
+func (s *sinker) take(p *partState, off int64, value []byte, g *topics.Generation, d *kafka.Delivery, replayed map[int64]bool) error {
+	live := replayed == nil
+	key := s.st.key(p.key)
+	rs := s.st.run(RunOf(g))
+	k := rowKey{g.ID, int32(g.Turn)}
+	dupW, win, err := rs.written(k)
+	if err != nil {
+		return fmt.Errorf("sink: id index of %s: %w", rs.dir, err)
+	}
+	_, dupB := rs.buffered[k]
+	if dupW || dupB {
+		// The copy in the shards continued its conversation from another incarnation of the generated topic (a
+		// new embedded broker, a topic recreated): the prompts topic of that incarnation, and the next turn in
+		// it, may be gone. Send the next turn again, built from the copy in the shards.
+		again := dupW && win.continued && win.log != key.log
+		if live {
+			kind, v := jSkip, []byte(nil)
+			if again {
+				kind, v = jRecord, value // replayed, it sends the next turn again unless acknowledged
+			}
+			if err := s.j.append(key, kind, off, v, ""); err != nil {
+				return err
+			}
+			s.met.redoneGenerations.Inc()
+			redoneCount.Add(1)
+			s.log.Debug("duplicate dropped", "id", g.ID, "turn", g.Turn, "run", rs.info.DirName(), "at", d.Where())
+		}
+		s.absorb(p, off)
+		if again {
+			if live || !replayed[off] {
+				if err := s.reemit(p, off, g, win); err != nil {
+					return err
+				}
+			}
+			if d != nil {
+				p.deliveries = append(p.deliveries, d) // Done at the next flush, after the next turn was acknowledged
+			}
+			return nil
+		}
+		if d != nil {
+			d.Done()
+		}
+		// Only a copy already in a shard is reported, and only when it ended its conversation: a buffered
+		// original is reported by OnDurable once its flush is durable.
+		if live && dupW && !win.continued && s.cfg.OnDuplicate != nil {
+			s.cfg.OnDuplicate(g.ID)
+		}
+		return nil
+	}
+	r, err := rowOf(g)
+	if err != nil {
+		return err
+	}
+	if live {
+		// In the journal before its next turn is sent: a later turn is never durable without this one.
+		ended := ""
+		if r.stopReason != topics.StopContinued {
+			ended = r.id
+		}
+		if err := s.j.append(key, jRecord, off, value, ended); err != nil {
+			return err
+		}
+	}
+	if next, ok := g.Next(); ok && (live || !replayed[off]) {
+		s.emit(p, off, &next)
+	}
+	rs.buffered[k] = struct{}{}
+	s.absorb(p, off)
+	if len(p.rows) == 0 {
+		p.oldest = s.cfg.now()
+	}
+	p.rows = append(p.rows, bufferedRow{rs, r})
+	if d != nil {
+		p.deliveries = append(p.deliveries, d)
+	}
+	b := r.memBytes()
+	p.bytes += b
+	s.nrows++
+	s.nbytes += b
+	s.met.bufferedRows.Inc()
+	return nil
+}
+
+// rowOf is the shard row of a valid generation.
+func rowOf(g *topics.Generation) (*row, error) {
+	r := &row{id: g.ID, dataset: g.Dataset, finishReason: g.Meta.FinishReason, endpoint: g.Meta.Endpoint,
+		turn: int32(g.Turn), prompt: g.PromptIDs, output: g.OutputIDs, stopReason: cmp.Or(g.StopReason, topics.StopEnd)}
+	if g.Reply != nil {
+		reply, err := json.Marshal(g.Reply)
+		if err != nil {
+			return nil, fmt.Errorf("sink: encode the reply of %s turn %d: %w", g.ID, g.Turn, err)
+		}
+		r.reply = string(reply)
+	}
+	return r, nil
+}
+
 func (s *sinker) absorb(p *partState, off int64) {
 	if p.first < 0 {
 		p.first = off
@@ -305,15 +381,18 @@ func (s *sinker) absorb(p *partState, off int64) {
 	p.seen = off
 }
 
-// emit writes next (a conversation's next turn) to the prompts topic, retrying while the run lasts. The
-// partition's next flush waits for it before its commit point. A next turn over the message limit is
+// emit writes next (a conversation's next turn, built from the row at offset off of p) to the prompts topic,
+// retrying while the run lasts, and records its acknowledgement in the journal. It does not wait for a flush:
+// the partition's next flush waits for it before its commit point. A next turn over the message limit is
 // dead-lettered (the conversation ends there, its turns so far in the shards); any other failure fails that
 // flush, so the row is written again, and its next turn sent again, after a restart. Called with s.mu held.
-func (s *sinker) emit(p *partState, next *topics.Prompt) {
+func (s *sinker) emit(p *partState, off int64, next *topics.Prompt) {
+	key := s.st.key(p.key)
 	p.emitting.Add(1)
 	s.prompts.SendRetrying(s.ctx, next.ID, next, func(err error) {
 		if err == nil {
 			s.met.continuations.Inc()
+			s.j.emitted(key, off)
 			p.emitting.Done()
 			return
 		}
@@ -344,25 +423,22 @@ func (p *partState) emitFailed(err error) {
 	}
 }
 
-// reemit sends the next turn of a duplicate whose copy in the shards (win) continued its conversation: the
-// duplicate's own thread (every copy of a turn has the same) with the reply of the copy in the shards. The
-// delivery is Done at the partition's next flush, after the next turn was acknowledged. Called with s.mu
-// held.
-func (s *sinker) reemit(p *partState, d *kafka.Delivery, g *topics.Generation, win winner) {
+// reemit sends the next turn of a duplicate (at offset off of p) whose copy in the shards (win) continued its
+// conversation: the duplicate's own thread (every copy of a turn has the same) with the reply of the copy in
+// the shards. Called with s.mu held.
+func (s *sinker) reemit(p *partState, off int64, g *topics.Generation, win winner) error {
 	var reply topics.Message
 	if err := json.Unmarshal(win.reply, &reply); err != nil {
-		s.fail(fmt.Errorf("sink: id index of %s turn %d holds a reply that does not decode: %w", g.ID, g.Turn, err))
-		d.Abandon()
-		return
+		return fmt.Errorf("sink: id index of %s turn %d holds a reply that does not decode: %w", g.ID, g.Turn, err)
 	}
 	c := *g
 	c.Reply, c.StopReason = &reply, topics.StopContinued
 	if next, ok := c.Next(); ok {
 		s.log.Info("next turn sent again: the turn in the shards came from another incarnation of the topic",
 			"id", g.ID, "turn", next.Turn)
-		s.emit(p, &next)
+		s.emit(p, off, &next)
 	}
-	p.deliveries = append(p.deliveries, d)
+	return nil
 }
 
 // validate returns why a generation cannot become a training row, or "".
@@ -426,6 +502,14 @@ func (s *sinker) rejectDone(p *partState, d *kafka.Delivery, id, class, reason s
 		s.log.Info("dead letter not written before the sink stopped; redelivered after a restart", "at", d.Where(), "err", err)
 		return
 	}
+	if err := s.j.append(s.st.key(p.key), jSkip, d.Message.Offset, nil, ""); err != nil {
+		s.fail(err)
+		d.Abandon()
+		for _, w := range waiting {
+			w.Abandon()
+		}
+		return
+	}
 	s.met.rejected.WithLabelValues(class).Inc()
 	s.absorb(p, d.Message.Offset)
 	d.Done()
@@ -487,6 +571,8 @@ func (s *sinker) flush(p *partState) error {
 			return err
 		}
 	}
+	// Committed: the journal's records of the partition are in shards now.
+	s.j.retire(s.st.key(p.key))
 	p.next = p.seen + 1
 	for _, br := range p.rows {
 		s.met.turns.WithLabelValues(br.row.stopReason).Inc()
@@ -523,13 +609,16 @@ func (s *sinker) flush(p *partState) error {
 	return nil
 }
 
-// timer flushes buffers that are due, and everything when ctx ends.
+// timer fsyncs the journal and flushes buffers that are due, and flushes everything when ctx ends.
 func (s *sinker) timer(ctx context.Context) {
-	every := s.cfg.RotateInterval / 4
-	if s.cfg.IdleFlush > 0 && s.cfg.IdleFlush/2 < every {
-		every = s.cfg.IdleFlush / 2
+	every := min(s.cfg.JournalSync, time.Second)
+	if s.cfg.RotateInterval > 0 {
+		every = min(every, s.cfg.RotateInterval/4)
 	}
-	every = min(max(every, 20*time.Millisecond), time.Second)
+	if s.cfg.IdleFlush > 0 {
+		every = min(every, s.cfg.IdleFlush/2)
+	}
+	every = max(every, 20*time.Millisecond)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -538,8 +627,31 @@ func (s *sinker) timer(ctx context.Context) {
 			s.stop()
 			return
 		case <-t.C:
+			if s.cfg.now().Sub(s.lastSync) >= s.cfg.JournalSync {
+				s.syncJournal()
+			}
 			s.flushDue()
 		}
+	}
+}
+
+// syncJournal fsyncs the journal and reports the rows it made durable.
+func (s *sinker) syncJournal() {
+	start := time.Now()
+	s.lastSync = s.cfg.now()
+	ids, n, err := s.j.sync()
+	if err != nil {
+		s.mu.Lock()
+		s.fail(err)
+		s.mu.Unlock()
+		return
+	}
+	if n > 0 {
+		s.met.journalBytes.Add(float64(n))
+		s.met.journalSyncSeconds.Observe(time.Since(start).Seconds())
+	}
+	if len(ids) > 0 && s.cfg.OnJournaled != nil {
+		s.cfg.OnJournaled(ids)
 	}
 }
 
@@ -549,10 +661,10 @@ func (s *sinker) flushDue() {
 	if s.stopped || s.err != nil {
 		return
 	}
-	now := time.Now()
+	now := s.cfg.now()
 	idle := s.cfg.IdleFlush > 0 && now.Sub(s.lastRecv) >= s.cfg.IdleFlush
 	for _, p := range s.parts {
-		due := len(p.rows) > 0 && now.Sub(p.oldest) >= s.cfg.RotateInterval
+		due := s.cfg.RotateInterval > 0 && len(p.rows) > 0 && now.Sub(p.oldest) >= s.cfg.RotateInterval
 		if idle && (len(p.rows) > 0 || len(p.deliveries) > 0 || p.seen >= p.next) {
 			due = true
 		}

@@ -23,8 +23,11 @@ import (
 	"github.com/draftflow/draftflow/topics"
 )
 
+// testIdleFlush is the idle flush of baseConfig: the tests' inputs are finite and short.
+const testIdleFlush = 300 * time.Millisecond
+
 func baseConfig(kc kafka.Config, dir string) Config {
-	return Config{Kafka: kc, Dir: dir, Group: "sink-test", RotateRows: 40, IdleFlush: 300 * time.Millisecond, RowGroupRows: 16}
+	return Config{Kafka: kc, Dir: dir, Group: "sink-test", RotateRows: 40, IdleFlush: testIdleFlush, RowGroupRows: 16}
 }
 
 func allDurable(ids []string) func(durable, dups map[string]int) bool {
