@@ -388,7 +388,10 @@ func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
 	startStage("generate", func(ctx context.Context) error { return generate.Run(ctx, gen) })
 	sk := rc.Sink
 	sk.Kafka, sk.Logger = kc, log
+	// A row is done once durable: in the sink's journal (it reaches a shard at the latest at the sink's final
+	// flush, or when the next start recovers the journal) or in a shard.
 	sk.OnDurable = func(ids []string) { tr.mark(idWritten, ids...) }
+	sk.OnJournaled = sk.OnDurable
 	sk.OnDuplicate = func(id string) { tr.mark(idPresent, id) }
 	startStage("sink", func(ctx context.Context) error { return sink.Run(ctx, sk) })
 	// Dead letters from the stages after ingest, read by a group of this run alone.
