@@ -243,9 +243,18 @@ func (s *sinker) handleLocked(d *kafka.Delivery) {
 		s.reject(p, d, &g, "invalid", reason)
 		return
 	}
-	if err := s.take(p, m.Offset, m.Value, &g, d, nil); err != nil {
+	s.absorbValid(p, m.Offset, m.Value, &g, d)
+}
+
+// absorbValid takes the valid generation g, consumed at offset off of p, and flushes what is then due: the
+// partition at RotateRows or RotateBytes, the largest buffers while all of them hold more than the sink may.
+// d is nil only for records a test feeds without a consumer. Called with s.mu held.
+func (s *sinker) absorbValid(p *partState, off int64, value []byte, g *topics.Generation, d *kafka.Delivery) {
+	if err := s.take(p, off, value, g, d, nil); err != nil {
 		s.fail(err)
-		d.Abandon()
+		if d != nil {
+			d.Abandon()
+		}
 		return
 	}
 	if len(p.rows) >= s.cfg.RotateRows || p.bytes >= s.cfg.RotateBytes {
@@ -302,7 +311,7 @@ func (s *sinker) take(p *partState, off int64, value []byte, g *topics.Generatio
 			}
 			s.met.redoneGenerations.Inc()
 			redoneCount.Add(1)
-			s.log.Debug("duplicate dropped", "id", g.ID, "turn", g.Turn, "run", rs.info.DirName(), "at", d.Where())
+			s.log.Debug("duplicate dropped", "id", g.ID, "turn", g.Turn, "run", rs.info.DirName(), "at", fmt.Sprintf("%s/%d@%d", p.key.topic, p.key.partition, off))
 		}
 		s.absorb(p, off)
 		if again {

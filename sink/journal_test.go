@@ -1,0 +1,208 @@
+package sink
+
+import (
+	"context"
+	"hash/fnv"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/draftflow/draftflow/topics"
+)
+
+// simSink is a sinker driven by a test without Kafka: records are fed as the consumer would deliver them, and
+// the test's clock drives the timer. Everything below the consumer is real: journal, flushes, shards,
+// checkpoint, manifests, indexes.
+type simSink struct {
+	t     testing.TB
+	s     *sinker
+	clock time.Time
+	tick  time.Time // next timer tick
+}
+
+// simTopicID is the topic ID a simSink consumes unless told otherwise.
+const simTopicID = "5b0c7d1e9a2f0011"
+
+// startSim opens dir as Run does (store recovery, journal recovery) with the topic incarnation topicID.
+func startSim(t testing.TB, dir, topicID string, cfg Config) *simSink {
+	t.Helper()
+	ss := &simSink{t: t, clock: time.Unix(1_780_000_000, 0)}
+	cfg.Dir = dir
+	cfg.now = func() time.Time { return ss.clock }
+	cfg.Logger = quietLogger()
+	cfg.Registerer = prometheus.NewRegistry()
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := openStore(context.Background(), dir, cfg.Logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.setLog(topics.TopicGenerated, topicID)
+	ctx, cancel := context.WithCancel(context.Background())
+	s := newSinker(ctx, cancel, cfg, cfg.Logger, st, nil, nil)
+	j, recovered, err := openJournal(dir, st.nextKey, cfg.Logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.j = j
+	if err := s.recoverJournal(recovered); err != nil {
+		t.Fatal(err)
+	}
+	ss.s = s
+	ss.tick = ss.clock.Add(time.Second)
+	return ss
+}
+
+// advance moves the clock by d, running the sink's timer every simulated second as the timer goroutine does.
+func (ss *simSink) advance(d time.Duration) {
+	target := ss.clock.Add(d)
+	for !ss.tick.After(target) {
+		ss.clock = ss.tick
+		if ss.clock.Sub(ss.s.lastSync) >= ss.s.cfg.JournalSync {
+			ss.s.syncJournal()
+		}
+		ss.s.flushDue()
+		ss.tick = ss.tick.Add(time.Second)
+	}
+	ss.clock = target
+}
+
+// feed delivers g at offset off of partition part as the consumer would (handleLocked, for a valid record).
+func (ss *simSink) feed(part int, off int64, g *topics.Generation) {
+	ss.t.Helper()
+	value, err := topics.Marshal(g)
+	if err != nil {
+		ss.t.Fatal(err)
+	}
+	s := ss.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		ss.t.Fatalf("sink failed: %v", s.err)
+	}
+	p := s.part(partKey{topics.TopicGenerated, part})
+	s.lastRecv = s.cfg.now()
+	if off < p.next || off <= p.seen {
+		return // in a shard already, or absorbed since the last flush: nothing to do
+	}
+	var back topics.Generation
+	if err := topics.Unmarshal(value, &back); err != nil {
+		ss.t.Fatal(err)
+	}
+	s.absorbValid(p, off, value, &back, nil)
+}
+
+// flushPart flushes one partition now, returning the flush's error.
+func (ss *simSink) flushPart(part int) error {
+	s := ss.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.flush(s.part(partKey{topics.TopicGenerated, part}))
+}
+
+// stop stops the sink as Run does when its context ends (every buffer flushed) and closes its files.
+func (ss *simSink) stop() {
+	ss.t.Helper()
+	ss.s.stop()
+	ss.s.cancel()
+	err := ss.s.err
+	ss.kill()
+	if err != nil {
+		ss.t.Fatal(err)
+	}
+}
+
+// kill leaves everything as a killed process would: files closed, nothing flushed.
+func (ss *simSink) kill() {
+	ss.s.j.close()
+	ss.s.st.close()
+	ss.s.cancel()
+}
+
+// partitionOf spreads ids over n partitions as a keyed producer does (a hash of the key).
+func partitionOf(id string, n int) int {
+	h := fnv.New32a()
+	h.Write([]byte(id))
+	return int(h.Sum32() % uint32(n))
+}
+
+// shardsIn returns the manifest shards of every run under dir.
+func shardsIn(t testing.TB, dir string) []ManifestShard {
+	t.Helper()
+	runs, err := RunDirs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []ManifestShard
+	for _, r := range runs {
+		m, err := ReadManifest(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, m.Shards...)
+	}
+	return out
+}
+
+// referenceRun feeds gens at rate rows/s (exponential gaps, seeded) over parts partitions, with a pause of
+// stalls[i] before row i, then stops the sink; it returns the shards written.
+func referenceRun(t testing.TB, dir string, cfg Config, gens []*topics.Generation, rate float64, parts int, stalls map[int]time.Duration) []ManifestShard {
+	t.Helper()
+	ss := startSim(t, dir, simTopicID, cfg)
+	r := rand.New(rand.NewPCG(29, 14700))
+	next := make([]int64, parts)
+	for i, g := range gens {
+		ss.advance(time.Duration(r.ExpFloat64()/rate*float64(time.Second)) + stalls[i])
+		p := partitionOf(g.ID, parts)
+		ss.feed(p, next[p], g)
+		next[p]++
+	}
+	ss.stop()
+	return shardsIn(t, dir)
+}
+
+// TestShardCountAtReferenceRate: the reference run's dataset (14,700 prompts) arriving as slowly as it did (a
+// row every 3.4 s on average, over 8 partitions) for 14 simulated hours, with a 10-minute server restart
+// half way, ends in at most 50 shards, every row exactly once. The same input under the policy this replaced
+// (a flush after 2 s without records, or 10 minutes after a partition's oldest row) makes a shard of nearly
+// every row.
+func TestShardCountAtReferenceRate(t *testing.T) {
+	gens := mkGens(0, 14700, 0.7)
+	dir := t.TempDir()
+	// Journal fsyncs every 5 simulated minutes instead of every second, to spare the test machine 14,700
+	// fsyncs: when the journal is synced has no bearing on when shards are written.
+	shards := referenceRun(t, dir, Config{JournalSync: 5 * time.Minute}, gens, 0.29, 8, map[int]time.Duration{7350: 10 * time.Minute})
+	var rows, bytes int64
+	for _, sh := range shards {
+		rows += sh.Rows
+		bytes += sh.Bytes
+	}
+	t.Logf("journal + size rotation: %d shards, %d rows (%.0f a shard), %.1f MB", len(shards), rows, float64(rows)/float64(len(shards)), float64(bytes)/1e6)
+	if len(shards) > 50 {
+		t.Errorf("%d shards for 14,700 rows at 0.29 rows/s, want at most 50", len(shards))
+	}
+	for _, rs := range readRows(t, dir) {
+		checkRowsExact(t, rs, gens)
+	}
+	if _, err := Inspect(dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(dir, JournalDir)); len(ents) != 0 {
+		t.Errorf("%d journal files left after a clean stop", len(ents))
+	}
+
+	// The old policy, on the first 100 rows (each of its flushes costs real fsyncs).
+	old := t.TempDir()
+	oldShards := referenceRun(t, old, Config{IdleFlush: 2 * time.Second, RotateInterval: 10 * time.Minute, JournalSync: 5 * time.Minute},
+		gens[:100], 0.29, 8, nil)
+	t.Logf("old policy (2 s idle flush, 10 min rotation), first 100 rows: %d shards (%.2f rows a shard)", len(oldShards), 100/float64(len(oldShards)))
+	if len(oldShards) <= len(shards) {
+		t.Errorf("the old policy made only %d shards for 100 rows: the simulation does not reproduce the problem", len(oldShards))
+	}
+}
