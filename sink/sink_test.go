@@ -394,6 +394,9 @@ func TestSinkKilledKeepsJournaledRows(t *testing.T) {
 	if runs, _ := RunDirs(dir); len(runs) != 0 {
 		t.Fatalf("the child wrote shards (%v); the test proves nothing", runs)
 	}
+	if n := JournalPending(dir); n < int64(len(reported)) {
+		t.Errorf("JournalPending counts %d records, want at least the %d reported", n, len(reported))
+	}
 
 	kc = freshBroker(t, "journal")
 	sr := startSink(t, baseConfig(kc, dir))
@@ -423,6 +426,9 @@ func TestSinkKilledKeepsJournaledRows(t *testing.T) {
 	checkTokenCounts(t, dir)
 	if _, err := Inspect(dir, nil); err != nil {
 		t.Fatal(err)
+	}
+	if n := JournalPending(dir); n != 0 {
+		t.Errorf("JournalPending counts %d records after a clean stop", n)
 	}
 }
 
