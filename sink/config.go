@@ -29,10 +29,11 @@ type Config struct {
 	// shard; set it only where readers must see rows within a bound.
 	RotateInterval time.Duration
 	// IdleFlush flushes every buffer once no record has arrived for this long, so the tail of a finite input
-	// reaches the shards without a shutdown (default 5 min; negative disables it). Any pause this long costs a
-	// shard per partition, so it is far longer than the gaps between rows of a slow server (a row every few
-	// seconds at the reference run's rate); `draftflow run` does not wait for it (OnJournaled), and a stopping
-	// sink flushes everything at once.
+	// reaches the shards (and the group's offsets) without a shutdown (default 1 min; negative disables it).
+	// Any pause this long costs a shard per partition, so it is far longer than the gaps between the rows of a
+	// slow server (3.4 s on average at the reference run's rate: a minute without a row is a stall); a stream
+	// slower than a row a minute should raise it. `draftflow run` does not wait for it (OnJournaled), and a
+	// stopping sink flushes everything at once.
 	IdleFlush time.Duration
 	// JournalSync is how often the journal (JournalDir) is fsynced (default 1 s): what a machine crash can
 	// lose of the rows absorbed since the last flush. A killed process loses none of them: every record is
@@ -76,7 +77,7 @@ const (
 	DefaultGroup            = "draftflow-sink"
 	DefaultRotateRows       = 10000
 	DefaultRotateBytes      = 256 << 20
-	DefaultIdleFlush        = 5 * time.Minute
+	DefaultIdleFlush        = time.Minute
 	DefaultJournalSync      = time.Second
 	DefaultRowGroupRows     = 1024
 	DefaultMaxBufferedBytes = 1 << 30
