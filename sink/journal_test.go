@@ -6,11 +6,14 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/draftflow/draftflow/kafka/kafkatest"
+	"github.com/draftflow/draftflow/metrics"
 	"github.com/draftflow/draftflow/topics"
 )
 
@@ -335,5 +338,94 @@ func TestJournalRecoveryAtEveryCrashPoint(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestRebalanceFlushesBeforeHandingOver: a sink whose rows wait for a large shard loses partitions to a second
+// sink joining its group. It flushes them when the rebalance starts, so the group commits them and the new
+// owner does not write them again into its own directory (the consumer would otherwise hand the partitions
+// over with nothing committed once its RevokeTimeout ran out).
+func TestRebalanceFlushesBeforeHandingOver(t *testing.T) {
+	if testing.Short() {
+		t.Skip("two sinks and a rebalance")
+	}
+	kc := kafkatest.Config(t, 4)
+	first := mkGens(0, 100, 0.7)
+	produceGens(t, kc, first)
+	var mu sync.Mutex
+	journaled := map[string]bool{}
+	cfg := baseConfig(kc, t.TempDir())
+	cfg.RotateRows, cfg.IdleFlush = 1_000_000, -1
+	cfg.OnJournaled = func(ids []string) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, id := range ids {
+			journaled[id] = true
+		}
+	}
+	a := startSink(t, cfg)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		mu.Lock()
+		n := len(journaled)
+		mu.Unlock()
+		if n == len(first) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d rows journaled after a minute", n, len(first))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if runs, _ := RunDirs(cfg.Dir); len(runs) != 0 {
+		t.Fatal("the first sink wrote a shard before the rebalance; the test proves nothing")
+	}
+	cfgB := baseConfig(kc, t.TempDir())
+	cfgB.Ready = &metrics.Readiness{}
+	cfgB.Ready.Expect("sink") // not ready until the sink owns a partition
+	b := startSink(t, cfgB)
+	deadline = time.Now().Add(90 * time.Second)
+	for cfgB.Ready.Check() != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the second sink owns no partition after 90 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	later := mkGens(100, 140, 0.7)
+	produceGens(t, kc, later)
+	// Every later row reaches one of the two sinks.
+	deadline = time.Now().Add(90 * time.Second)
+	for {
+		rows := readRowsQuiet(cfgB.Dir)
+		mu.Lock()
+		n := 0
+		for _, g := range later {
+			if rows[g.ID] || journaled[g.ID] {
+				n++
+			}
+		}
+		mu.Unlock()
+		if n == len(later) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d later rows written after the rebalance", n, len(later))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := b.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	again := 0
+	for id := range readRowsQuiet(cfgB.Dir) {
+		if journaled[id] && idNum(id) < 100 {
+			again++
+		}
+	}
+	if again > 0 {
+		t.Errorf("the second sink wrote %d rows the first had taken in before the rebalance", again)
 	}
 }

@@ -677,9 +677,25 @@ func (s *sinker) flushDue() {
 		if idle && (len(p.rows) > 0 || len(p.deliveries) > 0 || p.seen >= p.next) {
 			due = true
 		}
+		if len(p.deliveries) > 0 && closed(p.deliveries[0].Revoking()) {
+			// A rebalance takes the partition away once its deliveries are done (or after the consumer's
+			// RevokeTimeout): flush now, so the group commits what this sink wrote and the next owner starts
+			// after it instead of writing it again into its own directory.
+			due = true
+		}
 		if due && s.flush(p) != nil {
 			return
 		}
+	}
+}
+
+// closed reports whether c is closed (a nil c never is).
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
 	}
 }
 
