@@ -8,6 +8,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -69,6 +71,9 @@ type Result struct {
 	Datasets map[string]int
 	// Reasons counts acknowledged rejections per reason.
 	Reasons map[Reason]int
+	// IgnoredKeys lists, per dataset, the row keys (Parquet columns) its rows have and ingest does not read
+	// (see RowKeys), sorted; each was logged once, with the first line that has it.
+	IgnoredKeys map[string][]string
 }
 
 // ingestMetrics are ingest's series, registered on Config.Registerer.
@@ -168,6 +173,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		onPrompt: cfg.OnPrompt,
 		datasets: map[string]int{},
 		reasons:  map[Reason]int{},
+		ignored:  map[string][]string{},
 	}
 	var bar *progressbar.ProgressBar
 	progress := func(n int64) { r.met.bytesRead.Add(float64(n)) }
@@ -189,7 +195,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	var runErr error
 	for _, path := range inputs {
 		before := r.counts()
-		opt := readOptions{dataset: cfg.Dataset, maxLineBytes: cfg.MaxLineBytes, progress: progress}
+		opt := readOptions{dataset: cfg.Dataset, maxLineBytes: cfg.MaxLineBytes, progress: progress, unknownKeys: r.unknownKeys}
 		if err := readFile(ctx, path, opt, r.handle); err != nil {
 			var fe *FileError
 			if !errors.As(err, &fe) {
@@ -256,6 +262,8 @@ type runner struct {
 	fileIdx  map[string]int
 	onPrompt func(id string, src topics.Source)
 
+	ignored map[string][]string // dataset -> row keys not read, reported (only the reading goroutine uses it)
+
 	mu        sync.Mutex
 	sent      int // prompts sent and not failed
 	acked     int // prompts Kafka acknowledged
@@ -273,6 +281,24 @@ func (r *runner) counts() counts {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return counts{r.sent, r.nRejected}
+}
+
+// unknownKeys reports the row keys of a dataset that ingest does not read, each once per dataset: datasets
+// carry metadata (MT-bench's question_id, category) that is not an error, but a misspelt key is worth a look.
+func (r *runner) unknownKeys(dataset string, keys []string, src topics.Source) {
+	var fresh []string
+	for _, k := range keys {
+		if !slices.Contains(r.ignored[dataset], k) {
+			fresh = append(fresh, k)
+		}
+	}
+	if len(fresh) == 0 {
+		return
+	}
+	r.ignored[dataset] = append(r.ignored[dataset], fresh...)
+	slices.Sort(r.ignored[dataset])
+	r.log.Warn("rows carry keys ingest does not read; they are ignored", "dataset", dataset, "keys", strings.Join(fresh, ", "),
+		"first", fmt.Sprintf("%s line %d", src.File, src.Line), "read", strings.Join(RowKeys, ", "))
 }
 
 // handle is the RecordFunc of Run: route one line to prompts or rejected.
@@ -438,7 +464,7 @@ func (r *runner) fail(err error) {
 func (r *runner) result() Result {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	res := Result{Prompts: r.acked, Datasets: r.datasets, Reasons: r.reasons}
+	res := Result{Prompts: r.acked, Datasets: r.datasets, Reasons: r.reasons, IgnoredKeys: r.ignored}
 	for _, n := range r.reasons {
 		res.Rejected += n
 	}
