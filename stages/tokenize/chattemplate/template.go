@@ -273,6 +273,7 @@ func (t *Template) Render(in Input) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("chattemplate: messages[%d]: %w", i, err)
 		}
+		v.AsDict().Msg = i + 1
 		msgs[i] = v
 	}
 
@@ -317,10 +318,15 @@ func (t *Template) renderVars(c *parsed, vars map[string]value) (out string, err
 	if _, err := r.exec(c.nodes, root); err != nil {
 		var re *RaiseError
 		var rn *RenderError
-		if errors.As(err, &re) || errors.As(err, &rn) {
-			return "", err
+		switch {
+		case errors.As(err, &re):
+			re.At = st.lastRead()
+		case errors.As(err, &rn):
+			rn.At = st.lastRead()
+		default:
+			return "", &RenderError{Msg: err.Error(), At: st.lastRead()}
 		}
-		return "", &RenderError{Msg: err.Error()}
+		return "", err
 	}
 	return b.String(), nil
 }
