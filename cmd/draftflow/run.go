@@ -388,6 +388,14 @@ func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
 	startStage("generate", func(ctx context.Context) error { return generate.Run(ctx, gen) })
 	sk := rc.Sink
 	sk.Kafka, sk.Logger = kc, log
+	if sk.ModelPath == "" { // where vocab finds the model later
+		sk.ModelPath = sink.BundledModelPath
+		if rc.Tokenize.ModelDir != "" {
+			sk.ModelPath, _ = filepath.Abs(rc.Tokenize.ModelDir)
+		} else if rc.Tokenize.Model != nil {
+			sk.ModelPath = ""
+		}
+	}
 	sk.OnDurable = func(ids []string) { tr.mark(idWritten, ids...) }
 	sk.OnDuplicate = func(id string) { tr.mark(idPresent, id) }
 	startStage("sink", func(ctx context.Context) error { return sink.Run(ctx, sk) })

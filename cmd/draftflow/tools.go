@@ -260,6 +260,34 @@ func cmdExport(ctx context.Context, args []string) error {
 	return nil
 }
 
+// runModelDir finds the model directory a run was made with, from its manifest: the bundled sample model
+// (written to a temporary directory that cleanup removes), the path `run --model DIR` recorded, else the
+// model name itself, for a run whose writer recorded no path (a directory name given to tokenize).
+func runModelDir(m *sink.Manifest) (dir string, cleanup func(), err error) {
+	switch {
+	case m.ModelPath == sink.BundledModelPath:
+		return bundledFor(m, true)
+	case m.ModelPath != "":
+		return m.ModelPath, func() {}, nil
+	case m.Run.Model == bundledModelName:
+		// Runs written before manifests recorded the path: the bundled model, when its tokenizer matches.
+		return bundledFor(m, false)
+	}
+	return m.Run.Model, func() {}, nil
+}
+
+// bundledFor writes the bundled model for a run that names it; unless sure, its tokenizer hash must match.
+func bundledFor(m *sink.Manifest, sure bool) (string, func(), error) {
+	bm, cleanup, err := loadModelOrBundled("")
+	if err != nil {
+		return "", cleanup, err
+	}
+	if !sure && bm.Hash != m.Run.TokenizerHash {
+		return m.Run.Model, cleanup, nil
+	}
+	return bm.Dir, cleanup, nil
+}
+
 func cmdVocab(ctx context.Context, args []string) error {
 	fs := newFlagSet("vocab")
 	var runs stringList
@@ -297,7 +325,12 @@ func cmdVocab(ctx context.Context, args []string) error {
 			if err != nil {
 				return err
 			}
-			md = m.Run.Model
+			var cleanup func()
+			md, cleanup, err = runModelDir(m)
+			defer cleanup()
+			if err != nil {
+				return err
+			}
 		}
 		if tsize, err = sink.TargetVocabSize(md); err != nil {
 			return fmt.Errorf("target vocabulary size: %w (pass --model DIR or --target-vocab-size N)", err)
