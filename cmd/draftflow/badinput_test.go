@@ -170,6 +170,13 @@ func TestBadInputCorpus(t *testing.T) {
 	if len(rejs) != want {
 		t.Errorf("%d rejections, want %d (one per bad record)", len(rejs), want)
 	}
+	// The same rejections are in the output directory, where the user finds them after the run.
+	if res.RejectedFile == "" {
+		t.Fatal("the run names no rejections file")
+	}
+	if lines := readRejectionFile(t, res.RejectedFile); len(lines) != len(rejs) {
+		t.Errorf("%s holds %d rejections, the topic %d", res.RejectedFile, len(lines), len(rejs))
+	}
 	// The good lines are in the shards.
 	ids := map[string]bool{}
 	for _, r := range readShards(t, rc.Sink.Dir) {
