@@ -199,9 +199,10 @@ func (c *common) setup(ctx context.Context, expect ...string) (kafka.Config, *sl
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(c.logLevel)) // checked when the flag was parsed
 	opts := &slog.HandlerOptions{Level: level}
-	var h slog.Handler = slog.NewTextHandler(os.Stderr, opts)
+	// Logs go through the console progress lines are drawn on, so that neither tears the other.
+	var h slog.Handler = slog.NewTextHandler(stderr(), opts)
 	if c.logFormat == "json" {
-		h = slog.NewJSONHandler(os.Stderr, opts)
+		h = slog.NewJSONHandler(stderr(), opts)
 	}
 	log := slog.New(h)
 	slog.SetDefault(log)

@@ -20,9 +20,9 @@ import (
 	"github.com/draftflow/draftflow/kafka/embedded"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/schollz/progressbar/v3"
 
 	"github.com/draftflow/draftflow/internal/idset"
+	"github.com/draftflow/draftflow/internal/progress"
 	"github.com/draftflow/draftflow/sink"
 	"github.com/draftflow/draftflow/stages/generate"
 	"github.com/draftflow/draftflow/stages/generate/sim"
@@ -439,12 +439,9 @@ func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
 	expected := done + missing
 	log.Info("ingest finished", "prompts", expected, "rejected_lines", ires.Rejected)
 
-	var bar *progressbar.ProgressBar
+	var bar *progress.Bar
 	if rc.Progress != nil && expected > 0 {
-		bar = progressbar.NewOptions(expected, progressbar.OptionSetWriter(rc.Progress),
-			progressbar.OptionSetDescription("prompts"), progressbar.OptionShowCount(), progressbar.OptionShowIts(),
-			progressbar.OptionSetItsString("prompts"), progressbar.OptionSetPredictTime(true),
-			progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionClearOnFinish())
+		bar = progress.New(rc.Progress, "prompts", int64(expected), progress.Options{Unit: "prompts"})
 	}
 	var runErr error
 	ticker := time.NewTicker(time.Second)
@@ -453,7 +450,7 @@ wait:
 	for {
 		done, missing, err := tr.status()
 		if bar != nil {
-			bar.Set(done)
+			bar.Set(int64(done))
 		}
 		if err != nil {
 			runErr = fmt.Errorf("account for the prompts: %w", err)
@@ -474,7 +471,7 @@ wait:
 		}
 	}
 	if bar != nil {
-		bar.Finish()
+		bar.Clear() // the summary follows
 	}
 	// Ingest's rejections are acknowledged; wait (briefly) until they are read too, so the file holds them all.
 	for deadline := time.Now().Add(30 * time.Second); rejs.read(ingest.Stage) < ires.Rejected && time.Now().Before(deadline) && ctx.Err() == nil; {

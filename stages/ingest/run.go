@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/schollz/progressbar/v3"
 
 	"github.com/draftflow/draftflow/internal/idset"
+	"github.com/draftflow/draftflow/internal/progress"
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/metrics"
 	"github.com/draftflow/draftflow/topics"
@@ -45,7 +45,8 @@ type Config struct {
 	Turns string
 	// Logger receives the stage's logs (default slog.Default()).
 	Logger *slog.Logger
-	// Progress, when set, receives a progress bar (rate and ETA by input bytes read); nil means none.
+	// Progress, when set, receives a progress line (rate and ETA by input bytes read; see internal/progress:
+	// a *progress.Console draws it in place on a terminal); nil means none.
 	Progress io.Writer
 	// MaxLineBytes is the longest accepted JSONL line (default DefaultMaxLineBytes).
 	MaxLineBytes int
@@ -175,27 +176,18 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		reasons:  map[Reason]int{},
 		ignored:  map[string][]string{},
 	}
-	var bar *progressbar.ProgressBar
-	progress := func(n int64) { r.met.bytesRead.Add(float64(n)) }
+	var bar *progress.Bar
+	readBytes := func(n int64) { r.met.bytesRead.Add(float64(n)) }
 	if cfg.Progress != nil {
-		bar = progressbar.NewOptions64(total,
-			progressbar.OptionSetWriter(cfg.Progress),
-			progressbar.OptionSetDescription("ingest"),
-			progressbar.OptionShowBytes(true),
-			progressbar.OptionSetPredictTime(true),
-			progressbar.OptionSetElapsedTime(true),
-			progressbar.OptionSetWidth(30),
-			progressbar.OptionThrottle(200*time.Millisecond),
-			progressbar.OptionOnCompletion(func() { fmt.Fprintln(cfg.Progress) }),
-		)
-		progress = func(n int64) { r.met.bytesRead.Add(float64(n)); _ = bar.Add64(n) }
+		bar = progress.New(cfg.Progress, "ingest", total, progress.Options{Bytes: true})
+		readBytes = func(n int64) { r.met.bytesRead.Add(float64(n)); bar.Add(n) }
 	}
 
 	start := time.Now()
 	var runErr error
 	for _, path := range inputs {
 		before := r.counts()
-		opt := readOptions{dataset: cfg.Dataset, maxLineBytes: cfg.MaxLineBytes, progress: progress, unknownKeys: r.unknownKeys}
+		opt := readOptions{dataset: cfg.Dataset, maxLineBytes: cfg.MaxLineBytes, progress: readBytes, unknownKeys: r.unknownKeys}
 		if err := readFile(ctx, path, opt, r.handle); err != nil {
 			var fe *FileError
 			if !errors.As(err, &fe) {
@@ -223,9 +215,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	r.acks.Wait()
 	if bar != nil {
 		if runErr == nil {
-			_ = bar.Finish()
+			bar.Finish()
 		} else {
-			_ = bar.Exit()
+			bar.Clear()
 		}
 	}
 
