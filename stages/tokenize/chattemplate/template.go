@@ -332,8 +332,9 @@ func (t *Template) renderVars(c *parsed, vars map[string]value) (out string, err
 }
 
 // messageValue builds the mapping transformers hands the template for one message. It follows the
-// transformers release pinned in requirements-test.txt (5.20.x), which passes messages as given;
-// releases from 5.25 on also copy reasoning_content to a "thinking" key in front of the others.
+// transformers release pinned in requirements-test.txt (5.19.0, the one the pinned SGLang installs), which
+// passes messages as given; 5.23 drops keys whose value is None and copies reasoning_content to a "thinking"
+// key in front of the others.
 func messageValue(m topics.Message) (value, error) {
 	d := newDict()
 	dd := d.AsDict()
