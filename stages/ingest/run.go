@@ -397,12 +397,17 @@ func (r *runner) rejectWith(bounded bool, id, dataset string, src topics.Source,
 	r.nRejected++
 	r.logged++
 	verbose := r.logged <= maxLoggedRejections
+	lastLogged := r.logged == maxLoggedRejections
 	r.mu.Unlock()
 	level := slog.LevelDebug
 	if verbose {
 		level = slog.LevelWarn
 	}
 	r.log.Log(context.Background(), level, "line rejected", "file", src.File, "line", src.Line, "reason", perr.Error())
+	if lastLogged {
+		r.log.Warn(fmt.Sprintf("%d lines rejected: the next rejections are logged at debug level only; every one is on the rejected topic "+
+			"(and in rejected.jsonl beside the shards of draftflow run)", maxLoggedRejections))
+	}
 	if len(raw) > topics.MaxRejectedPayload {
 		raw = raw[:topics.MaxRejectedPayload]
 	}
