@@ -141,7 +141,7 @@ func (c *Controller) unreachable(now time.Time, last error) error {
 	for i, s := range c.srv {
 		urls[i] = s.url
 	}
-	return fmt.Errorf("generate: no SGLang endpoint answered in %s (%s; last error: %v): check --sglang and that the server is "+
+	return fmt.Errorf("no SGLang endpoint answered in %s (%s; last error: %v): check --sglang and that the server is "+
 		"running; --unreachable-timeout waits longer (a server that answers, even 503 while it loads, is waited for)",
 		c.cfg.UnreachableTimeout, strings.Join(urls, ", "), last)
 }
