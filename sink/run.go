@@ -40,6 +40,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer st.close()
+	st.modelPath = cfg.ModelPath
 	topic := cfg.Kafka.Topic(topics.TopicGenerated)
 	tid, err := lookupTopicID(ctx, cfg.Kafka, topics.TopicGenerated, log)
 	if err != nil {

@@ -20,9 +20,9 @@ import (
 	"github.com/draftflow/draftflow/kafka/embedded"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/schollz/progressbar/v3"
 
 	"github.com/draftflow/draftflow/internal/idset"
+	"github.com/draftflow/draftflow/internal/progress"
 	"github.com/draftflow/draftflow/sink"
 	"github.com/draftflow/draftflow/stages/generate"
 	"github.com/draftflow/draftflow/stages/generate/sim"
@@ -68,6 +68,8 @@ type runResult struct {
 	Turns            map[string]int64 // rows written by this run, by stop reason (topics.StopReasons)
 	Shards           int
 	Dir              string
+	RejectedFile     string             // where the run's rejections are ("" when none)
+	Examples         []topics.Rejection // the first rejections, without payloads
 	Elapsed          time.Duration
 }
 
@@ -155,8 +157,15 @@ func printSummary(w io.Writer, r *runResult) {
 	if len(turns) > 0 {
 		fmt.Fprintf(w, "  turns     %s (written now, by stop reason)\n", strings.Join(turns, ", "))
 	}
-	fmt.Fprintf(w, "  rejected  %d (%d malformed input lines, %d by the pipeline; see topic %q)\n",
-		r.IngestRejected+r.PipelineRejected, r.IngestRejected, r.PipelineRejected, topics.TopicRejected)
+	where := fmt.Sprintf("topic %q", topics.TopicRejected)
+	if r.RejectedFile != "" {
+		where = r.RejectedFile
+	}
+	fmt.Fprintf(w, "  rejected  %d (%d malformed input lines, %d by the pipeline; see %s)\n",
+		r.IngestRejected+r.PipelineRejected, r.IngestRejected, r.PipelineRejected, where)
+	for _, ex := range r.Examples {
+		fmt.Fprintf(w, "    e.g.    %s line %d: %s\n", ex.Source.File, ex.Source.Line, ex.Reason)
+	}
 	fmt.Fprintf(w, "  redone    %d generations dropped by the sink as duplicates (%d of them prompts already in the shards; "+
 		"the rest redone after a rebalance, crash or retry)\n", r.Duplicates, min(r.Duplicates, int64(r.AlreadyPresent)))
 	fmt.Fprintf(w, "  elapsed   %s\n", r.Elapsed.Round(time.Millisecond))
@@ -388,16 +397,32 @@ func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
 	startStage("generate", func(ctx context.Context) error { return generate.Run(ctx, gen) })
 	sk := rc.Sink
 	sk.Kafka, sk.Logger = kc, log
+	if sk.ModelPath == "" { // where vocab finds the model later
+		sk.ModelPath = sink.BundledModelPath
+		if rc.Tokenize.ModelDir != "" {
+			sk.ModelPath, _ = filepath.Abs(rc.Tokenize.ModelDir)
+		} else if rc.Tokenize.Model != nil {
+			sk.ModelPath = ""
+		}
+	}
 	sk.OnDurable = func(ids []string) { tr.mark(idWritten, ids...) }
 	sk.OnDuplicate = func(id string) { tr.mark(idPresent, id) }
 	startStage("sink", func(ctx context.Context) error { return sink.Run(ctx, sk) })
-	// Dead letters from the stages after ingest, read by a group of this run alone.
+	// This run's dead letters, read by a group of this run alone: written beside the shards, and the stages'
+	// after ingest accounted for.
+	rejs, err := newRejectionLog(rc.Sink.Dir)
+	if err != nil {
+		return nil, err
+	}
 	startStage("rejected", func(ctx context.Context) error {
 		c := kc.NewConsumer(topics.TopicRejected, kafka.ConsumerConfig{Group: rejectedGroup})
 		return c.Run(ctx, func(d *kafka.Delivery) {
 			var r topics.Rejection
-			if topics.Unmarshal(d.Message.Value, &r) == nil && r.Stage != "ingest" && r.ID != "" {
-				tr.mark(idRejected, r.ID)
+			if topics.Unmarshal(d.Message.Value, &r) == nil {
+				rejs.add(&r)
+				if r.Stage != "ingest" && r.ID != "" {
+					tr.mark(idRejected, r.ID)
+				}
 			}
 			d.Done()
 		})
@@ -414,12 +439,9 @@ func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
 	expected := done + missing
 	log.Info("ingest finished", "prompts", expected, "rejected_lines", ires.Rejected)
 
-	var bar *progressbar.ProgressBar
-	if rc.Progress != nil {
-		bar = progressbar.NewOptions(expected, progressbar.OptionSetWriter(rc.Progress),
-			progressbar.OptionSetDescription("prompts"), progressbar.OptionShowCount(), progressbar.OptionShowIts(),
-			progressbar.OptionSetItsString("prompts"), progressbar.OptionSetPredictTime(true),
-			progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionClearOnFinish())
+	var bar *progress.Bar
+	if rc.Progress != nil && expected > 0 {
+		bar = progress.New(rc.Progress, "prompts", int64(expected), progress.Options{Unit: "prompts"})
 	}
 	var runErr error
 	ticker := time.NewTicker(time.Second)
@@ -428,7 +450,7 @@ wait:
 	for {
 		done, missing, err := tr.status()
 		if bar != nil {
-			bar.Set(done)
+			bar.Set(int64(done))
 		}
 		if err != nil {
 			runErr = fmt.Errorf("account for the prompts: %w", err)
@@ -449,7 +471,11 @@ wait:
 		}
 	}
 	if bar != nil {
-		bar.Finish()
+		bar.Clear() // the summary follows
+	}
+	// Ingest's rejections are acknowledged; wait (briefly) until they are read too, so the file holds them all.
+	for deadline := time.Now().Add(30 * time.Second); rejs.read(ingest.Stage) < ires.Rejected && time.Now().Before(deadline) && ctx.Err() == nil; {
+		time.Sleep(20 * time.Millisecond)
 	}
 	stopStages()
 	wg.Wait()
@@ -470,10 +496,19 @@ wait:
 	if err := tr.account(res); err != nil && runErr == nil {
 		runErr = fmt.Errorf("account for the prompts: %w", err)
 	}
-	if sum, err := sink.Inspect(rc.Sink.Dir, io.Discard); err == nil {
+	var rerr error
+	if res.RejectedFile, res.Examples, rerr = rejs.close(); rerr != nil && runErr == nil {
+		runErr = rerr
+	}
+	if runs, _ := sink.RunDirs(rc.Sink.Dir); len(runs) == 0 && res.Written == 0 {
+		// Nothing was written, now or before: no shards to inspect.
+	} else if sum, err := sink.Inspect(rc.Sink.Dir, io.Discard); err == nil {
 		res.Tokens, res.Shards, res.Rows = sum.Tokens, sum.Shards, sum.Rows
 	} else if runErr == nil {
 		runErr = fmt.Errorf("inspect %s: %w", rc.Sink.Dir, err)
+	}
+	if runErr == nil && expected == 0 && ires.Rejected > 0 {
+		runErr = fmt.Errorf("every input line was rejected (%d): nothing to generate; the reasons are in %s", ires.Rejected, res.RejectedFile)
 	}
 	res.Elapsed = time.Since(start)
 	res.Duplicates = sink.RedoneGenerations() - redoneBefore

@@ -37,16 +37,18 @@ const (
 
 // Defaults applied to zero Config fields.
 const (
-	DefaultGroup               = "draftflow-generate"
-	DefaultConcurrency         = 64
-	DefaultMaxNewTokens        = 4096
-	DefaultRequestTimeout      = 30 * time.Minute
-	DefaultMaxInFlight         = 4096
-	DefaultQuantile            = 0.9
-	DefaultLengthWindow        = 512
-	DefaultTargetUsage         = 0.96
-	DefaultPollInterval        = time.Second
-	DefaultHealthInterval      = 5 * time.Second
+	DefaultGroup          = "draftflow-generate"
+	DefaultConcurrency    = 64
+	DefaultMaxNewTokens   = 4096
+	DefaultRequestTimeout = 30 * time.Minute
+	DefaultMaxInFlight    = 4096
+	DefaultQuantile       = 0.9
+	DefaultLengthWindow   = 512
+	DefaultTargetUsage    = 0.96
+	DefaultPollInterval   = time.Second
+	DefaultHealthInterval = 5 * time.Second
+	// DefaultUnreachableTimeout is Config.UnreachableTimeout's default.
+	DefaultUnreachableTimeout  = 15 * time.Minute
 	DefaultHealthFailures      = 2
 	DefaultMaxServerErrors     = 8
 	DefaultMaxTimeouts         = 3
@@ -227,6 +229,12 @@ type Config struct {
 	HealthInterval time.Duration
 	// HealthFailures is how many consecutive failed checks (or connection errors) drain an endpoint (default 2).
 	HealthFailures int
+	// UnreachableTimeout is how long the stage waits, from its start, while no endpoint has answered at all
+	// (connections refused, nothing listening: a wrong --sglang, or a server not started) before it gives up
+	// with an error (default DefaultUnreachableTimeout; negative: never). An endpoint that answers anything,
+	// such as 503 while SGLang warms up, or that answered once and is restarting, is never given up on.
+	// SGLang listens only once its weights are loaded: raise it for a server started with the stage.
+	UnreachableTimeout time.Duration
 	// Budget tunes PolicyKVBudget.
 	Budget BudgetConfig
 	// HTTPClient sends requests to the servers (default: a client with pooled keep-alive connections and
@@ -281,6 +289,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxInFlight <= 0 {
 		c.MaxInFlight = DefaultMaxInFlight
+	}
+	if c.UnreachableTimeout == 0 {
+		c.UnreachableTimeout = DefaultUnreachableTimeout
 	}
 	if c.HealthInterval <= 0 {
 		c.HealthInterval = DefaultHealthInterval
@@ -438,6 +449,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.RevokeTimeout, "revoke-timeout", DefaultRevokeTimeout, "on a rebalance, time running requests of partitions given up may finish before they are aborted and left to the next owner")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", DefaultShutdownGrace, "time in-flight requests may finish after SIGTERM before they are aborted and redelivered (0: abort at once; a second signal always does)")
 	fs.DurationVar(&c.HealthInterval, "health-interval", DefaultHealthInterval, "endpoint health check interval")
+	fs.DurationVar(&c.UnreachableTimeout, "unreachable-timeout", DefaultUnreachableTimeout, "give up when no --sglang endpoint has answered at all "+
+		"(connections refused) for this long since the start (negative: never); a server that answers, even 503 while loading, is waited for")
 	fs.Float64Var(&c.Budget.Quantile, "kv-quantile", DefaultQuantile, "quantile of learnt output lengths charged per request (kv-budget)")
 	fs.Float64Var(&c.Budget.TargetUsage, "kv-target-usage", DefaultTargetUsage, "KV token usage the budget steers to (kv-budget)")
 	fs.DurationVar(&c.Budget.PollInterval, "kv-poll-interval", DefaultPollInterval, "server load polling interval (kv-budget)")
