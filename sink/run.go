@@ -372,8 +372,7 @@ func (s *sinker) reemit(p *partState, d *kafka.Delivery, g *topics.Generation, w
 	c := *g
 	c.Reply, c.StopReason = &reply, topics.StopContinued
 	if next, ok := c.Next(); ok {
-		s.log.Info("next turn sent again: the turn in the shards came from another incarnation of the topic",
-			"id", g.ID, "turn", next.Turn)
+		s.log.Debug("next turn sent again from the reply in the shards", "id", g.ID, "turn", next.Turn)
 		s.emit(p, &next)
 	}
 	p.deliveries = append(p.deliveries, d)
@@ -381,10 +380,9 @@ func (s *sinker) reemit(p *partState, d *kafka.Delivery, g *topics.Generation, w
 
 // inShards takes a turn generate did not send to a server because topics.TopicShards said the shards hold it
 // (g.InShards: no token ids, the thread only). If the run's shards hold it, it is counted as already in the
-// shards (not as redone work) and treated as the copy of a duplicate would be: when the copy in the shards
-// continued its conversation from another incarnation of the generated topic, the next turn is sent again from
-// the reply the shards recorded, so a conversation whose first k turns are in the shards resumes at turn k;
-// when it ended its conversation, Config.OnDuplicate reports it. If they do not hold it (the shards topic spoke
+// shards (not as redone work); when the row in the shards continued its conversation, the next turn is sent
+// again from the reply the shards recorded, so a conversation whose first k turns are in the shards resumes at
+// turn k; when it ended its conversation, Config.OnDuplicate reports it. If they do not hold it (the shards topic spoke
 // for another directory, or of rows since deleted), nothing can make the row here: the turn is dead-lettered
 // with the reason, to be replayed. Called with s.mu held.
 func (s *sinker) inShards(p *partState, d *kafka.Delivery, g *topics.Generation) {
@@ -415,7 +413,11 @@ func (s *sinker) inShards(p *partState, d *kafka.Delivery, g *topics.Generation)
 	inShardsCount.Add(1)
 	s.absorb(p, d.Message.Offset)
 	s.log.Debug("turn already in the shards", "id", g.ID, "turn", g.Turn, "run", info.DirName(), "at", d.Where())
-	if dupW && win.continued && win.log != s.st.key(p.key).log {
+	if dupW && win.continued {
+		// Whichever topics carried the next turn before (lost ones, or these, then still in flight or long in
+		// the shards), it is sent again from the recorded reply: a next turn in the shards comes back as an
+		// in-shards record too, so the conversation is followed to its end at no GPU cost, and one that is
+		// not resumes there.
 		s.reemit(p, d, g, win)
 		return
 	}

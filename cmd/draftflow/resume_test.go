@@ -299,13 +299,61 @@ func TestStagesResumeAfterTopicsLost(t *testing.T) {
 	if got := srv.started.Load() - requests3; got != 0 {
 		t.Fatalf("the file ingested twice sent %d requests, want 0", got)
 	}
-	// Every first turn is found in the shards; so are the later turns of conversations whose rows came from the
-	// lost topics (their next turns are sent again from the recorded replies: the sink cannot know that this
-	// incarnation of the topics carried them already), at no cost but a pass through tokenize.
-	if got := sink.InShardsTurns() - inShards3; got < conversations || got > 3*conversations {
-		t.Fatalf("the file ingested twice: %d turns found in the shards, want the %d first turns and at most every turn", got, conversations)
+	// Every turn is found in the shards: the next turns are sent again from the recorded replies.
+	if got := sink.InShardsTurns() - inShards3; got != 3*conversations {
+		t.Fatalf("the file ingested twice: %d turns found in the shards, want all %d", got, 3*conversations)
 	}
 	if got := shardRows(t, h.out); got != total {
 		t.Fatalf("the file ingested twice changed the shards: %d rows, were %d", got, total)
+	}
+}
+
+// TestRunTwiceOnSameTopics: `draftflow run --brokers` twice on the same topics and --out (the file ingested
+// twice): the second run sends not one request, finds every turn in the shards, and accounts for every
+// conversation as already there.
+func TestRunTwiceOnSameTopics(t *testing.T) {
+	const conversations = 40
+	kc := kafkatest.Config(t, 3)
+	h := newITest(t, kc)
+	srv, url := startCountingSim(t, h, sim.Config{Instant: true, OutputLenDistribution: sim.DistFixed, OutputLenMean: 24, Seed: 4})
+	data := writeThreeTurnChats(t, conversations)
+	out := t.TempDir()
+	run := func() *runResult {
+		t.Helper()
+		var rc runConfig
+		rc.Kafka = kc
+		rc.Ingest.Inputs = []string{data}
+		rc.Sink.Dir = out
+		rc.Generate.Endpoints = []string{url}
+		rc.Logger = h.log
+		rc.Timeout = 3 * time.Minute
+		res, err := runPipeline(context.Background(), rc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Lost != 0 {
+			t.Fatalf("%d conversations lost: %v", res.Lost, res.Missing)
+		}
+		return res
+	}
+	first := run()
+	requests1 := srv.started.Load()
+	if first.Written != conversations || first.Rows != 3*conversations || requests1 < 3*conversations {
+		t.Fatalf("first run: %d written, %d rows, %d requests; want %d, %d, at least %d", first.Written, first.Rows, requests1,
+			conversations, 3*conversations, 3*conversations)
+	}
+	second := run()
+	if got := srv.started.Load() - requests1; got != 0 {
+		t.Fatalf("the second run sent %d requests, want 0", got)
+	}
+	if second.AlreadyPresent != conversations || second.InShards != 3*conversations || second.Duplicates != 0 || second.Rows != 3*conversations {
+		t.Fatalf("second run: %d already present, %d turns reused, %d redone, %d rows; want %d, %d, 0, %d", second.AlreadyPresent,
+			second.InShards, second.Duplicates, second.Rows, conversations, 3*conversations, 3*conversations)
+	}
+	var b strings.Builder
+	printSummary(&b, second)
+	if !strings.Contains(b.String(), fmt.Sprintf("reused    %d turns already in the shards", 3*conversations)) ||
+		!strings.Contains(b.String(), "redone    0 generations") {
+		t.Fatalf("summary does not count the reused turns apart:\n%s", b.String())
 	}
 }
