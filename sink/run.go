@@ -382,9 +382,9 @@ func (s *sinker) reemit(p *partState, d *kafka.Delivery, g *topics.Generation, w
 // (g.InShards: no token ids, the thread only). If the run's shards hold it, it is counted as already in the
 // shards (not as redone work); when the row in the shards continued its conversation, the next turn is sent
 // again from the reply the shards recorded, so a conversation whose first k turns are in the shards resumes at
-// turn k; when it ended its conversation, Config.OnDuplicate reports it. If they do not hold it (the shards topic spoke
-// for another directory, or of rows since deleted), nothing can make the row here: the turn is dead-lettered
-// with the reason, to be replayed. Called with s.mu held.
+// turn k; when it ended its conversation, Config.OnDuplicate reports it. If they do not hold it (the shards
+// topic spoke for another directory, or of rows since deleted), nothing can make the row here: the turn is
+// dead-lettered with the reason, to be replayed. Called with s.mu held.
 func (s *sinker) inShards(p *partState, d *kafka.Delivery, g *topics.Generation) {
 	info := RunOf(g)
 	k := rowKey{g.ID, int32(g.Turn)}
