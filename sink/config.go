@@ -47,8 +47,13 @@ type Config struct {
 	MaxBufferedBytes int64
 	// OnDurable, if set, is called after each shard is durable with the ids it holds.
 	OnDurable func(ids []string)
-	// OnDuplicate, if set, is called for each record dropped because its id is already written for its run.
+	// OnDuplicate, if set, is called for each record dropped because its id is already written for its run
+	// and that copy ended its conversation, and for each turn generate skipped as already in the shards
+	// (topics.Generation.InShards) whose row there ended its conversation.
 	OnDuplicate func(id string)
+	// OnSeeded, if set, is called once the sink has published what its shards hold on topics.TopicShards, before
+	// it consumes anything: a generate stage started after it skips every turn they hold.
+	OnSeeded func()
 	// Logger receives the sink's logs (default slog.Default()).
 	Logger *slog.Logger
 	// Registerer receives the sink's metrics (default prometheus.DefaultRegisterer).

@@ -48,15 +48,24 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	st.setLog(topic, tid)
 	st.zstd = cfg.ZstdLevel
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// What the shards hold, published for generate before anything is consumed (topics.TopicShards).
+	index, err := seedShardsIndex(runCtx, cfg.Kafka, st, log)
+	if err != nil {
+		return err
+	}
+	defer index.close()
+	if cfg.OnSeeded != nil {
+		cfg.OnSeeded()
+	}
 	dead := cfg.Kafka.NewDeadLetters("sink")
 	defer dead.Close()
 	// The next turns of multi-turn conversations go back to the prompts topic, keyed by conversation id.
 	prompts := cfg.Kafka.NewProducer(topics.TopicPrompts, kafka.ProducerConfig{})
 	defer prompts.Close()
 
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	s := &sinker{cfg: cfg, log: log, st: st, dead: dead, prompts: prompts, ctx: runCtx, cancel: cancel, met: newSinkMetrics(cfg.Registerer),
+	s := &sinker{cfg: cfg, log: log, st: st, dead: dead, prompts: prompts, index: index, ctx: runCtx, cancel: cancel, met: newSinkMetrics(cfg.Registerer),
 		parts:    map[partKey]*partState{},
 		lastRecv: time.Now()}
 	cons := cfg.Kafka.NewConsumer(topics.TopicGenerated, kafka.ConsumerConfig{Group: cfg.Group, MaxInFlight: cfg.MaxBufferedRows + 64})
@@ -149,6 +158,7 @@ type sinker struct {
 	st      *store
 	dead    *kafka.DeadLetters
 	prompts *kafka.Producer // next turns
+	index   *shardsIndex    // publishes what the shards hold (topics.TopicShards)
 	ctx     context.Context // the run's: dead letters and next turns are retried while it lasts
 	met     *sinkMetrics
 	cancel  context.CancelFunc
@@ -222,6 +232,10 @@ func (s *sinker) handleLocked(d *kafka.Delivery) {
 		s.reject(p, d, nil, "undecodable", err.Error())
 		return
 	}
+	if g.InShards != "" {
+		s.inShards(p, d, &g)
+		return
+	}
 	if reason := validate(&g); reason != "" {
 		s.reject(p, d, &g, "invalid", reason)
 		return
@@ -239,7 +253,6 @@ func (s *sinker) handleLocked(d *kafka.Delivery) {
 		s.met.redoneGenerations.Inc()
 		redoneCount.Add(1)
 		s.absorb(p, m.Offset)
-		d.Done()
 		s.log.Debug("duplicate dropped", "id", g.ID, "turn", g.Turn, "run", rs.info.DirName(), "at", d.Where())
 		if dupW && win.continued && win.log != s.st.key(p.key).log {
 			// The copy in the shards continued its conversation from another incarnation of the generated
@@ -248,6 +261,7 @@ func (s *sinker) handleLocked(d *kafka.Delivery) {
 			s.reemit(p, d, &g, win)
 			return
 		}
+		d.Done()
 		// Only a copy already in a shard is reported, and only when it ended its conversation: a buffered
 		// original is reported by OnDurable once its flush is durable.
 		if dupW && !win.continued && s.cfg.OnDuplicate != nil {
@@ -359,11 +373,59 @@ func (s *sinker) reemit(p *partState, d *kafka.Delivery, g *topics.Generation, w
 	c := *g
 	c.Reply, c.StopReason = &reply, topics.StopContinued
 	if next, ok := c.Next(); ok {
-		s.log.Info("next turn sent again: the turn in the shards came from another incarnation of the topic",
-			"id", g.ID, "turn", next.Turn)
+		s.log.Debug("next turn sent again from the reply in the shards", "id", g.ID, "turn", next.Turn)
 		s.emit(p, &next)
 	}
 	p.deliveries = append(p.deliveries, d)
+}
+
+// inShards takes a turn generate did not send to a server because topics.TopicShards said the shards hold it
+// (g.InShards: no token ids, the thread only). If the run's shards hold it, it is counted as already in the
+// shards (not as redone work); when the row in the shards continued its conversation, the next turn is sent
+// again from the reply the shards recorded, so a conversation whose first k turns are in the shards resumes at
+// turn k; when it ended its conversation, Config.OnDuplicate reports it. If they do not hold it (the shards
+// topic spoke for another directory, or of rows since deleted), nothing can make the row here: the turn is
+// dead-lettered with the reason, to be replayed. Called with s.mu held.
+func (s *sinker) inShards(p *partState, d *kafka.Delivery, g *topics.Generation) {
+	info := RunOf(g)
+	k := rowKey{g.ID, int32(g.Turn)}
+	var dupW, dupB bool
+	var win winner
+	if rs := s.st.runs[info.Fingerprint]; rs != nil && g.Turn >= 0 && g.Turn <= math.MaxInt32 {
+		var err error
+		if dupW, win, err = rs.written(k); err != nil {
+			s.fail(fmt.Errorf("sink: id index of %s: %w", rs.dir, err))
+			d.Abandon()
+			return
+		}
+		_, dupB = rs.buffered[k]
+	}
+	if !dupW && !dupB {
+		why := "the epoch is another sink start's: a sink of another output directory, or rows since deleted"
+		if g.InShards == s.index.epochID() {
+			why = "the epoch is this sink's own: rows deleted while it ran"
+		}
+		s.reject(p, d, g, "not_in_shards", fmt.Sprintf("generate skipped turn %d of %s as already in the shards (epoch %s of "+
+			"the shards topic), but the shards of run %s in %s do not hold it (%s); replay the generate stage to generate it",
+			g.Turn, g.ID, g.InShards, info.DirName(), s.cfg.Dir, why))
+		return
+	}
+	s.met.inShards.Inc()
+	inShardsCount.Add(1)
+	s.absorb(p, d.Message.Offset)
+	s.log.Debug("turn already in the shards", "id", g.ID, "turn", g.Turn, "run", info.DirName(), "at", d.Where())
+	if dupW && win.continued {
+		// Whichever topics carried the next turn before (lost ones, or these, then still in flight or long in
+		// the shards), it is sent again from the recorded reply: a next turn in the shards comes back as an
+		// in-shards record too, so the conversation is followed to its end at no GPU cost, and one that is
+		// not resumes there.
+		s.reemit(p, d, g, win)
+		return
+	}
+	d.Done()
+	if dupW && !win.continued && s.cfg.OnDuplicate != nil {
+		s.cfg.OnDuplicate(g.ID)
+	}
 }
 
 // validate returns why a generation cannot become a training row, or "".
@@ -494,6 +556,7 @@ func (s *sinker) flush(p *partState) error {
 		countTurn(br.row.stopReason)
 	}
 	for _, sh := range shards {
+		s.index.publish(sh.run.info.Fingerprint, sh.keys)
 		s.met.rowsWritten.Add(float64(sh.entry.Rows))
 		s.met.tokensWritten.Add(float64(sh.entry.Tokens))
 		s.met.shardsWritten.Inc()

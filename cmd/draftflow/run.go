@@ -63,6 +63,7 @@ type runResult struct {
 	Lost             int              // prompts that reached none of these
 	Missing          []string         // the first maxListedMissing of them
 	Duplicates       int64            // generations the sink dropped as already written or buffered (redone work)
+	InShards         int64            // turns not sent to a server because the shards already held them
 	Tokens           int64            // tokens in the shards of this run's output
 	Rows             int64            // rows in the shards of this run's output (one per regenerated turn)
 	Turns            map[string]int64 // rows written by this run, by stop reason (topics.StopReasons)
@@ -166,8 +167,9 @@ func printSummary(w io.Writer, r *runResult) {
 	for _, ex := range r.Examples {
 		fmt.Fprintf(w, "    e.g.    %s line %d: %s\n", ex.Source.File, ex.Source.Line, ex.Reason)
 	}
-	fmt.Fprintf(w, "  redone    %d generations dropped by the sink as duplicates (%d of them prompts already in the shards; "+
-		"the rest redone after a rebalance, crash or retry)\n", r.Duplicates, min(r.Duplicates, int64(r.AlreadyPresent)))
+	fmt.Fprintf(w, "  reused    %d turns already in the shards, not sent to a server again\n", r.InShards)
+	fmt.Fprintf(w, "  redone    %d generations dropped by the sink as duplicates (work done twice after a rebalance, crash or retry)\n",
+		r.Duplicates)
 	fmt.Fprintf(w, "  elapsed   %s\n", r.Elapsed.Round(time.Millisecond))
 	if r.Lost > 0 {
 		fmt.Fprintf(w, "  LOST      %d prompts never reached the shards, e.g. %v\n", r.Lost, r.Missing)
@@ -288,6 +290,7 @@ func (t *tracker) account(res *runResult) error {
 func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
 	start := time.Now()
 	redoneBefore := sink.RedoneGenerations()
+	inShardsBefore := sink.InShardsTurns()
 	turnsBefore := sink.TurnOutcomes()
 	log := rc.Logger
 	if log == nil {
@@ -392,9 +395,6 @@ func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
 	tk := rc.Tokenize
 	tk.Kafka, tk.Logger, tk.Model = kc, log, model
 	startStage("tokenize", func(ctx context.Context) error { return tokenize.Run(ctx, tk) })
-	gen := rc.Generate
-	gen.Kafka, gen.Logger = kc, log
-	startStage("generate", func(ctx context.Context) error { return generate.Run(ctx, gen) })
 	sk := rc.Sink
 	sk.Kafka, sk.Logger = kc, log
 	if sk.ModelPath == "" { // where vocab finds the model later
@@ -407,6 +407,8 @@ func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
 	}
 	sk.OnDurable = func(ids []string) { tr.mark(idWritten, ids...) }
 	sk.OnDuplicate = func(id string) { tr.mark(idPresent, id) }
+	seeded := make(chan struct{})
+	sk.OnSeeded = func() { close(seeded) }
 	startStage("sink", func(ctx context.Context) error { return sink.Run(ctx, sk) })
 	// This run's dead letters, read by a group of this run alone: written beside the shards, and the stages'
 	// after ingest accounted for.
@@ -414,6 +416,18 @@ func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Generate starts once the sink has said what its shards hold (an existing --out), so that it sends none
+	// of those turns to a server again.
+	select {
+	case <-seeded:
+	case err := <-errc:
+		return nil, err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for the sink to start: %w", ctx.Err())
+	}
+	gen := rc.Generate
+	gen.Kafka, gen.Logger = kc, log
+	startStage("generate", func(ctx context.Context) error { return generate.Run(ctx, gen) })
 	startStage("rejected", func(ctx context.Context) error {
 		c := kc.NewConsumer(topics.TopicRejected, kafka.ConsumerConfig{Group: rejectedGroup})
 		return c.Run(ctx, func(d *kafka.Delivery) {
@@ -512,6 +526,7 @@ wait:
 	}
 	res.Elapsed = time.Since(start)
 	res.Duplicates = sink.RedoneGenerations() - redoneBefore
+	res.InShards = sink.InShardsTurns() - inShardsBefore
 	res.Turns = map[string]int64{}
 	for reason, n := range sink.TurnOutcomes() {
 		res.Turns[reason] = n - turnsBefore[reason]
