@@ -19,6 +19,9 @@ type Config struct {
 	Group string
 	// Dir is the output directory; each run gets a subdirectory (required).
 	Dir string
+	// ModelPath, when set, is recorded in each run's manifest (Manifest.ModelPath) that has none: where the
+	// model the prompts were tokenized with is (`run` sets it).
+	ModelPath string
 	// RotateRows flushes a partition's buffer into shards once it holds this many rows (default 10000).
 	RotateRows int
 	// RotateBytes flushes a partition's buffer once its rows hold about this many bytes in memory, counting 5
@@ -59,8 +62,13 @@ type Config struct {
 	// a crash and reaches a shard at the partition's next flush, at the latest when the sink next stops or
 	// starts; a row flushed before the journal's fsync is reported by OnDurable alone.
 	OnJournaled func(ids []string)
-	// OnDuplicate, if set, is called for each record dropped because its id is already written for its run.
+	// OnDuplicate, if set, is called for each record dropped because its id is already written for its run
+	// and that copy ended its conversation, and for each turn generate skipped as already in the shards
+	// (topics.Generation.InShards) whose row there ended its conversation.
 	OnDuplicate func(id string)
+	// OnSeeded, if set, is called once the sink has published what its shards hold on topics.TopicShards, before
+	// it consumes anything: a generate stage started after it skips every turn they hold.
+	OnSeeded func()
 	// Logger receives the sink's logs (default slog.Default()).
 	Logger *slog.Logger
 	// Registerer receives the sink's metrics (default prometheus.DefaultRegisterer).

@@ -12,6 +12,7 @@
 //
 //	DIR/
 //	  checkpoint.json                 recovery point: per topic partition, the next offset to write
+//	  dir_id                          the directory's identity on the shards topic (DirIDFile)
 //	  journal/                        per partition, the records absorbed since its last flush (JournalDir)
 //	    generated+3+000000001400+5b0c7d1e9a2f.wal
 //	  Qwen3-8B-3f2a9c1b7d4e/          one run
@@ -95,6 +96,24 @@
 // offset says, and a record whose (id, turn) is already written (or buffered) for its run is dropped as a
 // duplicate and reported through Config.OnDuplicate. Readers never see a partial shard: final names appear
 // only for complete, fsynced, committed files, and manifest.json lists only those.
+//
+// # What the shards hold, published
+//
+// So that a turn already in the shards is never sent to a server again, also by a generate stage on another
+// machine, the sink publishes what its shards hold on topics.TopicShards (compacted, one partition). On every
+// start, after recovery and before consuming, it writes a new epoch: a topics.ShardsEpoch in state seeding
+// naming the directory (DirIDFile), a topics.ShardedTurn for every (run, id, turn) of every run's id index, and
+// the epoch in state complete, each acknowledged before the next; Config.OnSeeded is called then. After every
+// flush, once its keys are in the id index, it publishes them (retried while the run lasts; a lost publication
+// costs at most a generation, never a row, and the next start publishes everything again).
+//
+// Generate sends, for a turn the topic lists, a Generation with InShards set and the thread, no token ids. The sink
+// looks it up: if the run's shards hold it, it is counted apart from redone work (draftflow_sink_in_shards_total);
+// when the row in the shards continued its conversation, the next turn is sent again from the reply the id index
+// recorded (whatever topics carried it before), so a conversation whose first k turns are in the shards resumes
+// at turn k and one wholly in the shards is followed to its end; when it ended its conversation,
+// Config.OnDuplicate reports it. If the shards do not hold it (the topic spoke for another directory, or rows
+// were deleted), it is dead-lettered (class not_in_shards): nothing here can generate it.
 //
 // Records that cannot be written (undecodable values, empty prompts or completions, aborted generations,
 // token ids outside int32) go to the rejected topic as a topics.Rejection with stage "sink"; the delivery is

@@ -54,7 +54,10 @@ func startSim(t testing.TB, dir, topicID string, cfg Config) *simSink {
 		t.Fatal(err)
 	}
 	s.j = j
-	if err := s.recoverJournal(recovered); err != nil {
+	if err := s.recoverJournal(recovered, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.recoverJournal(recovered, true); err != nil {
 		t.Fatal(err)
 	}
 	ss.s = s

@@ -14,12 +14,18 @@ import (
 // embedded broker: a second `draftflow run`; a topic recreated) never sees its offsets again, so its rows are
 // written into shards at once, under that incarnation's offsets. Either way no row the journal holds is
 // generated again.
-func (s *sinker) recoverJournal(recs []*jRecovered) error {
+//
+// It runs in two passes: current false writes the other incarnations' rows into shards (before the sink
+// publishes what its shards hold), current true buffers the consumed incarnation's again.
+func (s *sinker) recoverJournal(recs []*jRecovered, current bool) error {
 	s.mu.Lock()
 	var journaled, durable []string
 	for _, r := range recs {
 		pk := partKey{r.key.topic, r.key.partition}
-		if r.key == s.st.key(pk) {
+		if (r.key == s.st.key(pk)) != current {
+			continue
+		}
+		if current {
 			s.j.adopt(r)
 			p := s.part(pk)
 			rows := 0
@@ -32,6 +38,10 @@ func (s *sinker) recoverJournal(recs []*jRecovered) error {
 				if err != nil {
 					s.mu.Unlock()
 					return err
+				}
+				if g.InShards != "" {
+					s.inShards(p, en.offset, en.value, nil, g, r.emitted)
+					continue
 				}
 				before := len(p.rows)
 				if err := s.take(p, en.offset, en.value, g, nil, r.emitted); err != nil {
@@ -100,6 +110,9 @@ func (s *sinker) flushJournaled(r *jRecovered) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
+		if g.InShards != "" {
+			continue // already in the shards; its next turn is sent again when the turn comes again
+		}
 		rs := s.st.run(RunOf(g))
 		k := rowKey{g.ID, int32(g.Turn)}
 		dup, _, err := rs.written(k)
@@ -163,6 +176,9 @@ func journalGeneration(r *jRecovered, en jEntry) (*topics.Generation, error) {
 	var g topics.Generation
 	if err := topics.Unmarshal(en.value, &g); err != nil {
 		return nil, fmt.Errorf("sink: journal of %s/%d holds a record at offset %d that does not decode: %w", r.key.topic, r.key.partition, en.offset, err)
+	}
+	if g.InShards != "" {
+		return &g, nil // a turn generate skipped: no token ids
 	}
 	if reason := validate(&g); reason != "" {
 		return nil, fmt.Errorf("sink: journal of %s/%d holds an invalid record at offset %d: %s", r.key.topic, r.key.partition, en.offset, reason)

@@ -40,6 +40,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer st.close()
+	st.modelPath = cfg.ModelPath
 	topic := cfg.Kafka.Topic(topics.TopicGenerated)
 	tid, err := lookupTopicID(ctx, cfg.Kafka, topics.TopicGenerated, log)
 	if err != nil {
@@ -47,14 +48,14 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	st.setLog(topic, tid)
 	st.zstd = cfg.ZstdLevel
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	dead := cfg.Kafka.NewDeadLetters("sink")
 	defer dead.Close()
 	// The next turns of multi-turn conversations go back to the prompts topic, keyed by conversation id.
 	prompts := cfg.Kafka.NewProducer(topics.TopicPrompts, kafka.ProducerConfig{})
 	defer prompts.Close()
 
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	s := newSinker(runCtx, cancel, cfg, log, st, dead, prompts)
 	j, recovered, err := openJournal(cfg.Dir, st.nextKey, log)
 	if err != nil {
@@ -62,7 +63,22 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	s.j = j
 	defer j.close()
-	if err := s.recoverJournal(recovered); err != nil {
+	// Rows journaled from another incarnation of the topic go into shards first, so that what is published
+	// next counts them as in the shards.
+	if err := s.recoverJournal(recovered, false); err != nil {
+		return err
+	}
+	// What the shards hold, published for generate before anything is consumed (topics.TopicShards).
+	index, err := seedShardsIndex(runCtx, cfg.Kafka, st, log)
+	if err != nil {
+		return err
+	}
+	defer index.close()
+	s.index = index
+	if cfg.OnSeeded != nil {
+		cfg.OnSeeded()
+	}
+	if err := s.recoverJournal(recovered, true); err != nil {
 		return err
 	}
 	cons := cfg.Kafka.NewConsumer(topics.TopicGenerated, kafka.ConsumerConfig{Group: cfg.Group, MaxInFlight: cfg.MaxBufferedRows + 64})
@@ -162,6 +178,7 @@ type sinker struct {
 	st      *store
 	dead    *kafka.DeadLetters
 	prompts *kafka.Producer // next turns
+	index   *shardsIndex    // publishes what the shards hold (topics.TopicShards)
 	ctx     context.Context // the run's: dead letters and next turns are retried while it lasts
 	met     *sinkMetrics
 	cancel  context.CancelFunc
@@ -237,6 +254,10 @@ func (s *sinker) handleLocked(d *kafka.Delivery) {
 	var g topics.Generation
 	if err := topics.Unmarshal(m.Value, &g); err != nil {
 		s.reject(p, d, nil, "undecodable", err.Error())
+		return
+	}
+	if g.InShards != "" {
+		s.inShards(p, m.Offset, m.Value, d, &g, nil)
 		return
 	}
 	if reason := validate(&g); reason != "" {
@@ -443,11 +464,95 @@ func (s *sinker) reemit(p *partState, off int64, g *topics.Generation, win winne
 	c := *g
 	c.Reply, c.StopReason = &reply, topics.StopContinued
 	if next, ok := c.Next(); ok {
-		s.log.Info("next turn sent again: the turn in the shards came from another incarnation of the topic",
-			"id", g.ID, "turn", next.Turn)
+		s.log.Debug("next turn sent again from the reply in the shards", "id", g.ID, "turn", next.Turn)
 		s.emit(p, off, &next)
 	}
 	return nil
+}
+
+// inShards takes a turn generate did not send to a server because topics.TopicShards said the shards hold it
+// (g.InShards: no token ids, the thread only), consumed at offset off of p with the Kafka value value. If the
+// run's shards hold it, it is counted as already in the shards (not as redone work); when the row in the
+// shards continued its conversation, the next turn is sent again from the reply the shards recorded, so a
+// conversation whose first k turns are in the shards resumes at turn k; when it ended its conversation,
+// Config.OnDuplicate reports it. If they do not hold it (the shards topic spoke for another directory, or of
+// rows since deleted), nothing can make the row here: the turn is dead-lettered with the reason, to be
+// replayed. As take, it journals what it absorbs; replayed is nil except when the journal is replayed at
+// start (d is then nil). Called with s.mu held.
+func (s *sinker) inShards(p *partState, off int64, value []byte, d *kafka.Delivery, g *topics.Generation, replayed map[int64]bool) {
+	live := replayed == nil
+	info := RunOf(g)
+	k := rowKey{g.ID, int32(g.Turn)}
+	var dupW, dupB bool
+	var win winner
+	if rs := s.st.runs[info.Fingerprint]; rs != nil && g.Turn >= 0 && g.Turn <= math.MaxInt32 {
+		var err error
+		if dupW, win, err = rs.written(k); err != nil {
+			s.fail(fmt.Errorf("sink: id index of %s: %w", rs.dir, err))
+			if d != nil {
+				d.Abandon()
+			}
+			return
+		}
+		_, dupB = rs.buffered[k]
+	}
+	if !dupW && !dupB {
+		if !live {
+			s.absorb(p, off) // taken in before the restart; what happened to the rows since is not this one's
+			return
+		}
+		why := "the epoch is another sink start's: a sink of another output directory, or rows since deleted"
+		if g.InShards == s.index.epochID() {
+			why = "the epoch is this sink's own: rows deleted while it ran"
+		}
+		s.reject(p, d, g, "not_in_shards", fmt.Sprintf("generate skipped turn %d of %s as already in the shards (epoch %s of "+
+			"the shards topic), but the shards of run %s in %s do not hold it (%s); replay the generate stage to generate it",
+			g.Turn, g.ID, g.InShards, info.DirName(), s.cfg.Dir, why))
+		return
+	}
+	again := dupW && win.continued
+	if live {
+		kind, v := jSkip, []byte(nil)
+		if again {
+			kind, v = jRecord, value // replayed, it sends the next turn again unless acknowledged
+		}
+		if err := s.j.append(s.st.key(p.key), kind, off, v, ""); err != nil {
+			s.fail(err)
+			if d != nil {
+				d.Abandon()
+			}
+			return
+		}
+		s.met.inShards.Inc()
+		inShardsCount.Add(1)
+		s.log.Debug("turn already in the shards", "id", g.ID, "turn", g.Turn, "run", info.DirName(), "at", fmt.Sprintf("%s/%d@%d", p.key.topic, p.key.partition, off))
+	}
+	s.absorb(p, off)
+	if again {
+		// Whichever topics carried the next turn before (lost ones, or these, then still in flight or long in
+		// the shards), it is sent again from the recorded reply: a next turn in the shards comes back as an
+		// in-shards record too, so the conversation is followed to its end at no GPU cost, and one that is
+		// not resumes there.
+		if live || !replayed[off] {
+			if err := s.reemit(p, off, g, win); err != nil {
+				s.fail(err)
+				if d != nil {
+					d.Abandon()
+				}
+				return
+			}
+		}
+		if d != nil {
+			p.deliveries = append(p.deliveries, d) // Done at the next flush, after the next turn was acknowledged
+		}
+		return
+	}
+	if d != nil {
+		d.Done()
+	}
+	if live && dupW && !win.continued && s.cfg.OnDuplicate != nil {
+		s.cfg.OnDuplicate(g.ID)
+	}
 }
 
 // validate returns why a generation cannot become a training row, or "".
@@ -588,6 +693,7 @@ func (s *sinker) flush(p *partState) error {
 		countTurn(br.row.stopReason)
 	}
 	for _, sh := range shards {
+		s.index.publish(sh.run.info.Fingerprint, sh.keys)
 		s.met.rowsWritten.Add(float64(sh.entry.Rows))
 		s.met.tokensWritten.Add(float64(sh.entry.Tokens))
 		s.met.shardsWritten.Inc()

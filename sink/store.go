@@ -68,12 +68,13 @@ func (rs *runState) written(k rowKey) (bool, winner, error) { return rs.index.ge
 
 // store owns Config.Dir: the checkpoint, the run directories and their manifests.
 type store struct {
-	dir  string
-	log  *slog.Logger
-	cp   map[cpKey]*cpPartition
-	logs map[string]string    // physical topic -> short ID of the incarnation being consumed
-	zstd int                  // zstd level of new shards (0: default)
-	runs map[string]*runState // by fingerprint
+	dir       string
+	log       *slog.Logger
+	cp        map[cpKey]*cpPartition
+	logs      map[string]string    // physical topic -> short ID of the incarnation being consumed
+	zstd      int                  // zstd level of new shards (0: default)
+	modelPath string               // Config.ModelPath
+	runs      map[string]*runState // by fingerprint
 }
 
 // logID is the short form of a topic ID used in names and the checkpoint: 12 hex digits.
@@ -502,6 +503,9 @@ func (s *store) commitFlushKey(k cpKey, first, last int64, groups []runRows, row
 	}
 	for _, c := range out {
 		c.run.manifest.Shards = append(c.run.manifest.Shards, c.entry)
+		if c.run.manifest.ModelPath == "" {
+			c.run.manifest.ModelPath = s.modelPath
+		}
 		if err := writeManifest(c.run.dir, &c.run.manifest); err != nil {
 			return nil, fmt.Errorf("sink: write manifest: %w", err)
 		}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/draftflow/draftflow/internal/progress"
 	"github.com/draftflow/draftflow/kafka"
 
 	"github.com/draftflow/draftflow/sink"
@@ -183,4 +184,8 @@ func registerSinkFlags(fs *flag.FlagSet, cfg *sink.Config) {
 	fs.StringVar(&cfg.Group, "group", cfg.Group, "consumer group (default draftflow-sink)")
 }
 
-func stderr() io.Writer { return os.Stderr }
+// console is the process's stderr, shared by log lines and progress lines.
+var console = progress.NewConsole(os.Stderr)
+
+// stderr is where logs and progress lines go.
+func stderr() io.Writer { return console }
