@@ -29,6 +29,9 @@ type sinkMetrics struct {
 	// prompts written to the prompts topic (again, after a duplicate, when the topic they went to is gone).
 	turns         *prometheus.CounterVec
 	continuations prometheus.Counter
+	// journalBytes counts the bytes appended to the journal; journalSyncSeconds times its fsyncs.
+	journalBytes       prometheus.Counter
+	journalSyncSeconds prometheus.Histogram
 }
 
 func newSinkMetrics(reg prometheus.Registerer) *sinkMetrics {
@@ -53,7 +56,7 @@ func newSinkMetrics(reg prometheus.Registerer) *sinkMetrics {
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
 		})),
 		bufferedRows: metrics.Register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "draftflow_sink_buffered_rows", Help: "Rows held in memory, not yet durable.",
+			Name: "draftflow_sink_buffered_rows", Help: "Rows held in memory, not yet in a shard (durable in the journal once it is synced).",
 		})),
 		turns: metrics.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "draftflow_sink_turns_total",
@@ -61,6 +64,12 @@ func newSinkMetrics(reg prometheus.Registerer) *sinkMetrics {
 		}, []string{"stop_reason"})),
 		continuations: counter("draftflow_sink_continuations_total",
 			"Next-turn prompts of multi-turn conversations written to the prompts topic."),
+		journalBytes: counter("draftflow_sink_journal_bytes_total",
+			"Bytes appended to the journal: every absorbed record, durable before it is in a shard."),
+		journalSyncSeconds: metrics.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "draftflow_sink_journal_sync_seconds", Help: "Time of one fsync of the journal (every journal sync interval while records arrive).",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		})),
 	}
 }
 

@@ -82,7 +82,7 @@ func TestSinkPublishesShardsAndResumesFromThem(t *testing.T) {
 	produceGens(t, kc, gens)
 	sr := startSink(t, baseConfig(kc, dir))
 	sr.waitFor(t, "rows durable", func(d, _ map[string]int) bool { return len(readRowsQuiet(dir)) == len(gens) })
-	time.Sleep(2 * DefaultIdleFlush)
+	time.Sleep(2 * testIdleFlush)
 	if err := sr.stop(t); err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func TestSinkPublishesShardsAndResumesFromThem(t *testing.T) {
 	for kafkatest.Size(t, kc, topics.TopicPrompts) < continued && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
-	time.Sleep(2 * DefaultIdleFlush)
+	time.Sleep(2 * testIdleFlush)
 	if err := sr.stop(t); err != nil {
 		t.Fatal(err)
 	}

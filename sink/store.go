@@ -324,6 +324,14 @@ func (s *store) next(pk partKey) int64 {
 	return 0
 }
 
+// nextKey is next for a partition of any incarnation.
+func (s *store) nextKey(k cpKey) int64 {
+	if p := s.cp[k]; p != nil {
+		return p.Next
+	}
+	return 0
+}
+
 func (s *store) advance(pk partKey, next int64) { s.advanceKey(s.key(pk), next) }
 
 func (s *store) advanceKey(k cpKey, next int64) {
@@ -376,7 +384,12 @@ type committedShard struct {
 // commitFlush makes the rows of one partition's offset range [first, last] durable, one shard per run, and
 // moves the partition's next offset to last+1. See the package documentation for the protocol.
 func (s *store) commitFlush(pk partKey, first, last int64, groups []runRows, rowGroupRows int) ([]committedShard, error) {
-	k := s.key(pk)
+	return s.commitFlushKey(s.key(pk), first, last, groups, rowGroupRows)
+}
+
+// commitFlushKey is commitFlush for a partition of any incarnation of its topic (the journal of an earlier one).
+func (s *store) commitFlushKey(k cpKey, first, last int64, groups []runRows, rowGroupRows int) ([]committedShard, error) {
+	pk := partKey{k.topic, k.partition}
 	si := shardInfo{Log: k.log, Topic: pk.topic, Partition: pk.partition, FirstOffset: first, LastOffset: last}
 	name := shardName(si)
 	var out []committedShard

@@ -116,7 +116,7 @@ func runStages(t *testing.T, kc kafka.Config, tk *tokenize.Config, gen generate.
 	var mu sync.Mutex
 	durable := map[string]bool{}
 	done := make(chan struct{})
-	sk := sink.Config{Kafka: kc, Logger: log, Dir: out, OnDurable: func(ids []string) {
+	sk := sink.Config{Kafka: kc, Logger: log, Dir: out, IdleFlush: 200 * time.Millisecond, OnDurable: func(ids []string) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, id := range ids {

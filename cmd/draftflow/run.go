@@ -405,7 +405,10 @@ func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
 			sk.ModelPath = ""
 		}
 	}
+	// A row is done once durable: in the sink's journal (it reaches a shard at the latest at the sink's final
+	// flush, or when the next start recovers the journal) or in a shard.
 	sk.OnDurable = func(ids []string) { tr.mark(idWritten, ids...) }
+	sk.OnJournaled = sk.OnDurable
 	sk.OnDuplicate = func(id string) { tr.mark(idPresent, id) }
 	seeded := make(chan struct{})
 	sk.OnSeeded = func() { close(seeded) }
