@@ -22,6 +22,13 @@
 // fleet the sum of each server's own oracle; in a finite scenario the uniform concurrency with the shortest
 // makespan, which `--policy fixed --concurrency N` runs).
 //
+// Two scenarios give the servers more than one client, each a Controller of its own (as separate processes
+// are) polling the same simulated servers: ScenarioShared puts another client that keeps SharedPeerN
+// requests on the reference server (a fixed-concurrency job) beside the policy, whose figures are then its
+// own client's, measured against a fixed client with SharedPeerN in flight in its place; ScenarioReplicas
+// splits the partition dataset between two replicas of the policy on the fleet and compares their makespan
+// with one replica's, and the replicas' tok/s with each other.
+//
 // MultiTurn (`draftflow bench generate --multi-turn`) runs conversations whose every assistant turn is
 // generated, each later turn offered once the previous one is answered with the previous prompt, reply and a
 // new user message as its prompt, through the same simulation twice: with affinity (Request.Prefer, the
@@ -68,7 +75,7 @@ const (
 	ScenarioShared = "shared-server"
 	// ScenarioReplicas is ScenarioPartition run by two replicas of the policy (two `draftflow generate`
 	// processes, each with half the dataset's rows) on the same servers; it also runs one replica on the same
-	// servers and dataset for the comparison (BenchResult.SingleMakespanS).
+	// servers and dataset for the comparison (BenchResult.SingleMakespanS). It has no oracle.
 	ScenarioReplicas = "two-replicas"
 )
 
@@ -341,6 +348,10 @@ func Bench(ctx context.Context, opts BenchOptions, w io.Writer) ([]BenchResult, 
 	for _, name := range opts.Scenarios {
 		sc := all[name]
 		for _, p := range opts.Policies {
+			if p == PolicyOracle && sc.replicas > 1 {
+				// Each policy's replicas are measured against one replica of the same policy instead.
+				continue
+			}
 			j := &job{sc: sc, policy: p}
 			jobs = append(jobs, j)
 			wg.Add(1)
@@ -596,15 +607,6 @@ func (b *bencher) finiteOracle(ctx context.Context, sc scenario) (*BenchResult, 
 		}
 	}
 	best.Policy = PolicyOracle
-	if sc.replicas > 1 {
-		one := runSpec{sc: sc, policy: generate.PolicyFixed, routing: generate.RouteHeadroom, concurrency: best.Concurrency[0]}
-		one.sc.replicas = 1
-		single, err := b.run(ctx, one)
-		if err != nil {
-			return nil, err
-		}
-		best.SingleMakespanS = single.MakespanS
-	}
 	b.opts.Logger.Info("finite oracle", "scenario", sc.name, "best_concurrency", best.Concurrency[0], "makespan_s", best.MakespanS)
 	return best, nil
 }

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"reflect"
 	"testing"
 	"time"
 )
@@ -68,5 +69,24 @@ func TestReplicasTargets(t *testing.T) {
 	}
 	if r.ClientAborts != 0 {
 		t.Errorf("%d client aborts", r.ClientAborts)
+	}
+}
+
+// TestSharingDeterministic checks that runs with several clients on the servers (each its own Controller,
+// their answers through goroutines of the in-process transport) are still pure functions of their inputs.
+func TestSharingDeterministic(t *testing.T) {
+	opts := BenchOptions{Scenarios: []string{ScenarioShared, ScenarioReplicas}, Policies: []string{PolicyKVBudget},
+		SimDuration: 6 * time.Minute, Prompts: 200, Seed: 3, Parallel: 1}
+	a, err := Bench(context.Background(), opts, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Parallel = 3
+	b, err := Bench(context.Background(), opts, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(a, b) {
+		t.Fatalf("same seed, different results:\n%+v\n%+v", a, b)
 	}
 }
