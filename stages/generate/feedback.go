@@ -408,6 +408,7 @@ func (c *Controller) adjust(ep *endpoint, load Load, haveLoad bool, retractedTot
 			ep.others = total - ep.inflight
 			waiting = int(math.Round(float64(load.Waiting) * float64(ep.inflight) / float64(total)))
 		}
+		c.met.otherRequests.WithLabelValues(ep.name).Set(float64(ep.others))
 	}
 	binding := ep.used >= bindingShare*ep.budget
 	// Above the usage target the endpoint takes nothing new until the next poll: what already waits on the

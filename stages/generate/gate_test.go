@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // virtualController builds a Controller driven through the synchronous API (Offer, Finish, Feedback) on a
@@ -193,6 +194,10 @@ func TestSharedServer(t *testing.T) {
 	feedback(c, 0, Load{Running: 16, Waiting: 8, UsedTokens: 97000, MaxTokens: pool, TokenUsage: 0.97, GenThroughput: 100}, 0, true)
 	if inflight() != 19 {
 		t.Fatalf("%d in flight beside another client's 20, want 19", inflight())
+	}
+	var m dto.Metric
+	if err := c.met.otherRequests.WithLabelValues(c.eps[0].name).Write(&m); err != nil || m.GetGauge().GetValue() != 20 {
+		t.Fatalf("draftflow_generate_server_other_requests %v (%v), want 20", m.GetGauge().GetValue(), err)
 	}
 	// Against many more, at most as many as the pool holds at the mean prompt and half the mean output.
 	feedback(c, 0, Load{Running: 40, Waiting: 200, UsedTokens: 97000, MaxTokens: pool, TokenUsage: 0.97, GenThroughput: 100}, 0, true)
