@@ -111,7 +111,7 @@ cmd_up() {
   # setsid: the server's scheduler and detokenizer processes share its process group, so down and kill
   # reach all of them through the leader's pid.
   SGLANG_USE_CPU_ENGINE=1 CUDA_VISIBLE_DEVICES="" OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}" \
-    PYTHONPATH="$HERE/cpu_kernel${PYTHONPATH:+:$PYTHONPATH}" \
+    PYTHONPATH="$HERE/cpu_kernel" \
     setsid "$VENV/bin/python" -m sglang.launch_server --model-path "$model" --host 127.0.0.1 --port "$port" \
       --device cpu --attention-backend torch_native --disable-cuda-graph --dtype float32 \
       --max-total-tokens "$pool" --enable-metrics \
