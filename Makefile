@@ -73,6 +73,14 @@ sglang-up:
 sglang-down:
 	@bash deploy/sglang/sglang.sh down --name make
 
+## test-sglang: the live tier: draftflow's binary against the real SGLang 0.5.23 on this machine's CPU (at most two
+## servers at once; see README "Live SGLang tier"). Installs the venv on first use; runs on its own, not beside
+## the Go tests or Kafka. LIVE_RUN narrows it to some tests (go test -run).
+test-sglang: deps-go
+	@bash deploy/sglang/sglang.sh install >/dev/null
+	@bash deploy/sglang/sglang.sh model >/dev/null
+	PYTHON=$(PYTHON) DRAFTFLOW_LIVE_SGLANG=1 OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(GO) test -count=1 -p 1 -timeout 40m -v $(if $(LIVE_RUN),-run '$(LIVE_RUN)') ./internal/livesglang/
+
 ## bench: the benchmarks whose figures the README reports (bench-kafka adds the real-broker side).
 bench: build
 	$(BIN) bench generate --plot bench-generate.svg
