@@ -249,13 +249,13 @@ func (s *server) restart(t *testing.T) {
 	s.url = n.url
 }
 
-// mainServer is the tier's shared server: fp32, an 8,192-token pool, metrics on, at most 64 waiting requests
+// mainServer is the tier's shared server: fp32, an 8,192-token pool, metrics on, at most 24 waiting requests
 // (--max-queued-requests), the model's 2,048-token context given on the command line (so /server_info
 // reports it, as the simulator configured with it does); stopped when the tier ends.
 func mainServer(t *testing.T) *server {
 	t.Helper()
 	mainOnce.Do(func() {
-		mainSrv, mainErr = launch("main", 8192, 0, []string{"--max-queued-requests", "64", "--context-length", "2048"}, nil)
+		mainSrv, mainErr = launch("main", 8192, 0, []string{"--max-queued-requests", "24", "--context-length", "2048"}, nil)
 	})
 	if mainErr != nil {
 		t.Fatal(mainErr)
