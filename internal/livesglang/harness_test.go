@@ -75,10 +75,14 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	upMu.Lock()
+	var left []*server
 	for _, s := range up {
-		s.down()
+		left = append(left, s)
 	}
 	upMu.Unlock()
+	for _, s := range left {
+		s.down() // takes upMu itself
+	}
 	if code == 0 {
 		os.RemoveAll(tmp)
 	} else {
