@@ -9,7 +9,7 @@ DEMO_OUT ?= out/demo
 export DRAFTFLOW_CACHE ?= $(HOME)/.cache/draftflow
 GOTEST_FLAGS ?= -timeout 45m
 
-.PHONY: all build demo test test-go test-python test-integration deps deps-go deps-python bench bench-kafka scale rebalance fuzz chaos vet fmt kafka-up kafka-down clean
+.PHONY: all build demo test test-go test-python test-integration deps deps-go deps-python bench bench-kafka scale rebalance fuzz chaos vet fmt kafka-up kafka-down sglang-up sglang-down test-sglang clean
 
 all: build
 
@@ -61,6 +61,25 @@ kafka-up:
 
 kafka-down:
 	@bash deploy/kafka/kafka.sh down
+
+## sglang-up: the real SGLang server (sglang==0.5.23, installed into $(DRAFTFLOW_CACHE)/venv by the script) on this
+## machine's CPU, serving a small random-weight Qwen3-shaped model made here; prints its URL. SGLANG_PORT picks the
+## port (default: a free one), SGLANG_POOL its KV pool in tokens, SGLANG_ARGS more server arguments. sglang-down stops it.
+SGLANG_POOL ?= 8192
+sglang-up:
+	@bash deploy/sglang/sglang.sh install >/dev/null
+	@bash deploy/sglang/sglang.sh up --name make $(if $(SGLANG_PORT),--port $(SGLANG_PORT)) --pool $(SGLANG_POOL) -- $(SGLANG_ARGS)
+
+sglang-down:
+	@bash deploy/sglang/sglang.sh down --name make
+
+## test-sglang: the live tier: draftflow's binary against the real SGLang 0.5.23 on this machine's CPU (at most two
+## servers at once; see README "Live SGLang tier"). Installs the venv on first use; runs on its own, not beside
+## the Go tests or Kafka. LIVE_RUN narrows it to some tests (go test -run).
+test-sglang: deps-go
+	@bash deploy/sglang/sglang.sh install >/dev/null
+	@bash deploy/sglang/sglang.sh model >/dev/null
+	PYTHON=$(PYTHON) DRAFTFLOW_LIVE_SGLANG=1 OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(GO) test -count=1 -p 1 -timeout 40m -v $(if $(LIVE_RUN),-run '$(LIVE_RUN)') ./internal/livesglang/
 
 ## bench: the benchmarks whose figures the README reports (bench-kafka adds the real-broker side).
 bench: build

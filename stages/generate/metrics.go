@@ -16,6 +16,8 @@ type metrics struct {
 	budget           *prometheus.GaugeVec
 	up               *prometheus.GaugeVec
 	poolTokens       *prometheus.GaugeVec
+	maxRunning       *prometheus.GaugeVec
+	serverRetracted  *prometheus.GaugeVec
 	serverQueue      *prometheus.GaugeVec
 	serverRunning    *prometheus.GaugeVec
 	tokenUsage       *prometheus.GaugeVec
@@ -45,6 +47,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "draftflow_generate_endpoint_up", Help: "1 while an endpoint admits requests, 0 while it is probed or drained."}, ep)),
 		poolTokens: register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "draftflow_generate_kv_pool_tokens", Help: "KV pool size the endpoint reported (max_total_num_tokens)."}, ep)),
+		maxRunning: register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "draftflow_generate_server_max_running_requests",
+			Help: "Running-request limit the endpoint reported (/server_info effective_max_running_requests_per_dp); 0 when unknown."}, ep)),
+		serverRetracted: register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "draftflow_generate_server_retracted_requests",
+			Help: "The server's retraction counter for the endpoint (sglang:num_retracted_requests_total) as last polled; absent until the stage has read it."}, ep)),
 		serverQueue: register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "draftflow_generate_server_queue_requests", Help: "Requests waiting in the server's queue (/v1/loads)."}, ep)),
 		serverRunning: register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -95,6 +103,10 @@ func (m *metrics) endpointState(ep *endpoint) {
 	m.inflightTokens.WithLabelValues(ep.name).Set(ep.used)
 	m.budget.WithLabelValues(ep.name).Set(ep.budget)
 	m.poolTokens.WithLabelValues(ep.name).Set(float64(ep.pool))
+	m.maxRunning.WithLabelValues(ep.name).Set(float64(ep.maxRunning))
+	if ep.haveRetracted {
+		m.serverRetracted.WithLabelValues(ep.name).Set(ep.retracted)
+	}
 	up := 0.0
 	if ep.ready() {
 		up = 1
