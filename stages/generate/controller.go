@@ -126,6 +126,9 @@ type endpoint struct {
 	polled         time.Time // time of the last poll
 	sinceTok       float64   // prompt tokens admitted minus tokens freed by answers since the last poll
 	lastAdmitBlock time.Time // last time a waiter found no room here
+	// others is how many requests of other clients the rank ran or queued at the last poll (kv-budget with
+	// load data; see holdsShare).
+	others int
 }
 
 // ready reports whether ep admits requests.
@@ -284,7 +287,42 @@ func (c *Controller) fits(ep *endpoint, charge float64, prompt, maxNew int) bool
 	if ep.inflight == 0 {
 		return true
 	}
-	return ep.used+charge <= ep.budget && c.gateOpen(ep, prompt, maxNew)
+	if ep.used+charge <= ep.budget && c.gateOpen(ep, prompt, maxNew) {
+		return true
+	}
+	return c.holdsShare(ep, prompt)
+}
+
+// holdsShare is the kv-budget policy's answer to a server that other clients share: whether a request the
+// budget or the KV gate holds back may go to ep anyway, so that this Controller keeps its share of the
+// server.
+//
+// The gate and the budget wait for room on the server. That works while this Controller is the server's
+// only client: what it holds back stays free for its own later requests. Another client's requests cannot
+// be displaced by waiting: SGLang admits first come, first served, so while other clients keep the pool
+// full, every slot that frees goes to whatever waits on the server, and a client that sends only when
+// there is room is left with a request or two in flight (issue 22: 0.28x the tok/s of a fixed client in
+// its place). A server shares its running batch out in proportion to the requests each client keeps on it.
+// So while the last poll saw other clients' requests on the rank (its running and waiting requests beyond
+// this Controller's in flight), a request goes as long as this Controller, with it, keeps fewer requests
+// there than the others do, and as long as the pool holds that many of its requests at their mean length
+// (the mean prompt in flight and half the mean recent output: what a request holds on average over its
+// life). It never takes more than the others hold, nor more than it would run alone. Against a client that
+// keeps N in flight whatever happens, it keeps N-1, about what a fixed client in its place gets. Two
+// Controllers (two replicas of the stage) can each only come up to one fewer than the other this way, so
+// this path lets the one behind catch up and cannot hold either's level: the pair steps down to what the
+// pool holds, where the KV gate governs again. Without others on the rank nothing changes. c.mu must be
+// held.
+func (c *Controller) holdsShare(ep *endpoint, prompt int) bool {
+	if !ep.gated || ep.inflight+1 >= ep.others {
+		return false
+	}
+	prompts := prompt
+	for _, ls := range ep.leases {
+		prompts += len(ls.req.InputIDs)
+	}
+	n := float64(len(ep.leases) + 1)
+	return float64(prompts)+n*c.est.RecentMean(recentMeanWindow)/2 <= float64(ep.pool)
 }
 
 // recentMeanWindow is how many recent completions the gate's backstop averages: few enough to follow a
@@ -309,8 +347,13 @@ func (c *Controller) gateOpen(ep *endpoint, prompt, maxNew int) bool {
 	if !ep.gated {
 		return true
 	}
+	return c.gateOpenAt(ep, c.predictedUsed(ep), prompt, maxNew)
+}
+
+// gateOpenAt is the KV gate with the pool holding predicted KV tokens. c.mu must be held.
+func (c *Controller) gateOpenAt(ep *endpoint, predicted float64, prompt, maxNew int) bool {
 	pool := float64(ep.pool)
-	used := c.predictedUsed(ep) + float64(prompt)
+	used := predicted + float64(prompt)
 	if used > c.cfg.Budget.TargetUsage*pool {
 		return false
 	}

@@ -452,10 +452,19 @@ func TestBudgetFeedback(t *testing.T) {
 	if budget() != b2 {
 		t.Fatalf("budget grew during the retraction cooldown")
 	}
-	// A growing server queue shrinks it.
+	// A growing server queue of its own requests shrinks it.
+	setInflight := func(n int) { c.mu.Lock(); ep.inflight = n; c.mu.Unlock() }
+	setInflight(50)
 	c.adjust(ep, Load{TokenUsage: 0.5, Waiting: 50, MaxTokens: 100000}, true, 3, true)
 	if b := budget(); b != b2*queueCut {
 		t.Fatalf("budget %g with a long server queue, want %g", b, b2*queueCut)
+	}
+	// Another client's queue does not: it is not this budget admitting more than the server runs.
+	setInflight(0)
+	b2 = budget()
+	c.adjust(ep, Load{TokenUsage: 0.5, Waiting: 50, MaxTokens: 100000}, true, 3, true)
+	if b := budget(); b != b2 {
+		t.Fatalf("budget %g with another client's queue on the server, want %g", b, b2)
 	}
 	// Usage over target does not cut the budget (the KV gate holds admissions instead; see gate_test.go).
 	b3 := budget()

@@ -178,7 +178,7 @@ func (c *Controller) bringUp(s *server, info Capacity) {
 			ep.name = s.url + "?dp_rank=" + strconv.Itoa(u.rank)
 		}
 		ep.haveRetracted, ep.metaRetracts, ep.cooldownUntil = false, 0, time.Time{}
-		ep.gated, ep.haveLoads, ep.load, ep.sinceTok = false, false, Load{}, 0
+		ep.gated, ep.haveLoads, ep.load, ep.sinceTok, ep.others = false, false, Load{}, 0, 0
 		if c.cfg.Policy == PolicyFixed {
 			ep.budget = float64(c.cfg.Concurrency)
 		} else {
@@ -447,6 +447,20 @@ func (c *Controller) adjust(ep *endpoint, load Load, haveLoad bool, retractedTot
 	// arrival, and not many more, so admission stays with the budget: the band scales with the batch.
 	qlo := max(cfg.MinServerQueue, load.Running/6)
 	qhi := max(cfg.MaxServerQueue, load.Running/3, 2*qlo)
+	// The band is about this Controller's own waiting requests: another client's queue on the server says
+	// nothing about whether this budget admits more than the server runs, and shrinking the budget for it
+	// would hand the server to that client (see holdsShare). The rank's requests beyond this Controller's
+	// in flight are other clients'; first come, first served, a client's part of the queue is its part of
+	// the rank's requests.
+	waiting := load.Waiting
+	if haveLoad && c.cfg.Policy == PolicyKVBudget {
+		ep.others = 0
+		if total := load.Running + load.Waiting; total > ep.inflight {
+			ep.others = total - ep.inflight
+			waiting = int(math.Round(float64(load.Waiting) * float64(ep.inflight) / float64(total)))
+		}
+		c.met.otherRequests.WithLabelValues(ep.name).Set(float64(ep.others))
+	}
 	binding := ep.used >= bindingShare*ep.budget
 	// Above the usage target the endpoint takes nothing new until the next poll: what already waits on the
 	// server is all SGLang may admit, so its own (optimistic) admission cannot push the pool into a retraction.
@@ -474,9 +488,9 @@ func (c *Controller) adjust(ep *endpoint, load Load, haveLoad bool, retractedTot
 		if evidence && now.After(ep.cooldownUntil) && binding {
 			ep.budget *= 1 + maxGrowStep/5
 		}
-	case load.Waiting > qhi:
+	case waiting > qhi:
 		ep.budget *= queueCut
-	case load.Waiting < qlo && binding && now.After(ep.cooldownUntil):
+	case waiting < qlo && binding && now.After(ep.cooldownUntil):
 		ep.budget *= 1 + maxGrowStep
 	}
 	pool := float64(ep.pool)

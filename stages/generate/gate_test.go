@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // virtualController builds a Controller driven through the synchronous API (Offer, Finish, Feedback) on a
@@ -163,4 +164,45 @@ func answer(n int) *GenerateResponse {
 	zero := 0
 	return &GenerateResponse{OutputIDs: make([]uint32, n), MetaInfo: MetaInfo{NumRetractions: &zero,
 		FinishReason: &FinishReason{Type: "length", Length: n}}}
+}
+
+// TestSharedServer checks the KV gate on a server another client keeps full (holdsShare): the requests the
+// gate holds back go anyway while this Controller, with them, keeps fewer on the server than the other
+// clients do, up to as many as the pool holds at their mean length; on a server it has to itself, a full pool
+// still holds them back.
+func TestSharedServer(t *testing.T) {
+	const pool = 100000
+	c, _ := virtualController(t, Config{}, pool)
+	teach(c, 200, 100, 2000)
+	inflight := func() int { return c.Endpoints()[0].InFlight }
+	offer := func(n int) {
+		for range n {
+			c.Offer(req("r", 1000, 4000), nil)
+		}
+	}
+	offer(4)
+	if inflight() != 4 {
+		t.Fatalf("%d in flight before any poll, want 4", inflight())
+	}
+	// Alone on a full server (its 4 requests are all the server has): the gate holds the rest back.
+	feedback(c, 0, Load{Running: 4, UsedTokens: 97000, MaxTokens: pool, TokenUsage: 0.97, GenThroughput: 100}, 0, true)
+	offer(100)
+	if inflight() != 4 {
+		t.Fatalf("%d in flight on a full server with no other client, want 4", inflight())
+	}
+	// Another client keeps 20 requests on the same full server: this Controller keeps 19.
+	feedback(c, 0, Load{Running: 16, Waiting: 8, UsedTokens: 97000, MaxTokens: pool, TokenUsage: 0.97, GenThroughput: 100}, 0, true)
+	if inflight() != 19 {
+		t.Fatalf("%d in flight beside another client's 20, want 19", inflight())
+	}
+	var m dto.Metric
+	if err := c.met.otherRequests.WithLabelValues(c.eps[0].name).Write(&m); err != nil || m.GetGauge().GetValue() != 20 {
+		t.Fatalf("draftflow_generate_server_other_requests %v (%v), want 20", m.GetGauge().GetValue(), err)
+	}
+	// Against many more, at most as many as the pool holds at the mean prompt and half the mean output.
+	feedback(c, 0, Load{Running: 40, Waiting: 200, UsedTokens: 97000, MaxTokens: pool, TokenUsage: 0.97, GenThroughput: 100}, 0, true)
+	want := int(pool / (1000 + c.Estimator().RecentMean(recentMeanWindow)/2))
+	if inflight() != want {
+		t.Fatalf("%d in flight beside another client's %d, want the %d the pool holds", inflight(), 240-19, want)
+	}
 }

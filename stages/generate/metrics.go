@@ -20,6 +20,7 @@ type metrics struct {
 	serverRetracted  *prometheus.GaugeVec
 	serverQueue      *prometheus.GaugeVec
 	serverRunning    *prometheus.GaugeVec
+	otherRequests    *prometheus.GaugeVec
 	tokenUsage       *prometheus.GaugeVec
 	retractions      *prometheus.CounterVec
 	outputTokens     *prometheus.CounterVec
@@ -57,6 +58,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "draftflow_generate_server_queue_requests", Help: "Requests waiting in the server's queue (/v1/loads)."}, ep)),
 		serverRunning: register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "draftflow_generate_server_running_requests", Help: "Requests in the server's running batch (/v1/loads)."}, ep)),
+		otherRequests: register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "draftflow_generate_server_other_requests", Help: "Other clients' requests on the server: its running and waiting requests beyond this process's in flight (/v1/loads, kv-budget)."}, ep)),
 		tokenUsage: register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "draftflow_generate_server_token_usage", Help: "KV token usage of the server (/v1/loads)."}, ep)),
 		retractions: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{

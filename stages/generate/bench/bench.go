@@ -22,6 +22,13 @@
 // fleet the sum of each server's own oracle; in a finite scenario the uniform concurrency with the shortest
 // makespan, which `--policy fixed --concurrency N` runs).
 //
+// Two scenarios give the servers more than one client, each a Controller of its own (as separate processes
+// are) polling the same simulated servers: ScenarioShared puts another client that keeps SharedPeerN
+// requests on the reference server (a fixed-concurrency job) beside the policy, whose figures are then its
+// own client's, measured against a fixed client with SharedPeerN in flight in its place; ScenarioReplicas
+// splits the partition dataset between two replicas of the policy on the fleet and compares their makespan
+// with one replica's, and the replicas' tok/s with each other.
+//
 // MultiTurn (`draftflow bench generate --multi-turn`) runs conversations whose every assistant turn is
 // generated, each later turn offered once the previous one is answered with the previous prompt, reply and a
 // new user message as its prompt, through the same simulation twice: with affinity (Request.Prefer, the
@@ -61,7 +68,24 @@ const (
 	// ScenarioPartitionOutage is ScenarioPartition with the 160K server down for 10 simulated minutes a third
 	// into the run and a fourth server (160K) added about halfway.
 	ScenarioPartitionOutage = "partition-outage"
+	// ScenarioShared is one server (the reference pool) that another client shares: it keeps SharedPeerN
+	// requests on the server (a fixed-concurrency client, such as another team's job), and the policy's
+	// client runs beside it. Its oracle is the issue's reference: a fixed client with SharedPeerN in flight
+	// in the policy's place.
+	ScenarioShared = "shared-server"
+	// ScenarioReplicas is ScenarioPartition run by two replicas of the policy (two `draftflow generate`
+	// processes, each with half the dataset's rows) on the same servers; it also runs one replica on the same
+	// servers and dataset for the comparison (BenchResult.SingleMakespanS). It has no oracle.
+	ScenarioReplicas = "two-replicas"
 )
+
+// SharedPeerN is how many requests the other client of ScenarioShared keeps on the server: as many as the
+// reference pool holds at the workload's mean length (159,277 tokens over a mean prompt of 2,560 and a mean
+// output of 2,500, half of it generated on average: ~42; the issue's 40).
+const SharedPeerN = 40
+
+// Replicas is how many replicas of the policy run ScenarioReplicas.
+const Replicas = 2
 
 // PartitionPrompts is the size of one reference-run partition.
 const PartitionPrompts = 14700
@@ -83,8 +107,9 @@ var ThroughputBudget = generate.BudgetConfig{SafeCompletions: 4, HeadroomOutputs
 
 // Scenarios and Policies list every scenario and policy, in report order.
 var (
-	Scenarios = []string{ScenarioOneServer, ScenarioFleet, ScenarioShift, ScenarioPartition, ScenarioPartitionOutage}
-	Policies  = []string{PolicyFixed150, PolicyFixed64RR, PolicyKVBudget, PolicyKVThroughput, PolicyOracle}
+	Scenarios = []string{ScenarioOneServer, ScenarioFleet, ScenarioShift, ScenarioPartition, ScenarioPartitionOutage,
+		ScenarioShared, ScenarioReplicas}
+	Policies = []string{PolicyFixed150, PolicyFixed64RR, PolicyKVBudget, PolicyKVThroughput, PolicyOracle}
 )
 
 // BenchOptions configures Bench. Zero values are the documented defaults.
@@ -145,6 +170,19 @@ type BenchResult struct {
 	ClientAborts int64 `json:"client_aborts"`
 	// Default is true for the policy `draftflow generate` uses without policy flags.
 	Default bool `json:"default,omitempty"`
+	// ForeignTokPerS is, in a scenario with another client on the servers (ScenarioShared), that client's
+	// output tok/s; TokPerS is then the policy's own client's and ServerTokPerS both together. A client's
+	// tokens are those of the answers it received in the window.
+	ForeignTokPerS float64 `json:"foreign_tok_per_s,omitempty"`
+	ServerTokPerS  float64 `json:"server_tok_per_s,omitempty"`
+	// SingleMakespanS is, in ScenarioReplicas, the makespan of one replica of the policy alone on the same
+	// servers and dataset (MakespanS is the replicas').
+	SingleMakespanS float64 `json:"single_makespan_s,omitempty"`
+	// ReplicaTokPerS is each replica's output tok/s over the middle 80% of the run (ScenarioReplicas).
+	ReplicaTokPerS []float64 `json:"replica_tok_per_s,omitempty"`
+	// ReplicaBalance is the slowest replica's output tok/s over the fastest's, the least over the middle 80%
+	// of the run and each quarter of it (ScenarioReplicas; 1: equal).
+	ReplicaBalance float64 `json:"replica_balance,omitempty"`
 	// Series samples the run over time, for plots.
 	Series []Sample `json:"-"`
 }
@@ -204,6 +242,11 @@ type scenario struct {
 	conv *convWorkload
 	// backlog is how many requests wait for admission while the dataset lasts (0: backlogDepth).
 	backlog int
+	// foreign, when set, is another client on the servers: it keeps foreign requests in flight on each (fixed
+	// policy, headroom routing) with prompts of its own drawn from work, and keeps its backlog full.
+	foreign int
+	// replicas runs the policy as this many clients splitting the dataset (0: one).
+	replicas int
 }
 
 // outage takes server slot down at at (simulated seconds) for dur.
@@ -237,6 +280,9 @@ func scenarios(opts BenchOptions) map[string]scenario {
 		ScenarioPartitionOutage: {name: ScenarioPartitionOutage, pools: []int{80000, sim.DefaultMaxTotalTokens, 320000},
 			work: base, prompts: opts.Prompts, outage: &outage{slot: 1, at: 0.5 * float64(opts.Prompts), dur: 600},
 			late: &lateServer{pool: sim.DefaultMaxTotalTokens, at: 0.8 * float64(opts.Prompts)}},
+		ScenarioShared: {name: ScenarioShared, pools: []int{sim.DefaultMaxTotalTokens}, work: base, foreign: SharedPeerN},
+		ScenarioReplicas: {name: ScenarioReplicas, pools: []int{80000, sim.DefaultMaxTotalTokens, 320000}, work: base,
+			prompts: opts.Prompts, replicas: Replicas},
 	}
 }
 
@@ -302,6 +348,10 @@ func Bench(ctx context.Context, opts BenchOptions, w io.Writer) ([]BenchResult, 
 	for _, name := range opts.Scenarios {
 		sc := all[name]
 		for _, p := range opts.Policies {
+			if p == PolicyOracle && sc.replicas > 1 {
+				// Each policy's replicas are measured against one replica of the same policy instead.
+				continue
+			}
 			j := &job{sc: sc, policy: p}
 			jobs = append(jobs, j)
 			wg.Add(1)
@@ -373,6 +423,50 @@ func WriteTable(w io.Writer, results []BenchResult) {
 			makespan, r.Retractions, r.RetractionsTotal, r.ClientAborts, r.MeanQueue, r.MeanKVUsage, r.P50LatencyS, r.P99LatencyS, conc)
 	}
 	_ = tw.Flush()
+	WriteSharingTable(w, results)
+}
+
+// WriteSharingTable prints the figures of the scenarios whose servers have more than one client
+// (ScenarioShared, ScenarioReplicas) as a second table; it prints nothing when results have none.
+func WriteSharingTable(w io.Writer, results []BenchResult) {
+	var rows []BenchResult
+	for _, r := range results {
+		if r.ServerTokPerS > 0 || r.SingleMakespanS > 0 {
+			rows = append(rows, r)
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scenario\tpolicy\town tok/s\tother client tok/s\tserver tok/s\tvs reference\tone replica makespan s\treplicas makespan s\treplicas/one\treplica tok/s\tbalance\t")
+	for _, r := range rows {
+		policy := r.Policy
+		if r.Default {
+			policy += " (default)"
+		}
+		own, other, server, ratio := "-", "-", "-", "-"
+		single, many, mratio, reps, bal := "-", "-", "-", "-", "-"
+		if r.ServerTokPerS > 0 {
+			own, other, server = fmt.Sprintf("%.0f", r.TokPerS), fmt.Sprintf("%.0f", r.ForeignTokPerS), fmt.Sprintf("%.0f", r.ServerTokPerS)
+			if r.RatioToOracle > 0 {
+				ratio = fmt.Sprintf("%.1f%%", 100*r.RatioToOracle)
+			}
+		}
+		if r.SingleMakespanS > 0 {
+			single, many = fmt.Sprintf("%.0f", r.SingleMakespanS), fmt.Sprintf("%.0f", r.MakespanS)
+			mratio = fmt.Sprintf("%.4f", r.MakespanS/r.SingleMakespanS)
+			var parts []string
+			for _, x := range r.ReplicaTokPerS {
+				parts = append(parts, fmt.Sprintf("%.0f", x))
+			}
+			reps, bal = strings.Join(parts, "/"), fmt.Sprintf("%.3f", r.ReplicaBalance)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.Scenario, policy, own, other, server, ratio,
+			single, many, mratio, reps, bal)
+	}
+	_ = tw.Flush()
 }
 
 type bencher struct {
@@ -404,14 +498,29 @@ func (b *bencher) policyResult(ctx context.Context, sc scenario, policy string) 
 		budget.SafeCompletions, budget.HeadroomOutputs = ThroughputBudget.SafeCompletions, ThroughputBudget.HeadroomOutputs
 		spec = runSpec{sc: sc, policy: generate.PolicyKVBudget, routing: generate.RouteHeadroom, budget: &budget}
 	case PolicyOracle:
-		if sc.prompts > 0 {
+		switch {
+		case sc.foreign > 0:
+			// On a shared server more in flight always takes more of it: the reference is a fixed client with
+			// as many in flight as the other one, in the policy's place.
+			spec = runSpec{sc: sc, policy: generate.PolicyFixed, routing: generate.RouteHeadroom, concurrency: sc.foreign}
+		case sc.prompts > 0:
 			return b.finiteOracle(ctx, sc)
+		default:
+			return b.oracle(ctx, sc)
 		}
-		return b.oracle(ctx, sc)
 	}
 	r, err := b.run(ctx, spec)
 	if err != nil {
 		return nil, err
+	}
+	if sc.replicas > 1 {
+		one := spec
+		one.sc.replicas = 1
+		single, err := b.run(ctx, one)
+		if err != nil {
+			return nil, err
+		}
+		r.SingleMakespanS = single.MakespanS
 	}
 	r.Policy = policy
 	r.Default = policy == PolicyKVBudget // what `draftflow generate` runs with no policy flags

@@ -49,6 +49,7 @@ type event struct {
 	kind int
 	srv  int
 	gen  int // the server's generation (polls and health checks of an earlier bring-up are stale)
+	cl   int // the client whose probe, poll or health check it is
 	f    *flight
 	row  *turnRow // evTurn's turn
 }
@@ -71,8 +72,9 @@ func (q *eventQueue) Pop() any {
 	return e
 }
 
-// flight is one attempt of one prompt: admitted by the Controller, sent through the stage's Client.
+// flight is one attempt of one prompt: admitted by a client's Controller, sent through the stage's Client.
 type flight struct {
+	c        *client
 	prompt   int64 // the dataset row
 	attempt  int
 	t        *generate.Ticket
@@ -101,6 +103,52 @@ func (f *flight) take() attempt {
 // slotCounters accumulate a slot's server figures over its restarts.
 type slotCounters struct{ gen, retr, prompt, prefill int64 }
 
+// client is one client of a run's servers: a Controller (a `draftflow generate` process, or another team's
+// job under the fixed policy) with its own backlog of dataset rows, requests in flight and figures. Every
+// client polls and probes the servers itself, as separate processes do.
+type client struct {
+	idx     int
+	ctl     *generate.Controller
+	reg     *prometheus.Registry
+	policy  string
+	foreign bool // the scenario's other client, not measured as the policy under test
+	// Its dataset rows: base+first, base+first+stride, ... (up to the scenario's prompts when finite).
+	base, first, stride int64
+	offered             int64 // rows offered so far
+	granted             []*generate.Ticket
+	flights             map[*generate.Ticket]*flight
+	retries             []*flight // prompts to offer again
+	waiting             int
+	gens                []int  // bring-ups per slot: polls and health checks of older ones are stale
+	probing             []bool // a probe chain is scheduled
+	probeWait           []float64
+	completed           int64
+	outputTokens        int64
+	windowTokens        int64     // output tokens of answers received in the measured window
+	done                []doneRec // answers, in order (finite runs)
+	clientAborts        int64
+}
+
+// doneRec is one answer a client received: when, and how many output tokens it carried.
+type doneRec struct {
+	t      float64
+	tokens int
+}
+
+// row returns the client's n-th dataset row (1-based).
+func (c *client) row(n int64) int64 { return c.base + c.first + (n-1)*c.stride }
+
+// rows is how many dataset rows the client has of a finite dataset of prompts rows.
+func (c *client) rows(prompts int64) int64 {
+	if c.first > prompts {
+		return 0
+	}
+	return (prompts-c.first)/c.stride + 1
+}
+
+// foreignBase offsets the other client's rows: its prompts are its own, sharing no prefix with the dataset's.
+const foreignBase = 1 << 32
+
 // run executes one run as a discrete-event simulation and returns its figures (Policy left for the caller).
 // Simulated time is the bench's own: the servers' engines are driven pass by pass (sim.NewManual) and the
 // stage's Controller runs on the same clock (Config.Clock). Everything the Controller learns comes through
@@ -113,6 +161,8 @@ func (b *bencher) run(ctx context.Context, spec runSpec) (*BenchResult, error) {
 }
 
 // runFull is run, also returning the multi-turn figures (prompt, prefill and cached tokens, affinity).
+// The policy under test runs as sc.replicas clients (replicas of `draftflow generate` splitting the dataset
+// between them, row i to replica i mod replicas), beside the scenario's other client when it has one.
 func (b *bencher) runFull(ctx context.Context, spec runSpec) (*BenchResult, *turnFigures, error) {
 	select {
 	case b.sem <- struct{}{}:
@@ -127,6 +177,10 @@ func (b *bencher) runFull(ctx context.Context, spec runSpec) (*BenchResult, *tur
 	finite := sc.prompts > 0
 	if finite {
 		duration, warmup = math.Inf(1), 0
+	}
+	replicas := max(1, sc.replicas)
+	if sc.conv != nil && (replicas > 1 || sc.foreign > 0) {
+		return nil, nil, errors.New("bench: multi-turn runs have one client")
 	}
 
 	pools := slices.Clone(sc.pools)
@@ -181,24 +235,46 @@ func (b *bencher) runFull(ctx context.Context, spec runSpec) (*BenchResult, *tur
 		urls[i] = slotURL(i)
 	}
 	epoch := time.Unix(0, 0)
+	clock := func() time.Time { return epoch.Add(time.Duration(now * float64(time.Second))) }
+	newClient := func(idx int, policy, routing string, concurrency int, budget generate.BudgetConfig) (*client, error) {
+		reg := prometheus.NewRegistry()
+		ctl, err := generate.NewController(generate.Config{
+			Endpoints:   urls,
+			Policy:      policy,
+			Concurrency: concurrency,
+			Routing:     routing,
+			Budget:      budget,
+			HTTPClient:  &http.Client{Transport: simnet},
+			Registerer:  reg,
+			Logger:      opts.Logger,
+			Clock:       clock,
+		})
+		if err != nil {
+			return nil, err
+		}
+		return &client{idx: idx, ctl: ctl, reg: reg, policy: policy, first: 1, stride: 1, flights: map[*generate.Ticket]*flight{},
+			gens: make([]int, nslots), probing: make([]bool, nslots), probeWait: make([]float64, nslots)}, nil
+	}
 	budget := opts.Budget
 	if spec.budget != nil {
 		budget = *spec.budget
 	}
-	reg := prometheus.NewRegistry()
-	ctl, err := generate.NewController(generate.Config{
-		Endpoints:   urls,
-		Policy:      spec.policy,
-		Concurrency: spec.concurrency,
-		Routing:     spec.routing,
-		Budget:      budget,
-		HTTPClient:  &http.Client{Transport: simnet},
-		Registerer:  reg,
-		Logger:      opts.Logger,
-		Clock:       func() time.Time { return epoch.Add(time.Duration(now * float64(time.Second))) },
-	})
-	if err != nil {
-		return nil, nil, err
+	var clients []*client
+	for r := range replicas {
+		c, err := newClient(len(clients), spec.policy, spec.routing, spec.concurrency, budget)
+		if err != nil {
+			return nil, nil, err
+		}
+		c.first, c.stride = int64(r+1), int64(replicas)
+		clients = append(clients, c)
+	}
+	if sc.foreign > 0 {
+		c, err := newClient(len(clients), generate.PolicyFixed, generate.RouteHeadroom, sc.foreign, generate.BudgetConfig{})
+		if err != nil {
+			return nil, nil, err
+		}
+		c.foreign, c.base = true, foreignBase
+		clients = append(clients, c)
 	}
 	pollEvery := generate.DefaultPollInterval.Seconds()
 	healthEvery := generate.DefaultHealthInterval.Seconds()
@@ -211,33 +287,24 @@ func (b *bencher) runFull(ctx context.Context, spec runSpec) (*BenchResult, *tur
 		e.seq = seq
 		heap.Push(&q, e)
 	}
-	gens := make([]int, nslots)     // bring-ups per slot: polls and health checks of older ones are stale
-	probing := make([]bool, nslots) // a probe chain is scheduled
-	probeWait := make([]float64, nslots)
 	passEnds := make([]map[float64]bool, nslots) // scheduled evPassEnd instants per slot
 	for i := range passEnds {
 		passEnds[i] = map[float64]bool{}
 	}
 	dirty := make([]bool, nslots)
 
-	// Admissions happen inside Controller calls; the hook records them and the loop sends them afterwards.
-	var granted []*generate.Ticket
-	onGrant := func(t *generate.Ticket) { granted = append(granted, t) }
-	flights := map[*generate.Ticket]*flight{}
 	byRID := map[string]*flight{}
-	var inflight []*flight // admitted and not settled, in admission order
-	var retries []*flight  // prompts to offer again
-	var offered, completed, clientAborts int64
-	waiting := 0
+	var inflight []*flight // admitted and not settled, in admission order (all clients)
+	var completed int64    // answers of the clients under test
 	depth := backlogDepth
 	if sc.backlog > 0 {
 		depth = sc.backlog
 	}
-	// Multi-turn: the turns by dataset row (until answered), the conversations started, the figures.
+	// Multi-turn (one client): the turns by dataset row (until answered), the conversations started, the figures.
 	rows := map[int64]*turnRow{}
 	convs := 0
 	var tf turnFigures
-	offer := func(prompt int64, attemptNo int) {
+	offer := func(c *client, prompt int64, attemptNo int) {
 		var ids []uint32
 		var out int
 		prefer := ""
@@ -254,33 +321,33 @@ func (b *bencher) runFull(ctx context.Context, spec runSpec) (*BenchResult, *tur
 		if attemptNo > 1 {
 			rid = fmt.Sprintf("req-%d~%d", prompt, attemptNo)
 		}
-		waiting++
-		t := ctl.Offer(&generate.Request{
+		c.waiting++
+		t := c.ctl.Offer(&generate.Request{
 			RID:      rid,
 			Key:      generate.LengthKey{Dataset: "bench", Lane: generate.DefaultLane},
 			InputIDs: ids,
 			Sampling: generate.SamplingParams{MaxNewTokens: sc.work.maxNew, MinNewTokens: min(out-1, sc.work.maxNew)},
 			Prefer:   prefer,
-		}, onGrant)
-		flights[t] = &flight{prompt: prompt, attempt: attemptNo, t: t}
+		}, func(t *generate.Ticket) { c.granted = append(c.granted, t) })
+		c.flights[t] = &flight{c: c, prompt: prompt, attempt: attemptNo, t: t}
 	}
-	refill := func() {
-		for len(retries) > 0 {
-			f := retries[0]
-			retries = retries[1:]
-			offer(f.prompt, f.attempt+1)
+	refill := func(c *client) {
+		for len(c.retries) > 0 {
+			f := c.retries[0]
+			c.retries = c.retries[1:]
+			offer(c, f.prompt, f.attempt+1)
 		}
-		for waiting < depth && (!finite || offered < int64(sc.prompts)) {
+		for c.waiting < depth && (!finite || c.foreign || c.offered < c.rows(int64(sc.prompts))) {
 			if sc.conv != nil {
 				// A new conversation starts; its later turns are offered as their previous turns finish.
 				if convs == sc.conv.conversations {
 					break
 				}
-				rows[offered+1] = &turnRow{conv: convs, ids: sc.conv.user(convs, 0), out: sc.conv.replyLen(convs, 0, sc.work.maxNew)}
+				rows[c.offered+1] = &turnRow{conv: convs, ids: sc.conv.user(convs, 0), out: sc.conv.replyLen(convs, 0, sc.work.maxNew)}
 				convs++
 			}
-			offered++
-			offer(offered, 1)
+			c.offered++
+			offer(c, c.row(c.offered), 1)
 		}
 	}
 	settle := func(f *flight) {
@@ -291,14 +358,14 @@ func (b *bencher) runFull(ctx context.Context, spec runSpec) (*BenchResult, *tur
 	// fail reports an attempt that got no answer (its server died) and offers the prompt again.
 	fail := func(f *flight, err error) error {
 		settle(f)
-		if err := ctl.Fail(f.t, err); err != nil {
+		if err := f.c.ctl.Fail(f.t, err); err != nil {
 			return err
 		}
-		retries = append(retries, f)
+		f.c.retries = append(f.c.retries, f)
 		return nil
 	}
-	// abandonDrained cancels the attempts on servers the Controller drained, as Do does: the charge goes back,
-	// the request is aborted on its server (when it still answers) and retried.
+	// abandonDrained cancels the attempts on servers their Controller drained, as Do does: the charge goes
+	// back, the request is aborted on its server (when it still answers) and retried.
 	abandonDrained := func() error {
 		for _, f := range slices.Clone(inflight) {
 			select {
@@ -307,35 +374,37 @@ func (b *bencher) runFull(ctx context.Context, spec runSpec) (*BenchResult, *tur
 				continue
 			}
 			settle(f)
-			if err := ctl.Abandon(f.t); err != nil {
+			if err := f.c.ctl.Abandon(f.t); err != nil {
 				return err
 			}
 			if simnet.server(f.srv) != nil && !f.finished {
-				if err := ctl.Client(f.srv).Abort(ctx, f.rid); err == nil {
-					clientAborts++
+				if err := f.c.ctl.Client(f.srv).Abort(ctx, f.rid); err == nil {
+					f.c.clientAborts++
 					dirty[f.srv] = true
 				}
 			}
-			retries = append(retries, f)
+			f.c.retries = append(f.c.retries, f)
 		}
 		return nil
 	}
 	send := func() {
-		for len(granted) > 0 || len(retries) > 0 {
-			g := granted
-			granted = nil
-			for _, t := range g {
-				waiting--
-				f := flights[t]
-				delete(flights, t)
-				f.srv = t.Endpoint()
-				f.rid = ctl.GenerateRequest(t).RID
-				f.res = make(chan attempt, 1)
-				byRID[f.rid] = f
-				inflight = append(inflight, f)
-				push(&event{t: now + sendDelay, kind: evArrive, srv: f.srv, f: f})
+		for _, c := range clients {
+			for len(c.granted) > 0 || len(c.retries) > 0 {
+				g := c.granted
+				c.granted = nil
+				for _, t := range g {
+					c.waiting--
+					f := c.flights[t]
+					delete(c.flights, t)
+					f.srv = t.Endpoint()
+					f.rid = c.ctl.GenerateRequest(t).RID
+					f.res = make(chan attempt, 1)
+					byRID[f.rid] = f
+					inflight = append(inflight, f)
+					push(&event{t: now + sendDelay, kind: evArrive, srv: f.srv, f: f})
+				}
+				refill(c)
 			}
-			refill()
 		}
 	}
 	schedulePass := func(i int) {
@@ -348,10 +417,10 @@ func (b *bencher) runFull(ctx context.Context, spec runSpec) (*BenchResult, *tur
 			push(&event{t: end, kind: evPassEnd, srv: i})
 		}
 	}
-	scheduleProbe := func(i int, at float64) {
-		if !probing[i] {
-			probing[i] = true
-			push(&event{t: at, kind: evProbe, srv: i})
+	scheduleProbe := func(c *client, i int, at float64) {
+		if !c.probing[i] {
+			c.probing[i] = true
+			push(&event{t: at, kind: evProbe, srv: i, cl: c.idx})
 		}
 	}
 
@@ -360,9 +429,11 @@ func (b *bencher) runFull(ctx context.Context, spec runSpec) (*BenchResult, *tur
 			return nil, nil, err
 		}
 	}
-	for i := range nslots {
-		probeWait[i] = probeFirst
-		scheduleProbe(i, 0)
+	for _, c := range clients {
+		for i := range nslots {
+			c.probeWait[i] = probeFirst
+			scheduleProbe(c, i, 0)
+		}
 	}
 	if sc.outage != nil {
 		push(&event{t: sc.outage.at, kind: evDown, srv: sc.outage.slot})
@@ -371,7 +442,9 @@ func (b *bencher) runFull(ctx context.Context, spec runSpec) (*BenchResult, *tur
 	if sc.late != nil {
 		push(&event{t: sc.late.at, kind: evUp, srv: nslots - 1})
 	}
-	refill()
+	for _, c := range clients {
+		refill(c)
+	}
 	push(&event{t: sampleEvery, kind: evSample})
 
 	type snap struct{ gen, retr []int64 }
@@ -392,6 +465,7 @@ func (b *bencher) runFull(ctx context.Context, spec runSpec) (*BenchResult, *tur
 	var latencies []float64
 	var outputTokens int64
 	makespan := 0.0
+	tested := int64(sc.prompts)
 
 	for q.Len() > 0 {
 		if ctx.Err() != nil {
@@ -406,6 +480,10 @@ func (b *bencher) runFull(ctx context.Context, spec runSpec) (*BenchResult, *tur
 			if s := simnet.server(i); s != nil {
 				s.SetTime(now)
 			}
+		}
+		var c *client
+		if e.kind == evProbe || e.kind == evPoll || e.kind == evHealth {
+			c = clients[e.cl]
 		}
 		switch e.kind {
 		case evPassEnd:
@@ -434,8 +512,8 @@ func (b *bencher) runFull(ctx context.Context, spec runSpec) (*BenchResult, *tur
 			if f.settled {
 				break
 			}
-			cl := ctl.Client(f.srv)
-			req := ctl.GenerateRequest(f.t)
+			cl := f.c.ctl.Client(f.srv)
+			req := f.c.ctl.GenerateRequest(f.t)
 			queued := make(chan struct{})
 			go func() {
 				resp, err := cl.Generate(sim.WithSubmitted(ctx, func() { close(queued) }), req)
@@ -471,8 +549,19 @@ func (b *bencher) runFull(ctx context.Context, spec runSpec) (*BenchResult, *tur
 			}
 			settle(f)
 			lat := a.resp.MetaInfo.E2ELatency
-			if err := ctl.Finish(f.t, a.resp, time.Duration(lat*float64(time.Second))); err != nil {
+			if err := f.c.ctl.Finish(f.t, a.resp, time.Duration(lat*float64(time.Second))); err != nil {
 				return nil, nil, err
+			}
+			fc := f.c
+			fc.completed++
+			fc.outputTokens += int64(len(a.resp.OutputIDs))
+			if finite {
+				fc.done = append(fc.done, doneRec{t: now, tokens: len(a.resp.OutputIDs)})
+			} else if atWarmup != nil {
+				fc.windowTokens += int64(len(a.resp.OutputIDs))
+			}
+			if fc.foreign {
+				break
 			}
 			completed++
 			outputTokens += int64(len(a.resp.OutputIDs))
@@ -496,58 +585,58 @@ func (b *bencher) runFull(ctx context.Context, spec runSpec) (*BenchResult, *tur
 			if now >= warmup {
 				latencies = append(latencies, lat)
 			}
-			if finite && completed == int64(sc.prompts) {
+			if finite && completed == tested {
 				makespan = now
 			}
 		case evProbe:
-			probing[e.srv] = false
-			if ctl.Ready(e.srv) {
+			c.probing[e.srv] = false
+			if c.ctl.Ready(e.srv) {
 				break
 			}
-			if err := ctl.Probe(ctx, e.srv); err != nil {
+			if err := c.ctl.Probe(ctx, e.srv); err != nil {
 				var ae *generate.AuthError
 				if errors.As(err, &ae) {
 					return nil, nil, err
 				}
-				scheduleProbe(e.srv, now+probeWait[e.srv])
-				probeWait[e.srv] = min(2*probeWait[e.srv], probeMax)
+				scheduleProbe(c, e.srv, now+c.probeWait[e.srv])
+				c.probeWait[e.srv] = min(2*c.probeWait[e.srv], probeMax)
 				break
 			}
-			probeWait[e.srv] = probeFirst
-			gens[e.srv]++
-			if spec.policy == generate.PolicyKVBudget {
-				push(&event{t: now + pollEvery, kind: evPoll, srv: e.srv, gen: gens[e.srv]})
+			c.probeWait[e.srv] = probeFirst
+			c.gens[e.srv]++
+			if c.policy == generate.PolicyKVBudget {
+				push(&event{t: now + pollEvery, kind: evPoll, srv: e.srv, gen: c.gens[e.srv], cl: c.idx})
 			}
-			push(&event{t: now + healthEvery, kind: evHealth, srv: e.srv, gen: gens[e.srv]})
+			push(&event{t: now + healthEvery, kind: evHealth, srv: e.srv, gen: c.gens[e.srv], cl: c.idx})
 		case evPoll:
-			if e.gen != gens[e.srv] || !ctl.Ready(e.srv) {
+			if e.gen != c.gens[e.srv] || !c.ctl.Ready(e.srv) {
 				break
 			}
 			if opts.Logger.Enabled(ctx, slog.LevelDebug) {
-				for _, ep := range ctl.Endpoints() {
-					opts.Logger.Debug("poll", "t", now, "ep", ep.URL, "rank", ep.Rank, "budget", int(ep.Budget),
+				for _, ep := range c.ctl.Endpoints() {
+					opts.Logger.Debug("poll", "t", now, "client", c.idx, "ep", ep.URL, "rank", ep.Rank, "budget", int(ep.Budget),
 						"charged", int(ep.Used), "inflight", ep.InFlight, "queue", ep.Load.Waiting, "kv", ep.Load.TokenUsage)
 				}
 			}
-			restarted, err := ctl.Poll(ctx, e.srv)
+			restarted, err := c.ctl.Poll(ctx, e.srv)
 			if err != nil {
 				return nil, nil, err
 			}
 			if restarted {
-				scheduleProbe(e.srv, now+probeFirst)
+				scheduleProbe(c, e.srv, now+probeFirst)
 				break
 			}
-			push(&event{t: now + pollEvery, kind: evPoll, srv: e.srv, gen: e.gen})
+			push(&event{t: now + pollEvery, kind: evPoll, srv: e.srv, gen: e.gen, cl: c.idx})
 		case evHealth:
-			if e.gen != gens[e.srv] || !ctl.Ready(e.srv) {
+			if e.gen != c.gens[e.srv] || !c.ctl.Ready(e.srv) {
 				break
 			}
-			_ = ctl.Health(ctx, e.srv)
-			if !ctl.Ready(e.srv) {
-				scheduleProbe(e.srv, now+probeFirst)
+			_ = c.ctl.Health(ctx, e.srv)
+			if !c.ctl.Ready(e.srv) {
+				scheduleProbe(c, e.srv, now+probeFirst)
 				break
 			}
-			push(&event{t: now + healthEvery, kind: evHealth, srv: e.srv, gen: e.gen})
+			push(&event{t: now + healthEvery, kind: evHealth, srv: e.srv, gen: e.gen, cl: c.idx})
 		case evDown:
 			// Answers already on their way arrive; what still runs on the server is lost with it.
 			for _, f := range inflight {
@@ -565,14 +654,17 @@ func (b *bencher) runFull(ctx context.Context, spec runSpec) (*BenchResult, *tur
 			}
 			clear(passEnds[e.srv])
 		case evTurn:
-			offered++
-			rows[offered] = e.row
-			offer(offered, 1)
+			c := clients[0]
+			c.offered++
+			rows[c.offered] = e.row
+			offer(c, c.offered, 1)
 		case evUp:
 			if err := start(e.srv); err != nil {
 				return nil, nil, err
 			}
-			scheduleProbe(e.srv, now)
+			for _, c := range clients {
+				scheduleProbe(c, e.srv, now)
+			}
 		case evSample:
 			cur := take()
 			smp := Sample{T: now}
@@ -646,8 +738,27 @@ func (b *bencher) runFull(ctx context.Context, spec runSpec) (*BenchResult, *tur
 			res.Retractions += end.retr[i] - atWarmup.retr[i]
 			res.RetractionsTotal += end.retr[i]
 		}
+		if sc.foreign > 0 && span > 0 {
+			// The servers' tokens are both clients': each client's are those of the answers it received in
+			// the window (a request's tokens count when its answer arrives; over the window the requests
+			// running at its start and at its end make up for each other).
+			res.ServerTokPerS = res.TokPerS
+			res.TokPerS = 0
+			for _, c := range clients {
+				if c.foreign {
+					res.ForeignTokPerS += float64(c.windowTokens) / span
+				} else {
+					res.TokPerS += float64(c.windowTokens) / span
+				}
+			}
+		}
 	}
-	res.ClientAborts = clientAborts
+	for _, c := range clients {
+		res.ClientAborts += c.clientAborts
+	}
+	if replicas > 1 && finite {
+		res.ReplicaTokPerS, res.ReplicaBalance = replicaFigures(clients[:replicas], makespan)
+	}
 	if queueN > 0 {
 		res.MeanQueue = queueSum / float64(queueN)
 		res.MeanKVUsage = kvSum / float64(queueN)
@@ -655,9 +766,9 @@ func (b *bencher) runFull(ctx context.Context, spec runSpec) (*BenchResult, *tur
 	slices.Sort(latencies)
 	res.P50LatencyS, res.P99LatencyS = quantile(latencies, 0.5), quantile(latencies, 0.99)
 	opts.Logger.Info("run", "scenario", sc.name, "policy", spec.policy, "routing", spec.routing,
-		"concurrency", spec.concurrency, "pools", sc.pools, "tok_per_s", math.Round(res.TokPerS),
-		"makespan_s", math.Round(res.MakespanS), "retractions", res.Retractions, "client_aborts", clientAborts,
-		"mean_queue", res.MeanQueue)
+		"concurrency", spec.concurrency, "pools", sc.pools, "replicas", replicas, "foreign", sc.foreign,
+		"tok_per_s", math.Round(res.TokPerS), "makespan_s", math.Round(res.MakespanS), "retractions", res.Retractions,
+		"client_aborts", res.ClientAborts, "mean_queue", res.MeanQueue)
 	if sc.conv != nil {
 		for i := range nslots {
 			tf.prompt += counters[i].prompt
@@ -668,11 +779,51 @@ func (b *bencher) runFull(ctx context.Context, spec runSpec) (*BenchResult, *tur
 				tf.prefill += st.PrefillTokens
 			}
 		}
-		if tf.hits, tf.misses, err = affinityCounts(reg); err != nil {
+		var err error
+		if tf.hits, tf.misses, err = affinityCounts(clients[0].reg); err != nil {
 			return nil, nil, err
 		}
 		opts.Logger.Info("multi-turn run", "affinity", spec.affinity, "turns", tf.requests, "prompt_tokens", tf.prompt,
 			"prefill_tokens", tf.prefill, "cached_tokens", tf.cached, "affinity_hits", tf.hits, "affinity_misses", tf.misses)
 	}
 	return res, &tf, nil
+}
+
+// balanceSlices is how many equal slices of the middle 80% of a run ReplicaBalance compares the replicas in.
+const balanceSlices = 4
+
+// replicaFigures returns each replica's output tok/s over the middle 80% of a finite run (answers received
+// from 10% to 90% of the makespan), and the balance: the least, over that span and each of its
+// balanceSlices slices, of the slowest replica's tok/s over the fastest's.
+func replicaFigures(reps []*client, makespan float64) (tokPerS []float64, balance float64) {
+	from, to := 0.1*makespan, 0.9*makespan
+	rate := func(c *client, a, b float64) float64 {
+		n := 0
+		for _, d := range c.done {
+			if d.t >= a && d.t < b {
+				n += d.tokens
+			}
+		}
+		return float64(n) / (b - a)
+	}
+	ratio := func(a, b float64) float64 {
+		lo, hi := math.Inf(1), 0.0
+		for _, c := range reps {
+			r := rate(c, a, b)
+			lo, hi = min(lo, r), max(hi, r)
+		}
+		if hi == 0 {
+			return 1
+		}
+		return lo / hi
+	}
+	for _, c := range reps {
+		tokPerS = append(tokPerS, rate(c, from, to))
+	}
+	balance = ratio(from, to)
+	step := (to - from) / balanceSlices
+	for k := range balanceSlices {
+		balance = min(balance, ratio(from+float64(k)*step, from+float64(k+1)*step))
+	}
+	return tokPerS, balance
 }
