@@ -57,7 +57,7 @@ type Options struct {
 type Run struct {
 	Pool        int     `json:"pool"`
 	Policy      string  `json:"policy"`
-	Repeat      int     `json:"repeat"` // 0: the sweep
+	Repeat      int     `json:"repeat"` // 0: the sweep, -1: the warm-up pass
 	Makespan    float64 `json:"makespan_s"`
 	OutputToks  float64 `json:"output_tokens"`
 	TokPerSec   float64 `json:"output_tok_per_s"`
@@ -198,6 +198,11 @@ func (b *poolBench) run(ctx context.Context) ([]Run, error) {
 // policies runs the sweep and the repeats on the started server.
 func (b *poolBench) policies(ctx context.Context) ([]Run, error) {
 	var runs []Run
+	// A fresh server's first requests run slower (allocations, first shapes): one unmeasured pass of the
+	// dataset first, so that no policy pays for it.
+	if _, err := b.measure(ctx, fixedPrefix+strconv.Itoa(b.o.Prompts), -1); err != nil {
+		return runs, err
+	}
 	policies := []string{PolicyDefault}
 	for _, c := range b.o.Fixed {
 		policies = append(policies, fixedPrefix+strconv.Itoa(c))
@@ -495,7 +500,7 @@ func Summarise(runs []Run) []Row {
 	var keys []key
 	by := map[key][]Run{}
 	for _, r := range runs {
-		if r.Repeat == 0 {
+		if r.Repeat <= 0 {
 			continue
 		}
 		k := key{r.Pool, r.Policy}

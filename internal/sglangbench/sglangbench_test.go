@@ -68,7 +68,8 @@ func TestRotate(t *testing.T) {
 
 func TestSummarise(t *testing.T) {
 	runs := []Run{
-		{Pool: 512, Policy: "fixed 4", Repeat: 0, Makespan: 1}, // the sweep: not a row
+		{Pool: 512, Policy: "fixed 4", Repeat: 0, Makespan: 1},   // the sweep: not a row
+		{Pool: 512, Policy: "fixed 32", Repeat: -1, Makespan: 1}, // the warm-up: not a row
 		{Pool: 512, Policy: "fixed 16", Repeat: 1, Makespan: 12, Retractions: 2},
 		{Pool: 512, Policy: "default", Repeat: 1, Makespan: 11},
 		{Pool: 512, Policy: "fixed 8", Repeat: 1, Makespan: 10},
