@@ -121,7 +121,7 @@ func Bench(ctx context.Context, o Options, w io.Writer) (*Result, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	if err := os.MkdirAll(o.WorkDir, 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(o.WorkDir, "runs"), 0o755); err != nil {
 		return nil, err
 	}
 	if o.Model == "" {
@@ -324,7 +324,9 @@ func (b *poolBench) client(ctx context.Context, policy string, rep int) (*exec.C
 			"--tokenizer", b.o.Model, "--model", b.o.Model, "--dataset-name", "custom", "--dataset-path", b.serving,
 			"--num-prompts", strconv.Itoa(b.o.Prompts), "--sharegpt-output-len", n, "--apply-chat-template",
 			"--disable-ignore-eos", "--temperature", "0", "--disable-stream", "--disable-tqdm", "--warmup-requests", "0",
-			"--request-rate", "inf", "--max-concurrency", c), nil
+			"--request-rate", "inf", "--max-concurrency", c,
+			// its own report, which it writes to the working directory otherwise
+			"--output-file", filepath.Join(b.o.WorkDir, "runs", fmt.Sprintf("bench-serving-%d-%s-%d.jsonl", b.pool, c, rep))), nil
 	}
 	return nil, fmt.Errorf("sglangbench: unknown policy %q", policy)
 }
