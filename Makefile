@@ -9,7 +9,7 @@ DEMO_OUT ?= out/demo
 export DRAFTFLOW_CACHE ?= $(HOME)/.cache/draftflow
 GOTEST_FLAGS ?= -timeout 45m
 
-.PHONY: all build demo test test-go test-python test-integration deps deps-go deps-python bench bench-kafka scale rebalance fuzz chaos vet fmt kafka-up kafka-down sglang-up sglang-down test-sglang clean
+.PHONY: all build demo test test-go test-python test-integration deps deps-go deps-python bench bench-kafka scale rebalance fuzz chaos vet fmt kafka-up kafka-down sglang-up sglang-down test-sglang bench-sglang clean
 
 all: build
 
@@ -80,6 +80,14 @@ test-sglang: deps-go
 	@bash deploy/sglang/sglang.sh install >/dev/null
 	@bash deploy/sglang/sglang.sh model >/dev/null
 	PYTHON=$(PYTHON) DRAFTFLOW_LIVE_SGLANG=1 OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(GO) test -count=1 -p 1 -timeout 40m -v $(if $(LIVE_RUN),-run '$(LIVE_RUN)') ./internal/livesglang/
+
+## bench-sglang: the generate policies and SGLang's bench_serving against the real SGLang 0.5.23 on this machine's
+## CPU, one server per pool, interleaved repeats (README "Performance"; long: not in make bench or .ci/run).
+## BENCH_SGLANG_ARGS sizes it (draftflow bench sglang -h); the table goes to stdout, JSON to bench-sglang.json.
+BENCH_SGLANG_ARGS ?= --pools 512,1024 --prompts 32 --new-tokens 24 --sweep ""
+bench-sglang: build
+	@bash deploy/sglang/sglang.sh install >/dev/null
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(BIN) bench sglang --json bench-sglang.json $(BENCH_SGLANG_ARGS)
 
 ## bench: the benchmarks whose figures the README reports (bench-kafka adds the real-broker side).
 bench: build

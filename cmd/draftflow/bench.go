@@ -16,10 +16,14 @@ func cmdBench(ctx context.Context, args []string) error {
 	if len(args) > 0 && args[0] == "pipeline" {
 		return cmdBenchPipeline(ctx, args[1:])
 	}
+	if len(args) > 0 && args[0] == "sglang" {
+		return cmdBenchSGLang(ctx, args[1:])
+	}
 	if len(args) == 0 || args[0] != "generate" {
 		return errors.New("usage: draftflow bench generate [--json] [--scenario S,...] [--policy P,...]\n" +
 			"       draftflow bench generate --multi-turn [--conversations N] [--turns T] [--servers S] [--backlog B] [--json]\n" +
-			"       draftflow bench pipeline [--brokers ADDR] [--records N] [--json]")
+			"       draftflow bench pipeline [--brokers ADDR] [--records N] [--json]\n" +
+			"       draftflow bench sglang [--pools N,...] [--prompts N] [--new-tokens N] [--repeats R] [--json FILE]")
 	}
 	fs := newFlagSet("bench generate")
 	var opts bench.BenchOptions
