@@ -86,6 +86,7 @@ func TestTwoServersAndDataParallel(t *testing.T) {
 		t.Errorf("rows per server %v: both must serve", per)
 	}
 	after := generated()
+	t.Logf("tokens per rank of the --dp-size 2 server (sglang:realtime_tokens_total): %v -> %v", before, after)
 	for _, r := range []string{"0", "1"} {
 		if after[r]-before[r] <= 0 {
 			t.Errorf("the --dp-size 2 server's rank %s processed no tokens (sglang:realtime_tokens_total per rank %v -> %v)", r, before, after)
