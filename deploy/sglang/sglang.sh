@@ -107,7 +107,22 @@ cmd_up() {
   [ -n "$port" ] || port="$(free_port)"
   local url="http://127.0.0.1:$port"
   : >>"$dir/log"
-  echo "== $(date -u +%FT%TZ) start on port $port: ${extra[*]:-}" >>"$dir/log"
+  # --dp-size N on the CPU: sglang wants one NUMA node per rank unless SGLANG_CPU_OMP_THREADS_BIND gives
+  # each rank its cores ("0|1"); bind rank i to core i modulo the cores here unless the caller set it.
+  local dp=1 i
+  for ((i = 0; i < ${#extra[@]}; i++)); do
+    case "${extra[$i]}" in
+      --dp-size|--data-parallel-size) dp="${extra[$((i + 1))]:-1}" ;;
+      --dp-size=*|--data-parallel-size=*) dp="${extra[$i]#*=}" ;;
+    esac
+  done
+  if [ "$dp" -gt 1 ] && [ -z "${SGLANG_CPU_OMP_THREADS_BIND:-}" ]; then
+    local bind="" cores
+    cores="$(nproc)"
+    for ((i = 0; i < dp; i++)); do bind="${bind:+$bind|}$((i % cores))"; done
+    export SGLANG_CPU_OMP_THREADS_BIND="$bind"
+  fi
+  echo "== $(date -u +%FT%TZ) start on port $port: ${extra[*]:-}${SGLANG_CPU_OMP_THREADS_BIND:+ (SGLANG_CPU_OMP_THREADS_BIND=$SGLANG_CPU_OMP_THREADS_BIND)}" >>"$dir/log"
   # setsid: the server's scheduler and detokenizer processes share its process group, so down and kill
   # reach all of them through the leader's pid.
   SGLANG_USE_CPU_ENGINE=1 CUDA_VISIBLE_DEVICES="" OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}" \
