@@ -272,6 +272,15 @@ func mainServer(t *testing.T) *server {
 	return mainSrv
 }
 
+// releaseMain stops the tier's shared server, for a test that needs both of the tier's server slots (a later
+// mainServer starts it again). Tests run one at a time (-p 1, none parallel), so nothing else uses it meanwhile.
+func releaseMain() {
+	if mainSrv != nil {
+		mainSrv.down()
+	}
+	mainOnce, mainSrv, mainErr = sync.Once{}, nil, nil
+}
+
 // getJSON fetches url and decodes its JSON answer into v; it returns the HTTP status.
 func getJSON(t *testing.T, method, url string, body any, v any, header ...string) int {
 	t.Helper()

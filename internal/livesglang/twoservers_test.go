@@ -26,6 +26,7 @@ const (
 
 func TestTwoServersAndDataParallel(t *testing.T) {
 	need(t)
+	releaseMain() // two servers of its own: the tier's bound
 	one := startServer(t, "two", twoPool)
 	const rankPool = twoPool
 	dp := startServer(t, "dp2", rankPool, "--dp-size", "2")
