@@ -13,6 +13,25 @@ import (
 // EnsureTopics creates the named topics with the configured partitions, replication and max.message.bytes,
 // reusing any that already exist. It waits until every topic's metadata is visible, up to ctx.
 func (c Config) EnsureTopics(ctx context.Context, names ...string) error {
+	return c.ensureTopics(ctx, names, c.partitions(), []kafkago.ConfigEntry{
+		{ConfigName: "retention.ms", ConfigValue: strconv.FormatInt(c.retentionMs(), 10)},
+		{ConfigName: "retention.bytes", ConfigValue: "-1"},
+	}, c.retentionText())
+}
+
+// EnsureCompactedTopic creates the named topic with one partition, compaction (cleanup.policy=compact: the
+// latest record of each key is kept, whatever Retention says) and the configured replication and
+// max.message.bytes, reusing it if it exists, and waits until its metadata is visible. One partition keeps
+// every record in the order it was written (topics.TopicShards relies on it).
+func (c Config) EnsureCompactedTopic(ctx context.Context, name string) error {
+	return c.ensureTopics(ctx, []string{name}, 1, []kafkago.ConfigEntry{
+		{ConfigName: "cleanup.policy", ConfigValue: "compact"},
+	}, "compacted")
+}
+
+// ensureTopics is EnsureTopics with the partition count and the config entries (besides max.message.bytes) of
+// the topics it creates; retention describes them in the log.
+func (c Config) ensureTopics(ctx context.Context, names []string, partitions int, entries []kafkago.ConfigEntry, retention string) error {
 	if len(c.Brokers) == 0 {
 		return errors.New("kafka: no brokers configured")
 	}
@@ -26,13 +45,11 @@ func (c Config) EnsureTopics(ctx context.Context, names ...string) error {
 		physical[i] = c.Topic(n)
 		req.Topics = append(req.Topics, kafkago.TopicConfig{
 			Topic:             physical[i],
-			NumPartitions:     c.partitions(),
+			NumPartitions:     partitions,
 			ReplicationFactor: c.replication(),
-			ConfigEntries: []kafkago.ConfigEntry{
+			ConfigEntries: append([]kafkago.ConfigEntry{
 				{ConfigName: "max.message.bytes", ConfigValue: strconv.Itoa(c.maxMessageBytes())},
-				{ConfigName: "retention.ms", ConfigValue: strconv.FormatInt(c.retentionMs(), 10)},
-				{ConfigName: "retention.bytes", ConfigValue: "-1"},
-			},
+			}, entries...),
 		})
 	}
 	var resp *kafkago.CreateTopicsResponse
@@ -59,7 +76,7 @@ func (c Config) EnsureTopics(ctx context.Context, names ...string) error {
 			c.logger().Debug("topic exists, reusing it", "topic", topic)
 			existing = append(existing, topic)
 		} else {
-			c.logger().Info("topic created", "topic", topic, "partitions", c.partitions(), "retention", c.retentionText())
+			c.logger().Info("topic created", "topic", topic, "partitions", partitions, "retention", retention)
 		}
 	}
 	c.checkMaxMessageBytes(ctx, client, existing)

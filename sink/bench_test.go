@@ -14,8 +14,11 @@ import (
 	"strconv"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/draftflow/draftflow/topics"
 )
 
 // benchRows returns rows shaped like regenerated chat data: prompts of 200-2,000 tokens sharing a chat-template
@@ -361,4 +364,61 @@ func benchTokenCounting(b *testing.B, n int) {
 	}
 	b.ReportMetric(float64(toks)*float64(b.N)/b.Elapsed().Seconds(), "tokens/s")
 	b.ReportMetric(float64(toks)*float64(b.N)/(cpuSeconds()-cpu0), "tokens/cpu-s")
+}
+
+// BenchmarkJournal measures what the journal costs each absorbed row: encoding the record's frame, the
+// write(2) of every record as it is absorbed, and one fsync per `sync` rows (1: a fsync per row, the most a
+// slow stream pays with the default JournalSync of 1 s; 256: a busy stream's second), on the test's temporary
+// directory. Rows are text-like: prompts of 200-2,000 tokens, completions of 100-3,000.
+func BenchmarkJournal(b *testing.B) {
+	for _, sync := range []int{1, 256} {
+		b.Run(fmt.Sprintf("sync-every=%d", sync), func(b *testing.B) { benchJournal(b, sync) })
+	}
+}
+
+func benchJournal(b *testing.B, every int) {
+	rows := textRows(256)
+	vals := make([][]byte, len(rows))
+	var toks int64
+	for i, r := range rows {
+		v, err := topics.Marshal(&topics.Generation{ID: r.id, Dataset: r.dataset, PromptIDs: r.prompt, OutputIDs: r.output,
+			Meta: topics.GenerationMeta{FinishReason: "stop", Endpoint: r.endpoint}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		vals[i] = v
+		toks += int64(r.tokens())
+	}
+	dir := b.TempDir()
+	j, _, err := openJournal(dir, func(cpKey) int64 { return 0 }, quietLogger())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer j.close()
+	k := cpKey{"5b0c7d1e9a2f", "generated", 0}
+	b.SetBytes(toks / int64(len(rows)) * 4)
+	b.ResetTimer()
+	var syncs int
+	var syncTime time.Duration
+	for i := 0; i < b.N; i++ {
+		if err := j.append(k, jRecord, int64(i), vals[i%len(vals)], rows[i%len(rows)].id); err != nil {
+			b.Fatal(err)
+		}
+		if (i+1)%every == 0 {
+			t0 := time.Now()
+			if _, _, err := j.sync(); err != nil {
+				b.Fatal(err)
+			}
+			syncTime += time.Since(t0)
+			syncs++
+		}
+		if (i+1)%4096 == 0 {
+			b.StopTimer()
+			j.retire(k) // as a flush would: the file does not grow without end
+			b.StartTimer()
+		}
+	}
+	if syncs > 0 {
+		b.ReportMetric(float64(syncTime.Microseconds())/float64(syncs), "µs/fsync")
+	}
 }

@@ -19,17 +19,29 @@ type Config struct {
 	Group string
 	// Dir is the output directory; each run gets a subdirectory (required).
 	Dir string
+	// ModelPath, when set, is recorded in each run's manifest (Manifest.ModelPath) that has none: where the
+	// model the prompts were tokenized with is (`run` sets it).
+	ModelPath string
 	// RotateRows flushes a partition's buffer into shards once it holds this many rows (default 10000).
 	RotateRows int
 	// RotateBytes flushes a partition's buffer once its rows hold about this many bytes in memory, counting 5
 	// bytes per token (default 256 MiB).
 	RotateBytes int64
-	// RotateInterval flushes a partition's buffer once its oldest row has waited this long (default 10 min).
+	// RotateInterval, when positive, flushes a partition's buffer once its oldest row has waited this long
+	// (default 0: never). The journal keeps buffered rows durable, so a row's age is no reason to write a small
+	// shard; set it only where readers must see rows within a bound.
 	RotateInterval time.Duration
 	// IdleFlush flushes every buffer once no record has arrived for this long, so the tail of a finite input
-	// lands without waiting for RotateInterval (default 2 s; negative disables it, which suits slow, steady
-	// streams that would otherwise produce many small shards).
+	// reaches the shards (and the group's offsets) without a shutdown (default 1 min; negative disables it).
+	// Any pause this long costs a shard per partition, so it is far longer than the gaps between the rows of a
+	// slow server (3.4 s on average at the reference run's rate: a minute without a row is a stall); a stream
+	// slower than a row a minute should raise it. `draftflow run` does not wait for it (OnJournaled), and a
+	// stopping sink flushes everything at once.
 	IdleFlush time.Duration
+	// JournalSync is how often the journal (JournalDir) is fsynced (default 1 s): what a machine crash can
+	// lose of the rows absorbed since the last flush. A killed process loses none of them: every record is
+	// written to the journal as it is absorbed.
+	JournalSync time.Duration
 	// RowGroupRows is the most rows per Parquet row group (default 1024).
 	RowGroupRows int
 	// ZstdLevel is the zstd level of the shards (default 0: zstd's default, 3). The encoder has four speeds:
@@ -42,16 +54,30 @@ type Config struct {
 	MaxBufferedRows int
 	// MaxBufferedBytes bounds the bytes buffered over all partitions, counted like RotateBytes (default 1 GiB).
 	MaxBufferedBytes int64
-	// OnDurable, if set, is called after each shard is durable with the ids it holds.
+	// OnDurable, if set, is called after each shard is durable with the ids of its rows that end their
+	// conversation (every row but continued turns).
 	OnDurable func(ids []string)
-	// OnDuplicate, if set, is called for each record dropped because its id is already written for its run.
+	// OnJournaled, if set, is called after each journal fsync with the ids of the rows it made durable that
+	// end their conversation (rows recovered from the journal at start are reported too). Such a row survives
+	// a crash and reaches a shard at the partition's next flush, at the latest when the sink next stops or
+	// starts; a row flushed before the journal's fsync is reported by OnDurable alone.
+	OnJournaled func(ids []string)
+	// OnDuplicate, if set, is called for each record dropped because its id is already written for its run
+	// and that copy ended its conversation, and for each turn generate skipped as already in the shards
+	// (topics.Generation.InShards) whose row there ended its conversation.
 	OnDuplicate func(id string)
+	// OnSeeded, if set, is called once the sink has published what its shards hold on topics.TopicShards, before
+	// it consumes anything: a generate stage started after it skips every turn they hold.
+	OnSeeded func()
 	// Logger receives the sink's logs (default slog.Default()).
 	Logger *slog.Logger
 	// Registerer receives the sink's metrics (default prometheus.DefaultRegisterer).
 	Registerer prometheus.Registerer
 	// Ready, when set, gets the sink's readiness check: it owns partitions of the generated topic.
 	Ready *metrics.Readiness
+
+	// now is the sink's clock (default time.Now); tests replace it to simulate long runs.
+	now func() time.Time
 }
 
 // Defaults of Config.
@@ -59,8 +85,8 @@ const (
 	DefaultGroup            = "draftflow-sink"
 	DefaultRotateRows       = 10000
 	DefaultRotateBytes      = 256 << 20
-	DefaultRotateInterval   = 10 * time.Minute
-	DefaultIdleFlush        = 2 * time.Second
+	DefaultIdleFlush        = time.Minute
+	DefaultJournalSync      = time.Second
 	DefaultRowGroupRows     = 1024
 	DefaultMaxBufferedBytes = 1 << 30
 )
@@ -79,11 +105,14 @@ func (c Config) withDefaults() (Config, error) {
 	if c.RotateBytes <= 0 {
 		c.RotateBytes = DefaultRotateBytes
 	}
-	if c.RotateInterval <= 0 {
-		c.RotateInterval = DefaultRotateInterval
-	}
 	if c.IdleFlush == 0 {
 		c.IdleFlush = DefaultIdleFlush
+	}
+	if c.JournalSync <= 0 {
+		c.JournalSync = DefaultJournalSync
+	}
+	if c.now == nil {
+		c.now = time.Now
 	}
 	if c.RowGroupRows <= 0 {
 		c.RowGroupRows = DefaultRowGroupRows

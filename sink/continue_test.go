@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"syscall"
@@ -111,7 +112,7 @@ func TestSinkSendsNextTurns(t *testing.T) {
 	// Duplicates of a continued turn send nothing again (the next turn is on this topic already) and are not
 	// reported as conversations present.
 	produceGens(t, kc, gens[:12])
-	time.Sleep(3 * DefaultIdleFlush)
+	time.Sleep(3 * testIdleFlush)
 	if err := sr.stop(t); err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +199,7 @@ func TestSinkNextTurnsSurviveKills(t *testing.T) {
 		}
 		return true
 	})
-	time.Sleep(3 * DefaultIdleFlush)
+	time.Sleep(3 * testIdleFlush)
 	if err := sr.stop(t); err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +244,7 @@ func TestSinkSendsNextTurnsAgainForANewBroker(t *testing.T) {
 	produceGens(t, kc, gens)
 	sr := startSink(t, baseConfig(kc, dir))
 	sr.waitFor(t, "first broker's rows durable", func(d, _ map[string]int) bool { return len(readRowsQuiet(dir)) == len(gens) })
-	time.Sleep(2 * DefaultIdleFlush)
+	time.Sleep(2 * testIdleFlush)
 	if err := sr.stop(t); err != nil {
 		t.Fatal(err)
 	}
@@ -266,9 +267,124 @@ func TestSinkSendsNextTurnsAgainForANewBroker(t *testing.T) {
 	for kafkatest.Size(t, kc, topics.TopicPrompts) < continued && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
-	time.Sleep(2 * DefaultIdleFlush)
+	time.Sleep(2 * testIdleFlush)
 	if err := sr.stop(t); err != nil {
 		t.Fatal(err)
 	}
 	checkContinuations(t, kc, dir, gens)
+}
+
+// TestNextTurnsNotHeldByShards: a continued turn's next prompt is sent as soon as the sink takes the turn in
+// (and has it in the journal), not when a shard is written: with shards of a million rows and no idle flush,
+// every next turn is on the prompts topic while no shard exists yet. The shards written at the stop then
+// hold exactly the turns whose next turns were sent.
+func TestNextTurnsNotHeldByShards(t *testing.T) {
+	kc := kafkatest.Config(t, 4)
+	dir := t.TempDir()
+	gens := mkTurns(0, 60)
+	continued := 0
+	for _, g := range gens {
+		if g.StopReason == topics.StopContinued {
+			continued++
+		}
+	}
+	produceGens(t, kc, gens)
+	cfg := baseConfig(kc, dir)
+	cfg.RotateRows, cfg.IdleFlush = 1_000_000, -1
+	sr := startSink(t, cfg)
+	deadline := time.Now().Add(60 * time.Second)
+	for kafkatest.Size(t, kc, topics.TopicPrompts) < continued {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d next turns sent after a minute", kafkatest.Size(t, kc, topics.TopicPrompts), continued)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if runs, _ := RunDirs(dir); len(runs) != 0 {
+		t.Fatalf("a shard was written (%v): the test proves nothing", runs)
+	}
+	if err := sr.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	checkContinuations(t, kc, dir, gens)
+}
+
+// TestJournalKeepsSentNextTurns: a sink holding continued turns in its journal alone (no shard yet), whose next
+// turns the broker acknowledged, is SIGKILLed and started again on the same topic: it buffers the turns again
+// from the journal and does not send their next turns a second time (the journal records each
+// acknowledgement), so a kill costs no generation twice.
+func TestJournalKeepsSentNextTurns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns a child process")
+	}
+	kc := kafkatest.Config(t, 4)
+	dir := t.TempDir()
+	gens := mkTurns(0, 90)
+	continued := 0
+	for _, g := range gens {
+		if g.StopReason == topics.StopContinued {
+			continued++
+		}
+	}
+	produceGens(t, kc, gens)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperSinkProcess$")
+	cmd.Env = append(os.Environ(), "DRAFTFLOW_SINK_HELPER=1", "HELPER_MODE=journal", "HELPER_BROKERS="+strings.Join(kc.Brokers, ","),
+		"HELPER_NAMESPACE="+kc.Namespace, "HELPER_DIR="+dir)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Wait until the journal records every acknowledgement.
+	deadline := time.Now().Add(60 * time.Second)
+	for acknowledged(t, dir) < continued {
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatalf("%d of %d next turns acknowledged in the journal after a minute", acknowledged(t, dir), continued)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	if runs, _ := RunDirs(dir); len(runs) != 0 {
+		t.Fatalf("the child wrote shards (%v); the test proves nothing", runs)
+	}
+	if n := kafkatest.Size(t, kc, topics.TopicPrompts); n != continued {
+		t.Fatalf("%d next turns on the prompts topic before the restart, want %d", n, continued)
+	}
+
+	cfg := baseConfig(kc, dir)
+	cfg.Group = "sink-after-kill" // the killed member would hold the partitions until its session timed out
+	sr := startSink(t, cfg)
+	var ended []string
+	for _, g := range gens {
+		if g.StopReason != topics.StopContinued {
+			ended = append(ended, g.ID)
+		}
+	}
+	sr.waitFor(t, "ended conversations durable", allDurable(ended))
+	time.Sleep(3 * testIdleFlush)
+	if err := sr.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if n := kafkatest.Size(t, kc, topics.TopicPrompts); n != continued {
+		t.Errorf("%d next turns on the prompts topic after the restart, want %d: acknowledged ones were sent again", n, continued)
+	}
+	checkContinuations(t, kc, dir, gens)
+}
+
+// acknowledged counts the next-turn acknowledgements recorded in the journal under dir.
+func acknowledged(t *testing.T, dir string) int {
+	t.Helper()
+	segs, _ := filepath.Glob(filepath.Join(dir, JournalDir, "*"+journalExt))
+	n := 0
+	for _, seg := range segs {
+		_, entries, _, _, err := readSegment(seg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, en := range entries {
+			if en.kind == jEmitted {
+				n++
+			}
+		}
+	}
+	return n
 }

@@ -12,6 +12,9 @@
 //
 //	DIR/
 //	  checkpoint.json                 recovery point: per topic partition, the next offset to write
+//	  dir_id                          the directory's identity on the shards topic (DirIDFile)
+//	  journal/                        per partition, the records absorbed since its last flush (JournalDir)
+//	    generated+3+000000001400+5b0c7d1e9a2f.wal
 //	  Qwen3-8B-3f2a9c1b7d4e/          one run
 //	    manifest.json                 shards (rows, tokens, bytes, sha256, offsets) and totals
 //	    token_counts.bin              generated-token counts of the shards (TokenCountsFile)
@@ -35,6 +38,30 @@
 // Within a run, (id, turn) is unique. Row groups hold at most Config.RowGroupRows rows, so a reader streams a
 // shard a row group at a time.
 //
+// # Flush policy and journal
+//
+// A shard's size does not depend on how fast rows arrive: a partition is flushed when its buffer holds
+// Config.RotateRows rows (10,000) or Config.RotateBytes, when the buffers together hold more than the sink
+// may, after Config.IdleFlush (1 min) without any record (the tail of a finite input), optionally when its
+// oldest row is Config.RotateInterval old (off by default), and when the sink stops. What makes a buffered
+// row durable before that is the journal: every record the sink absorbs (a row, a duplicate, an offset whose
+// dead letter was acknowledged) is appended, with its offset and Kafka value and a CRC, to its partition's
+// segment under DIR/journal before anything else happens to it, in particular before its next turn is sent;
+// a next turn's acknowledgement by the broker is appended too. The segments are fsynced every
+// Config.JournalSync (1 s), and a partition's segments are removed once a flush committed their records. So a
+// SIGKILL loses no absorbed row (the kernel holds what was written), and a machine crash loses at most the
+// last JournalSync of them. A reader takes the longest valid prefix of a segment; a conversation's turns share
+// a partition, so a turn is never in the journal without the turn it was built from.
+//
+// On start, after the shard recovery below, the journal is replayed. A partition of the topic incarnation
+// being consumed is buffered again exactly as it was (its segment kept and appended to); the consumer
+// redelivers the same records from the group's committed offset, and those at or below the last journaled
+// offset are resolved by the next flush like any rewind; next turns whose acknowledgement is in the journal
+// are not sent again. A partition of another incarnation (a new embedded broker: the next `draftflow run`;
+// a topic recreated) never sees its offsets again: its rows are written into shards at once, under that
+// incarnation's offsets, duplicates dropped as always. Either way a row the journal holds is never
+// generated again, and what a kill of `draftflow run` costs is its in-flight requests.
+//
 // # Exactly-once protocol
 //
 // Kafka delivers at least once and a consumer group may rewind. The sink makes the output exactly-once with a
@@ -51,9 +78,9 @@
 //  4. It renames each temporary shard to its final name, fsyncs the run directories, rewrites each run's
 //     manifest.json atomically, then its token_counts.bin (TokenCountsFile: the generated-token counts and
 //     the manifest shards they cover), then adds the flush's (id, turn) keys to its id_index.bolt (IDIndexFile)
-//     (fsynced; its last transaction records the manifest shards the index covers), and only then marks
-//     the Kafka deliveries Done (so the group commits their offsets) and reports the ids through
-//     Config.OnDurable. Token counts and id index are caches of the shards: a crash before they are updated
+//     (fsynced; its last transaction records the manifest shards the index covers), removes the partition's
+//     journal segments, and only then marks the Kafka deliveries Done (so the group commits their offsets)
+//     and reports the ids through Config.OnDurable. Token counts and id index are caches of the shards: a crash before they are updated
 //     leaves them covering a prefix of the manifest, which recovery extends.
 //
 // On start, before consuming, the sink recovers: the shards named by the checkpoint's last flush of each
@@ -69,6 +96,24 @@
 // offset says, and a record whose (id, turn) is already written (or buffered) for its run is dropped as a
 // duplicate and reported through Config.OnDuplicate. Readers never see a partial shard: final names appear
 // only for complete, fsynced, committed files, and manifest.json lists only those.
+//
+// # What the shards hold, published
+//
+// So that a turn already in the shards is never sent to a server again, also by a generate stage on another
+// machine, the sink publishes what its shards hold on topics.TopicShards (compacted, one partition). On every
+// start, after recovery and before consuming, it writes a new epoch: a topics.ShardsEpoch in state seeding
+// naming the directory (DirIDFile), a topics.ShardedTurn for every (run, id, turn) of every run's id index, and
+// the epoch in state complete, each acknowledged before the next; Config.OnSeeded is called then. After every
+// flush, once its keys are in the id index, it publishes them (retried while the run lasts; a lost publication
+// costs at most a generation, never a row, and the next start publishes everything again).
+//
+// Generate sends, for a turn the topic lists, a Generation with InShards set and the thread, no token ids. The sink
+// looks it up: if the run's shards hold it, it is counted apart from redone work (draftflow_sink_in_shards_total);
+// when the row in the shards continued its conversation, the next turn is sent again from the reply the id index
+// recorded (whatever topics carried it before), so a conversation whose first k turns are in the shards resumes
+// at turn k and one wholly in the shards is followed to its end; when it ended its conversation,
+// Config.OnDuplicate reports it. If the shards do not hold it (the topic spoke for another directory, or rows
+// were deleted), it is dead-lettered (class not_in_shards): nothing here can generate it.
 //
 // Records that cannot be written (undecodable values, empty prompts or completions, aborted generations,
 // token ids outside int32) go to the rejected topic as a topics.Rejection with stage "sink"; the delivery is

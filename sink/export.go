@@ -68,7 +68,7 @@ func Export(dir string, opts ExportOptions, w io.Writer) (LimitReport, error) {
 				}
 				ids, mask, fate := opts.Limits.apply(r)
 				rep.add(r, ids, fate)
-				if fate == rowDroppedOverlong || fate == rowDroppedLoss {
+				if fate.dropped() {
 					return nil
 				}
 				buf = buf[:0]

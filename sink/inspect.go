@@ -33,6 +33,9 @@ type Summary struct {
 	Histogram []Bucket
 	// Problems lists every inconsistency found; Inspect returns an error when it is not empty.
 	Problems []string
+	// Journaled counts the records in the sink's journal (JournalDir) past its shards: rows of a sink that did
+	// not stop cleanly, written into shards when it next starts.
+	Journaled int64
 }
 
 // RunSummary describes one run directory.
@@ -85,6 +88,7 @@ func Inspect(dir string, w io.Writer) (Summary, error) {
 		}
 		sum.Histogram = append(sum.Histogram, Bucket{Min: lo, Max: 1 << k, Rows: hist[k]})
 	}
+	sum.Journaled = JournalPending(dir)
 	report(w, &sum)
 	if len(sum.Problems) > 0 {
 		return sum, fmt.Errorf("inspect: %d problem(s), first: %s", len(sum.Problems), sum.Problems[0])
@@ -272,6 +276,9 @@ func report(w io.Writer, sum *Summary) {
 	}
 	fmt.Fprintf(w, "total: %d runs, %d shards, %d rows, %d tokens (%d prompt, %d completion), %d bytes\n",
 		len(sum.Runs), sum.Shards, sum.Rows, sum.Tokens, sum.PromptTokens, sum.CompletionTokens, sum.Bytes)
+	if sum.Journaled > 0 {
+		fmt.Fprintf(w, "journal: %d records not yet in shards (the sink did not stop cleanly; its next start writes them)\n", sum.Journaled)
+	}
 	if len(sum.Histogram) > 0 {
 		fmt.Fprintln(w, "sequence length histogram (tokens per row):")
 		var most int64

@@ -51,7 +51,14 @@ const (
 	rowTruncated
 	rowDroppedOverlong
 	rowDroppedLoss
+	// rowCutDropped: longer than MaxLength, truncated, and then left with too few generated tokens.
+	rowCutDropped
 )
+
+// dropped reports whether the row is left out.
+func (f rowFate) dropped() bool {
+	return f == rowDroppedOverlong || f == rowDroppedLoss || f == rowCutDropped
+}
 
 // apply returns the row's tokens as a trainer would see them (a prefix of r's slices) and the row's fate.
 func (l Limits) apply(r *ShardRow) (ids []int32, mask []uint8, fate rowFate) {
@@ -64,6 +71,9 @@ func (l Limits) apply(r *ShardRow) (ids []int32, mask []uint8, fate rowFate) {
 	}
 	loss := bytes.Count(mask, []byte{1}) // a merged run's rows have ones before prompt_len too
 	if loss < max(l.MinLossTokens, 1) {
+		if fate == rowTruncated {
+			return nil, nil, rowCutDropped
+		}
 		return nil, nil, rowDroppedLoss
 	}
 	return ids, mask, fate
@@ -80,6 +90,10 @@ type LimitReport struct {
 	// MinLossTokens generated tokens left (after truncation).
 	DroppedOverlong int64 `json:"dropped_overlong"`
 	DroppedLoss     int64 `json:"dropped_min_loss_tokens"`
+	// Overlong counts every row longer than MaxLength, whatever became of it; DroppedLossAfterCut are those
+	// of DroppedLoss that truncation left with too few generated tokens.
+	Overlong            int64 `json:"overlong"`
+	DroppedLossAfterCut int64 `json:"dropped_min_loss_tokens_after_truncation"`
 	// TokensCut counts tokens removed by truncation, GeneratedTokensCut those of them with loss mask 1;
 	// neither counts dropped rows.
 	TokensCut          int64 `json:"tokens_cut"`
@@ -94,20 +108,34 @@ func (rep *LimitReport) add(r *ShardRow, ids []int32, fate rowFate) {
 	case rowTruncated:
 		rep.Kept++
 		rep.Truncated++
+		rep.Overlong++
 		rep.TokensCut += int64(len(r.InputIDs) - len(ids))
 		rep.GeneratedTokensCut += int64(len(r.InputIDs)) - max(int64(len(ids)), int64(r.PromptLen))
 	case rowDroppedOverlong:
 		rep.DroppedOverlong++
+		rep.Overlong++
 	case rowDroppedLoss:
 		rep.DroppedLoss++
+	case rowCutDropped:
+		rep.DroppedLoss++
+		rep.DroppedLossAfterCut++
+		rep.Overlong++
 	}
 }
 
 // Print writes the report as one line per fact.
 func (rep LimitReport) Print(w io.Writer, l Limits) {
-	fmt.Fprintf(w, "rows: %d read, %d kept, %d truncated, %d dropped (%d longer than %d tokens, %d with fewer than %d generated tokens)\n",
+	fmt.Fprintf(w, "rows: %d read, %d kept, %d truncated, %d dropped (%d longer than %d tokens, %d with fewer than %d generated tokens",
 		rep.Rows, rep.Kept, rep.Truncated, rep.DroppedOverlong+rep.DroppedLoss, rep.DroppedOverlong, l.MaxLength,
 		rep.DroppedLoss, max(l.MinLossTokens, 1))
+	if rep.DroppedLossAfterCut > 0 {
+		fmt.Fprintf(w, ", %d of them left so by truncation", rep.DroppedLossAfterCut)
+	}
+	fmt.Fprintln(w, ")")
+	if l.MaxLength > 0 {
+		fmt.Fprintf(w, "%d rows longer than %d tokens: %d truncated and kept, %d truncated and then dropped, %d dropped whole\n",
+			rep.Overlong, l.MaxLength, rep.Truncated, rep.DroppedLossAfterCut, rep.DroppedOverlong)
+	}
 	if rep.Truncated > 0 {
 		fmt.Fprintf(w, "truncation removed %d tokens, %d of them generated (loss mask 1)\n", rep.TokensCut, rep.GeneratedTokensCut)
 	}

@@ -12,6 +12,9 @@ import (
 // ManifestName is the file name of a run's manifest.
 const ManifestName = "manifest.json"
 
+// BundledModelPath is Manifest.ModelPath for runs made with draftflow's bundled sample model.
+const BundledModelPath = "bundled:draftflow-sample-bpe"
+
 // Manifest lists the committed shards of one run. It is rewritten atomically after every flush, so a reader
 // that follows it never sees a partial or uncommitted shard.
 type Manifest struct {
@@ -25,6 +28,10 @@ type Manifest struct {
 	Shards []ManifestShard `json:"shards"`
 	// Totals over Shards.
 	Totals Totals `json:"totals"`
+	// ModelPath says where the model of Run.Model is, for commands that need its files later (vocab reads
+	// its config.json): the absolute directory `run --model DIR` was given, or BundledModelPath; empty when
+	// the writer did not know (a sink process of its own).
+	ModelPath string `json:"model_path,omitempty"`
 	// Merged marks a run written by MergeTurns: a row may hold a whole conversation, its prompt (before
 	// prompt_len) including earlier turns' outputs, marked 1 in loss_mask.
 	Merged bool `json:"merged,omitempty"`

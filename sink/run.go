@@ -40,6 +40,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer st.close()
+	st.modelPath = cfg.ModelPath
 	topic := cfg.Kafka.Topic(topics.TopicGenerated)
 	tid, err := lookupTopicID(ctx, cfg.Kafka, topics.TopicGenerated, log)
 	if err != nil {
@@ -47,17 +48,39 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	st.setLog(topic, tid)
 	st.zstd = cfg.ZstdLevel
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	dead := cfg.Kafka.NewDeadLetters("sink")
 	defer dead.Close()
 	// The next turns of multi-turn conversations go back to the prompts topic, keyed by conversation id.
 	prompts := cfg.Kafka.NewProducer(topics.TopicPrompts, kafka.ProducerConfig{})
 	defer prompts.Close()
 
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	s := &sinker{cfg: cfg, log: log, st: st, dead: dead, prompts: prompts, ctx: runCtx, cancel: cancel, met: newSinkMetrics(cfg.Registerer),
-		parts:    map[partKey]*partState{},
-		lastRecv: time.Now()}
+	s := newSinker(runCtx, cancel, cfg, log, st, dead, prompts)
+	j, recovered, err := openJournal(cfg.Dir, st.nextKey, log)
+	if err != nil {
+		return err
+	}
+	s.j = j
+	defer j.close()
+	// Rows journaled from another incarnation of the topic go into shards first, so that what is published
+	// next counts them as in the shards.
+	if err := s.recoverJournal(recovered, false); err != nil {
+		return err
+	}
+	// What the shards hold, published for generate before anything is consumed (topics.TopicShards).
+	index, err := seedShardsIndex(runCtx, cfg.Kafka, st, log)
+	if err != nil {
+		return err
+	}
+	defer index.close()
+	s.index = index
+	if cfg.OnSeeded != nil {
+		cfg.OnSeeded()
+	}
+	if err := s.recoverJournal(recovered, true); err != nil {
+		return err
+	}
 	cons := cfg.Kafka.NewConsumer(topics.TopicGenerated, kafka.ConsumerConfig{Group: cfg.Group, MaxInFlight: cfg.MaxBufferedRows + 64})
 	cfg.Ready.Add("sink", func() error {
 		if cons.Assigned() == 0 {
@@ -66,7 +89,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return nil
 	})
 	log.Info("sink started", "dir", cfg.Dir, "group", cfg.Group, "runs", len(st.runs), "rotate_rows", cfg.RotateRows,
-		"rotate_interval", cfg.RotateInterval, "idle_flush", cfg.IdleFlush, "topic_id", tid)
+		"rotate_interval", cfg.RotateInterval, "idle_flush", cfg.IdleFlush, "journal_sync", cfg.JournalSync, "topic_id", tid)
 
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -113,6 +136,13 @@ func lookupTopicID(ctx context.Context, kc kafka.Config, topic string, log *slog
 	}
 }
 
+// newSinker returns the state of one Run, before the journal is opened.
+func newSinker(ctx context.Context, cancel context.CancelFunc, cfg Config, log *slog.Logger, st *store, dead *kafka.DeadLetters,
+	prompts *kafka.Producer) *sinker {
+	return &sinker{cfg: cfg, log: log, st: st, dead: dead, prompts: prompts, ctx: ctx, cancel: cancel, met: newSinkMetrics(cfg.Registerer),
+		parts: map[partKey]*partState{}, lastRecv: cfg.now(), lastSync: cfg.now()}
+}
+
 // partState is what the sink holds for one topic partition since its last flush.
 type partState struct {
 	key        partKey
@@ -148,9 +178,12 @@ type sinker struct {
 	st      *store
 	dead    *kafka.DeadLetters
 	prompts *kafka.Producer // next turns
+	index   *shardsIndex    // publishes what the shards hold (topics.TopicShards)
 	ctx     context.Context // the run's: dead letters and next turns are retried while it lasts
 	met     *sinkMetrics
 	cancel  context.CancelFunc
+
+	j *journal
 
 	mu       sync.Mutex
 	parts    map[partKey]*partState
@@ -159,6 +192,7 @@ type sinker struct {
 	nrows    int
 	nbytes   int64
 	lastRecv time.Time
+	lastSync time.Time // of the journal; used by the timer goroutine only
 }
 
 func (s *sinker) part(pk partKey) *partState {
@@ -204,7 +238,7 @@ func (s *sinker) handleLocked(d *kafka.Delivery) {
 		p.waiting = append(p.waiting, d)
 		return
 	}
-	s.lastRecv = time.Now()
+	s.lastRecv = s.cfg.now()
 	if m.Offset < p.next {
 		// Already in a shard on disk: the group's committed offset lagged behind our recovery point.
 		s.met.covered.Inc()
@@ -212,7 +246,8 @@ func (s *sinker) handleLocked(d *kafka.Delivery) {
 		return
 	}
 	if m.Offset <= p.seen {
-		// The consumer rewound over offsets absorbed since the last flush; they are resolved by that flush.
+		// The consumer rewound over offsets absorbed since the last flush (or recovered from the journal);
+		// they are resolved by that flush.
 		p.deliveries = append(p.deliveries, d)
 		return
 	}
@@ -221,70 +256,39 @@ func (s *sinker) handleLocked(d *kafka.Delivery) {
 		s.reject(p, d, nil, "undecodable", err.Error())
 		return
 	}
+	if g.InShards != "" {
+		s.inShards(p, m.Offset, m.Value, d, &g, nil)
+		return
+	}
 	if reason := validate(&g); reason != "" {
 		s.reject(p, d, &g, "invalid", reason)
 		return
 	}
-	rs := s.st.run(RunOf(&g))
-	k := rowKey{g.ID, int32(g.Turn)}
-	dupW, win, err := rs.written(k)
-	if err != nil {
-		s.fail(fmt.Errorf("sink: id index of %s: %w", rs.dir, err))
-		d.Abandon()
-		return
-	}
-	_, dupB := rs.buffered[k]
-	if dupW || dupB {
-		s.met.redoneGenerations.Inc()
-		redoneCount.Add(1)
-		s.absorb(p, m.Offset)
-		d.Done()
-		s.log.Debug("duplicate dropped", "id", g.ID, "turn", g.Turn, "run", rs.info.DirName(), "at", d.Where())
-		if dupW && win.continued && win.log != s.st.key(p.key).log {
-			// The copy in the shards continued its conversation from another incarnation of the generated
-			// topic (a new embedded broker, a topic recreated): the prompts topic of that incarnation, and
-			// the next turn in it, may be gone. Send the next turn again, built from the copy in the shards.
-			s.reemit(p, d, &g, win)
-			return
-		}
-		// Only a copy already in a shard is reported, and only when it ended its conversation: a buffered
-		// original is reported by OnDurable once its flush is durable.
-		if dupW && !win.continued && s.cfg.OnDuplicate != nil {
-			s.cfg.OnDuplicate(g.ID)
-		}
-		return
-	}
-	r := &row{id: g.ID, dataset: g.Dataset, finishReason: g.Meta.FinishReason, endpoint: g.Meta.Endpoint,
-		turn: int32(g.Turn), prompt: g.PromptIDs, output: g.OutputIDs, stopReason: cmp.Or(g.StopReason, topics.StopEnd)}
-	if g.Reply != nil {
-		reply, err := json.Marshal(g.Reply)
-		if err != nil {
-			s.fail(fmt.Errorf("sink: encode the reply of %s turn %d: %w", g.ID, g.Turn, err))
+	s.absorbValid(p, m.Offset, m.Value, &g, d)
+}
+
+// absorbValid takes the valid generation g, consumed at offset off of p, and flushes what is then due: the
+// partition at RotateRows or RotateBytes, the largest buffers while all of them hold more than the sink may.
+// d is nil only for records a test feeds without a consumer. Called with s.mu held.
+func (s *sinker) absorbValid(p *partState, off int64, value []byte, g *topics.Generation, d *kafka.Delivery) {
+	if err := s.take(p, off, value, g, d, nil); err != nil {
+		s.fail(err)
+		if d != nil {
 			d.Abandon()
-			return
 		}
-		r.reply = string(reply)
+		return
 	}
-	if next, ok := g.Next(); ok {
-		s.emit(p, &next)
-	}
-	rs.buffered[k] = struct{}{}
-	s.absorb(p, m.Offset)
-	if len(p.rows) == 0 {
-		p.oldest = time.Now()
-	}
-	p.rows = append(p.rows, bufferedRow{rs, r})
-	p.deliveries = append(p.deliveries, d)
-	b := r.memBytes()
-	p.bytes += b
-	s.nrows++
-	s.nbytes += b
-	s.met.bufferedRows.Inc()
 	if len(p.rows) >= s.cfg.RotateRows || p.bytes >= s.cfg.RotateBytes {
 		if s.flush(p) != nil {
 			return
 		}
 	}
+	s.flushOverBudget()
+}
+
+// flushOverBudget flushes the largest buffers while the buffers together hold more than the sink may. Called
+// with s.mu held.
+func (s *sinker) flushOverBudget() {
 	for s.nrows >= s.cfg.MaxBufferedRows || s.nbytes >= s.cfg.MaxBufferedBytes {
 		var big *partState
 		for _, q := range s.parts {
@@ -298,6 +302,108 @@ func (s *sinker) handleLocked(d *kafka.Delivery) {
 	}
 }
 
+// take absorbs the valid generation g, consumed at offset off of p with the Kafka value value: as a row of
+// its run, or as a duplicate of a row already written or buffered. d is its delivery, Done once the outcome
+// is durable. replayed is nil for a consumed record, which take first appends to the journal; when the
+// journal is replayed at start it holds the offsets whose next turn the broker already acknowledged (d is
+// then nil). Called with s.mu held; returns a fatal error.
+func (s *sinker) take(p *partState, off int64, value []byte, g *topics.Generation, d *kafka.Delivery, replayed map[int64]bool) error {
+	live := replayed == nil
+	key := s.st.key(p.key)
+	rs := s.st.run(RunOf(g))
+	k := rowKey{g.ID, int32(g.Turn)}
+	dupW, win, err := rs.written(k)
+	if err != nil {
+		return fmt.Errorf("sink: id index of %s: %w", rs.dir, err)
+	}
+	_, dupB := rs.buffered[k]
+	if dupW || dupB {
+		// The copy in the shards continued its conversation from another incarnation of the generated topic (a
+		// new embedded broker, a topic recreated): the prompts topic of that incarnation, and the next turn in
+		// it, may be gone. Send the next turn again, built from the copy in the shards.
+		again := dupW && win.continued && win.log != key.log
+		if live {
+			kind, v := jSkip, []byte(nil)
+			if again {
+				kind, v = jRecord, value // replayed, it sends the next turn again unless acknowledged
+			}
+			if err := s.j.append(key, kind, off, v, ""); err != nil {
+				return err
+			}
+			s.met.redoneGenerations.Inc()
+			redoneCount.Add(1)
+			s.log.Debug("duplicate dropped", "id", g.ID, "turn", g.Turn, "run", rs.info.DirName(), "at", fmt.Sprintf("%s/%d@%d", p.key.topic, p.key.partition, off))
+		}
+		s.absorb(p, off)
+		if again {
+			if live || !replayed[off] {
+				if err := s.reemit(p, off, g, win); err != nil {
+					return err
+				}
+			}
+			if d != nil {
+				p.deliveries = append(p.deliveries, d) // Done at the next flush, after the next turn was acknowledged
+			}
+			return nil
+		}
+		if d != nil {
+			d.Done()
+		}
+		// Only a copy already in a shard is reported, and only when it ended its conversation: a buffered
+		// original is reported by OnDurable once its flush is durable.
+		if live && dupW && !win.continued && s.cfg.OnDuplicate != nil {
+			s.cfg.OnDuplicate(g.ID)
+		}
+		return nil
+	}
+	r, err := rowOf(g)
+	if err != nil {
+		return err
+	}
+	if live {
+		// In the journal before its next turn is sent: a later turn is never durable without this one.
+		ended := ""
+		if r.stopReason != topics.StopContinued {
+			ended = r.id
+		}
+		if err := s.j.append(key, jRecord, off, value, ended); err != nil {
+			return err
+		}
+	}
+	if next, ok := g.Next(); ok && (live || !replayed[off]) {
+		s.emit(p, off, &next)
+	}
+	rs.buffered[k] = struct{}{}
+	s.absorb(p, off)
+	if len(p.rows) == 0 {
+		p.oldest = s.cfg.now()
+	}
+	p.rows = append(p.rows, bufferedRow{rs, r})
+	if d != nil {
+		p.deliveries = append(p.deliveries, d)
+	}
+	b := r.memBytes()
+	p.bytes += b
+	s.nrows++
+	s.nbytes += b
+	s.met.bufferedRows.Inc()
+	return nil
+}
+
+// rowOf is the shard row of a valid generation.
+func rowOf(g *topics.Generation) (*row, error) {
+	r := &row{id: g.ID, dataset: g.Dataset, finishReason: g.Meta.FinishReason, endpoint: g.Meta.Endpoint,
+		turn: int32(g.Turn), prompt: g.PromptIDs, output: g.OutputIDs, stopReason: cmp.Or(g.StopReason, topics.StopEnd)}
+	if g.Reply != nil {
+		reply, err := json.Marshal(g.Reply)
+		if err != nil {
+			return nil, fmt.Errorf("sink: encode the reply of %s turn %d: %w", g.ID, g.Turn, err)
+		}
+		r.reply = string(reply)
+	}
+	return r, nil
+}
+
 func (s *sinker) absorb(p *partState, off int64) {
 	if p.first < 0 {
 		p.first = off
@@ -305,15 +411,18 @@ func (s *sinker) absorb(p *partState, off int64) {
 	p.seen = off
 }
 
-// emit writes next (a conversation's next turn) to the prompts topic, retrying while the run lasts. The
-// partition's next flush waits for it before its commit point. A next turn over the message limit is
+// emit writes next (a conversation's next turn, built from the row at offset off of p) to the prompts topic,
+// retrying while the run lasts, and records its acknowledgement in the journal. It does not wait for a flush:
+// the partition's next flush waits for it before its commit point. A next turn over the message limit is
 // dead-lettered (the conversation ends there, its turns so far in the shards); any other failure fails that
 // flush, so the row is written again, and its next turn sent again, after a restart. Called with s.mu held.
-func (s *sinker) emit(p *partState, next *topics.Prompt) {
+func (s *sinker) emit(p *partState, off int64, next *topics.Prompt) {
+	key := s.st.key(p.key)
 	p.emitting.Add(1)
 	s.prompts.SendRetrying(s.ctx, next.ID, next, func(err error) {
 		if err == nil {
 			s.met.continuations.Inc()
+			s.j.emitted(key, off)
 			p.emitting.Done()
 			return
 		}
@@ -344,25 +453,106 @@ func (p *partState) emitFailed(err error) {
 	}
 }
 
-// reemit sends the next turn of a duplicate whose copy in the shards (win) continued its conversation: the
-// duplicate's own thread (every copy of a turn has the same) with the reply of the copy in the shards. The
-// delivery is Done at the partition's next flush, after the next turn was acknowledged. Called with s.mu
-// held.
-func (s *sinker) reemit(p *partState, d *kafka.Delivery, g *topics.Generation, win winner) {
+// reemit sends the next turn of a duplicate (at offset off of p) whose copy in the shards (win) continued its
+// conversation: the duplicate's own thread (every copy of a turn has the same) with the reply of the copy in
+// the shards. Called with s.mu held.
+func (s *sinker) reemit(p *partState, off int64, g *topics.Generation, win winner) error {
 	var reply topics.Message
 	if err := json.Unmarshal(win.reply, &reply); err != nil {
-		s.fail(fmt.Errorf("sink: id index of %s turn %d holds a reply that does not decode: %w", g.ID, g.Turn, err))
-		d.Abandon()
-		return
+		return fmt.Errorf("sink: id index of %s turn %d holds a reply that does not decode: %w", g.ID, g.Turn, err)
 	}
 	c := *g
 	c.Reply, c.StopReason = &reply, topics.StopContinued
 	if next, ok := c.Next(); ok {
-		s.log.Info("next turn sent again: the turn in the shards came from another incarnation of the topic",
-			"id", g.ID, "turn", next.Turn)
-		s.emit(p, &next)
+		s.log.Debug("next turn sent again from the reply in the shards", "id", g.ID, "turn", next.Turn)
+		s.emit(p, off, &next)
 	}
-	p.deliveries = append(p.deliveries, d)
+	return nil
+}
+
+// inShards takes a turn generate did not send to a server because topics.TopicShards said the shards hold it
+// (g.InShards: no token ids, the thread only), consumed at offset off of p with the Kafka value value. If the
+// run's shards hold it, it is counted as already in the shards (not as redone work); when the row in the
+// shards continued its conversation, the next turn is sent again from the reply the shards recorded, so a
+// conversation whose first k turns are in the shards resumes at turn k; when it ended its conversation,
+// Config.OnDuplicate reports it. If they do not hold it (the shards topic spoke for another directory, or of
+// rows since deleted), nothing can make the row here: the turn is dead-lettered with the reason, to be
+// replayed. As take, it journals what it absorbs; replayed is nil except when the journal is replayed at
+// start (d is then nil). Called with s.mu held.
+func (s *sinker) inShards(p *partState, off int64, value []byte, d *kafka.Delivery, g *topics.Generation, replayed map[int64]bool) {
+	live := replayed == nil
+	info := RunOf(g)
+	k := rowKey{g.ID, int32(g.Turn)}
+	var dupW, dupB bool
+	var win winner
+	if rs := s.st.runs[info.Fingerprint]; rs != nil && g.Turn >= 0 && g.Turn <= math.MaxInt32 {
+		var err error
+		if dupW, win, err = rs.written(k); err != nil {
+			s.fail(fmt.Errorf("sink: id index of %s: %w", rs.dir, err))
+			if d != nil {
+				d.Abandon()
+			}
+			return
+		}
+		_, dupB = rs.buffered[k]
+	}
+	if !dupW && !dupB {
+		if !live {
+			s.absorb(p, off) // taken in before the restart; what happened to the rows since is not this one's
+			return
+		}
+		why := "the epoch is another sink start's: a sink of another output directory, or rows since deleted"
+		if g.InShards == s.index.epochID() {
+			why = "the epoch is this sink's own: rows deleted while it ran"
+		}
+		s.reject(p, d, g, "not_in_shards", fmt.Sprintf("generate skipped turn %d of %s as already in the shards (epoch %s of "+
+			"the shards topic), but the shards of run %s in %s do not hold it (%s); replay the generate stage to generate it",
+			g.Turn, g.ID, g.InShards, info.DirName(), s.cfg.Dir, why))
+		return
+	}
+	again := dupW && win.continued
+	if live {
+		kind, v := jSkip, []byte(nil)
+		if again {
+			kind, v = jRecord, value // replayed, it sends the next turn again unless acknowledged
+		}
+		if err := s.j.append(s.st.key(p.key), kind, off, v, ""); err != nil {
+			s.fail(err)
+			if d != nil {
+				d.Abandon()
+			}
+			return
+		}
+		s.met.inShards.Inc()
+		inShardsCount.Add(1)
+		s.log.Debug("turn already in the shards", "id", g.ID, "turn", g.Turn, "run", info.DirName(), "at", fmt.Sprintf("%s/%d@%d", p.key.topic, p.key.partition, off))
+	}
+	s.absorb(p, off)
+	if again {
+		// Whichever topics carried the next turn before (lost ones, or these, then still in flight or long in
+		// the shards), it is sent again from the recorded reply: a next turn in the shards comes back as an
+		// in-shards record too, so the conversation is followed to its end at no GPU cost, and one that is
+		// not resumes there.
+		if live || !replayed[off] {
+			if err := s.reemit(p, off, g, win); err != nil {
+				s.fail(err)
+				if d != nil {
+					d.Abandon()
+				}
+				return
+			}
+		}
+		if d != nil {
+			p.deliveries = append(p.deliveries, d) // Done at the next flush, after the next turn was acknowledged
+		}
+		return
+	}
+	if d != nil {
+		d.Done()
+	}
+	if live && dupW && !win.continued && s.cfg.OnDuplicate != nil {
+		s.cfg.OnDuplicate(g.ID)
+	}
 }
 
 // validate returns why a generation cannot become a training row, or "".
@@ -426,6 +616,14 @@ func (s *sinker) rejectDone(p *partState, d *kafka.Delivery, id, class, reason s
 		s.log.Info("dead letter not written before the sink stopped; redelivered after a restart", "at", d.Where(), "err", err)
 		return
 	}
+	if err := s.j.append(s.st.key(p.key), jSkip, d.Message.Offset, nil, ""); err != nil {
+		s.fail(err)
+		d.Abandon()
+		for _, w := range waiting {
+			w.Abandon()
+		}
+		return
+	}
 	s.met.rejected.WithLabelValues(class).Inc()
 	s.absorb(p, d.Message.Offset)
 	d.Done()
@@ -487,12 +685,15 @@ func (s *sinker) flush(p *partState) error {
 			return err
 		}
 	}
+	// Committed: the journal's records of the partition are in shards now.
+	s.j.retire(s.st.key(p.key))
 	p.next = p.seen + 1
 	for _, br := range p.rows {
 		s.met.turns.WithLabelValues(br.row.stopReason).Inc()
 		countTurn(br.row.stopReason)
 	}
 	for _, sh := range shards {
+		s.index.publish(sh.run.info.Fingerprint, sh.keys)
 		s.met.rowsWritten.Add(float64(sh.entry.Rows))
 		s.met.tokensWritten.Add(float64(sh.entry.Tokens))
 		s.met.shardsWritten.Inc()
@@ -523,13 +724,16 @@ func (s *sinker) flush(p *partState) error {
 	return nil
 }
 
-// timer flushes buffers that are due, and everything when ctx ends.
+// timer fsyncs the journal and flushes buffers that are due, and flushes everything when ctx ends.
 func (s *sinker) timer(ctx context.Context) {
-	every := s.cfg.RotateInterval / 4
-	if s.cfg.IdleFlush > 0 && s.cfg.IdleFlush/2 < every {
-		every = s.cfg.IdleFlush / 2
+	every := min(s.cfg.JournalSync, time.Second)
+	if s.cfg.RotateInterval > 0 {
+		every = min(every, s.cfg.RotateInterval/4)
 	}
-	every = min(max(every, 20*time.Millisecond), time.Second)
+	if s.cfg.IdleFlush > 0 {
+		every = min(every, s.cfg.IdleFlush/2)
+	}
+	every = max(every, 20*time.Millisecond)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -538,8 +742,31 @@ func (s *sinker) timer(ctx context.Context) {
 			s.stop()
 			return
 		case <-t.C:
+			if s.cfg.now().Sub(s.lastSync) >= s.cfg.JournalSync {
+				s.syncJournal()
+			}
 			s.flushDue()
 		}
+	}
+}
+
+// syncJournal fsyncs the journal and reports the rows it made durable.
+func (s *sinker) syncJournal() {
+	start := time.Now()
+	s.lastSync = s.cfg.now()
+	ids, n, err := s.j.sync()
+	if err != nil {
+		s.mu.Lock()
+		s.fail(err)
+		s.mu.Unlock()
+		return
+	}
+	if n > 0 {
+		s.met.journalBytes.Add(float64(n))
+		s.met.journalSyncSeconds.Observe(time.Since(start).Seconds())
+	}
+	if len(ids) > 0 && s.cfg.OnJournaled != nil {
+		s.cfg.OnJournaled(ids)
 	}
 }
 
@@ -549,16 +776,32 @@ func (s *sinker) flushDue() {
 	if s.stopped || s.err != nil {
 		return
 	}
-	now := time.Now()
+	now := s.cfg.now()
 	idle := s.cfg.IdleFlush > 0 && now.Sub(s.lastRecv) >= s.cfg.IdleFlush
 	for _, p := range s.parts {
-		due := len(p.rows) > 0 && now.Sub(p.oldest) >= s.cfg.RotateInterval
+		due := s.cfg.RotateInterval > 0 && len(p.rows) > 0 && now.Sub(p.oldest) >= s.cfg.RotateInterval
 		if idle && (len(p.rows) > 0 || len(p.deliveries) > 0 || p.seen >= p.next) {
+			due = true
+		}
+		if len(p.deliveries) > 0 && closed(p.deliveries[0].Revoking()) {
+			// A rebalance takes the partition away once its deliveries are done (or after the consumer's
+			// RevokeTimeout): flush now, so the group commits what this sink wrote and the next owner starts
+			// after it instead of writing it again into its own directory.
 			due = true
 		}
 		if due && s.flush(p) != nil {
 			return
 		}
+	}
+}
+
+// closed reports whether c is closed (a nil c never is).
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
 	}
 }
 

@@ -1,9 +1,6 @@
 package sink
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"path"
 	"strings"
 
@@ -27,20 +24,8 @@ type RunInfo struct {
 func RunOf(g *topics.Generation) RunInfo {
 	s := g.Sampling
 	s.Lane = "" // scheduling only: the same settings on another lane are the same run
-	ri := RunInfo{Model: g.Model, TokenizerHash: g.TokenizerHash, Sampling: s}
-	// encoding/json writes struct fields in order and map keys sorted: a canonical form.
-	b, err := json.Marshal(struct {
-		Model         string          `json:"model"`
-		TokenizerHash string          `json:"tokenizer_hash"`
-		Sampling      topics.Sampling `json:"sampling"`
-	}{ri.Model, ri.TokenizerHash, ri.Sampling})
-	if err != nil {
-		// Only TemplateKwargs could fail to marshal; it came from JSON, so it cannot.
-		b = []byte(ri.Model + "\x00" + ri.TokenizerHash)
-	}
-	sum := sha256.Sum256(b)
-	ri.Fingerprint = hex.EncodeToString(sum[:])
-	return ri
+	return RunInfo{Model: g.Model, TokenizerHash: g.TokenizerHash, Sampling: s,
+		Fingerprint: topics.RunFingerprint(g.Model, g.TokenizerHash, s)}
 }
 
 // DirName is the run's directory name: a readable slug of the model's last path element and the first 12 hex

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -23,8 +24,11 @@ import (
 	"github.com/draftflow/draftflow/topics"
 )
 
+// testIdleFlush is the idle flush of baseConfig: the tests' inputs are finite and short.
+const testIdleFlush = 300 * time.Millisecond
+
 func baseConfig(kc kafka.Config, dir string) Config {
-	return Config{Kafka: kc, Dir: dir, Group: "sink-test", RotateRows: 40, IdleFlush: 300 * time.Millisecond, RowGroupRows: 16}
+	return Config{Kafka: kc, Dir: dir, Group: "sink-test", RotateRows: 40, IdleFlush: testIdleFlush, RowGroupRows: 16}
 }
 
 func allDurable(ids []string) func(durable, dups map[string]int) bool {
@@ -351,6 +355,83 @@ func TestSinkKilledMidRun(t *testing.T) {
 	assertNoTemps(t, dir)
 }
 
+// TestSinkKilledKeepsJournaledRows: a sink that has written no shard yet (rows wait for a large one) is
+// SIGKILLed; its rows are in the journal alone. A new broker then replaces the old (as a second `draftflow run`
+// starts its own): the restarted sink writes every row the killed one reported durable into shards, the new
+// broker's copies of the same generations are dropped as duplicates, and every row ends exactly once.
+func TestSinkKilledKeepsJournaledRows(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns a child process")
+	}
+	dir := t.TempDir()
+	kc := freshBroker(t, "journal")
+	gens := mkGens(0, 400, 0.7)
+	produceGens(t, kc, gens)
+
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperSinkProcess$")
+	cmd.Env = append(os.Environ(), "DRAFTFLOW_SINK_HELPER=1", "HELPER_MODE=journal", "HELPER_BROKERS="+strings.Join(kc.Brokers, ","),
+		"HELPER_NAMESPACE="+kc.Namespace, "HELPER_DIR="+dir)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	reported := map[string]bool{}
+	sc := bufio.NewScanner(out)
+	for len(reported) < 150 && sc.Scan() {
+		if id, ok := strings.CutPrefix(sc.Text(), "journaled "); ok {
+			reported[id] = true
+		}
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	if len(reported) < 150 {
+		t.Fatalf("the child reported %d rows before it ended", len(reported))
+	}
+	if runs, _ := RunDirs(dir); len(runs) != 0 {
+		t.Fatalf("the child wrote shards (%v); the test proves nothing", runs)
+	}
+	if n := JournalPending(dir); n < int64(len(reported)) {
+		t.Errorf("JournalPending counts %d records, want at least the %d reported", n, len(reported))
+	}
+
+	kc = freshBroker(t, "journal")
+	sr := startSink(t, baseConfig(kc, dir))
+	sr.waitFor(t, "the journal's rows durable", func(d, _ map[string]int) bool { return len(d) >= len(reported) })
+	inShards := readRowsQuiet(dir)
+	for id := range reported {
+		if !inShards[id] {
+			t.Errorf("%s was reported durable by the killed sink but is not in the shards", id)
+		}
+	}
+	t.Logf("killed with %d rows reported durable; %d rows recovered from the journal into shards", len(reported), len(inShards))
+	produceGens(t, kc, gens)
+	sr.waitFor(t, "the new broker's copies dropped as duplicates", func(_, dups map[string]int) bool {
+		for _, g := range gens {
+			if dups[g.ID] == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	if err := sr.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	for _, rs := range readRows(t, dir) {
+		checkRowsExact(t, rs, gens)
+	}
+	checkTokenCounts(t, dir)
+	if _, err := Inspect(dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := JournalPending(dir); n != 0 {
+		t.Errorf("JournalPending counts %d records after a clean stop", n)
+	}
+}
+
 // TestHelperSinkProcess is the child of TestSinkKilledMidRun; it does nothing in a normal test run.
 func TestHelperSinkProcess(t *testing.T) {
 	if os.Getenv("DRAFTFLOW_SINK_HELPER") != "1" {
@@ -360,6 +441,18 @@ func TestHelperSinkProcess(t *testing.T) {
 	cfg := baseConfig(kc, os.Getenv("HELPER_DIR"))
 	cfg.RotateRows = 7
 	cfg.Logger = quietLogger()
+	if os.Getenv("HELPER_MODE") == "journal" {
+		// No shard before the kill: rows are durable in the journal alone, and reported as they are.
+		cfg.RotateRows, cfg.IdleFlush, cfg.JournalSync = 1_000_000, -1, 20*time.Millisecond
+		var mu sync.Mutex
+		cfg.OnJournaled = func(ids []string) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, id := range ids {
+				fmt.Println("journaled", id)
+			}
+		}
+	}
 	err := Run(context.Background(), cfg)
 	fmt.Fprintln(os.Stderr, "helper sink returned", err)
 }

@@ -68,12 +68,13 @@ func (rs *runState) written(k rowKey) (bool, winner, error) { return rs.index.ge
 
 // store owns Config.Dir: the checkpoint, the run directories and their manifests.
 type store struct {
-	dir  string
-	log  *slog.Logger
-	cp   map[cpKey]*cpPartition
-	logs map[string]string    // physical topic -> short ID of the incarnation being consumed
-	zstd int                  // zstd level of new shards (0: default)
-	runs map[string]*runState // by fingerprint
+	dir       string
+	log       *slog.Logger
+	cp        map[cpKey]*cpPartition
+	logs      map[string]string    // physical topic -> short ID of the incarnation being consumed
+	zstd      int                  // zstd level of new shards (0: default)
+	modelPath string               // Config.ModelPath
+	runs      map[string]*runState // by fingerprint
 }
 
 // logID is the short form of a topic ID used in names and the checkpoint: 12 hex digits.
@@ -323,6 +324,14 @@ func (s *store) next(pk partKey) int64 {
 	return 0
 }
 
+// nextKey is next for a partition of any incarnation.
+func (s *store) nextKey(k cpKey) int64 {
+	if p := s.cp[k]; p != nil {
+		return p.Next
+	}
+	return 0
+}
+
 func (s *store) advance(pk partKey, next int64) { s.advanceKey(s.key(pk), next) }
 
 func (s *store) advanceKey(k cpKey, next int64) {
@@ -375,7 +384,12 @@ type committedShard struct {
 // commitFlush makes the rows of one partition's offset range [first, last] durable, one shard per run, and
 // moves the partition's next offset to last+1. See the package documentation for the protocol.
 func (s *store) commitFlush(pk partKey, first, last int64, groups []runRows, rowGroupRows int) ([]committedShard, error) {
-	k := s.key(pk)
+	return s.commitFlushKey(s.key(pk), first, last, groups, rowGroupRows)
+}
+
+// commitFlushKey is commitFlush for a partition of any incarnation of its topic (the journal of an earlier one).
+func (s *store) commitFlushKey(k cpKey, first, last int64, groups []runRows, rowGroupRows int) ([]committedShard, error) {
+	pk := partKey{k.topic, k.partition}
 	si := shardInfo{Log: k.log, Topic: pk.topic, Partition: pk.partition, FirstOffset: first, LastOffset: last}
 	name := shardName(si)
 	var out []committedShard
@@ -489,6 +503,9 @@ func (s *store) commitFlush(pk partKey, first, last int64, groups []runRows, row
 	}
 	for _, c := range out {
 		c.run.manifest.Shards = append(c.run.manifest.Shards, c.entry)
+		if c.run.manifest.ModelPath == "" {
+			c.run.manifest.ModelPath = s.modelPath
+		}
 		if err := writeManifest(c.run.dir, &c.run.manifest); err != nil {
 			return nil, fmt.Errorf("sink: write manifest: %w", err)
 		}

@@ -185,7 +185,7 @@ func countRows(runDir string, l Limits, acc *countTable, rep *LimitReport) error
 			}
 			ids, _, fate := l.apply(r)
 			rep.add(r, ids, fate)
-			if fate == rowDroppedOverlong || fate == rowDroppedLoss {
+			if fate.dropped() {
 				return nil
 			}
 			for _, id := range ids[r.PromptLen:] {

@@ -109,11 +109,11 @@ func TestLimits(t *testing.T) {
 		{Limits{}, 6, rowKept},
 		{Limits{MaxLength: 6}, 6, rowKept},
 		{Limits{MaxLength: 5}, 5, rowTruncated},
-		{Limits{MaxLength: 3}, 0, rowDroppedLoss}, // no generated token left
+		{Limits{MaxLength: 3}, 0, rowCutDropped}, // no generated token left after the cut
 		{Limits{MaxLength: 5, Overlong: OverlongDrop}, 0, rowDroppedOverlong},
 		{Limits{MinLossTokens: 3}, 6, rowKept},
 		{Limits{MinLossTokens: 4}, 0, rowDroppedLoss},
-		{Limits{MaxLength: 5, MinLossTokens: 3}, 0, rowDroppedLoss}, // counted after truncation, as the trainers do
+		{Limits{MaxLength: 5, MinLossTokens: 3}, 0, rowCutDropped}, // counted after truncation, as the trainers do
 	} {
 		ids, mask, fate := tc.l.apply(r)
 		if fate != tc.fate || len(ids) != tc.n || len(mask) != tc.n {
@@ -123,8 +123,24 @@ func TestLimits(t *testing.T) {
 	var rep LimitReport
 	ids, _, fate := Limits{MaxLength: 4}.apply(r)
 	rep.add(r, ids, fate)
-	if rep != (LimitReport{Rows: 1, Kept: 1, Truncated: 1, TokensCut: 2, GeneratedTokensCut: 2}) {
+	if rep != (LimitReport{Rows: 1, Kept: 1, Truncated: 1, Overlong: 1, TokensCut: 2, GeneratedTokensCut: 2}) {
 		t.Fatalf("report %+v", rep)
+	}
+	// A row that the cut leaves with no generated token is counted as longer than the limit, and as dropped
+	// because of the cut: the summary does not say "0 longer than".
+	cut := Limits{MaxLength: 3}
+	ids, _, fate = cut.apply(r)
+	rep.add(r, ids, fate)
+	if rep.Overlong != 2 || rep.DroppedLoss != 1 || rep.DroppedLossAfterCut != 1 {
+		t.Fatalf("report %+v", rep)
+	}
+	var sum strings.Builder
+	rep.Print(&sum, cut)
+	for _, want := range []string{"2 read, 1 kept, 1 truncated, 1 dropped", "1 of them left so by truncation",
+		"2 rows longer than 3 tokens: 1 truncated and kept, 1 truncated and then dropped, 0 dropped whole"} {
+		if !strings.Contains(sum.String(), want) {
+			t.Errorf("summary %q does not say %q", sum.String(), want)
+		}
 	}
 	if (Limits{Overlong: "wrap"}).Validate() == nil || (Limits{MaxLength: -1}).Validate() == nil {
 		t.Fatal("bad limits accepted")

@@ -12,7 +12,8 @@ import (
 //
 //	byte 0      magic 0xDF
 //	byte 1      format version (1)
-//	byte 2      record kind (1 Prompt, 2 Tokenized, 3 Generation, 4 Rejection, 5 Status)
+//	byte 2      record kind (1 Prompt, 2 Tokenized, 3 Generation, 4 Rejection, 5 Status, 6 ShardsEpoch,
+//	            7 ShardedTurn)
 //	uvarint n   length of the JSON header
 //	n bytes     JSON header: every field of the record except token arrays
 //	then, for each token array of the kind, in order:
@@ -40,6 +41,9 @@ const (
 	KindGeneration Kind = 3
 	KindRejection  Kind = 4
 	KindStatus     Kind = 5
+	// KindShardsEpoch and KindShardedTurn are the records of TopicShards.
+	KindShardsEpoch Kind = 6
+	KindShardedTurn Kind = 7
 )
 
 func (k Kind) String() string {
@@ -54,6 +58,10 @@ func (k Kind) String() string {
 		return "rejection"
 	case KindStatus:
 		return "status"
+	case KindShardsEpoch:
+		return "shards epoch"
+	case KindShardedTurn:
+		return "sharded turn"
 	}
 	return fmt.Sprintf("kind(%d)", byte(k))
 }
@@ -81,7 +89,8 @@ func (e *DecodeError) Unwrap() error { return e.Err }
 // ErrUnknownVersion is wrapped by the DecodeError of a value written in a format version this build does not read.
 var ErrUnknownVersion = errors.New("unknown format version")
 
-// Marshal encodes a *Prompt, *Tokenized, *Generation, *Rejection or *Status in the wire format.
+// Marshal encodes a *Prompt, *Tokenized, *Generation, *Rejection, *Status, *ShardsEpoch or *ShardedTurn in the
+// wire format.
 func Marshal(v any) ([]byte, error) {
 	var kind Kind
 	var arrays [][]uint32
@@ -101,6 +110,10 @@ func Marshal(v any) ([]byte, error) {
 		}
 	case *Status:
 		kind = KindStatus
+	case *ShardsEpoch:
+		kind = KindShardsEpoch
+	case *ShardedTurn:
+		kind = KindShardedTurn
 	default:
 		return nil, fmt.Errorf("topics.Marshal: unsupported type %T", v)
 	}
@@ -137,14 +150,14 @@ func PeekKind(data []byte) (Kind, error) {
 		return 0, &DecodeError{Reason: fmt.Sprintf("format version %d, this build reads %d", data[1], Version), Err: ErrUnknownVersion}
 	}
 	k := Kind(data[2])
-	if k < KindPrompt || k > KindStatus {
+	if k < KindPrompt || k > KindShardedTurn {
 		return 0, &DecodeError{Reason: fmt.Sprintf("unknown record kind %d", data[2])}
 	}
 	return k, nil
 }
 
-// Unmarshal decodes data into a *Prompt, *Tokenized, *Generation, *Rejection or *Status; the encoded kind must
-// match v.
+// Unmarshal decodes data into a *Prompt, *Tokenized, *Generation, *Rejection, *Status, *ShardsEpoch or
+// *ShardedTurn; the encoded kind must match v.
 func Unmarshal(data []byte, v any) error {
 	var want Kind
 	switch v.(type) {
@@ -158,6 +171,10 @@ func Unmarshal(data []byte, v any) error {
 		want = KindRejection
 	case *Status:
 		want = KindStatus
+	case *ShardsEpoch:
+		want = KindShardsEpoch
+	case *ShardedTurn:
+		want = KindShardedTurn
 	default:
 		return fmt.Errorf("topics.Unmarshal: unsupported type %T", v)
 	}

@@ -152,6 +152,11 @@ type Generation struct {
 	StopReason string `json:"stop_reason,omitempty"`
 	// StopDetail explains a StopReason other than StopEnd and StopContinued in words.
 	StopDetail string `json:"stop_detail,omitempty"`
+	// InShards is set when generate did not send this turn to a server because TopicShards says the sink's
+	// shards already hold it: the epoch of TopicShards that said so. Such a record has no PromptIDs,
+	// OutputIDs, Meta, Reply or StopReason; it carries the Thread, so that the sink can send the conversation's
+	// next turn from the reply its shards recorded (see the sink package).
+	InShards string `json:"in_shards,omitempty"`
 }
 
 // GenerationMeta is SGLang's meta_info, normalised.

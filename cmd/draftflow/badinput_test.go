@@ -24,7 +24,9 @@ import (
 // TestBadInputCorpus feeds a corpus of broken input through the whole pipeline (ingest, tokenize, generate,
 // sink): truncated JSON, wrong types, unknown roles, empty conversations and messages, a line over the line
 // limit, invalid UTF-8, raw NUL bytes, a prompt over the model's context, a duplicate id with other content,
-// no user message, a Parquet file with a wrong schema, a corrupt gzip file and a truncated zstd file. Each bad
+// no user message, a misspelt text key ("valeu"), a Parquet file with a wrong schema, a corrupt gzip file, a
+// truncated zstd file and a JSON array file (read row by row, a bad element rejected at its line). Rows with
+// metadata keys (MT-bench's question_id) and legacy "functions" are good rows. Each bad
 // record is one rejection naming its file, line and reason class; every good record reaches the shards; no
 // stage stops.
 func TestBadInputCorpus(t *testing.T) {
@@ -51,6 +53,9 @@ func TestBadInputCorpus(t *testing.T) {
 		{user("overlong", strings.Repeat("tell me everything about the weather ", 300)), "too_long"},
 		{user("good-1", "the same id with other content"), "duplicate_id"},
 		{user("good-2", "bye"), ""},
+		{`{"id": "typo", "conversations": [{"from": "human", "valeu": "a misspelt text key"}]}`, "no_text"},
+		{`{"id": "meta", "question_id": 81, "category": "writing", "messages": [{"role": "user", "content": "metadata is not an error"}]}`, ""},
+		{`{"id": "legacy-functions", "functions": [{"name": "f", "parameters": {"type": "object"}}], "messages": [{"role": "user", "content": "call f"}]}`, ""},
 	}
 	var jsonl bytes.Buffer
 	for _, l := range lines {
@@ -78,6 +83,21 @@ func TestBadInputCorpus(t *testing.T) {
 	ze.Close()
 	truncZst := filepath.Join(dir, "truncated.jsonl.zst")
 	os.WriteFile(truncZst, zs.Bytes()[:zs.Len()*2/3], 0o644)
+	// A JSON array of ShareGPT rows (how FastChat ships them), pretty-printed: read row by row, each at the line
+	// it starts on; element 1 has a misspelt text key.
+	array := filepath.Join(dir, "sharegpt.json")
+	os.WriteFile(array, []byte(`[
+  {
+    "id": "arr-0",
+    "conversations": [{"from": "human", "value": "first"}]
+  },
+  {
+    "id": "arr-1",
+    "conversations": [{"from": "human", "valeu": "second"}]
+  },
+  {"id": "arr-2", "conversations": [{"from": "human", "value": "third"}]}
+]
+`), 0o644)
 	// A Parquet file without a messages or conversations column.
 	wrongSchema := filepath.Join(dir, "wrong.parquet")
 	writeTextParquet(t, wrongSchema)
@@ -85,7 +105,7 @@ func TestBadInputCorpus(t *testing.T) {
 	kc := kafkatest.Config(t, 2)
 	var rc runConfig
 	rc.Kafka = kc
-	rc.Ingest.Inputs = []string{main, corruptGz, truncZst, wrongSchema}
+	rc.Ingest.Inputs = []string{main, corruptGz, truncZst, wrongSchema, array}
 	rc.Ingest.Defaults.MaxNewTokens = 64
 	rc.Ingest.MaxLineBytes = 64 << 10
 	rc.Tokenize.ContextLength = 1024
@@ -142,15 +162,27 @@ func TestBadInputCorpus(t *testing.T) {
 		}
 		want++
 	}
+	if r := got[where{"sharegpt.json", 6}]; r == nil || r.Class != "no_text" || !strings.Contains(r.Reason, "element 1 of the JSON array") ||
+		!strings.Contains(r.Reason, `"valeu"`) {
+		t.Errorf("sharegpt.json line 6 (element 1, a misspelt text key): %+v", r)
+	}
+	want++
 	if len(rejs) != want {
 		t.Errorf("%d rejections, want %d (one per bad record)", len(rejs), want)
+	}
+	// The same rejections are in the output directory, where the user finds them after the run.
+	if res.RejectedFile == "" {
+		t.Fatal("the run names no rejections file")
+	}
+	if lines := readRejectionFile(t, res.RejectedFile); len(lines) != len(rejs) {
+		t.Errorf("%s holds %d rejections, the topic %d", res.RejectedFile, len(lines), len(rejs))
 	}
 	// The good lines are in the shards.
 	ids := map[string]bool{}
 	for _, r := range readShards(t, rc.Sink.Dir) {
 		ids[r.id] = true
 	}
-	for _, id := range []string{"good-1", "good-2", "nul-escaped", "empty-content"} {
+	for _, id := range []string{"good-1", "good-2", "nul-escaped", "empty-content", "meta", "legacy-functions", "arr-0", "arr-2"} {
 		if !ids[id] {
 			t.Errorf("%s is not in the shards", id)
 		}

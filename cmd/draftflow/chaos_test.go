@@ -208,7 +208,7 @@ func TestChaosSeparateStages(t *testing.T) {
 		"tokenize":   {args: append([]string{"tokenize", "--model", modelDir}, kafkaArgs...)},
 		"generate-a": {args: append([]string{"generate", "--sglang", sglang, "--shutdown-grace", "0"}, kafkaArgs...)},
 		"generate-b": {args: append([]string{"generate", "--sglang", sglang, "--shutdown-grace", "0"}, kafkaArgs...)},
-		"sink":       {args: append([]string{"sink", "--out", out}, kafkaArgs...)},
+		"sink":       {args: append([]string{"sink", "--out", out, "--idle-flush", "2s"}, kafkaArgs...)},
 	}
 	order := []string{"sim-a", "sim-b", "sink", "tokenize", "generate-a", "generate-b", "ingest"}
 	for _, name := range order {

@@ -97,25 +97,41 @@ func main() {
 
 // shutdownContext returns a context that ends on the first SIGTERM or SIGINT: the command stops fetching,
 // lets in-flight work finish (generate: --shutdown-grace) and commits what is durable. A second signal exits at
-// once with status 130; what was in flight is uncommitted, so it is redelivered, never lost.
+// once with status 130; what was in flight is uncommitted, so it is redelivered, never lost. The same signal
+// again within echoWindow is the first one delivered twice (GNU timeout signals the process and its group),
+// not a second.
 func shutdownContext() (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(context.Background())
 	sig := make(chan os.Signal, 2)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
-	go func() {
-		select {
-		case s := <-sig:
-			slog.Info("shutting down: finishing in-flight work; a second signal exits at once", "signal", s.String())
-			cancel()
-		case <-ctx.Done():
-			return
-		}
-		if s, ok := <-sig; ok {
-			slog.Warn("second signal: exiting now; in-flight work is redelivered", "signal", s.String())
-			os.Exit(130)
-		}
-	}()
+	go watchSignals(ctx, cancel, sig, time.Now, os.Exit)
 	return ctx, func() { signal.Stop(sig); cancel() }
+}
+
+// echoWindow is how soon after the first signal the same signal counts as the same delivery.
+const echoWindow = time.Second
+
+// watchSignals is shutdownContext's watcher: the first signal cancels, a second one calls exit(130).
+func watchSignals(ctx context.Context, cancel context.CancelFunc, sig <-chan os.Signal, now func() time.Time, exit func(int)) {
+	var first os.Signal
+	var at time.Time
+	select {
+	case first = <-sig:
+		at = now()
+		slog.Info("shutting down: finishing in-flight work; a second signal exits at once", "signal", first.String())
+		cancel()
+	case <-ctx.Done():
+		return
+	}
+	for s := range sig {
+		if s == first && now().Sub(at) < echoWindow {
+			slog.Debug("the same signal again at once: one delivery to the process and its group, not a second signal", "signal", s.String())
+			continue
+		}
+		slog.Warn("second signal: exiting now; in-flight work is redelivered", "signal", s.String())
+		exit(130)
+		return
+	}
 }
 
 // exitCode is an error that asks for a specific process exit status.
@@ -183,9 +199,10 @@ func (c *common) setup(ctx context.Context, expect ...string) (kafka.Config, *sl
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(c.logLevel)) // checked when the flag was parsed
 	opts := &slog.HandlerOptions{Level: level}
-	var h slog.Handler = slog.NewTextHandler(os.Stderr, opts)
+	// Logs go through the console progress lines are drawn on, so that neither tears the other.
+	var h slog.Handler = slog.NewTextHandler(stderr(), opts)
 	if c.logFormat == "json" {
-		h = slog.NewJSONHandler(os.Stderr, opts)
+		h = slog.NewJSONHandler(stderr(), opts)
 	}
 	log := slog.New(h)
 	slog.SetDefault(log)

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -191,6 +193,34 @@ func replay(ctx context.Context, kc kafka.Config, w io.Writer, group string, top
 		if err := kc.ResetGroup(ctx, group, topic, offsets); err != nil {
 			return err
 		}
+	}
+	if !dryRun && slices.Contains(tops, topics.TopicTokenized) {
+		// Replaying generate is generating again: what the shards topic says the shards hold must not make
+		// generate skip the replayed records (the new output may be another directory). A sink that starts
+		// publishes what its own shards hold anew.
+		if err := voidShardsEpoch(ctx, kc); err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "voided what %s says the shards hold: generate sends every replayed record again until a sink starts and publishes its shards\n",
+			kc.Topic(topics.TopicShards))
+	}
+	return nil
+}
+
+// voidShardsEpoch writes a void epoch to the shards topic (topics.EpochVoid).
+func voidShardsEpoch(ctx context.Context, kc kafka.Config) error {
+	if err := kc.EnsureCompactedTopic(ctx, topics.TopicShards); err != nil {
+		return err
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	p := kc.NewProducer(topics.TopicShards, kafka.ProducerConfig{})
+	err := p.SendSync(ctx, topics.ShardsEpochKey, &topics.ShardsEpoch{Epoch: hex.EncodeToString(b[:]), State: topics.EpochVoid, Time: time.Now().UTC()})
+	if cerr := p.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("void the shards topic's epoch: %w", err)
 	}
 	return nil
 }

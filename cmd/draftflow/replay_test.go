@@ -116,7 +116,7 @@ func runStages(t *testing.T, kc kafka.Config, tk *tokenize.Config, gen generate.
 	var mu sync.Mutex
 	durable := map[string]bool{}
 	done := make(chan struct{})
-	sk := sink.Config{Kafka: kc, Logger: log, Dir: out, OnDurable: func(ids []string) {
+	sk := sink.Config{Kafka: kc, Logger: log, Dir: out, IdleFlush: 200 * time.Millisecond, OnDurable: func(ids []string) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, id := range ids {
@@ -306,4 +306,25 @@ func TestConsumerReplayRefusesLiveGroup(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestStageReplaySameSettingsNewOut is recipe (a) with the first run's own settings (another checkpoint of the
+// same tokenizer, say) into a new --out: replaying the generate stage voids what the shards topic says the first
+// output holds, so generate sends every replayed record again instead of skipping it as already in the shards.
+func TestStageReplaySameSettingsNewOut(t *testing.T) {
+	kc := kafkatest.Config(t, 2)
+	out1, out2 := t.TempDir(), t.TempDir()
+	want := firstRun(t, kc, out1, 256)
+	if err := replayCLI(t, kc, "--stage", "sink", "--to-latest"); err != nil {
+		t.Fatal(err)
+	}
+	if err := replayCLI(t, kc, "--stage", "generate", "--to-earliest"); err != nil {
+		t.Fatal(err)
+	}
+	ms := runStages(t, kc, &tokenize.Config{}, generate.Config{DefaultMaxNewTokens: 256}, out2, want)
+	first := manifests(t, out1)
+	if len(ms) != 1 || len(first) != 1 || ms[0].Run.Fingerprint != first[0].Run.Fingerprint {
+		t.Fatalf("the replay's run %+v, the first %+v: want one run with the same settings", ms, first)
+	}
+	checkOnce(t, out2, want)
 }

@@ -20,9 +20,9 @@ import (
 	"github.com/draftflow/draftflow/kafka/embedded"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/schollz/progressbar/v3"
 
 	"github.com/draftflow/draftflow/internal/idset"
+	"github.com/draftflow/draftflow/internal/progress"
 	"github.com/draftflow/draftflow/sink"
 	"github.com/draftflow/draftflow/stages/generate"
 	"github.com/draftflow/draftflow/stages/generate/sim"
@@ -63,11 +63,14 @@ type runResult struct {
 	Lost             int              // prompts that reached none of these
 	Missing          []string         // the first maxListedMissing of them
 	Duplicates       int64            // generations the sink dropped as already written or buffered (redone work)
+	InShards         int64            // turns not sent to a server because the shards already held them
 	Tokens           int64            // tokens in the shards of this run's output
 	Rows             int64            // rows in the shards of this run's output (one per regenerated turn)
 	Turns            map[string]int64 // rows written by this run, by stop reason (topics.StopReasons)
 	Shards           int
 	Dir              string
+	RejectedFile     string             // where the run's rejections are ("" when none)
+	Examples         []topics.Rejection // the first rejections, without payloads
 	Elapsed          time.Duration
 }
 
@@ -155,10 +158,18 @@ func printSummary(w io.Writer, r *runResult) {
 	if len(turns) > 0 {
 		fmt.Fprintf(w, "  turns     %s (written now, by stop reason)\n", strings.Join(turns, ", "))
 	}
-	fmt.Fprintf(w, "  rejected  %d (%d malformed input lines, %d by the pipeline; see topic %q)\n",
-		r.IngestRejected+r.PipelineRejected, r.IngestRejected, r.PipelineRejected, topics.TopicRejected)
-	fmt.Fprintf(w, "  redone    %d generations dropped by the sink as duplicates (%d of them prompts already in the shards; "+
-		"the rest redone after a rebalance, crash or retry)\n", r.Duplicates, min(r.Duplicates, int64(r.AlreadyPresent)))
+	where := fmt.Sprintf("topic %q", topics.TopicRejected)
+	if r.RejectedFile != "" {
+		where = r.RejectedFile
+	}
+	fmt.Fprintf(w, "  rejected  %d (%d malformed input lines, %d by the pipeline; see %s)\n",
+		r.IngestRejected+r.PipelineRejected, r.IngestRejected, r.PipelineRejected, where)
+	for _, ex := range r.Examples {
+		fmt.Fprintf(w, "    e.g.    %s line %d: %s\n", ex.Source.File, ex.Source.Line, ex.Reason)
+	}
+	fmt.Fprintf(w, "  reused    %d turns already in the shards, not sent to a server again\n", r.InShards)
+	fmt.Fprintf(w, "  redone    %d generations dropped by the sink as duplicates (work done twice after a rebalance, crash or retry)\n",
+		r.Duplicates)
 	fmt.Fprintf(w, "  elapsed   %s\n", r.Elapsed.Round(time.Millisecond))
 	if r.Lost > 0 {
 		fmt.Fprintf(w, "  LOST      %d prompts never reached the shards, e.g. %v\n", r.Lost, r.Missing)
@@ -279,6 +290,7 @@ func (t *tracker) account(res *runResult) error {
 func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
 	start := time.Now()
 	redoneBefore := sink.RedoneGenerations()
+	inShardsBefore := sink.InShardsTurns()
 	turnsBefore := sink.TurnOutcomes()
 	log := rc.Logger
 	if log == nil {
@@ -383,21 +395,51 @@ func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
 	tk := rc.Tokenize
 	tk.Kafka, tk.Logger, tk.Model = kc, log, model
 	startStage("tokenize", func(ctx context.Context) error { return tokenize.Run(ctx, tk) })
+	sk := rc.Sink
+	sk.Kafka, sk.Logger = kc, log
+	if sk.ModelPath == "" { // where vocab finds the model later
+		sk.ModelPath = sink.BundledModelPath
+		if rc.Tokenize.ModelDir != "" {
+			sk.ModelPath, _ = filepath.Abs(rc.Tokenize.ModelDir)
+		} else if rc.Tokenize.Model != nil {
+			sk.ModelPath = ""
+		}
+	}
+	// A row is done once durable: in the sink's journal (it reaches a shard at the latest at the sink's final
+	// flush, or when the next start recovers the journal) or in a shard.
+	sk.OnDurable = func(ids []string) { tr.mark(idWritten, ids...) }
+	sk.OnJournaled = sk.OnDurable
+	sk.OnDuplicate = func(id string) { tr.mark(idPresent, id) }
+	seeded := make(chan struct{})
+	sk.OnSeeded = func() { close(seeded) }
+	startStage("sink", func(ctx context.Context) error { return sink.Run(ctx, sk) })
+	// This run's dead letters, read by a group of this run alone: written beside the shards, and the stages'
+	// after ingest accounted for.
+	rejs, err := newRejectionLog(rc.Sink.Dir)
+	if err != nil {
+		return nil, err
+	}
+	// Generate starts once the sink has said what its shards hold (an existing --out), so that it sends none
+	// of those turns to a server again.
+	select {
+	case <-seeded:
+	case err := <-errc:
+		return nil, err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for the sink to start: %w", ctx.Err())
+	}
 	gen := rc.Generate
 	gen.Kafka, gen.Logger = kc, log
 	startStage("generate", func(ctx context.Context) error { return generate.Run(ctx, gen) })
-	sk := rc.Sink
-	sk.Kafka, sk.Logger = kc, log
-	sk.OnDurable = func(ids []string) { tr.mark(idWritten, ids...) }
-	sk.OnDuplicate = func(id string) { tr.mark(idPresent, id) }
-	startStage("sink", func(ctx context.Context) error { return sink.Run(ctx, sk) })
-	// Dead letters from the stages after ingest, read by a group of this run alone.
 	startStage("rejected", func(ctx context.Context) error {
 		c := kc.NewConsumer(topics.TopicRejected, kafka.ConsumerConfig{Group: rejectedGroup})
 		return c.Run(ctx, func(d *kafka.Delivery) {
 			var r topics.Rejection
-			if topics.Unmarshal(d.Message.Value, &r) == nil && r.Stage != "ingest" && r.ID != "" {
-				tr.mark(idRejected, r.ID)
+			if topics.Unmarshal(d.Message.Value, &r) == nil {
+				rejs.add(&r)
+				if r.Stage != "ingest" && r.ID != "" {
+					tr.mark(idRejected, r.ID)
+				}
 			}
 			d.Done()
 		})
@@ -414,12 +456,9 @@ func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
 	expected := done + missing
 	log.Info("ingest finished", "prompts", expected, "rejected_lines", ires.Rejected)
 
-	var bar *progressbar.ProgressBar
-	if rc.Progress != nil {
-		bar = progressbar.NewOptions(expected, progressbar.OptionSetWriter(rc.Progress),
-			progressbar.OptionSetDescription("prompts"), progressbar.OptionShowCount(), progressbar.OptionShowIts(),
-			progressbar.OptionSetItsString("prompts"), progressbar.OptionSetPredictTime(true),
-			progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionClearOnFinish())
+	var bar *progress.Bar
+	if rc.Progress != nil && expected > 0 {
+		bar = progress.New(rc.Progress, "prompts", int64(expected), progress.Options{Unit: "prompts"})
 	}
 	var runErr error
 	ticker := time.NewTicker(time.Second)
@@ -428,7 +467,7 @@ wait:
 	for {
 		done, missing, err := tr.status()
 		if bar != nil {
-			bar.Set(done)
+			bar.Set(int64(done))
 		}
 		if err != nil {
 			runErr = fmt.Errorf("account for the prompts: %w", err)
@@ -449,7 +488,11 @@ wait:
 		}
 	}
 	if bar != nil {
-		bar.Finish()
+		bar.Clear() // the summary follows
+	}
+	// Ingest's rejections are acknowledged; wait (briefly) until they are read too, so the file holds them all.
+	for deadline := time.Now().Add(30 * time.Second); rejs.read(ingest.Stage) < ires.Rejected && time.Now().Before(deadline) && ctx.Err() == nil; {
+		time.Sleep(20 * time.Millisecond)
 	}
 	stopStages()
 	wg.Wait()
@@ -470,13 +513,23 @@ wait:
 	if err := tr.account(res); err != nil && runErr == nil {
 		runErr = fmt.Errorf("account for the prompts: %w", err)
 	}
-	if sum, err := sink.Inspect(rc.Sink.Dir, io.Discard); err == nil {
+	var rerr error
+	if res.RejectedFile, res.Examples, rerr = rejs.close(); rerr != nil && runErr == nil {
+		runErr = rerr
+	}
+	if runs, _ := sink.RunDirs(rc.Sink.Dir); len(runs) == 0 && res.Written == 0 {
+		// Nothing was written, now or before: no shards to inspect.
+	} else if sum, err := sink.Inspect(rc.Sink.Dir, io.Discard); err == nil {
 		res.Tokens, res.Shards, res.Rows = sum.Tokens, sum.Shards, sum.Rows
 	} else if runErr == nil {
 		runErr = fmt.Errorf("inspect %s: %w", rc.Sink.Dir, err)
 	}
+	if runErr == nil && expected == 0 && ires.Rejected > 0 {
+		runErr = fmt.Errorf("every input line was rejected (%d): nothing to generate; the reasons are in %s", ires.Rejected, res.RejectedFile)
+	}
 	res.Elapsed = time.Since(start)
 	res.Duplicates = sink.RedoneGenerations() - redoneBefore
+	res.InShards = sink.InShardsTurns() - inShardsBefore
 	res.Turns = map[string]int64{}
 	for reason, n := range sink.TurnOutcomes() {
 		res.Turns[reason] = n - turnsBefore[reason]

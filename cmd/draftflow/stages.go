@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/draftflow/draftflow/internal/progress"
 	"github.com/draftflow/draftflow/kafka"
 
 	"github.com/draftflow/draftflow/sink"
@@ -176,9 +177,15 @@ func registerSinkFlags(fs *flag.FlagSet, cfg *sink.Config) {
 	fs.StringVar(&cfg.Dir, "out", cfg.Dir, "output directory for shards (one subdirectory per run)")
 	fs.IntVar(&cfg.RotateRows, "shard-rows", cfg.RotateRows, "rotate a shard after this many rows (0: sink default)")
 	fs.Int64Var(&cfg.RotateBytes, "shard-bytes", cfg.RotateBytes, "rotate a shard after about this many bytes (0: sink default)")
-	fs.DurationVar(&cfg.RotateInterval, "shard-interval", cfg.RotateInterval, "rotate a shard after this long (0: sink default)")
+	fs.DurationVar(&cfg.RotateInterval, "shard-interval", cfg.RotateInterval, "also rotate a shard once its oldest row is this old (0: never; rows wait in the journal, durable)")
+	fs.DurationVar(&cfg.IdleFlush, "idle-flush", cfg.IdleFlush, "write every buffered row into shards once no record arrived for this long (0: 1m; negative: never)")
+	fs.DurationVar(&cfg.JournalSync, "journal-sync", cfg.JournalSync, "fsync the journal of buffered rows this often: what a machine crash can lose (0: 1s)")
 	fs.IntVar(&cfg.ZstdLevel, "zstd-level", cfg.ZstdLevel, "zstd level of the shards: 1, 3, 7 or 11 (0: zstd's default, 3; higher writes fewer bytes, slower)")
 	fs.StringVar(&cfg.Group, "group", cfg.Group, "consumer group (default draftflow-sink)")
 }
 
-func stderr() io.Writer { return os.Stderr }
+// console is the process's stderr, shared by log lines and progress lines.
+var console = progress.NewConsole(os.Stderr)
+
+// stderr is where logs and progress lines go.
+func stderr() io.Writer { return console }

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
@@ -51,9 +52,14 @@ func cmdEncode(ctx context.Context, args []string) error {
 	kwargs := fs.String("template-kwargs", "", `extra chat-template variables as a JSON object, e.g. '{"enable_thinking": false}'`)
 	text := fs.Bool("text", false, `encode each line's "text" field without a chat template`)
 	ctxLen := fs.Int("context-length", 0,
-		"the model's context window in tokens, for the too-long check (default: from the model directory; required when it gives none)")
+		"the model's context window in tokens, for the too-long check (default: from the model directory; without one, no check)")
+	turns := fs.String("turns", ingest.TurnsAll, "which turn of each conversation to encode: all (the prompt of its first assistant turn, "+
+		"what `run` sends first; later turns depend on the replies) or last (every message up to the last user message)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *turns != ingest.TurnsAll && *turns != ingest.TurnsLast {
+		return fmt.Errorf("--turns %q: want %s or %s", *turns, ingest.TurnsAll, ingest.TurnsLast)
 	}
 	var kw map[string]any
 	if *kwargs != "" {
@@ -68,18 +74,21 @@ func cmdEncode(ctx context.Context, args []string) error {
 	}
 	window := 0
 	if !*text {
-		// Conversations get the stage's too-long check; raw text (--text) has no sampling to check.
+		// Conversations get the stage's too-long check where the window is known; raw text (--text) has no
+		// sampling to check, and the ids need no window.
 		if window, err = m.ContextWindow(*ctxLen); err != nil {
-			return err
+			slog.Warn("no context length: the ids are printed without the too-long check (pass --context-length for it)", "model", m.Dir)
+			window = 0
 		}
 	}
-	return encodeStream(os.Stdin, os.Stdout, m, kw, *text, window)
+	return encodeStream(os.Stdin, os.Stdout, m, kw, *text, window, *turns)
 }
 
 // encodeStream is `draftflow encode`: one output line per input line, or an error naming the line.
 // A conversation that the tokenize stage would dead-letter as too long for a context window of
-// ctxLen tokens (0: no check) is such an error.
-func encodeStream(r io.Reader, w io.Writer, m *tokenize.Model, kwargs map[string]any, textMode bool, ctxLen int) error {
+// ctxLen tokens (0: no check) is such an error. turns is ingest.TurnsAll (the prompt of the conversation's
+// first assistant turn, as run sends it first) or ingest.TurnsLast.
+func encodeStream(r io.Reader, w io.Writer, m *tokenize.Model, kwargs map[string]any, textMode bool, ctxLen int, turns string) error {
 	in := bufio.NewReader(r)
 	out := bufio.NewWriter(w)
 	defer out.Flush()
@@ -105,7 +114,10 @@ func encodeStream(r io.Reader, w io.Writer, m *tokenize.Model, kwargs map[string
 				}
 				ids = m.Tokenizer.Encode(*row.Text)
 			} else {
-				p, err := ingest.Parse("stdin", line, data, "stdin")
+				p, err := ingest.ParseAll("stdin", line, data, "stdin")
+				if turns == ingest.TurnsLast {
+					p = ingest.LastTurn(p)
+				}
 				if err != nil {
 					return fmt.Errorf("stdin line %d: %w", line, err)
 				}
@@ -248,6 +260,34 @@ func cmdExport(ctx context.Context, args []string) error {
 	return nil
 }
 
+// runModelDir finds the model directory a run was made with, from its manifest: the bundled sample model
+// (written to a temporary directory that cleanup removes), the path `run --model DIR` recorded, else the
+// model name itself, for a run whose writer recorded no path (a directory name given to tokenize).
+func runModelDir(m *sink.Manifest) (dir string, cleanup func(), err error) {
+	switch {
+	case m.ModelPath == sink.BundledModelPath:
+		return bundledFor(m, true)
+	case m.ModelPath != "":
+		return m.ModelPath, func() {}, nil
+	case m.Run.Model == bundledModelName:
+		// Runs written before manifests recorded the path: the bundled model, when its tokenizer matches.
+		return bundledFor(m, false)
+	}
+	return m.Run.Model, func() {}, nil
+}
+
+// bundledFor writes the bundled model for a run that names it; unless sure, its tokenizer hash must match.
+func bundledFor(m *sink.Manifest, sure bool) (string, func(), error) {
+	bm, cleanup, err := loadModelOrBundled("")
+	if err != nil {
+		return "", cleanup, err
+	}
+	if !sure && bm.Hash != m.Run.TokenizerHash {
+		return m.Run.Model, cleanup, nil
+	}
+	return bm.Dir, cleanup, nil
+}
+
 func cmdVocab(ctx context.Context, args []string) error {
 	fs := newFlagSet("vocab")
 	var runs stringList
@@ -285,7 +325,12 @@ func cmdVocab(ctx context.Context, args []string) error {
 			if err != nil {
 				return err
 			}
-			md = m.Run.Model
+			var cleanup func()
+			md, cleanup, err = runModelDir(m)
+			defer cleanup()
+			if err != nil {
+				return err
+			}
 		}
 		if tsize, err = sink.TargetVocabSize(md); err != nil {
 			return fmt.Errorf("target vocabulary size: %w (pass --model DIR or --target-vocab-size N)", err)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/draftflow/draftflow/kafka/kafkatest"
 	"github.com/draftflow/draftflow/sink"
+	"github.com/draftflow/draftflow/stages/ingest"
 	"github.com/draftflow/draftflow/stages/tokenize/tokenizer/bundled"
 	"github.com/draftflow/draftflow/topics"
 )
@@ -34,7 +35,7 @@ func TestEncodeStream(t *testing.T) {
 {"id": 7, "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "x  123"}]}
 `
 	var out bytes.Buffer
-	if err := encodeStream(strings.NewReader(in), &out, m, map[string]any{"enable_thinking": false}, false, 0); err != nil {
+	if err := encodeStream(strings.NewReader(in), &out, m, map[string]any{"enable_thinking": false}, false, 0, ingest.TurnsAll); err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
@@ -68,7 +69,7 @@ func TestEncodeStream(t *testing.T) {
 	}
 
 	out.Reset()
-	if err := encodeStream(strings.NewReader(`{"text": "plain  text 42"}`+"\n"), &out, m, nil, true, 0); err != nil {
+	if err := encodeStream(strings.NewReader(`{"text": "plain  text 42"}`+"\n"), &out, m, nil, true, 0, ingest.TurnsAll); err != nil {
 		t.Fatal(err)
 	}
 	var textRow struct {
@@ -81,14 +82,14 @@ func TestEncodeStream(t *testing.T) {
 		t.Errorf("text mode gave %v, want %v", textRow.InputIDs, want)
 	}
 
-	err = encodeStream(strings.NewReader(in+`{"messages": [{"role": "wizard", "content": "x"}]}`+"\n"), &out, m, nil, false, 0)
+	err = encodeStream(strings.NewReader(in+`{"messages": [{"role": "wizard", "content": "x"}]}`+"\n"), &out, m, nil, false, 0, ingest.TurnsAll)
 	if err == nil || !strings.Contains(err.Error(), "stdin line 5") || !strings.Contains(err.Error(), "wizard") {
 		t.Fatalf("bad line error %v does not name line 5 and the reason", err)
 	}
 }
 
-// TestEncodeContextLength: encode applies the stage's too-long check, and a model directory without a
-// usable context length needs --context-length, as the stage does.
+// TestEncodeContextLength: encode applies the stage's too-long check where the context window is known; a
+// model directory without a usable context length still encodes (the ids need none).
 func TestEncodeContextLength(t *testing.T) {
 	m, cleanup, err := loadModelOrBundled("")
 	defer cleanup()
@@ -97,7 +98,7 @@ func TestEncodeContextLength(t *testing.T) {
 	}
 	in := `{"id": "a", "messages": [{"role": "user", "content": "Hello there"}]}` + "\n"
 	var out bytes.Buffer
-	err = encodeStream(strings.NewReader(in), &out, m, nil, false, 5)
+	err = encodeStream(strings.NewReader(in), &out, m, nil, false, 5, ingest.TurnsAll)
 	if err == nil || !strings.Contains(err.Error(), "stdin line 1") || !strings.Contains(err.Error(), "does not fit") {
 		t.Fatalf("a conversation over the context window: %v", err)
 	}
@@ -117,8 +118,8 @@ func TestEncodeContextLength(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(strings.Replace(string(b), `"model_max_length": 32768`, `"model_max_length": 1e30`, 1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	err = cmdEncode(context.Background(), []string{"--model", dir})
-	if err == nil || !strings.Contains(err.Error(), "--context-length") {
+	// A tokenizer-only directory: the ids need no context window, so encode prints them without the check.
+	if err := cmdEncode(context.Background(), []string{"--model", dir}); err != nil {
 		t.Fatalf("encode of a model without a context length: %v", err)
 	}
 	if err := cmdEncode(context.Background(), []string{"--model", dir, "--text"}); err != nil {

@@ -44,7 +44,7 @@ port=$(freeport) ms=$(freeport) ma=$(freeport) mb=$(freeport) mc=$(freeport)
 # flight when the group rebalances.
 start sim "$BIN" sim --addr "127.0.0.1:$port" --time-scale 4 --output-len-mean 300 --vocab-size 3035 \
 	--eos-token-ids 3030 --special-token-start 3027 --log-level warn
-start sink "$BIN" sink --metrics-addr "127.0.0.1:$ms" --out "$OUT"
+start sink "$BIN" sink --metrics-addr "127.0.0.1:$ms" --out "$OUT" --idle-flush 2s
 start tokenize "$BIN" tokenize --model "$WORK/model" --log-level warn
 gen=(generate --sglang "http://127.0.0.1:$port" --max-new-tokens 1024 ${REBALANCE_GENERATE_FLAGS:-})
 start generate-a "$BIN" "${gen[@]}" --metrics-addr "127.0.0.1:$ma"

@@ -73,7 +73,7 @@ for i in $(seq 1 "$ENDPOINTS"); do
 		--eos-token-ids 3030 --special-token-start 3027 --seed "$i" --log-level warn
 done
 ms=$(freeport) mg=$(freeport) mt=$(freeport) mi=$(freeport)
-start sink "$ms" "$BIN" sink --pprof --metrics-addr "127.0.0.1:$ms" --out "$OUT" --log-level warn
+start sink "$ms" "$BIN" sink --pprof --metrics-addr "127.0.0.1:$ms" --out "$OUT" --idle-flush 2s --log-level warn
 start generate "$mg" "$BIN" generate --pprof --metrics-addr "127.0.0.1:$mg" "${sglang[@]}" --max-new-tokens 8 --log-level warn
 start tokenize "$mt" "$BIN" tokenize --pprof --metrics-addr "127.0.0.1:$mt" --model "$WORK/model" --log-level warn
 

@@ -37,16 +37,18 @@ const (
 
 // Defaults applied to zero Config fields.
 const (
-	DefaultGroup               = "draftflow-generate"
-	DefaultConcurrency         = 64
-	DefaultMaxNewTokens        = 4096
-	DefaultRequestTimeout      = 30 * time.Minute
-	DefaultMaxInFlight         = 4096
-	DefaultQuantile            = 0.9
-	DefaultLengthWindow        = 512
-	DefaultTargetUsage         = 0.96
-	DefaultPollInterval        = time.Second
-	DefaultHealthInterval      = 5 * time.Second
+	DefaultGroup          = "draftflow-generate"
+	DefaultConcurrency    = 64
+	DefaultMaxNewTokens   = 4096
+	DefaultRequestTimeout = 30 * time.Minute
+	DefaultMaxInFlight    = 4096
+	DefaultQuantile       = 0.9
+	DefaultLengthWindow   = 512
+	DefaultTargetUsage    = 0.96
+	DefaultPollInterval   = time.Second
+	DefaultHealthInterval = 5 * time.Second
+	// DefaultUnreachableTimeout is Config.UnreachableTimeout's default.
+	DefaultUnreachableTimeout  = 15 * time.Minute
 	DefaultHealthFailures      = 2
 	DefaultMaxServerErrors     = 8
 	DefaultMaxTimeouts         = 3
@@ -223,10 +225,21 @@ type Config struct {
 	// aborted (they are redelivered, and done again by whoever owns their partition next). The zero value
 	// aborts at once; the command line defaults to DefaultShutdownGrace.
 	ShutdownGrace time.Duration
+	// ShardsWait is how long Run waits at start, before it consumes anything, for a sink to say what its shards
+	// hold (topics.TopicShards) when none has on this namespace yet; meanwhile nothing is sent that the shards
+	// may hold. After it, every record is sent until a sink says. The zero value does not wait (Run still reads
+	// what the topic holds first); the command line defaults to DefaultShardsWait.
+	ShardsWait time.Duration
 	// HealthInterval is how often every endpoint's /health is checked (default 5 s).
 	HealthInterval time.Duration
 	// HealthFailures is how many consecutive failed checks (or connection errors) drain an endpoint (default 2).
 	HealthFailures int
+	// UnreachableTimeout is how long the stage waits, from its start, while no endpoint has answered at all
+	// (connections refused, nothing listening: a wrong --sglang, or a server not started) before it gives up
+	// with an error (default DefaultUnreachableTimeout; negative: never). An endpoint that answers anything,
+	// such as 503 while SGLang warms up, or that answered once and is restarting, is never given up on.
+	// SGLang listens only once its weights are loaded: raise it for a server started with the stage.
+	UnreachableTimeout time.Duration
 	// Budget tunes PolicyKVBudget.
 	Budget BudgetConfig
 	// HTTPClient sends requests to the servers (default: a client with pooled keep-alive connections and
@@ -281,6 +294,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxInFlight <= 0 {
 		c.MaxInFlight = DefaultMaxInFlight
+	}
+	if c.UnreachableTimeout == 0 {
+		c.UnreachableTimeout = DefaultUnreachableTimeout
 	}
 	if c.HealthInterval <= 0 {
 		c.HealthInterval = DefaultHealthInterval
@@ -386,7 +402,7 @@ func (c Config) validate() error {
 
 // RegisterFlags binds the stage's settings to flags: --sglang (repeatable), --sglang-file, --policy,
 // --sglang-api-key-file, --concurrency, --routing, --max-new-tokens, --lane (repeatable), --request-timeout, --max-timeouts, --group,
-// --max-in-flight, --shutdown-grace, --health-interval, --kv-quantile, --kv-target-usage, --kv-poll-interval,
+// --max-in-flight, --shutdown-grace, --shards-wait, --health-interval, --kv-quantile, --kv-target-usage, --kv-poll-interval,
 // --kv-safe-completions, --kv-safe-fraction, --kv-headroom-outputs. Kafka settings and the metrics endpoint
 // are the caller's.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
@@ -437,7 +453,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxInFlight, "max-in-flight", DefaultMaxInFlight, "records fetched and not yet finished")
 	fs.DurationVar(&c.RevokeTimeout, "revoke-timeout", DefaultRevokeTimeout, "on a rebalance, time running requests of partitions given up may finish before they are aborted and left to the next owner")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", DefaultShutdownGrace, "time in-flight requests may finish after SIGTERM before they are aborted and redelivered (0: abort at once; a second signal always does)")
+	fs.DurationVar(&c.ShardsWait, "shards-wait", DefaultShardsWait, "at start, how long to wait for a sink to say what its shards hold (shards topic) when none has yet, so that no turn in the shards is generated again (0: do not wait)")
 	fs.DurationVar(&c.HealthInterval, "health-interval", DefaultHealthInterval, "endpoint health check interval")
+	fs.DurationVar(&c.UnreachableTimeout, "unreachable-timeout", DefaultUnreachableTimeout, "give up when no --sglang endpoint has answered at all "+
+		"(connections refused) for this long since the start (negative: never); a server that answers, even 503 while loading, is waited for")
 	fs.Float64Var(&c.Budget.Quantile, "kv-quantile", DefaultQuantile, "quantile of learnt output lengths charged per request (kv-budget)")
 	fs.Float64Var(&c.Budget.TargetUsage, "kv-target-usage", DefaultTargetUsage, "KV token usage the budget steers to (kv-budget)")
 	fs.DurationVar(&c.Budget.PollInterval, "kv-poll-interval", DefaultPollInterval, "server load polling interval (kv-budget)")

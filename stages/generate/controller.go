@@ -187,6 +187,9 @@ type Controller struct {
 	order  []*lane
 	rr     int
 	notify chan struct{} // poked when something in the admission state changes (tests and feedback)
+	// started is when Run began; answered is set once any server answered anything (see UnreachableTimeout).
+	started  time.Time
+	answered bool
 }
 
 // NewController validates cfg and builds a Controller for cfg.Endpoints. It does no I/O; Run brings the
@@ -211,6 +214,7 @@ func NewController(cfg Config) (*Controller, error) {
 		s.eps = []*endpoint{{srv: s, rank: -1, name: u}}
 		c.srv = append(c.srv, s)
 		c.eps = append(c.eps, s.eps...)
+		c.met.endpointState(s.eps[0]) // down until probed: status shows an endpoint that never comes up
 	}
 	lanes := cfg.Lanes
 	if len(lanes) == 0 {

@@ -3,8 +3,10 @@ package generate
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -38,6 +40,9 @@ const capacityCheckPolls = 30
 func (c *Controller) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	c.mu.Lock()
+	c.started = c.now()
+	c.mu.Unlock()
 	go func() {
 		select {
 		case <-c.failed:
@@ -66,8 +71,15 @@ func (c *Controller) Run(ctx context.Context) error {
 // with fresh budgets. It returns false when ctx ended first or the server refused the API key.
 func (c *Controller) probe(ctx context.Context, s *server) bool {
 	wait := c.cfg.RetryInitial
-	for logged := false; ; {
+	since := c.now()
+	var logged time.Time
+	for {
 		info, err := c.readCapacity(ctx, s)
+		if err == nil || answered(err) {
+			c.mu.Lock()
+			c.answered = true
+			c.mu.Unlock()
+		}
 		if err == nil {
 			c.bringUp(s, info)
 			c.log.Info("endpoint ready", "endpoint", s.url, "max_total_num_tokens", info.MaxTotalTokens,
@@ -80,9 +92,19 @@ func (c *Controller) probe(ctx context.Context, s *server) bool {
 			c.fail(err)
 			return false
 		}
-		if !logged {
+		// The warning repeats while the endpoint stays down, so a wrong --sglang does not pass for a slow start.
+		now := c.now()
+		switch {
+		case logged.IsZero():
 			c.log.Warn("endpoint not ready; will keep trying", "endpoint", s.url, "err", err)
-			logged = true
+			logged = now
+		case now.Sub(logged) >= unreadyWarnEvery:
+			c.log.Warn("endpoint still not ready; will keep trying", "endpoint", s.url, "for", now.Sub(since).Round(time.Second), "err", err)
+			logged = now
+		}
+		if err := c.unreachable(now, err); err != nil {
+			c.fail(err)
+			return false
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -93,6 +115,35 @@ func (c *Controller) probe(ctx context.Context, s *server) bool {
 		}
 		wait = min(2*wait, c.cfg.HealthInterval)
 	}
+}
+
+// unreadyWarnEvery is how often the warning about an endpoint that is not ready repeats.
+const unreadyWarnEvery = time.Minute
+
+// answered reports whether err came with an answer from the server (an HTTP status, an unusable body): it
+// is running, if not ready. Anything else (refused, unreachable, timed out) is no answer.
+func answered(err error) bool {
+	var se *StatusError
+	var ie *InvalidResponseError
+	var ae *AuthError
+	return errors.As(err, &se) || errors.As(err, &ie) || errors.As(err, &ae)
+}
+
+// unreachable returns the error that ends the stage when no endpoint has answered anything since the start,
+// UnreachableTimeout ago; last is the latest failure.
+func (c *Controller) unreachable(now time.Time, last error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.answered || c.cfg.UnreachableTimeout < 0 || now.Sub(c.started) < c.cfg.UnreachableTimeout {
+		return nil
+	}
+	urls := make([]string, len(c.srv))
+	for i, s := range c.srv {
+		urls[i] = s.url
+	}
+	return fmt.Errorf("no SGLang endpoint answered in %s (%s; last error: %v): check --sglang and that the server is "+
+		"running; --unreachable-timeout waits longer (a server that answers, even 503 while it loads, is waited for)",
+		c.cfg.UnreachableTimeout, strings.Join(urls, ", "), last)
 }
 
 // bringUp admits to s with fresh budgets for the capacity just read. Under kv-budget a server with several

@@ -25,6 +25,7 @@ type stage struct {
 	ctl     *Controller
 	gen     *kafka.Producer
 	dead    *kafka.DeadLetters
+	shards  *shardsView     // what the sink's shards hold: turns not to send again
 	work    context.Context // cancelled ShutdownGrace after shutdown begins: in-flight requests are abandoned
 	workers sync.WaitGroup
 }
@@ -45,6 +46,9 @@ func Run(ctx context.Context, cfg Config) error {
 		return errors.New("generate: no Kafka brokers")
 	}
 	if err := cfg.Kafka.EnsureTopics(ctx, topics.TopicTokenized, topics.TopicGenerated, topics.TopicRejected); err != nil {
+		return err
+	}
+	if err := cfg.Kafka.EnsureCompactedTopic(ctx, topics.TopicShards); err != nil {
 		return err
 	}
 
@@ -87,13 +91,18 @@ func Run(ctx context.Context, cfg Config) error {
 	}()
 
 	s := &stage{
-		cfg:  cfg,
-		log:  cfg.Logger.With("stage", "generate"),
-		ctl:  ctl,
-		gen:  cfg.Kafka.NewProducer(topics.TopicGenerated, kafka.ProducerConfig{}),
-		dead: cfg.Kafka.NewDeadLetters("generate"),
-		work: work,
+		cfg:    cfg,
+		log:    cfg.Logger.With("stage", "generate"),
+		ctl:    ctl,
+		gen:    cfg.Kafka.NewProducer(topics.TopicGenerated, kafka.ProducerConfig{}),
+		dead:   cfg.Kafka.NewDeadLetters("generate"),
+		shards: newShardsView(cfg.Logger.With("stage", "generate")),
+		work:   work,
 	}
+	followCtx, stopFollow := context.WithCancel(context.WithoutCancel(ctx))
+	followDone := make(chan struct{})
+	go func() { defer close(followDone); s.shards.follow(followCtx, cfg.Kafka) }()
+	defer func() { stopFollow(); <-followDone }()
 	ctlCtx, stopCtl := context.WithCancel(context.WithoutCancel(ctx))
 	ctlDone := make(chan struct{})
 	go func() { defer close(ctlDone); _ = ctl.Run(ctlCtx) }()
@@ -113,6 +122,8 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		return nil
 	})
+	// Nothing is fetched before the stage knows what the shards hold.
+	s.shards.wait(ctx, cfg.ShardsWait)
 	s.log.Info("generate stage started", "endpoints", cfg.Endpoints, "policy", cfg.Policy, "group", cfg.Group,
 		"max_in_flight", cfg.MaxInFlight)
 	runErr := cons.Run(ctx, s.handle)
@@ -164,6 +175,14 @@ func (s *stage) handle(d *kafka.Delivery) {
 		d.Done()
 		return
 	}
+	if epoch, ok := s.shards.holds(topics.RunFingerprint(t.Model, t.TokenizerHash, sampling), t.ID, t.Turn); ok {
+		// Already in the sink's shards: no request. The sink gets a record that says so, with the thread, and
+		// sends the conversation's next turn from the reply its shards recorded where that is needed.
+		s.log.Debug("turn already in the shards, not generated again", "id", t.ID, "turn", t.Turn, "at", d.Where())
+		s.emit(d, &topics.Generation{ID: t.ID, Dataset: t.Dataset, Turn: t.Turn, Sampling: sampling, Source: t.Source,
+			Model: t.Model, TokenizerHash: t.TokenizerHash, Thread: t.Thread, InShards: epoch}, "in_shards")
+		return
+	}
 	req := &Request{
 		RID:      RequestID(t.ID, t.Turn),
 		Key:      LengthKey{Dataset: t.Dataset, Lane: lane.Name},
@@ -206,7 +225,7 @@ func (s *stage) handle(d *kafka.Delivery) {
 				}
 			}
 			s.ctl.met.cachedTokens.Add(float64(g.Meta.CachedTokens))
-			s.emit(d, g)
+			s.emit(d, g, "generated")
 		case errors.As(err, &rej):
 			s.log.Info("request rejected", "id", t.ID, "dataset", t.Dataset, "reason", rej.Reason, "at", d.Where())
 			s.reject(d, &topics.Rejection{ID: t.ID, Dataset: t.Dataset, Source: t.Source, Class: "server_rejected", Reason: rej.Reason})
@@ -246,14 +265,14 @@ func generation(t *topics.Tokenized, sampling topics.Sampling, res *Result) *top
 	return g
 }
 
-// emit writes a Generation and marks d Done once it is acknowledged. A write that fails is retried while the
+// emit writes a Generation and marks d Done once it is acknowledged, counting it in records under result. A write that fails is retried while the
 // stage works (Producer.SendRetrying); at shutdown d stays unfinished and is redelivered. A generation over
 // the message limit can never be written: it is dead-lettered instead of stalling the partition.
-func (s *stage) emit(d *kafka.Delivery, g *topics.Generation) {
+func (s *stage) emit(d *kafka.Delivery, g *topics.Generation, result string) {
 	s.gen.SendRetrying(s.work, g.ID, g, func(err error) {
 		switch {
 		case err == nil:
-			s.ctl.met.records.WithLabelValues("generated").Inc()
+			s.ctl.met.records.WithLabelValues(result).Inc()
 			d.Done()
 		case kafka.IsRecordTooLarge(err):
 			s.log.Warn("generation too large for the topic", "id", g.ID, "at", d.Where(), "err", err)

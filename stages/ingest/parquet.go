@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -26,7 +27,7 @@ import (
 const parquetBatchRows = 256
 
 // parquetColumns are the top-level columns ingest reads; any others are never decoded.
-var parquetColumns = []string{"id", "messages", "conversations", "tools"}
+var parquetColumns = RowKeys
 
 // readParquet streams the rows of a Parquet file. Each row's id, messages/conversations and tools columns
 // are turned into the JSON object a JSONL line would hold and go through Parse, so both formats share one
@@ -66,20 +67,24 @@ func readParquet(ctx context.Context, path string, f *os.File, opt readOptions, 
 		return fileErr(path, 1, ReasonCorruptFile, "unreadable Parquet schema: %v", err)
 	}
 	var leaves []int
-	var names []string
+	var names, unknown []string
 	hasConv := false
 	for i := range fr.Manifest.Fields {
 		name := fr.Manifest.Fields[i].Field.Name
 		names = append(names, name)
-		for _, want := range parquetColumns {
-			if name == want {
-				leaves = appendLeaves(leaves, &fr.Manifest.Fields[i])
-				hasConv = hasConv || name == "messages" || name == "conversations"
-			}
+		if !slices.Contains(parquetColumns, name) {
+			unknown = append(unknown, name)
+			continue
 		}
+		leaves = appendLeaves(leaves, &fr.Manifest.Fields[i])
+		hasConv = hasConv || name == "messages" || name == "conversations"
 	}
 	if !hasConv {
 		return fileErr(path, 1, ReasonWrongSchema, "no \"messages\" or \"conversations\" column (columns: %s)", strings.Join(names, ", "))
+	}
+	if len(unknown) > 0 && opt.unknownKeys != nil {
+		slices.Sort(unknown)
+		opt.unknownKeys(opt.dataset, unknown, topics.Source{File: path, Line: 1})
 	}
 	if err := checkPages(pf, leaves); err != nil {
 		return fileErr(path, 1, ReasonCorruptFile, "corrupt Parquet page: %v", err)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -29,7 +30,10 @@ const (
 	ReasonUnsupportedContent Reason = "unsupported_content"
 	ReasonBadField           Reason = "bad_field"
 	ReasonDuplicateID        Reason = "duplicate_id"
-	ReasonTooLarge           Reason = "record_too_large"
+	// ReasonNoText: a message with none of the keys that hold its text ("content", ShareGPT's "value"), such
+	// as a misspelt "valeu", and no tool calls; the reason names the keys it has.
+	ReasonNoText   Reason = "no_text"
+	ReasonTooLarge Reason = "record_too_large"
 	// ReasonCorruptFile: the rest of an input file cannot be read (a corrupt compressed stream or Parquet
 	// file); it is rejected from the line or row where reading stopped.
 	ReasonCorruptFile Reason = "corrupt_file"
@@ -91,10 +95,47 @@ const HashIDPrefix = "h-"
 // wireRow is one input row before validation. Every field stays raw so that type errors can be reported
 // with the field's name.
 type wireRow struct {
-	ID            json.RawMessage `json:"id"`
-	Messages      json.RawMessage `json:"messages"`
-	Conversations json.RawMessage `json:"conversations"`
-	Tools         json.RawMessage `json:"tools"`
+	ID            json.RawMessage
+	Messages      json.RawMessage
+	Conversations json.RawMessage
+	Tools         json.RawMessage
+	// Functions is the row's "functions" (OpenAI's legacy name for tools, BFCL's rows) or "function": bare
+	// function schemas, read as tools when the row has no "tools".
+	Functions, FunctionsKey json.RawMessage
+	// Unknown are the row's other keys, sorted (nil when none): not read, reported once per dataset.
+	Unknown []string
+}
+
+// RowKeys are the row-level keys a row is read from; others are reported (Run logs them once per dataset)
+// and ignored.
+var RowKeys = []string{"id", "messages", "conversations", "tools", "functions", "function"}
+
+// decodeRow decodes a JSON object into a wireRow.
+func decodeRow(data []byte, row *wireRow) error {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(data, &m); err != nil {
+		return err
+	}
+	for k, v := range m {
+		switch k {
+		case "id":
+			row.ID = v
+		case "messages":
+			row.Messages = v
+		case "conversations":
+			row.Conversations = v
+		case "tools":
+			row.Tools = v
+		case "functions", "function":
+			if isNull(row.Functions) || k == "functions" {
+				row.Functions, row.FunctionsKey = v, json.RawMessage(k)
+			}
+		default:
+			row.Unknown = append(row.Unknown, k)
+		}
+	}
+	slices.Sort(row.Unknown)
+	return nil
 }
 
 type wireMessage struct {
@@ -147,6 +188,18 @@ func Parse(file string, line int64, data []byte, dataset string) (topics.Prompt,
 // assistant message after its first user message is a single prompt up to its last user message, as for
 // Parse.
 func ParseAll(file string, line int64, data []byte, dataset string) (topics.Prompt, error) {
+	p, _, err := parseRow(file, line, data, dataset)
+	return p, err
+}
+
+// parseRow is ParseAll, also returning the row's keys it does not read (sorted; nil when none).
+func parseRow(file string, line int64, data []byte, dataset string) (topics.Prompt, []string, error) {
+	var row wireRow
+	p, err := parseWire(file, line, data, dataset, &row)
+	return p, row.Unknown, err
+}
+
+func parseWire(file string, line int64, data []byte, dataset string, row *wireRow) (topics.Prompt, error) {
 	src := topics.Source{File: file, Line: line}
 	if !utf8.Valid(data) {
 		return topics.Prompt{}, lineErr(ReasonInvalidUTF8, "invalid UTF-8 at byte %d", invalidUTF8Offset(data))
@@ -155,8 +208,7 @@ func ParseAll(file string, line int64, data []byte, dataset string) (topics.Prom
 	if len(trimmed) == 0 {
 		return topics.Prompt{}, lineErr(ReasonInvalidJSON, "invalid JSON: empty line")
 	}
-	var row wireRow
-	if err := json.Unmarshal(trimmed, &row); err != nil || trimmed[0] != '{' {
+	if err := decodeRow(trimmed, row); err != nil || trimmed[0] != '{' {
 		var se *json.SyntaxError
 		if errors.As(err, &se) {
 			return topics.Prompt{}, lineErr(ReasonInvalidJSON, "invalid JSON at byte %d: %v", se.Offset, se)
@@ -174,7 +226,8 @@ func ParseAll(file string, line int64, data []byte, dataset string) (topics.Prom
 		field, rawMsgs = "conversations", row.Conversations
 	}
 	if isNull(rawMsgs) {
-		return topics.Prompt{}, lineErr(ReasonEmptyConversation, "empty conversation: no \"messages\" or \"conversations\" field")
+		return topics.Prompt{}, lineErr(ReasonEmptyConversation, "empty conversation: no \"messages\" or \"conversations\" field (the row's keys: %s)",
+			quotedKeys(trimmed))
 	}
 	rawMsgs, err := unwrapJSONString(rawMsgs, field)
 	if err != nil {
@@ -210,6 +263,14 @@ func ParseAll(file string, line int64, data []byte, dataset string) (topics.Prom
 	tools, err := parseTools(row.Tools)
 	if err != nil {
 		return topics.Prompt{}, err
+	}
+	if !isNull(row.Functions) {
+		if tools != nil {
+			return topics.Prompt{}, lineErr(ReasonBadField, "the row has both \"tools\" and %q; give the tools once", row.FunctionsKey)
+		}
+		if tools, err = parseFunctions(row.Functions, string(row.FunctionsKey)); err != nil {
+			return topics.Prompt{}, err
+		}
 	}
 	id, err := parseID(row.ID)
 	if err != nil {
@@ -291,6 +352,12 @@ func parseMessage(where string, raw json.RawMessage) (topics.Message, error) {
 		return topics.Message{}, lineErr(ReasonUnknownRole, "unknown role %q in %s (want system, user, assistant or tool, or a ShareGPT from value)", given, where)
 	}
 
+	if len(w.Content) == 0 && len(w.Value) == 0 && isNull(w.ToolCalls) && isNull(w.ReasoningContent) {
+		// No key holds the message's text (a null content is a key present): a misspelt key would otherwise
+		// become an empty message and be generated from.
+		return topics.Message{}, lineErr(ReasonNoText, "%s has no text: its keys are %s; the text is under \"content\" "+
+			"(or ShareGPT's \"value\"), or an assistant message has \"tool_calls\"", where, quotedKeys(raw))
+	}
 	contentField, rawContent := "content", w.Content
 	if isNull(rawContent) && !isNull(w.Value) {
 		contentField, rawContent = "value", w.Value
@@ -446,6 +513,82 @@ func parseTools(raw json.RawMessage) (json.RawMessage, error) {
 		}
 	}
 	return compact(raw), nil
+}
+
+// parseFunctions reads a row's legacy "functions" (or BFCL's "function"): a list of bare function schemas
+// ({"name", "description", "parameters"}), each of which becomes the tool {"type": "function", "function": it};
+// an item already shaped as a tool is kept as it is.
+func parseFunctions(raw json.RawMessage, key string) (json.RawMessage, error) {
+	raw, err := unwrapJSONString(raw, key)
+	if err != nil {
+		return nil, err
+	}
+	if raw[0] == '{' { // a single function
+		raw = append(append([]byte{'['}, raw...), ']')
+	}
+	if raw[0] != '[' {
+		return nil, lineErr(ReasonBadField, "%q is a %s, want a list of function schemas", key, jsonKind(raw))
+	}
+	var fns []json.RawMessage
+	if err := json.Unmarshal(raw, &fns); err != nil {
+		return nil, lineErr(ReasonBadField, "%q: %v", key, err)
+	}
+	if len(fns) == 0 {
+		return nil, nil
+	}
+	var out bytes.Buffer
+	out.WriteByte('[')
+	for j, f := range fns {
+		if f[0] != '{' {
+			return nil, lineErr(ReasonBadField, "%s[%d] is a %s, want a function schema object", key, j, jsonKind(f))
+		}
+		var shape struct {
+			Name     json.RawMessage `json:"name"`
+			Function json.RawMessage `json:"function"`
+		}
+		if err := json.Unmarshal(f, &shape); err != nil {
+			return nil, lineErr(ReasonBadField, "%s[%d]: %v", key, j, err)
+		}
+		if j > 0 {
+			out.WriteByte(',')
+		}
+		switch {
+		case !isNull(shape.Function): // already a tool
+			out.Write(f)
+		case !isNull(shape.Name):
+			out.WriteString(`{"type":"function","function":`)
+			out.Write(f)
+			out.WriteByte('}')
+		default:
+			return nil, lineErr(ReasonBadField, "%s[%d] has no \"name\", want a function schema", key, j)
+		}
+	}
+	out.WriteByte(']')
+	return compact(out.Bytes()), nil
+}
+
+// quotedKeys lists the keys of a JSON object, quoted, in their order in the object ("none" when it has none).
+func quotedKeys(obj []byte) string {
+	dec := json.NewDecoder(bytes.NewReader(obj))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return "none"
+	}
+	var keys []string
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			break
+		}
+		keys = append(keys, strconv.Quote(fmt.Sprint(t)))
+		var skip json.RawMessage
+		if dec.Decode(&skip) != nil {
+			break
+		}
+	}
+	if len(keys) == 0 {
+		return "none"
+	}
+	return strings.Join(keys, ", ")
 }
 
 // shareGPTCalls converts a ShareGPT function_call value ({"name", "arguments"} or a list of them) into

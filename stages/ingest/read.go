@@ -27,8 +27,8 @@ const DefaultMaxLineBytes = 32 << 20
 // the call. Returning an error stops reading; ReadFile returns it.
 type RecordFunc func(p topics.Prompt, err error, src topics.Source, raw []byte) error
 
-// ReadFile streams the conversations of one input file: JSONL (optionally .gz or .zst compressed) or
-// Parquet (by extension, or by its PAR1 magic). The dataset of every prompt is DatasetName(path). Line-level
+// ReadFile streams the conversations of one input file: JSONL or one JSON array of rows (optionally .gz or
+// .zst compressed), or Parquet (by extension, or by its PAR1 magic). The dataset of every prompt is DatasetName(path). Line-level
 // problems reach fn as errors; ReadFile itself fails only when the file cannot be read.
 func ReadFile(path string, fn func(p topics.Prompt, err error, src topics.Source, raw []byte) error) error {
 	return readFile(context.Background(), path, readOptions{}, fn)
@@ -39,6 +39,8 @@ type readOptions struct {
 	dataset      string        // overrides DatasetName(path)
 	maxLineBytes int           // default DefaultMaxLineBytes
 	progress     func(n int64) // called with the number of file bytes consumed since the last call
+	// unknownKeys, when set, is called with the keys of a row that are not read (RowKeys), sorted.
+	unknownKeys func(dataset string, keys []string, src topics.Source)
 }
 
 func readFile(ctx context.Context, path string, opt readOptions, fn RecordFunc) error {
@@ -73,7 +75,11 @@ func readFile(ctx context.Context, path string, opt readOptions, fn RecordFunc) 
 		defer zr.Close()
 		r = zr
 	}
-	return readJSONL(ctx, path, r, opt, fn)
+	br := bufio.NewReaderSize(r, 1<<20)
+	if startsWithArray(br) {
+		return readJSONArray(ctx, path, br, opt, fn)
+	}
+	return readJSONL(ctx, path, br, opt, fn)
 }
 
 func readJSONL(ctx context.Context, path string, r io.Reader, opt readOptions, fn RecordFunc) error {
@@ -103,7 +109,10 @@ func readJSONL(ctx context.Context, path string, r io.Reader, opt readOptions, f
 		if len(bytes.Trim(line, " \t\r")) == 0 {
 			continue // blank lines separate nothing in JSONL; skip them silently
 		}
-		p, perr := ParseAll(path, lineNo, line, opt.dataset)
+		p, unknown, perr := parseRow(path, lineNo, line, opt.dataset)
+		if len(unknown) > 0 && opt.unknownKeys != nil {
+			opt.unknownKeys(opt.dataset, unknown, src)
+		}
 		if err := fn(p, perr, src, line); err != nil {
 			return err
 		}
@@ -224,7 +233,7 @@ func ExpandInputs(inputs []string) ([]string, error) {
 				continue
 			}
 			name := strings.ToLower(e.Name())
-			for _, suf := range []string{".jsonl", ".ndjson", ".jsonl.gz", ".jsonl.zst", ".jsonl.zstd", ".parquet", ".pq"} {
+			for _, suf := range []string{".jsonl", ".ndjson", ".jsonl.gz", ".jsonl.zst", ".jsonl.zstd", ".json", ".json.gz", ".json.zst", ".parquet", ".pq"} {
 				if strings.HasSuffix(name, suf) {
 					out = append(out, filepath.Join(in, e.Name()))
 					break
@@ -232,7 +241,7 @@ func ExpandInputs(inputs []string) ([]string, error) {
 			}
 		}
 		if len(out) == n {
-			return nil, fmt.Errorf("ingest: input directory %s holds no .jsonl or .parquet files", in)
+			return nil, fmt.Errorf("ingest: input directory %s holds no .jsonl, .json or .parquet files", in)
 		}
 	}
 	return out, nil

@@ -8,13 +8,15 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/schollz/progressbar/v3"
 
 	"github.com/draftflow/draftflow/internal/idset"
+	"github.com/draftflow/draftflow/internal/progress"
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/metrics"
 	"github.com/draftflow/draftflow/topics"
@@ -43,7 +45,8 @@ type Config struct {
 	Turns string
 	// Logger receives the stage's logs (default slog.Default()).
 	Logger *slog.Logger
-	// Progress, when set, receives a progress bar (rate and ETA by input bytes read); nil means none.
+	// Progress, when set, receives a progress line (rate and ETA by input bytes read; see internal/progress:
+	// a *progress.Console draws it in place on a terminal); nil means none.
 	Progress io.Writer
 	// MaxLineBytes is the longest accepted JSONL line (default DefaultMaxLineBytes).
 	MaxLineBytes int
@@ -69,6 +72,9 @@ type Result struct {
 	Datasets map[string]int
 	// Reasons counts acknowledged rejections per reason.
 	Reasons map[Reason]int
+	// IgnoredKeys lists, per dataset, the row keys (Parquet columns) its rows have and ingest does not read
+	// (see RowKeys), sorted; each was logged once, with the first line that has it.
+	IgnoredKeys map[string][]string
 }
 
 // ingestMetrics are ingest's series, registered on Config.Registerer.
@@ -168,28 +174,20 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		onPrompt: cfg.OnPrompt,
 		datasets: map[string]int{},
 		reasons:  map[Reason]int{},
+		ignored:  map[string][]string{},
 	}
-	var bar *progressbar.ProgressBar
-	progress := func(n int64) { r.met.bytesRead.Add(float64(n)) }
+	var bar *progress.Bar
+	readBytes := func(n int64) { r.met.bytesRead.Add(float64(n)) }
 	if cfg.Progress != nil {
-		bar = progressbar.NewOptions64(total,
-			progressbar.OptionSetWriter(cfg.Progress),
-			progressbar.OptionSetDescription("ingest"),
-			progressbar.OptionShowBytes(true),
-			progressbar.OptionSetPredictTime(true),
-			progressbar.OptionSetElapsedTime(true),
-			progressbar.OptionSetWidth(30),
-			progressbar.OptionThrottle(200*time.Millisecond),
-			progressbar.OptionOnCompletion(func() { fmt.Fprintln(cfg.Progress) }),
-		)
-		progress = func(n int64) { r.met.bytesRead.Add(float64(n)); _ = bar.Add64(n) }
+		bar = progress.New(cfg.Progress, "ingest", total, progress.Options{Bytes: true})
+		readBytes = func(n int64) { r.met.bytesRead.Add(float64(n)); bar.Add(n) }
 	}
 
 	start := time.Now()
 	var runErr error
 	for _, path := range inputs {
 		before := r.counts()
-		opt := readOptions{dataset: cfg.Dataset, maxLineBytes: cfg.MaxLineBytes, progress: progress}
+		opt := readOptions{dataset: cfg.Dataset, maxLineBytes: cfg.MaxLineBytes, progress: readBytes, unknownKeys: r.unknownKeys}
 		if err := readFile(ctx, path, opt, r.handle); err != nil {
 			var fe *FileError
 			if !errors.As(err, &fe) {
@@ -217,9 +215,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	r.acks.Wait()
 	if bar != nil {
 		if runErr == nil {
-			_ = bar.Finish()
+			bar.Finish()
 		} else {
-			_ = bar.Exit()
+			bar.Clear()
 		}
 	}
 
@@ -256,6 +254,8 @@ type runner struct {
 	fileIdx  map[string]int
 	onPrompt func(id string, src topics.Source)
 
+	ignored map[string][]string // dataset -> row keys not read, reported (only the reading goroutine uses it)
+
 	mu        sync.Mutex
 	sent      int // prompts sent and not failed
 	acked     int // prompts Kafka acknowledged
@@ -273,6 +273,24 @@ func (r *runner) counts() counts {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return counts{r.sent, r.nRejected}
+}
+
+// unknownKeys reports the row keys of a dataset that ingest does not read, each once per dataset: datasets
+// carry metadata (MT-bench's question_id, category) that is not an error, but a misspelt key is worth a look.
+func (r *runner) unknownKeys(dataset string, keys []string, src topics.Source) {
+	var fresh []string
+	for _, k := range keys {
+		if !slices.Contains(r.ignored[dataset], k) {
+			fresh = append(fresh, k)
+		}
+	}
+	if len(fresh) == 0 {
+		return
+	}
+	r.ignored[dataset] = append(r.ignored[dataset], fresh...)
+	slices.Sort(r.ignored[dataset])
+	r.log.Warn("rows carry keys ingest does not read; they are ignored", "dataset", dataset, "keys", strings.Join(fresh, ", "),
+		"first", fmt.Sprintf("%s line %d", src.File, src.Line), "read", strings.Join(RowKeys, ", "))
 }
 
 // handle is the RecordFunc of Run: route one line to prompts or rejected.
@@ -379,12 +397,17 @@ func (r *runner) rejectWith(bounded bool, id, dataset string, src topics.Source,
 	r.nRejected++
 	r.logged++
 	verbose := r.logged <= maxLoggedRejections
+	lastLogged := r.logged == maxLoggedRejections
 	r.mu.Unlock()
 	level := slog.LevelDebug
 	if verbose {
 		level = slog.LevelWarn
 	}
 	r.log.Log(context.Background(), level, "line rejected", "file", src.File, "line", src.Line, "reason", perr.Error())
+	if lastLogged {
+		r.log.Warn(fmt.Sprintf("%d lines rejected: the next rejections are logged at debug level only; every one is on the rejected topic "+
+			"(and in rejected.jsonl beside the shards of draftflow run)", maxLoggedRejections))
+	}
 	if len(raw) > topics.MaxRejectedPayload {
 		raw = raw[:topics.MaxRejectedPayload]
 	}
@@ -438,7 +461,7 @@ func (r *runner) fail(err error) {
 func (r *runner) result() Result {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	res := Result{Prompts: r.acked, Datasets: r.datasets, Reasons: r.reasons}
+	res := Result{Prompts: r.acked, Datasets: r.datasets, Reasons: r.reasons, IgnoredKeys: r.ignored}
 	for _, n := range r.reasons {
 		res.Rejected += n
 	}

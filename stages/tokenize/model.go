@@ -345,6 +345,16 @@ func (m *Model) encode(p *topics.Prompt) (string, []uint32, error) {
 	return text, m.Tokenizer.Encode(text), nil
 }
 
+// IgnoresTools reports whether the chat template leaves a prompt's tools out: rendered without them, the
+// prompt is text, its rendering with them. A prompt without tools never shows it.
+func (m *Model) IgnoresTools(p *topics.Prompt, text string) bool {
+	if t := strings.TrimSpace(string(p.Tools)); t == "" || t == "null" || t == "[]" {
+		return false
+	}
+	without, err := m.Render(chattemplate.Input{Messages: p.Messages, AddGenerationPrompt: true, Kwargs: p.Sampling.TemplateKwargs})
+	return err == nil && without == text
+}
+
 // Render renders a request with the chat template as the model's apply_chat_template(...,
 // tokenize=False) does, including a custom override (CustomCode).
 func (m *Model) Render(in chattemplate.Input) (string, error) {
@@ -355,8 +365,13 @@ func (m *Model) Render(in chattemplate.Input) (string, error) {
 		}
 	}
 	text, err := m.Template.Render(in)
-	if err != nil {
-		return "", fmt.Errorf("chat template: %w", err)
+	var re *chattemplate.RaiseError
+	var rn *chattemplate.RenderError
+	switch {
+	case err == nil:
+		return text, nil
+	case errors.As(err, &re) || errors.As(err, &rn):
+		return "", err // says "chat template" itself
 	}
-	return text, nil
+	return "", fmt.Errorf("chat template: %w", err)
 }

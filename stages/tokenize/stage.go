@@ -163,6 +163,8 @@ func Run(ctx context.Context, cfg Config) error {
 			})
 	}
 
+	// Whether the chat template shows tools is checked on each dataset's first prompt that has tools.
+	var toolsChecked onceEach
 	work := make(chan *kafka.Delivery, workers*4)
 	var wg sync.WaitGroup
 	for i := 0; i < workers; i++ {
@@ -185,6 +187,10 @@ func Run(ctx context.Context, cfg Config) error {
 				if err != nil {
 					reject(d, &p, fmt.Sprintf("prompt %s%s: %v", p.ID, origin(&p), err), "template")
 					continue
+				}
+				if len(p.Tools) > 0 && toolsChecked.firstOf(p.Dataset) && m.IgnoresTools(&p, text) {
+					log.Warn("the chat template ignores tools: this dataset's prompts carry tools the model is not shown",
+						"dataset", p.Dataset, "model", name, "first", fmt.Sprintf("%s%s", p.ID, origin(&p)))
 				}
 				if !Fits(len(ids), p.Sampling.MaxNewTokens, ctxLen) {
 					reject(d, &p, fmt.Sprintf("prompt %s%s is %d tokens; with max_new_tokens %d it does not fit the model context of %d tokens",
@@ -285,6 +291,26 @@ func Run(ctx context.Context, cfg Config) error {
 		return cause
 	}
 	return err
+}
+
+// onceEach answers true once per key.
+type onceEach struct {
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+// firstOf reports whether key is asked about for the first time.
+func (o *onceEach) firstOf(key string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.seen[key] {
+		return false
+	}
+	if o.seen == nil {
+		o.seen = map[string]bool{}
+	}
+	o.seen[key] = true
+	return true
 }
 
 // origin says where a prompt came from, for rejection reasons: " (file line N)", or "" when unknown.

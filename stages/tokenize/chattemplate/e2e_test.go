@@ -12,7 +12,7 @@ import (
 // tokenizer.Encode(template.Render(...)) must equal apply_chat_template(..., tokenize=True).
 //
 // One exception is checked rather than assumed: when the pinned transformers itself disagrees with
-// tokenizer.json (transformers 5.20 loads the deepseek_v3 package, whose config names
+// tokenizer.json (transformers 5.19 and 5.20 load the deepseek_v3 package, whose config names
 // LlamaTokenizerFast, as a slow-style LlamaTokenizer with a Metaspace pre-tokenizer instead of the
 // file's ByteLevel one), the ids must equal those of the tokenizers library on tokenizer.json, which
 // is what serving stacks feed the model, and the test logs the discrepancy.

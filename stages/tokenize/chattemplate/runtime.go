@@ -14,18 +14,31 @@ import (
 type RaiseError struct {
 	// Message is the text passed to raise_exception.
 	Message string
+	// At names the message field the template read last before it raised ("messages[2].content, which is
+	// None"); empty when it read none.
+	At string
 }
 
-func (e *RaiseError) Error() string { return "chat template raised: " + e.Message }
+func (e *RaiseError) Error() string { return "chat template raised: " + e.Message + at(e.At) }
 
 // RenderError is any other failure while rendering: what Python reports as UndefinedError,
 // TypeError, SecurityError and the like.
 type RenderError struct {
 	// Msg describes the failure, starting with the Python exception name where there is one.
 	Msg string
+	// At names the message field the template read last before it failed ("messages[2].content, which is
+	// None"), the likeliest culprit; empty when it read none.
+	At string
 }
 
-func (e *RenderError) Error() string { return "chat template: " + e.Msg }
+func (e *RenderError) Error() string { return "chat template: " + e.Msg + at(e.At) }
+
+func at(where string) string {
+	if where == "" {
+		return ""
+	}
+	return " (the last message field the template read: " + where + ")"
+}
 
 func rerr(format string, args ...any) error {
 	return &RenderError{Msg: fmt.Sprintf(format, args...)}
@@ -39,6 +52,32 @@ func undefErr(what string) error {
 type state struct {
 	namespaces map[*dictValue]bool
 	now        func() time.Time
+	// lastMsg (1 + the message index) and lastField are the message field read last, for error messages.
+	lastMsg   int
+	lastField string
+	lastValue value
+}
+
+// read records a field read from a dict, when the dict is one of the messages.
+func (st *state) read(d *dictValue, field string, v value) {
+	if d.Msg > 0 && st != nil {
+		st.lastMsg, st.lastField, st.lastValue = d.Msg, field, v
+	}
+}
+
+// lastRead names the message field read last: "messages[2].content, which is None", or "".
+func (st *state) lastRead() string {
+	if st.lastMsg == 0 {
+		return ""
+	}
+	what := "a " + typeName(st.lastValue)
+	switch {
+	case st.lastValue.IsUndefined():
+		what = "missing"
+	case st.lastValue.IsNone():
+		what = "None"
+	}
+	return fmt.Sprintf("messages[%d].%s, which is %s", st.lastMsg-1, st.lastField, what)
 }
 
 // isIntLike reports Python int (bool is an int subclass).
@@ -316,7 +355,9 @@ func getAttr(obj value, name string, st *state) (value, error) {
 		if m, ok := dictMethods[name]; ok && !st.objectLike(obj) {
 			return boundMethod(obj, name, m), nil
 		}
-		if v, ok := obj.AsDict().Get(name); ok {
+		v, ok := obj.AsDict().Get(name)
+		st.read(obj.AsDict(), name, v)
+		if ok {
 			return v, nil
 		}
 		if unsafeDictMethods[name] {
@@ -402,7 +443,9 @@ func getItem(obj, key value, st *state) (value, error) {
 	switch {
 	case obj.IsDict():
 		if key.IsString() {
-			if v, ok := obj.AsDict().Get(key.AsString()); ok {
+			v, ok := obj.AsDict().Get(key.AsString())
+			st.read(obj.AsDict(), key.AsString(), v)
+			if ok {
 				return v, nil
 			}
 		}

@@ -273,6 +273,7 @@ func (t *Template) Render(in Input) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("chattemplate: messages[%d]: %w", i, err)
 		}
+		v.AsDict().Msg = i + 1
 		msgs[i] = v
 	}
 
@@ -317,17 +318,23 @@ func (t *Template) renderVars(c *parsed, vars map[string]value) (out string, err
 	if _, err := r.exec(c.nodes, root); err != nil {
 		var re *RaiseError
 		var rn *RenderError
-		if errors.As(err, &re) || errors.As(err, &rn) {
-			return "", err
+		switch {
+		case errors.As(err, &re):
+			re.At = st.lastRead()
+		case errors.As(err, &rn):
+			rn.At = st.lastRead()
+		default:
+			return "", &RenderError{Msg: err.Error(), At: st.lastRead()}
 		}
-		return "", &RenderError{Msg: err.Error()}
+		return "", err
 	}
 	return b.String(), nil
 }
 
 // messageValue builds the mapping transformers hands the template for one message. It follows the
-// transformers release pinned in requirements-test.txt (5.20.x), which passes messages as given;
-// releases from 5.25 on also copy reasoning_content to a "thinking" key in front of the others.
+// transformers release pinned in requirements-test.txt (5.19.0, the one the pinned SGLang installs), which
+// passes messages as given; 5.23 drops keys whose value is None and copies reasoning_content to a "thinking"
+// key in front of the others.
 func messageValue(m topics.Message) (value, error) {
 	d := newDict()
 	dd := d.AsDict()

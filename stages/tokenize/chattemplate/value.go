@@ -41,6 +41,8 @@ type listValue struct {
 type dictValue struct {
 	Keys []string
 	Data map[string]value
+	// Msg is 1 + the index of the message this dict is in Render's messages; 0 for any other dict.
+	Msg int
 }
 
 // Get returns the value of key and whether it is present.

@@ -3,7 +3,7 @@
 
 Reads one JSON request on stdin, writes one JSON response on stdout:
 
-  {"model_dir": DIR, "want_transformers": "5.20.2",
+  {"model_dir": DIR, "want_transformers": "5.19.0",
    "texts": [str, ...],
    "cases": [{"id", "messages", "tools", "kwargs", "add_generation_prompt"}]}
   -> {"texts": [[id, ...], ...], "pattern": pat_str,

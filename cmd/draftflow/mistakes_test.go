@@ -1,0 +1,171 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/draftflow/draftflow/kafka/kafkatest"
+	"github.com/draftflow/draftflow/sink"
+	"github.com/draftflow/draftflow/stages/tokenize/tokenizer/bundled"
+)
+
+// TestRunAllRejectedSaysSo: a run whose every line is rejected ends with an error that says so (not an
+// unrelated inspect error), its summary shows examples, and its rejections are in the output directory as
+// JSON lines with file, line and reason.
+func TestRunAllRejectedSaysSo(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "bad.jsonl")
+	os.WriteFile(in, []byte(`{"messages": [{"role": "user", "valeu": "typo"}]}
+not json
+{"messages": []}
+`), 0o644)
+	var rc runConfig
+	rc.Kafka = kafkatest.Config(t, 2)
+	rc.Ingest.Inputs = []string{in}
+	rc.Sink.Dir = filepath.Join(dir, "out")
+	rc.Sim.Instant = true
+	rc.Timeout = 2 * time.Minute
+	res, err := runPipeline(context.Background(), rc)
+	if err == nil || !strings.Contains(err.Error(), "every input line was rejected (3)") {
+		t.Fatalf("all-rejected run: %v", err)
+	}
+	if res == nil {
+		t.Fatal("no result to summarise")
+	}
+	var sum strings.Builder
+	printSummary(&sum, res)
+	if n := strings.Count(sum.String(), "e.g."); n != 3 || !strings.Contains(sum.String(), "bad.jsonl line 2") ||
+		!strings.Contains(sum.String(), res.RejectedFile) {
+		t.Errorf("summary shows %d examples, or not the file:\n%s", n, sum.String())
+	}
+	if res.RejectedFile != filepath.Join(rc.Sink.Dir, RejectedFileName) {
+		t.Fatalf("rejections in %q", res.RejectedFile)
+	}
+	lines := readRejectionFile(t, res.RejectedFile)
+	if len(lines) != 3 {
+		t.Fatalf("%d rejection lines, want 3", len(lines))
+	}
+	for i, l := range lines {
+		if l.File != in || l.Line != int64(i+1) || l.Reason == "" || l.Class == "" || l.Stage != "ingest" {
+			t.Errorf("line %d: %+v", i+1, l)
+		}
+	}
+	if lines[0].Class != "no_text" {
+		t.Errorf("the misspelt key rejected as %s", lines[0].Class)
+	}
+}
+
+func readRejectionFile(t *testing.T, path string) []rejectionLine {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []rejectionLine
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var l rejectionLine
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		out = append(out, l)
+	}
+	// Sorted by line: partitions interleave.
+	for i := 1; i < len(out); i++ {
+		for j := i; j > 0 && out[j].Line < out[j-1].Line; j-- {
+			out[j], out[j-1] = out[j-1], out[j]
+		}
+	}
+	return out
+}
+
+// TestVocabFindsTheRunsModel: `vocab` without --model finds the model a run was made with, the bundled one
+// or a --model directory given by a relative path, from another working directory.
+func TestVocabFindsTheRunsModel(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.jsonl")
+	os.WriteFile(in, []byte(`{"id": "a", "messages": [{"role": "user", "content": "hello there"}]}
+{"id": "b", "messages": [{"role": "user", "content": "what is the weather"}]}
+`), 0o644)
+	modelDir := filepath.Join(dir, "models", "my-model")
+	if err := bundled.WriteDir(modelDir); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ name, model, want string }{
+		{"bundled", "", sink.BundledModelPath},
+		{"dir", modelDir, modelDir},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var rc runConfig
+			rc.Kafka = kafkatest.Config(t, 1)
+			rc.Ingest.Inputs = []string{in}
+			rc.Ingest.Defaults.MaxNewTokens = 32
+			rc.Tokenize.ModelDir = tc.model
+			if tc.model != "" {
+				// A relative path, as a user types it.
+				wd, _ := os.Getwd()
+				rel, err := filepath.Rel(wd, tc.model)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rc.Tokenize.ModelDir = rel
+			}
+			rc.Sink.Dir = filepath.Join(t.TempDir(), "out")
+			rc.Sim.Instant = true
+			rc.Sim.OutputLenMean = 20
+			rc.Timeout = 2 * time.Minute
+			if _, err := runPipeline(context.Background(), rc); err != nil {
+				t.Fatal(err)
+			}
+			runs, err := sink.RunDirs(rc.Sink.Dir)
+			if err != nil || len(runs) != 1 {
+				t.Fatalf("runs %v %v", runs, err)
+			}
+			m, err := sink.ReadManifest(runs[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.ModelPath != tc.want {
+				t.Errorf("manifest model_path %q, want %q", m.ModelPath, tc.want)
+			}
+			t.Chdir(t.TempDir())
+			if err := cmdVocab(context.Background(), []string{rc.Sink.Dir, "--draft-vocab-size", "16"}); err != nil {
+				t.Fatalf("vocab without --model: %v", err)
+			}
+			if _, err := os.Stat(filepath.Join(runs[0], sink.VocabInfoName)); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	// A manifest written before model_path existed, of the bundled model: found by its name and tokenizer.
+	var rc runConfig
+	rc.Kafka = kafkatest.Config(t, 1)
+	rc.Ingest.Inputs = []string{in}
+	rc.Ingest.Defaults.MaxNewTokens = 32
+	rc.Sink.Dir = filepath.Join(t.TempDir(), "out")
+	rc.Sink.ModelPath = "-" // set, so run records nothing useful; rewritten to empty below
+	rc.Sim.Instant = true
+	rc.Sim.OutputLenMean = 20
+	rc.Timeout = 2 * time.Minute
+	if _, err := runPipeline(context.Background(), rc); err != nil {
+		t.Fatal(err)
+	}
+	runs, _ := sink.RunDirs(rc.Sink.Dir)
+	mpath := filepath.Join(runs[0], sink.ManifestName)
+	b, _ := os.ReadFile(mpath)
+	var raw map[string]any
+	json.Unmarshal(b, &raw)
+	delete(raw, "model_path")
+	b, _ = json.Marshal(raw)
+	os.WriteFile(mpath, b, 0o644)
+	if err := cmdVocab(context.Background(), []string{rc.Sink.Dir, "--draft-vocab-size", "16"}); err != nil {
+		t.Fatalf("vocab of an older bundled run: %v", err)
+	}
+}
