@@ -506,20 +506,9 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	}
 }
 
-// shardRow is one row of the shards, every column.
-type shardRow struct {
-	ID            string
-	InputIDs      []int32
-	LossMask      []uint8
-	PromptLen     int32
-	CompletionLen int32
-	FinishReason  string
-	Dataset       string
-	Turn          int32
-	Endpoint      string
-	StopReason    string
-	Reply         string
-}
+// shardRow is one row of the shards, every column, as the sink defines it (read back here with a Parquet
+// reader of the test's own, not the sink's).
+type shardRow = sink.ShardRow
 
 // readRows reads every row of every shard under the output directory, failing on an (id, turn) written twice.
 func readRows(t *testing.T, out string) map[string]map[int]shardRow {
