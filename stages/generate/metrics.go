@@ -29,7 +29,6 @@ type metrics struct {
 	admissionWait    *prometheus.HistogramVec
 	waiting          *prometheus.GaugeVec
 	expected         *prometheus.GaugeVec
-	records          *prometheus.CounterVec
 	affinity         *prometheus.CounterVec
 	turns            *prometheus.CounterVec
 	cachedTokens     prometheus.Counter
@@ -80,8 +79,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		expected: register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "draftflow_generate_expected_output_tokens", Help: "Learnt conservative output length quantile, per dataset and lane."},
 			[]string{"dataset", "lane"})),
-		records: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "draftflow_generate_records_total", Help: "Records finished by the stage, by result (generated, rejected, stale_turn: a later turn of a run with other settings, skipped; in_shards: already in the sink's shards, not sent to a server)."}, []string{"result"})),
 		affinity: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "draftflow_generate_affinity_total",
 			Help: "Later turns of conversations routed to the server of their previous turn (hit) or elsewhere because it had no room (miss)."},
