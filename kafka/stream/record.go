@@ -247,7 +247,7 @@ func Consume[T any](ctx context.Context, s *Stage, opt Options[T], handle func(*
 	deliver := func(d *kafka.Delivery) {
 		r := &Record[T]{Value: new(T), s: s, d: d}
 		if err := topics.Unmarshal(d.Message.Value, any(r.Value)); err != nil {
-			reason := fmt.Sprintf("undecodable record at %s: %v", d.Where(), err)
+			reason := fmt.Sprintf("undecodable %s at %s: %v", kindName(r.Value), d.Where(), err)
 			if opt.Undecodable != nil {
 				opt.Undecodable(r, r.Rejection(Undecodable, reason))
 				return
@@ -299,4 +299,17 @@ func Consume[T any](ctx context.Context, s *Stage, opt Options[T], handle func(*
 		return err
 	}
 	return errors.Join(errs...)
+}
+
+// kindName names the record type T holds, for rejection reasons.
+func kindName(v any) string {
+	switch v.(type) {
+	case *topics.Prompt:
+		return "prompt"
+	case *topics.Tokenized:
+		return "tokenized record"
+	case *topics.Generation:
+		return "generation"
+	}
+	return "record"
 }
