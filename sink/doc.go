@@ -108,7 +108,7 @@
 // costs at most a generation, never a row, and the next start publishes everything again).
 //
 // Generate sends, for a turn the topic lists, a Generation with InShards set and the thread, no token ids. The sink
-// looks it up: if the run's shards hold it, it is counted apart from redone work (draftflow_sink_in_shards_total);
+// looks it up: if the run's shards hold it, it is counted apart from redone work (draftflow_records_total{stage="sink",result="in_shards"}, Result.InShards);
 // when the row in the shards continued its conversation, the next turn is sent again from the reply the id index
 // recorded (whatever topics carried it before), so a conversation whose first k turns are in the shards resumes
 // at turn k and one wholly in the shards is followed to its end; when it ended its conversation,
