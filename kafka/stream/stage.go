@@ -70,6 +70,8 @@ type Stage struct {
 	outs       []*Output
 	closing    atomic.Bool
 	rejections atomic.Int64 // dead letters logged
+	closeOnce  sync.Once
+	closeErr   error
 }
 
 // New returns the lifecycle of stage cfg.Stage. Its writes (results and dead letters) are retried while ctx lives;
@@ -156,23 +158,26 @@ func rejectedWhat(r *topics.Rejection) string {
 func (s *Stage) Wait() { s.open.Wait() }
 
 // Close flushes and closes the stage's outputs and dead letters: writes still retrying give up (their records
-// are abandoned) and every callback has run when it returns. It returns the first error of closing them.
+// are abandoned) and every callback has run when it returns. It returns the errors of closing them; a second
+// call returns the same and does nothing else.
 func (s *Stage) Close() error {
-	s.closing.Store(true)
-	s.mu.Lock()
-	outs := s.outs
-	s.outs = nil
-	s.mu.Unlock()
-	var errs []error
-	for _, o := range outs {
-		if err := o.p.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("%s: close the %s producer: %w", s.name, o.topic, err))
+	s.closeOnce.Do(func() {
+		s.closing.Store(true)
+		s.mu.Lock()
+		outs := s.outs
+		s.mu.Unlock()
+		var errs []error
+		for _, o := range outs {
+			if err := o.p.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("%s: close the %s producer: %w", s.name, o.topic, err))
+			}
 		}
-	}
-	if err := s.dead.Close(); err != nil {
-		errs = append(errs, fmt.Errorf("%s: close the %s producer: %w", s.name, topics.TopicRejected, err))
-	}
-	return errors.Join(errs...)
+		if err := s.dead.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("%s: close the %s producer: %w", s.name, topics.TopicRejected, err))
+		}
+		s.closeErr = errors.Join(errs...)
+	})
+	return s.closeErr
 }
 
 // lifeMetrics are the lifecycle's series, curried with the stage's name.
