@@ -115,10 +115,13 @@
 // Config.OnDuplicate reports it. If the shards do not hold it (the topic spoke for another directory, or rows
 // were deleted), it is dead-lettered (class not_in_shards): nothing here can generate it.
 //
+// Records reach the sink through the record lifecycle of package kafka/stream: decoded, counted in
+// draftflow_records_total{stage="sink"} when taken in, acknowledged when the flush that holds them commits.
 // Records that cannot be written (undecodable values, empty prompts or completions, aborted generations,
-// token ids outside int32) go to the rejected topic as a topics.Rejection with stage "sink"; the delivery is
-// Done once the broker acknowledged the rejection. If the rejection cannot be written, or a flush fails, Run
-// stops with an error and nothing after the failure is ever acknowledged, so a restart resumes cleanly.
+// token ids outside int32) go to the rejected topic as a topics.Rejection with stage "sink", in their
+// partition's order; the record is finished once the broker acknowledged the rejection (written again while
+// the run lasts). If Kafka refuses the sink's writes, or a flush fails, Run stops with an error and nothing
+// after the failure is ever acknowledged, so a restart resumes cleanly.
 //
 // One sink process owns a Config.Dir at a time (an advisory lock on DIR/.lock enforces it). The guarantee is
 // per directory: replicas of the sink in one consumer group, each with its own directory, can each write a
