@@ -422,10 +422,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		c.Endpoints = append(c.Endpoints, urls...)
 		return nil
 	})
-	if key := strings.TrimSpace(os.Getenv(APIKeyEnv)); key != "" && c.APIKey == "" {
-		c.APIKey = Secret(key)
-	}
-	fs.Func("sglang-api-key-file", "file holding the API key of servers started with --api-key (else $"+APIKeyEnv+")",
+	fs.Func("sglang-api-key-file", "file holding the API key of servers started with --api-key",
 		func(path string) error {
 			key, err := ReadAPIKeyFile(path)
 			if err != nil {
@@ -467,9 +464,6 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.Budget.HeadroomOutputs, "kv-headroom-outputs", DefaultHeadroomOutputs,
 		"mean output lengths of KV kept free once the pool is half full (kv-budget)")
 }
-
-// APIKeyEnv is the environment variable holding the SGLang API key when no --sglang-api-key-file is given.
-const APIKeyEnv = "DRAFTFLOW_SGLANG_API_KEY"
 
 // ReadAPIKeyFile reads an API key from a file: its content without surrounding whitespace. Errors never
 // include the content.

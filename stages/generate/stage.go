@@ -45,10 +45,15 @@ func Run(ctx context.Context, cfg Config) error {
 	if len(cfg.Kafka.Brokers) == 0 {
 		return errors.New("generate: no Kafka brokers")
 	}
-	if err := cfg.Kafka.EnsureTopics(ctx, topics.TopicTokenized, topics.TopicGenerated, topics.TopicRejected); err != nil {
+	kcl, err := kafka.NewClient(cfg.Kafka)
+	if err != nil {
 		return err
 	}
-	if err := cfg.Kafka.EnsureCompactedTopic(ctx, topics.TopicShards); err != nil {
+	defer kcl.Close()
+	if err := kcl.Admin().EnsureTopics(ctx, topics.TopicTokenized, topics.TopicGenerated, topics.TopicRejected); err != nil {
+		return err
+	}
+	if err := kcl.Admin().EnsureCompactedTopic(ctx, topics.TopicShards); err != nil {
 		return err
 	}
 
@@ -94,20 +99,20 @@ func Run(ctx context.Context, cfg Config) error {
 		cfg:    cfg,
 		log:    cfg.Logger.With("stage", "generate"),
 		ctl:    ctl,
-		gen:    cfg.Kafka.NewProducer(topics.TopicGenerated, kafka.ProducerConfig{}),
-		dead:   cfg.Kafka.NewDeadLetters("generate"),
+		gen:    kcl.NewProducer(topics.TopicGenerated, kafka.ProducerConfig{}),
+		dead:   kcl.NewDeadLetters("generate"),
 		shards: newShardsView(cfg.Logger.With("stage", "generate")),
 		work:   work,
 	}
 	followCtx, stopFollow := context.WithCancel(context.WithoutCancel(ctx))
 	followDone := make(chan struct{})
-	go func() { defer close(followDone); s.shards.follow(followCtx, cfg.Kafka) }()
+	go func() { defer close(followDone); s.shards.follow(followCtx, kcl) }()
 	defer func() { stopFollow(); <-followDone }()
 	ctlCtx, stopCtl := context.WithCancel(context.WithoutCancel(ctx))
 	ctlDone := make(chan struct{})
 	go func() { defer close(ctlDone); _ = ctl.Run(ctlCtx) }()
 
-	cons := cfg.Kafka.NewConsumer(topics.TopicTokenized, kafka.ConsumerConfig{
+	cons := kcl.NewConsumer(topics.TopicTokenized, kafka.ConsumerConfig{
 		Group:         cfg.Group,
 		MaxInFlight:   cfg.MaxInFlight,
 		DrainTimeout:  cfg.ShutdownGrace + ackDrainTime,

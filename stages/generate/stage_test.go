@@ -165,15 +165,16 @@ func TestStageEndToEnd(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			kc := startKafka(t)
+			cl := kafkatest.Client(t, kc)
 			_, rec, url := startSim(t, sim.Config{
 				MaxTotalTokens: 20000, ContextLength: 4096, TimeScale: 200, OutputLenMean: 40, Seed: 7,
 				Faults: tc.faults,
 			})
 			ctx := context.Background()
-			if err := kc.EnsureTopics(ctx, topics.All...); err != nil {
+			if err := cl.Admin().EnsureTopics(ctx, topics.All...); err != nil {
 				t.Fatal(err)
 			}
-			p := kc.NewProducer(topics.TopicTokenized, kafka.ProducerConfig{})
+			p := cl.NewProducer(topics.TopicTokenized, kafka.ProducerConfig{})
 			const n = 40
 			sent := map[string]*topics.Tokenized{}
 			for i := range n {
@@ -269,13 +270,14 @@ func TestStageEndToEnd(t *testing.T) {
 // records uncommitted, so a second run generates them.
 func TestStageShutdownAbandons(t *testing.T) {
 	kc := startKafka(t)
+	cl := kafkatest.Client(t, kc)
 	// Slow: 2000-token outputs at real time never finish during the first run.
 	s, _, url := startSim(t, sim.Config{MaxTotalTokens: 100000, TimeScale: 1, OutputLenMean: 2000, OutputLenDistribution: sim.DistFixed})
 	ctx := context.Background()
-	if err := kc.EnsureTopics(ctx, topics.All...); err != nil {
+	if err := cl.Admin().EnsureTopics(ctx, topics.All...); err != nil {
 		t.Fatal(err)
 	}
-	p := kc.NewProducer(topics.TopicTokenized, kafka.ProducerConfig{})
+	p := cl.NewProducer(topics.TopicTokenized, kafka.ProducerConfig{})
 	for i := range 5 {
 		rec := &topics.Tokenized{ID: fmt.Sprintf("slow-%d", i), InputIDs: prompt(50, i), Sampling: topics.Sampling{MaxNewTokens: 4000}}
 		if err := p.SendSync(ctx, rec.ID, rec); err != nil {
