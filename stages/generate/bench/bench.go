@@ -1,5 +1,5 @@
 // Package bench measures the generate stage's admission policies against the in-process SGLang simulator
-// (stages/generate/sim): `draftflow bench generate`. Each run is a deterministic discrete-event simulation:
+// (sglang/sim): `draftflow bench generate`. Each run is a deterministic discrete-event simulation:
 // the simulated servers' engines run pass by pass on the bench's own clock (sim.NewManual), and the stage's
 // Controller runs on the same clock (generate.Config.Clock), driven through Offer, Finish, Fail, Abandon,
 // Probe, Health and Poll: the admission, output-length estimation, routing, health and budget code that
@@ -53,8 +53,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/draftflow/draftflow/sglang/sim"
 	"github.com/draftflow/draftflow/stages/generate"
-	"github.com/draftflow/draftflow/stages/generate/sim"
 )
 
 // Scenario names.
