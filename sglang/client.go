@@ -1,4 +1,4 @@
-package generate
+package sglang
 
 import (
 	"bytes"
@@ -92,14 +92,19 @@ type FinishReason struct {
 	StatusCode int    `json:"status_code,omitempty"`
 }
 
-// MetaInfo is the part of SGLang's meta_info the stage keeps.
+// MetaInfo is the part of SGLang's meta_info the client keeps.
 type MetaInfo struct {
-	ID               string        `json:"id"`
-	FinishReason     *FinishReason `json:"finish_reason"`
-	PromptTokens     int           `json:"prompt_tokens"`
-	CompletionTokens int           `json:"completion_tokens"`
-	CachedTokens     int           `json:"cached_tokens"`
-	E2ELatency       float64       `json:"e2e_latency"`
+	// ID is the request's rid.
+	ID string `json:"id"`
+	// FinishReason says why the generation ended (null on intermediate stream chunks).
+	FinishReason *FinishReason `json:"finish_reason"`
+	// PromptTokens and CompletionTokens count the prompt and the output.
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	// CachedTokens is the part of the prompt the radix (prefix) cache held.
+	CachedTokens int `json:"cached_tokens"`
+	// E2ELatency is the request's latency on the server, in seconds.
+	E2ELatency float64 `json:"e2e_latency"`
 	// NumRetractions (SGLang 0.5.23, tokenizer_manager.py) and TotalRetractions (some 2026 builds) both
 	// count retractions; older releases report neither.
 	NumRetractions   *int `json:"num_retractions,omitempty"`
@@ -142,13 +147,14 @@ type StatusError struct {
 	Message string
 }
 
+// Error names the status and the server's message.
 func (e *StatusError) Error() string {
 	return fmt.Sprintf("sglang: HTTP %d: %s", e.Code, e.Message)
 }
 
-// AuthError is a server refusing the stage's credentials (HTTP 401 or 403): a server started with --api-key
+// AuthError is a server refusing the client's credentials (HTTP 401 or 403): a server started with --api-key
 // and no key, or a wrong one, configured (--sglang-api-key-file, DRAFTFLOW_SGLANG_API_KEY). Retrying cannot
-// help; the stage stops with this error.
+// help; the generate stage stops with this error.
 type AuthError struct {
 	// Endpoint is the server's base URL.
 	Endpoint string
@@ -160,6 +166,7 @@ type AuthError struct {
 	KeySet bool
 }
 
+// Error names the server and status and says whether a key was sent, never the key.
 func (e *AuthError) Error() string {
 	hint := "no API key is configured: set --sglang-api-key-file or DRAFTFLOW_SGLANG_API_KEY"
 	if e.KeySet {
@@ -168,17 +175,26 @@ func (e *AuthError) Error() string {
 	return fmt.Sprintf("sglang %s: HTTP %d %s: %s", e.Endpoint, e.Code, e.Message, hint)
 }
 
-// InvalidResponseError is a complete answer the stage cannot use: not JSON, no output_ids, no finish reason.
-type InvalidResponseError struct{ Reason string }
+// InvalidResponseError is a complete answer the client cannot use: not JSON, no output_ids, no finish reason,
+// an introspection answer without a field it needs or with one of the wrong type.
+type InvalidResponseError struct {
+	// Reason says what is wrong, naming the endpoint and route (and the field).
+	Reason string
+}
 
+// Error returns the reason.
 func (e *InvalidResponseError) Error() string { return "sglang: invalid response: " + e.Reason }
 
 // AbortedError is a request the server ended with finish_reason abort.
 type AbortedError struct {
-	Message    string
+	// Message is the abort's message.
+	Message string
+	// StatusCode is the abort's status_code: 0 (null) for an abort that is not the request's fault
+	// (abort_all, pause_generation, a weight update), else an HTTP status.
 	StatusCode int
 }
 
+// Error names the status, when there is one, and the message.
 func (e *AbortedError) Error() string {
 	if e.StatusCode != 0 {
 		return fmt.Sprintf("sglang: request aborted (status %d): %s", e.StatusCode, e.Message)
