@@ -55,15 +55,22 @@ func (c *Client) URL() string { return c.base }
 // SamplingParams are the sampling_params of a /generate request. Zero optional fields are omitted so the
 // server's (model's) defaults apply.
 type SamplingParams struct {
-	MaxNewTokens int      `json:"max_new_tokens"`
-	Temperature  *float64 `json:"temperature,omitempty"`
-	TopP         float64  `json:"top_p,omitempty"`
-	TopK         int      `json:"top_k,omitempty"`
-	MinP         float64  `json:"min_p,omitempty"`
-	SamplingSeed *int64   `json:"sampling_seed,omitempty"`
-	StopTokenIDs []int    `json:"stop_token_ids,omitempty"`
-	MinNewTokens int      `json:"min_new_tokens,omitempty"`
-	IgnoreEOS    bool     `json:"ignore_eos,omitempty"`
+	// MaxNewTokens bounds the output (SGLang's default, 128, is never relied on: it is always sent).
+	MaxNewTokens int `json:"max_new_tokens"`
+	// Temperature, TopP, TopK and MinP shape sampling (a nil Temperature and zero others: the model's
+	// defaults); a temperature under 1e-6 is greedy.
+	Temperature *float64 `json:"temperature,omitempty"`
+	TopP        float64  `json:"top_p,omitempty"`
+	TopK        int      `json:"top_k,omitempty"`
+	MinP        float64  `json:"min_p,omitempty"`
+	// SamplingSeed makes sampling reproducible on one server.
+	SamplingSeed *int64 `json:"sampling_seed,omitempty"`
+	// StopTokenIDs end the output when generated (besides the model's EOS).
+	StopTokenIDs []int `json:"stop_token_ids,omitempty"`
+	// MinNewTokens and IgnoreEOS keep the server from stopping early (the simulator's benchmarks pin
+	// output lengths with them).
+	MinNewTokens int  `json:"min_new_tokens,omitempty"`
+	IgnoreEOS    bool `json:"ignore_eos,omitempty"`
 	// SkipSpecialTokens, when set, says whether the response's text leaves special tokens out (SGLang's
 	// default: true).
 	SkipSpecialTokens *bool `json:"skip_special_tokens,omitempty"`
@@ -71,8 +78,11 @@ type SamplingParams struct {
 
 // GenerateRequest is the body of POST /generate for one prompt.
 type GenerateRequest struct {
-	InputIDs       []uint32       `json:"input_ids"`
-	RID            string         `json:"rid,omitempty"`
+	// InputIDs is the prompt, token ids.
+	InputIDs []uint32 `json:"input_ids"`
+	// RID is the request id (/abort_request matches rids by prefix: keep them prefix-free).
+	RID string `json:"rid,omitempty"`
+	// SamplingParams are the request's sampling_params.
 	SamplingParams SamplingParams `json:"sampling_params"`
 	// RoutedDPRank pins the request to one data-parallel rank of a server started with --dp-size > 1
 	// (GenerateReqInput.routed_dp_rank, io_struct.py); nil lets the server's balancer choose.
@@ -88,8 +98,9 @@ type FinishReason struct {
 	// Length is the output length (length only).
 	Length int `json:"length,omitempty"`
 	// Message and StatusCode explain an abort.
-	Message    string `json:"message,omitempty"`
-	StatusCode int    `json:"status_code,omitempty"`
+	Message string `json:"message,omitempty"`
+	// StatusCode is the abort's HTTP-like status (0: null).
+	StatusCode int `json:"status_code,omitempty"`
 }
 
 // MetaInfo is the part of SGLang's meta_info the client keeps.
@@ -98,8 +109,9 @@ type MetaInfo struct {
 	ID string `json:"id"`
 	// FinishReason says why the generation ended (null on intermediate stream chunks).
 	FinishReason *FinishReason `json:"finish_reason"`
-	// PromptTokens and CompletionTokens count the prompt and the output.
-	PromptTokens     int `json:"prompt_tokens"`
+	// PromptTokens counts the prompt.
+	PromptTokens int `json:"prompt_tokens"`
+	// CompletionTokens counts the output.
 	CompletionTokens int `json:"completion_tokens"`
 	// CachedTokens is the part of the prompt the radix (prefix) cache held.
 	CachedTokens int `json:"cached_tokens"`
@@ -107,7 +119,8 @@ type MetaInfo struct {
 	E2ELatency float64 `json:"e2e_latency"`
 	// NumRetractions (SGLang 0.5.23, tokenizer_manager.py) and TotalRetractions (some 2026 builds) both
 	// count retractions; older releases report neither.
-	NumRetractions   *int `json:"num_retractions,omitempty"`
+	NumRetractions *int `json:"num_retractions,omitempty"`
+	// TotalRetractions is NumRetractions' other spelling.
 	TotalRetractions *int `json:"total_retractions,omitempty"`
 	// DPRank is the data-parallel rank that ran the request, when the server reports it.
 	DPRank *int `json:"dp_rank,omitempty"`
@@ -134,9 +147,11 @@ func (m *MetaInfo) RetractionCount() (int, bool) {
 // GenerateResponse is the answer of POST /generate for one prompt.
 type GenerateResponse struct {
 	// Text is the detokenized output (a matched stop token left out, as SGLang's detokenizer trims it).
-	Text      string   `json:"text"`
+	Text string `json:"text"`
+	// OutputIDs are the generated token ids, token-exact.
 	OutputIDs []uint32 `json:"output_ids"`
-	MetaInfo  MetaInfo `json:"meta_info"`
+	// MetaInfo is the server's account of the request.
+	MetaInfo MetaInfo `json:"meta_info"`
 }
 
 // StatusError is a non-200 HTTP answer.

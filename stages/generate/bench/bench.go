@@ -4,8 +4,8 @@
 // Controller runs on the same clock (admission.Config.Clock), driven through Offer, Finish, Fail, Abandon,
 // Probe, Health and Poll: the admission, output-length estimation, routing, health and budget code that
 // Controller.Do and Controller.Run use. Everything the Controller learns travels through the stage's own
-// Client over the simulators' real HTTP handlers, called in-process (simNet): /health and /server_info when a
-// server comes up, /v1/loads and /metrics on every poll, /generate answers with their meta_info. No Kafka: a
+// sglang.Client over the simulators' real HTTP handlers, called in-process (simNet): /health and /server_info
+// when a server comes up, /v1/loads and /metrics on every poll, /generate answers with their meta_info. No Kafka: a
 // backlog of waiting requests is kept deep enough that the policy, not the feed, is the limit. The same seed
 // gives the same figures on a busy or an idle machine.
 //

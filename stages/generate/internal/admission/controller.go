@@ -58,11 +58,16 @@ type Result struct {
 // Config.RequestTimeout in Config.MaxTimeouts attempts. Reason is the server's message (or what happened),
 // fit for a dead letter.
 type RejectedError struct {
+	// Reason says why, fit for a dead letter.
 	Reason string
-	Err    error
+	// Err is the last attempt's error.
+	Err error
 }
 
+// Error returns the reason.
 func (e *RejectedError) Error() string { return "generate: rejected: " + e.Reason }
+
+// Unwrap returns the last attempt's error.
 func (e *RejectedError) Unwrap() error { return e.Err }
 
 // Server states.
@@ -663,9 +668,12 @@ type EndpointStatus struct {
 	// Capacity is what the server reported (all of its ranks).
 	Capacity sglang.Capacity
 	// Pool is this unit's KV pool in tokens.
-	Pool     int
-	Budget   float64
-	Used     float64
+	Pool int
+	// Budget is the unit's admission budget (kv-budget: tokens; fixed: requests).
+	Budget float64
+	// Used is the budget charge of the requests in flight.
+	Used float64
+	// InFlight counts the requests admitted and not finished.
 	InFlight int
 	// Load is the unit's last /v1/loads figures (its rank's).
 	Load sglang.Load
