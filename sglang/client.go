@@ -89,9 +89,19 @@ type GenerateRequest struct {
 	RoutedDPRank *int `json:"routed_dp_rank,omitempty"`
 }
 
+// The forms of meta_info.finish_reason's type.
+const (
+	// FinishStop: a stop token or string matched (FinishReason.Matched says which).
+	FinishStop = "stop"
+	// FinishLength: the output reached max_new_tokens (FinishReason.Length).
+	FinishLength = "length"
+	// FinishAbort: the server ended the request (FinishReason.Message, StatusCode); never a usable answer.
+	FinishAbort = "abort"
+)
+
 // FinishReason is meta_info.finish_reason.
 type FinishReason struct {
-	// Type is "stop", "length" or "abort".
+	// Type is FinishStop, FinishLength or FinishAbort.
 	Type string `json:"type"`
 	// Matched is the stop token id or string (stop only).
 	Matched json.RawMessage `json:"matched,omitempty"`
@@ -251,13 +261,13 @@ func parseGenerateResponse(data []byte) (*GenerateResponse, error) {
 		return nil, &InvalidResponseError{Reason: err.Error()}
 	}
 	fr := resp.MetaInfo.FinishReason
-	if fr != nil && fr.Type == "abort" {
+	if fr != nil && fr.Type == FinishAbort {
 		return nil, &AbortedError{Message: fr.Message, StatusCode: fr.StatusCode}
 	}
 	if resp.OutputIDs == nil {
 		return nil, &InvalidResponseError{Reason: "no output_ids"}
 	}
-	if fr == nil || (fr.Type != "stop" && fr.Type != "length") {
+	if fr == nil || (fr.Type != FinishStop && fr.Type != FinishLength) {
 		return nil, &InvalidResponseError{Reason: "missing or unknown finish_reason"}
 	}
 	out := &resp.GenerateResponse
