@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"github.com/draftflow/draftflow/sglang"
 	"os"
 	"strconv"
 	"strings"
@@ -109,7 +110,7 @@ func envBool(name string, def bool) bool {
 // DRAFTFLOW_SGLANG_API_KEY (--sglang-api-key-file wins over it).
 func registerGenerateFlags(fs *flag.FlagSet, cfg *generate.Config) {
 	if key := strings.TrimSpace(os.Getenv(envSGLangAPIKey)); key != "" && cfg.APIKey == "" {
-		cfg.APIKey = generate.Secret(key)
+		cfg.APIKey = sglang.Secret(key)
 	}
 	cfg.RegisterFlags(fs)
 	if f := fs.Lookup("sglang-api-key-file"); f != nil {

@@ -23,7 +23,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/draftflow/draftflow/stages/generate/sim"
+	"github.com/draftflow/draftflow/sglang/sim"
+	"github.com/draftflow/draftflow/stages/generate/internal/admission"
 	"github.com/draftflow/draftflow/topics"
 )
 
@@ -219,7 +220,7 @@ func TestStageEndToEnd(t *testing.T) {
 				// The output must be exactly what the server delivered for one of this record's attempts.
 				found := false
 				for a := 1; a <= 60 && !found; a++ {
-					if ids, ok := rec.output(AttemptRID(RequestID(g.ID, 0), a)); ok && slices.Equal(ids, g.OutputIDs) {
+					if ids, ok := rec.output(admission.AttemptRID(admission.RequestID(g.ID, 0), a)); ok && slices.Equal(ids, g.OutputIDs) {
 						found = true
 					}
 				}

@@ -1,11 +1,11 @@
 // Package bench measures the generate stage's admission policies against the in-process SGLang simulator
-// (stages/generate/sim): `draftflow bench generate`. Each run is a deterministic discrete-event simulation:
+// (sglang/sim): `draftflow bench generate`. Each run is a deterministic discrete-event simulation:
 // the simulated servers' engines run pass by pass on the bench's own clock (sim.NewManual), and the stage's
-// Controller runs on the same clock (generate.Config.Clock), driven through Offer, Finish, Fail, Abandon,
+// Controller runs on the same clock (admission.Config.Clock), driven through Offer, Finish, Fail, Abandon,
 // Probe, Health and Poll: the admission, output-length estimation, routing, health and budget code that
 // Controller.Do and Controller.Run use. Everything the Controller learns travels through the stage's own
-// Client over the simulators' real HTTP handlers, called in-process (simNet): /health and /server_info when a
-// server comes up, /v1/loads and /metrics on every poll, /generate answers with their meta_info. No Kafka: a
+// sglang.Client over the simulators' real HTTP handlers, called in-process (simNet): /health and /server_info
+// when a server comes up, /v1/loads and /metrics on every poll, /generate answers with their meta_info. No Kafka: a
 // backlog of waiting requests is kept deep enough that the policy, not the feed, is the limit. The same seed
 // gives the same figures on a busy or an idle machine.
 //
@@ -53,8 +53,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/draftflow/draftflow/sglang/sim"
 	"github.com/draftflow/draftflow/stages/generate"
-	"github.com/draftflow/draftflow/stages/generate/sim"
+	"github.com/draftflow/draftflow/stages/generate/internal/admission"
 )
 
 // Scenario names.
@@ -289,10 +290,10 @@ func scenarios(opts BenchOptions) map[string]scenario {
 // runSpec is one run: a scenario's servers under one policy.
 type runSpec struct {
 	sc          scenario
-	policy      string // generate.PolicyFixed or generate.PolicyKVBudget
+	policy      string // admission.PolicyFixed or admission.PolicyKVBudget
 	routing     string
 	concurrency int
-	budget      *generate.BudgetConfig // overrides BenchOptions.Budget
+	budget      *admission.BudgetConfig // overrides BenchOptions.Budget
 	// affinity sets each later turn's Request.Prefer to the server that ran the previous turn (sc.conv).
 	affinity bool
 }
@@ -488,21 +489,21 @@ func (b *bencher) policyResult(ctx context.Context, sc scenario, policy string) 
 	var spec runSpec
 	switch policy {
 	case PolicyFixed150:
-		spec = runSpec{sc: sc, policy: generate.PolicyFixed, routing: generate.RouteHeadroom, concurrency: 150}
+		spec = runSpec{sc: sc, policy: admission.PolicyFixed, routing: admission.RouteHeadroom, concurrency: 150}
 	case PolicyFixed64RR:
-		spec = runSpec{sc: sc, policy: generate.PolicyFixed, routing: generate.RouteRoundRobin, concurrency: 64}
+		spec = runSpec{sc: sc, policy: admission.PolicyFixed, routing: admission.RouteRoundRobin, concurrency: 64}
 	case PolicyKVBudget:
-		spec = runSpec{sc: sc, policy: generate.PolicyKVBudget, routing: generate.RouteHeadroom}
+		spec = runSpec{sc: sc, policy: admission.PolicyKVBudget, routing: admission.RouteHeadroom}
 	case PolicyKVThroughput:
 		budget := b.opts.Budget
 		budget.SafeCompletions, budget.HeadroomOutputs = ThroughputBudget.SafeCompletions, ThroughputBudget.HeadroomOutputs
-		spec = runSpec{sc: sc, policy: generate.PolicyKVBudget, routing: generate.RouteHeadroom, budget: &budget}
+		spec = runSpec{sc: sc, policy: admission.PolicyKVBudget, routing: admission.RouteHeadroom, budget: &budget}
 	case PolicyOracle:
 		switch {
 		case sc.foreign > 0:
 			// On a shared server more in flight always takes more of it: the reference is a fixed client with
 			// as many in flight as the other one, in the policy's place.
-			spec = runSpec{sc: sc, policy: generate.PolicyFixed, routing: generate.RouteHeadroom, concurrency: sc.foreign}
+			spec = runSpec{sc: sc, policy: admission.PolicyFixed, routing: admission.RouteHeadroom, concurrency: sc.foreign}
 		case sc.prompts > 0:
 			return b.finiteOracle(ctx, sc)
 		default:
@@ -524,7 +525,7 @@ func (b *bencher) policyResult(ctx context.Context, sc scenario, policy string) 
 	}
 	r.Policy = policy
 	r.Default = policy == PolicyKVBudget // what `draftflow generate` runs with no policy flags
-	if spec.policy == generate.PolicyFixed {
+	if spec.policy == admission.PolicyFixed {
 		for range sc.pools {
 			r.Concurrency = append(r.Concurrency, spec.concurrency)
 		}
@@ -592,7 +593,7 @@ func (b *bencher) finiteOracle(ctx context.Context, sc scenario) (*BenchResult, 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i], errs[i] = b.run(ctx, runSpec{sc: sc, policy: generate.PolicyFixed, routing: generate.RouteHeadroom, concurrency: c})
+			results[i], errs[i] = b.run(ctx, runSpec{sc: sc, policy: admission.PolicyFixed, routing: admission.RouteHeadroom, concurrency: c})
 		}()
 	}
 	wg.Wait()
@@ -652,7 +653,7 @@ func (b *bencher) sweep(ctx context.Context, sc scenario) (*BenchResult, error) 
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				r, err := b.run(ctx, runSpec{sc: sc, policy: generate.PolicyFixed, routing: generate.RouteHeadroom, concurrency: c})
+				r, err := b.run(ctx, runSpec{sc: sc, policy: admission.PolicyFixed, routing: admission.RouteHeadroom, concurrency: c})
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {

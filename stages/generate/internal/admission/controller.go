@@ -1,4 +1,4 @@
-package generate
+package admission
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+
+	"github.com/draftflow/draftflow/sglang"
 )
 
 // Request is one generation for the Controller to run.
@@ -25,7 +27,7 @@ type Request struct {
 	// InputIDs is the prompt.
 	InputIDs []uint32
 	// Sampling holds the sampling parameters; MaxNewTokens must be set.
-	Sampling SamplingParams
+	Sampling sglang.SamplingParams
 	// Prefer is the URL of the server that generated the previous turn of the request's conversation: the
 	// request goes there when it has room (its prompt prefix is in that server's radix cache), else wherever
 	// routing sends it. Empty: no preference.
@@ -42,7 +44,7 @@ var ErrNotStarted = errors.New("generate: request not started: its record is bei
 // Result is a finished generation.
 type Result struct {
 	// Response is the server's answer, token-exact.
-	Response *GenerateResponse
+	Response *sglang.GenerateResponse
 	// Endpoint is the base URL of the server that produced it.
 	Endpoint string
 	// ServedModel is the model path that server reported, if known.
@@ -56,11 +58,16 @@ type Result struct {
 // Config.RequestTimeout in Config.MaxTimeouts attempts. Reason is the server's message (or what happened),
 // fit for a dead letter.
 type RejectedError struct {
+	// Reason says why, fit for a dead letter.
 	Reason string
-	Err    error
+	// Err is the last attempt's error.
+	Err error
 }
 
+// Error returns the reason.
 func (e *RejectedError) Error() string { return "generate: rejected: " + e.Reason }
+
+// Unwrap returns the last attempt's error.
 func (e *RejectedError) Unwrap() error { return e.Err }
 
 // Server states.
@@ -75,10 +82,10 @@ const (
 type server struct {
 	idx int // position in Config.Endpoints
 	url string
-	cl  *Client
+	cl  *sglang.Client
 
 	state         int
-	cap           Capacity
+	cap           sglang.Capacity
 	fails         int           // consecutive health/connection failures
 	drainedSignal chan struct{} // closed and replaced when the server is drained
 	// eps are the server's admission units: one per data-parallel rank under kv-budget (each rank has its own
@@ -119,7 +126,7 @@ type endpoint struct {
 	haveRetracted bool    // the counter was read before
 	metaRetracts  int     // retractions reported in meta_info since the last feedback tick
 	cooldownUntil time.Time
-	load          Load
+	load          sglang.Load
 	haveLoads     bool // the server answered /v1/loads at least once since it came up
 	// KV gate (kv-budget with load data): the server's used KV tokens predicted from the last poll.
 	gated          bool      // a poll gave load data: the gate applies
@@ -181,7 +188,7 @@ type Controller struct {
 
 	mu     sync.Mutex
 	eps    []*endpoint // every server's admission units, in server order (rebuilt as servers come up)
-	fatal  error       // set once: the stage cannot go on (AuthError)
+	fatal  error       // set once: the stage cannot go on (sglang.AuthError)
 	failed chan struct{}
 	lanes  map[string]*lane
 	order  []*lane
@@ -195,8 +202,8 @@ type Controller struct {
 // NewController validates cfg and builds a Controller for cfg.Endpoints. It does no I/O; Run brings the
 // endpoints up.
 func NewController(cfg Config) (*Controller, error) {
-	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	c := &Controller{
@@ -210,7 +217,7 @@ func NewController(cfg Config) (*Controller, error) {
 		failed: make(chan struct{}),
 	}
 	for i, u := range cfg.Endpoints {
-		s := &server{idx: i, url: u, cl: NewClient(u, cfg.HTTPClient, cfg.APIKey), drainedSignal: make(chan struct{})}
+		s := &server{idx: i, url: u, cl: sglang.NewClient(u, cfg.HTTPClient, cfg.APIKey), drainedSignal: make(chan struct{})}
 		s.eps = []*endpoint{{srv: s, rank: -1, name: u}}
 		c.srv = append(c.srv, s)
 		c.eps = append(c.eps, s.eps...)
@@ -597,7 +604,7 @@ func (c *Controller) acquire(ctx context.Context, r *Request, avoid *endpoint) (
 
 // finish ends a lease whose request the server answered: the output length is learnt, the retractions count
 // as feedback, and the charge goes back to the budget.
-func (c *Controller) finish(ls *lease, r *Request, resp *GenerateResponse, took time.Duration) {
+func (c *Controller) finish(ls *lease, r *Request, resp *sglang.GenerateResponse, took time.Duration) {
 	outputTokens := len(resp.OutputIDs)
 	retractions, reported := resp.MetaInfo.RetractionCount()
 	c.est.Observe(r.Key, outputTokens)
@@ -659,14 +666,17 @@ type EndpointStatus struct {
 	// Ready is true while it admits requests.
 	Ready bool
 	// Capacity is what the server reported (all of its ranks).
-	Capacity Capacity
+	Capacity sglang.Capacity
 	// Pool is this unit's KV pool in tokens.
-	Pool     int
-	Budget   float64
-	Used     float64
+	Pool int
+	// Budget is the unit's admission budget (kv-budget: tokens; fixed: requests).
+	Budget float64
+	// Used is the budget charge of the requests in flight.
+	Used float64
+	// InFlight counts the requests admitted and not finished.
 	InFlight int
 	// Load is the unit's last /v1/loads figures (its rank's).
-	Load Load
+	Load sglang.Load
 }
 
 // Endpoints returns a snapshot of every admission unit, in server order.
@@ -767,7 +777,7 @@ func (c *Controller) Do(ctx context.Context, r *Request) (*Result, error) {
 			c.finish(ls, r, resp, c.now().Sub(start))
 			return &Result{Response: resp, Endpoint: ep.srv.url, ServedModel: served, Attempts: attempts}, nil
 		}
-		var ae *AuthError
+		var ae *sglang.AuthError
 		if errors.As(err, &ae) {
 			// No retry can cure a refused key: stop the stage (the record is redelivered after the fix).
 			c.release(ls, 0)
@@ -848,8 +858,8 @@ var ridEscaper = strings.NewReplacer("%", "%25", ";", "%3B")
 func AttemptRID(base string, n int) string { return base + "." + strconv.Itoa(n) + ";" }
 
 // generateRequest is the /generate body of one attempt of r on ep: pinned to ep's DP rank when ep is one.
-func (c *Controller) generateRequest(ep *endpoint, r *Request, rid string) *GenerateRequest {
-	g := &GenerateRequest{InputIDs: r.InputIDs, RID: rid, SamplingParams: r.Sampling}
+func (c *Controller) generateRequest(ep *endpoint, r *Request, rid string) *sglang.GenerateRequest {
+	g := &sglang.GenerateRequest{InputIDs: r.InputIDs, RID: rid, SamplingParams: r.Sampling}
 	if ep.rank >= 0 {
 		rank := ep.rank
 		g.RoutedDPRank = &rank
@@ -915,9 +925,9 @@ const (
 
 // classify maps an attempt's error to what to do about it, with the reason to record.
 func classify(err error) (int, string) {
-	var se *StatusError
-	var ab *AbortedError
-	var ir *InvalidResponseError
+	var se *sglang.StatusError
+	var ab *sglang.AbortedError
+	var ir *sglang.InvalidResponseError
 	switch {
 	case errors.As(err, &se):
 		switch {
@@ -958,3 +968,6 @@ func classify(err error) (int, string) {
 	}
 	return outcomeConnection, err.Error()
 }
+
+// Config returns the Controller's configuration, defaults applied.
+func (c *Controller) Config() Config { return c.cfg }
