@@ -316,7 +316,7 @@ func (b *bencher) runFull(ctx context.Context, spec runSpec) (*BenchResult, *tur
 			}
 		} else {
 			plen, o := sc.work.draw(prompt)
-			ids, out = promptIDs(prompt, plen), o
+			ids, out = promptIDs(prompt, plen, sc.work.sharedPrefix), o
 		}
 		rid := fmt.Sprintf("req-%d", prompt)
 		if attemptNo > 1 {
