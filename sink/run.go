@@ -47,12 +47,16 @@ const (
 // holds, lets the consumer commit, and returns what it did. It returns an error when it cannot recover cfg.Dir,
 // when a flush fails, or when Kafka refuses its writes; everything not yet durable is then left for the next
 // start. Its records live in the lifecycle of package kafka/stream, acknowledged when their shard commits.
-func Run(ctx context.Context, cfg Config) (Result, error) {
-	cfg, err := cfg.withDefaults()
-	if err != nil {
+func Run(ctx context.Context, cfg Config) (_ Result, err error) {
+	if cfg, err = cfg.withDefaults(); err != nil {
 		return Result{}, err
 	}
-	st, tid, unlock, err := openDir(ctx, cfg)
+	kcl, err := kafka.NewClient(cfg.Kafka)
+	if err != nil {
+		return Result{}, fmt.Errorf("sink: %w", err)
+	}
+	defer kcl.Close()
+	st, tid, unlock, err := openDir(ctx, cfg, kcl.Admin())
 	if err != nil {
 		return Result{}, err
 	}
@@ -60,16 +64,16 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	defer st.close()
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	life := stream.New(runCtx, stream.Config{Kafka: cfg.Kafka, Stage: "sink", Logger: cfg.Logger, Registerer: cfg.Registerer})
+	life := stream.New(runCtx, stream.Config{Client: kcl, Stage: "sink", Logger: cfg.Logger, Registerer: cfg.Registerer})
 	defer life.Close()
 	// The next turns of multi-turn conversations go back to the prompts topic, keyed by conversation id.
 	s := newSinker(runCtx, cancel, cfg, cfg.Logger.With("stage", "sink"), st, life, life.Output(topics.TopicPrompts))
-	closeAll, err := s.recover(runCtx)
-	defer closeAll()
+	closeAll, err := s.recover(runCtx, kcl)
+	defer func() { err = errors.Join(err, closeAll()) }()
 	if err != nil {
 		return Result{}, err
 	}
-	cons := cfg.Kafka.NewConsumer(topics.TopicGenerated, kafka.ConsumerConfig{Group: cfg.Group, MaxInFlight: cfg.MaxBufferedRows + 64})
+	cons := kcl.NewConsumer(topics.TopicGenerated, kafka.ConsumerConfig{Group: cfg.Group, MaxInFlight: cfg.MaxBufferedRows + 64})
 	cfg.Ready.Add("sink", func() error {
 		if cons.Assigned() == 0 {
 			return errors.New("no partitions of the generated topic assigned")
@@ -99,7 +103,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 }
 
 // openDir locks cfg.Dir (creating it) and opens its store, set up for the consumed topic, whose ID it returns.
-func openDir(ctx context.Context, cfg Config) (*store, string, func(), error) {
+func openDir(ctx context.Context, cfg Config, admin *kafka.Admin) (*store, string, func(), error) {
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, "", nil, fmt.Errorf("sink: %w", err)
 	}
@@ -114,7 +118,7 @@ func openDir(ctx context.Context, cfg Config) (*store, string, func(), error) {
 		return nil, "", nil, err
 	}
 	st.modelPath = cfg.ModelPath
-	tid, err := lookupTopicID(ctx, cfg.Kafka, topics.TopicGenerated, log)
+	tid, err := lookupTopicID(ctx, admin, topics.TopicGenerated, log)
 	if err != nil {
 		st.close()
 		unlock()
@@ -127,32 +131,37 @@ func openDir(ctx context.Context, cfg Config) (*store, string, func(), error) {
 
 // recover opens the journal, writes what it holds from another incarnation of the topic into shards, publishes
 // what the shards hold (topics.TopicShards) and takes in the journal's records of this one. The returned
-// function closes the journal and the publisher (call it even when recover fails).
-func (s *sinker) recover(ctx context.Context) (func(), error) {
-	var closers []func()
-	closeAll := func() {
+// function closes the publisher and the journal and returns the publisher's error closing (call it even when
+// recover fails).
+func (s *sinker) recover(ctx context.Context, kcl *kafka.Client) (func() error, error) {
+	var closers []func() error
+	closeAll := func() error {
+		var errs []error
 		for i := len(closers) - 1; i >= 0; i-- {
-			closers[i]()
+			if err := closers[i](); err != nil {
+				errs = append(errs, fmt.Errorf("sink: %w", err))
+			}
 		}
+		return errors.Join(errs...)
 	}
 	j, recovered, err := openJournal(s.cfg.Dir, s.st.nextKey, s.log)
 	if err != nil {
 		return closeAll, err
 	}
 	s.j = j
-	closers = append(closers, func() { j.close() })
+	closers = append(closers, func() error { j.close(); return nil })
 	// Rows journaled from another incarnation of the topic go into shards first, so that what is published
 	// next counts them as in the shards.
 	if err := s.recoverJournal(recovered, false); err != nil {
 		return closeAll, err
 	}
 	// What the shards hold, published for generate before anything is consumed (topics.TopicShards).
-	index, err := seedShardsIndex(ctx, s.cfg.Kafka, s.st, s.log)
+	index, err := seedShardsIndex(ctx, kcl, s.st, s.log)
 	if err != nil {
 		return closeAll, err
 	}
 	s.index = index
-	closers = append(closers, func() { index.close() })
+	closers = append(closers, index.Close)
 	if s.cfg.OnSeeded != nil {
 		s.cfg.OnSeeded()
 	}
@@ -160,10 +169,10 @@ func (s *sinker) recover(ctx context.Context) (func(), error) {
 }
 
 // lookupTopicID returns the ID of the consumed (logical) topic, waiting (until ctx ends) for the topic to exist.
-func lookupTopicID(ctx context.Context, kc kafka.Config, topic string, log *slog.Logger) (string, error) {
+func lookupTopicID(ctx context.Context, admin *kafka.Admin, topic string, log *slog.Logger) (string, error) {
 	for attempt := 1; ; attempt++ {
 		lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		id, err := kc.TopicID(lctx, topic)
+		id, err := admin.TopicID(lctx, topic)
 		cancel()
 		if err == nil {
 			if id == "" {

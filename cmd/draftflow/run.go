@@ -24,9 +24,9 @@ import (
 
 	"github.com/draftflow/draftflow/internal/idset"
 	"github.com/draftflow/draftflow/internal/progress"
+	"github.com/draftflow/draftflow/sglang/sim"
 	"github.com/draftflow/draftflow/sink"
 	"github.com/draftflow/draftflow/stages/generate"
-	"github.com/draftflow/draftflow/stages/generate/sim"
 	"github.com/draftflow/draftflow/stages/ingest"
 	"github.com/draftflow/draftflow/stages/tokenize"
 	"github.com/draftflow/draftflow/topics"
@@ -85,7 +85,7 @@ func cmdRun(ctx context.Context, args []string) error {
 	stageFlags := func(prefix string, register func(*flag.FlagSet)) { mergeFlags(fs, prefix, register, "group") }
 	stageFlags("ingest", rc.Ingest.RegisterFlags)
 	stageFlags("tokenize", rc.Tokenize.RegisterFlags)
-	stageFlags("generate", rc.Generate.RegisterFlags)
+	stageFlags("generate", func(fs *flag.FlagSet) { registerGenerateFlags(fs, &rc.Generate) })
 	stageFlags("sink", func(fs *flag.FlagSet) { registerSinkFlags(fs, &rc.Sink) })
 	fs.Float64Var(&rc.Sim.OutputLenMean, "sim-output-mean", 600, "mean output length of the built-in simulator (tokens)")
 	fs.Float64Var(&rc.Sim.TimeScale, "sim-time-scale", 0, "simulated seconds per wall second of the built-in simulator (0: instant)")
@@ -301,9 +301,15 @@ func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
 		return nil, err
 	}
 	defer stopBroker()
+	// The process's client: the stages make their own from kc.
+	kcl, err := kafka.NewClient(kc)
+	if err != nil {
+		return nil, err
+	}
+	defer kcl.Close()
 	// The dead-letter reader belongs to this run alone and starts where `rejected` ends now: the rejections
 	// earlier runs left there are not this run's.
-	rejectedGroup, err := prepareTopics(ctx, kc)
+	rejectedGroup, err := prepareTopics(ctx, kcl.Admin())
 	if err != nil {
 		return nil, err
 	}
@@ -326,7 +332,7 @@ func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
 		defer stop()
 		rc.Generate.Endpoints = []string{url}
 	}
-	p, err := newPipeline(ctx, rc, kc, log, rejectedGroup)
+	p, err := newPipeline(ctx, rc, kcl, log, rejectedGroup)
 	if err != nil {
 		return nil, err
 	}
@@ -347,7 +353,7 @@ func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
 	p.stop()
 	// The dead-letter reader's group was this run's alone: leave no trace of it on the broker.
 	dctx, dcancel := context.WithTimeout(context.Background(), 10*time.Second)
-	if err := kc.DeleteGroup(dctx, rejectedGroup); err != nil {
+	if err := kcl.Admin().DeleteGroup(dctx, rejectedGroup); err != nil {
 		log.Warn("could not delete the run's dead-letter group", "group", rejectedGroup, "err", err)
 	}
 	dcancel()
@@ -375,18 +381,18 @@ func startBroker(kc kafka.Config, log *slog.Logger) (kafka.Config, func(), error
 
 // prepareTopics creates the pipeline's topics and a consumer group of this run alone that starts where the
 // rejected topic ends now; it returns the group.
-func prepareTopics(ctx context.Context, kc kafka.Config) (string, error) {
+func prepareTopics(ctx context.Context, admin *kafka.Admin) (string, error) {
 	tctx, tcancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer tcancel()
-	if err := kc.EnsureTopics(tctx, topics.All...); err != nil {
+	if err := admin.EnsureTopics(tctx, topics.All...); err != nil {
 		return "", err
 	}
 	group := fmt.Sprintf("draftflow-run-%x", rand.Uint64())
-	ends, err := kc.EndOffsets(tctx, topics.TopicRejected)
+	ends, err := admin.EndOffsets(tctx, topics.TopicRejected)
 	if err != nil {
 		return "", err
 	}
-	return group, kc.StartGroupAt(tctx, group, topics.TopicRejected, ends)
+	return group, admin.StartGroupAt(tctx, group, topics.TopicRejected, ends)
 }
 
 // pipelineModel returns the run's model (rc's, its directory's, or the bundled sample) and its context window;
@@ -413,6 +419,7 @@ func pipelineModel(rc runConfig, log *slog.Logger) (model *tokenize.Model, ctxLe
 // pipeline is the stages of one run in this process, and what accounts for its prompts.
 type pipeline struct {
 	ctx           context.Context // the run's
+	kcl           *kafka.Client   // the process's; each stage makes its own of kc
 	kc            kafka.Config
 	log           *slog.Logger
 	tr            *tracker
@@ -426,7 +433,7 @@ type pipeline struct {
 	sink       sink.Result // the sink's, once it returned
 }
 
-func newPipeline(ctx context.Context, rc runConfig, kc kafka.Config, log *slog.Logger, rejectedGroup string) (*pipeline, error) {
+func newPipeline(ctx context.Context, rc runConfig, kcl *kafka.Client, log *slog.Logger, rejectedGroup string) (*pipeline, error) {
 	tr, err := newTracker()
 	if err != nil {
 		return nil, err
@@ -436,7 +443,7 @@ func newPipeline(ctx context.Context, rc runConfig, kc kafka.Config, log *slog.L
 		tr.close()
 		return nil, err
 	}
-	p := &pipeline{ctx: ctx, kc: kc, log: log, tr: tr, rejs: rejs, rejectedGroup: rejectedGroup, errc: make(chan error, 4)}
+	p := &pipeline{ctx: ctx, kcl: kcl, kc: kcl.Config(), log: log, tr: tr, rejs: rejs, rejectedGroup: rejectedGroup, errc: make(chan error, 4)}
 	p.stageCtx, p.stopStages = context.WithCancel(ctx)
 	return p, nil
 }
@@ -488,7 +495,7 @@ func (p *pipeline) start(rc runConfig, model *tokenize.Model) error {
 	// This run's dead letters, read by a group of this run alone: written beside the shards, and the stages'
 	// after ingest accounted for.
 	p.run("rejected", func(ctx context.Context) error {
-		c := p.kc.NewConsumer(topics.TopicRejected, kafka.ConsumerConfig{Group: p.rejectedGroup})
+		c := p.kcl.NewConsumer(topics.TopicRejected, kafka.ConsumerConfig{Group: p.rejectedGroup})
 		return c.Run(ctx, func(d *kafka.Delivery) {
 			var r topics.Rejection
 			if topics.Unmarshal(d.Message.Value, &r) == nil {

@@ -15,7 +15,7 @@ type Output struct {
 
 // Output returns a writer of the (logical) topic; Close closes it.
 func (s *Stage) Output(topic string) *Output {
-	o := &Output{s: s, topic: topic, p: s.kc.NewProducer(topic, kafka.ProducerConfig{})}
+	o := &Output{s: s, topic: topic, p: s.cl.NewProducer(topic, kafka.ProducerConfig{})}
 	s.mu.Lock()
 	s.outs = append(s.outs, o)
 	s.mu.Unlock()

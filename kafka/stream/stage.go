@@ -36,8 +36,8 @@ type Outcome struct {
 
 // Config configures a Stage; zero values are documented defaults.
 type Config struct {
-	// Kafka says where the topics are.
-	Kafka kafka.Config
+	// Client makes the stage's producers (its outputs and dead letters); the caller closes it after the Stage.
+	Client *kafka.Client
 	// Stage names the stage in metrics (label stage) and in its dead letters (Rejection.Stage).
 	Stage string
 	// Logger receives the lifecycle's logs (default slog.Default()).
@@ -54,7 +54,7 @@ type Config struct {
 // its writes are retried in. It is safe for concurrent use. Close it once no record is started any more.
 type Stage struct {
 	name string
-	kc   kafka.Config
+	cl   *kafka.Client
 	log  *slog.Logger
 	ctx  context.Context // writes are retried while it lives
 	dead *kafka.DeadLetters
@@ -84,8 +84,8 @@ func New(ctx context.Context, cfg Config) *Stage {
 		cfg.MaxInFlight = 4096
 	}
 	failed, fail := context.WithCancelCause(context.Background())
-	return &Stage{name: cfg.Stage, kc: cfg.Kafka, log: cfg.Logger.With("stage", cfg.Stage), ctx: ctx,
-		dead: cfg.Kafka.NewDeadLetters(cfg.Stage), met: newLifeMetrics(cfg.Registerer, cfg.Stage),
+	return &Stage{name: cfg.Stage, cl: cfg.Client, log: cfg.Logger.With("stage", cfg.Stage), ctx: ctx,
+		dead: cfg.Client.NewDeadLetters(cfg.Stage), met: newLifeMetrics(cfg.Registerer, cfg.Stage),
 		slots: make(chan struct{}, cfg.MaxInFlight), failed: failed, fail: fail}
 }
 

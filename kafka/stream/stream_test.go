@@ -49,11 +49,11 @@ func counted(t *testing.T, reg *prometheus.Registry, stage, result, class string
 }
 
 // committed returns the group's committed offset of partition 0 of the tokenized topic (-1: none).
-func committed(t *testing.T, kc kafka.Config, group string) int64 {
+func committed(t *testing.T, cl *kafka.Client, group string) int64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	offs, err := kc.CommittedOffsets(ctx, group, topics.TopicTokenized)
+	offs, err := cl.Admin().CommittedOffsets(ctx, group, topics.TopicTokenized)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,11 +64,11 @@ func committed(t *testing.T, kc kafka.Config, group string) int64 {
 }
 
 // waitCommitted waits until the group's committed offset of partition 0 is want.
-func waitCommitted(t *testing.T, kc kafka.Config, group string, want int64) {
+func waitCommitted(t *testing.T, cl *kafka.Client, group string, want int64) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		got := committed(t, kc, group)
+		got := committed(t, cl, group)
 		if got == want {
 			return
 		}
@@ -93,7 +93,7 @@ func run(t *testing.T, kc kafka.Config, st *stream.Stage, group string, opt stre
 	handle func(*stream.Record[topics.Tokenized])) (stop func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	in := kc.NewConsumer(topics.TopicTokenized, kafka.ConsumerConfig{Group: group, SessionTimeout: 6 * time.Second,
+	in := kafkatest.Client(t, kc).NewConsumer(topics.TopicTokenized, kafka.ConsumerConfig{Group: group, SessionTimeout: 6 * time.Second,
 		DrainTimeout: 2 * time.Second})
 	errc := make(chan error, 1)
 	go func() { errc <- stream.Consume(ctx, st, opt, handle, in) }()
@@ -112,10 +112,11 @@ func run(t *testing.T, kc kafka.Config, st *stream.Stage, group string, opt stre
 func TestUndecodableRejectedOnceAndAcknowledged(t *testing.T) {
 	kc := kafkatest.Config(t, 1)
 	kc.Logger = quiet
+	admin := kafkatest.Client(t, kc)
 	garbage := []byte("this is no record")
 	kafkatest.Produce(t, kc, topics.TopicTokenized, append([]kafkatest.Record{{Key: "broken", Value: garbage}}, tokenized("ok")...)...)
 	reg := prometheus.NewRegistry()
-	st := stream.New(context.Background(), stream.Config{Kafka: kc, Stage: "generate", Registerer: reg, Logger: quiet})
+	st := stream.New(context.Background(), stream.Config{Client: kafkatest.Client(t, kc), Stage: "generate", Registerer: reg, Logger: quiet})
 	defer st.Close()
 	var mu sync.Mutex
 	var handled []string
@@ -125,7 +126,7 @@ func TestUndecodableRejectedOnceAndAcknowledged(t *testing.T) {
 		mu.Unlock()
 		r.Finish(stream.Outcome{Result: "generated", Tokens: len(r.Value.InputIDs)})
 	})
-	waitCommitted(t, kc, "g", 2)
+	waitCommitted(t, admin, "g", 2)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -155,10 +156,11 @@ func TestUndecodableRejectedOnceAndAcknowledged(t *testing.T) {
 func TestAsynchronousAcknowledgementCommitsThePrefix(t *testing.T) {
 	kc := kafkatest.Config(t, 1)
 	kc.Logger = quiet
+	admin := kafkatest.Client(t, kc)
 	ids := []string{"a", "b", "c", "d", "e"}
 	kafkatest.Produce(t, kc, topics.TopicTokenized, tokenized(ids...)...)
 	reg := prometheus.NewRegistry()
-	st := stream.New(context.Background(), stream.Config{Kafka: kc, Stage: "sink", Registerer: reg, Logger: quiet})
+	st := stream.New(context.Background(), stream.Config{Client: kafkatest.Client(t, kc), Stage: "sink", Registerer: reg, Logger: quiet})
 	defer st.Close()
 	got := make(chan *stream.Record[topics.Tokenized], len(ids))
 	stop := run(t, kc, st, "g", stream.Options[topics.Tokenized]{}, func(r *stream.Record[topics.Tokenized]) { got <- r })
@@ -187,11 +189,11 @@ func TestAsynchronousAcknowledgementCommitsThePrefix(t *testing.T) {
 	}
 	// Several commit intervals (200 ms) pass: the unacknowledged first record holds the partition's commit.
 	time.Sleep(time.Second)
-	if off := committed(t, kc, "g"); off > 0 {
+	if off := committed(t, admin, "g"); off > 0 {
 		t.Fatalf("committed offset %d while offset 0 is unacknowledged", off)
 	}
 	recs[0].Ack()
-	waitCommitted(t, kc, "g", 5)
+	waitCommitted(t, admin, "g", 5)
 	recs[0].Ack() // once only: nothing happens
 	recs[2].Finish(stream.Outcome{Result: "written"})
 	if err := stop(); err != nil {
@@ -241,16 +243,17 @@ func TestProduceRetriesWhileTheContextLives(t *testing.T) {
 	}
 	e := kafkatest.Embedded(t)
 	kc := kafka.Config{Brokers: e.Brokers(), Partitions: 1, Namespace: "t-stream-policy", Logger: quiet}
-	if err := kc.EnsureTopics(context.Background(), topics.All...); err != nil {
+	if err := kafkatest.Client(t, kc).Admin().EnsureTopics(context.Background(), topics.All...); err != nil {
 		t.Fatal(err)
 	}
+	admin := kafkatest.Client(t, kc)
 	kafkatest.Produce(t, kc, topics.TopicTokenized, tokenized("held")...)
 	var refused atomic.Int32
 	accept := refuseWrites(e, kc.Topic(topics.TopicGenerated), &refused)
 
 	reg := prometheus.NewRegistry()
 	work, stopWork := context.WithCancel(context.Background())
-	st := stream.New(work, stream.Config{Kafka: kc, Stage: "generate", Registerer: reg, Logger: quiet})
+	st := stream.New(work, stream.Config{Client: kafkatest.Client(t, kc), Stage: "generate", Registerer: reg, Logger: quiet})
 	out := st.Output(topics.TopicGenerated)
 	produce := func(r *stream.Record[topics.Tokenized]) {
 		r.Produce(out, r.Value.ID, &topics.Generation{ID: r.Value.ID, PromptIDs: r.Value.InputIDs, OutputIDs: []uint32{9}},
@@ -274,18 +277,18 @@ func TestProduceRetriesWhileTheContextLives(t *testing.T) {
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if off := committed(t, kc, "g"); off > 0 || counted(t, reg, "generate", "generated", "") != 0 {
+	if off := committed(t, admin, "g"); off > 0 || counted(t, reg, "generate", "generated", "") != 0 {
 		t.Fatalf("abandoned record committed (offset %d) or counted", off)
 	}
 
 	// The next run gets the record again and writes it once the broker accepts.
 	accept()
 	reg2 := prometheus.NewRegistry()
-	st2 := stream.New(context.Background(), stream.Config{Kafka: kc, Stage: "generate", Registerer: reg2, Logger: quiet})
+	st2 := stream.New(context.Background(), stream.Config{Client: kafkatest.Client(t, kc), Stage: "generate", Registerer: reg2, Logger: quiet})
 	defer st2.Close()
 	out = st2.Output(topics.TopicGenerated)
 	stop = run(t, kc, st2, "g", stream.Options[topics.Tokenized]{}, produce)
-	waitCommitted(t, kc, "g", 1)
+	waitCommitted(t, admin, "g", 1)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -302,11 +305,12 @@ func TestProduceRetriesWhileTheContextLives(t *testing.T) {
 func TestProduceRejectsWhatCanNeverBeWritten(t *testing.T) {
 	kc := kafkatest.Config(t, 1)
 	kc.Logger = quiet
+	admin := kafkatest.Client(t, kc)
 	kafkatest.Produce(t, kc, topics.TopicTokenized, tokenized("huge", "small")...)
 	small := kc
 	small.MaxMessageBytes = 8 << 10
 	reg := prometheus.NewRegistry()
-	st := stream.New(context.Background(), stream.Config{Kafka: small, Stage: "tokenize", Registerer: reg, Logger: quiet})
+	st := stream.New(context.Background(), stream.Config{Client: kafkatest.Client(t, small), Stage: "tokenize", Registerer: reg, Logger: quiet})
 	defer st.Close()
 	out := st.Output(topics.TopicGenerated)
 	stop := run(t, kc, st, "g", stream.Options[topics.Tokenized]{Workers: 2}, func(r *stream.Record[topics.Tokenized]) {
@@ -319,7 +323,7 @@ func TestProduceRejectsWhatCanNeverBeWritten(t *testing.T) {
 		}
 		r.Produce(out, g.ID, g, stream.Outcome{Result: "generated"})
 	})
-	waitCommitted(t, kc, "g", 2)
+	waitCommitted(t, admin, "g", 2)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -339,7 +343,7 @@ func TestFromRecordsEndOnceAndCountOnce(t *testing.T) {
 	kc := kafkatest.Config(t, 1)
 	kc.Logger = quiet
 	reg := prometheus.NewRegistry()
-	st := stream.New(context.Background(), stream.Config{Kafka: kc, Stage: "ingest", Registerer: reg, Logger: quiet, MaxInFlight: 2})
+	st := stream.New(context.Background(), stream.Config{Client: kafkatest.Client(t, kc), Stage: "ingest", Registerer: reg, Logger: quiet, MaxInFlight: 2})
 	out := st.Output(topics.TopicPrompts)
 	var mu sync.Mutex
 	ends := map[string][]string{}

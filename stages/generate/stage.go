@@ -10,6 +10,8 @@ import (
 
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/kafka/stream"
+	"github.com/draftflow/draftflow/sglang"
+	"github.com/draftflow/draftflow/stages/generate/internal/admission"
 	"github.com/draftflow/draftflow/topics"
 )
 
@@ -31,7 +33,8 @@ type record = stream.Record[topics.Tokenized]
 type stage struct {
 	cfg     Config
 	log     *slog.Logger
-	ctl     *Controller
+	ctl     *admission.Controller
+	met     *stageMetrics
 	life    *stream.Stage  // the record lifecycle; its writes are retried while work lives
 	gen     *stream.Output // topics.TopicGenerated
 	shards  *shardsView    // what the sink's shards hold: turns not to send again
@@ -52,10 +55,15 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.validate(); err != nil {
 		return err
 	}
-	if err := ensureTopics(ctx, cfg.Kafka); err != nil {
+	kcl, err := kafka.NewClient(cfg.Kafka)
+	if err != nil {
 		return err
 	}
-	ctl, err := NewController(cfg)
+	defer kcl.Close()
+	if err := ensureTopics(ctx, kcl); err != nil {
+		return err
+	}
+	ctl, err := admission.NewController(cfg.admission())
 	if err != nil {
 		return err
 	}
@@ -73,11 +81,12 @@ func Run(ctx context.Context, cfg Config) error {
 	work, stopWork := graceful(ctx, ctl, cfg.ShutdownGrace)
 	defer stopWork()
 	log := cfg.Logger.With("stage", "generate")
-	life := stream.New(work, stream.Config{Kafka: cfg.Kafka, Stage: "generate", Logger: cfg.Logger, Registerer: cfg.Registerer})
-	s := &stage{cfg: cfg, log: log, ctl: ctl, life: life, gen: life.Output(topics.TopicGenerated), shards: newShardsView(log), work: work}
-	stopBackground := s.background(ctx)
+	life := stream.New(work, stream.Config{Client: kcl, Stage: "generate", Logger: cfg.Logger, Registerer: cfg.Registerer})
+	s := &stage{cfg: cfg, log: log, ctl: ctl, met: newStageMetrics(cfg.Registerer), life: life, gen: life.Output(topics.TopicGenerated),
+		shards: newShardsView(log), work: work}
+	stopBackground := s.background(ctx, kcl)
 	defer stopBackground()
-	cons := cfg.Kafka.NewConsumer(topics.TopicTokenized, kafka.ConsumerConfig{Group: cfg.Group, MaxInFlight: cfg.MaxInFlight,
+	cons := kcl.NewConsumer(topics.TopicTokenized, kafka.ConsumerConfig{Group: cfg.Group, MaxInFlight: cfg.MaxInFlight,
 		DrainTimeout: cfg.ShutdownGrace + ackDrainTime, RevokeTimeout: cfg.RevokeTimeout})
 	cfg.Ready.Add("generate", func() error {
 		switch {
@@ -90,7 +99,7 @@ func Run(ctx context.Context, cfg Config) error {
 	})
 	// Nothing is fetched before the stage knows what the shards hold.
 	s.shards.wait(ctx, cfg.ShardsWait)
-	log.Info("generate stage started", "endpoints", cfg.Endpoints, "policy", cfg.Policy, "group", cfg.Group, "max_in_flight", cfg.MaxInFlight)
+	log.Info("generate stage started", "endpoints", cfg.Endpoints, "policy", ctl.Config().Policy, "group", cfg.Group, "max_in_flight", cfg.MaxInFlight)
 	runErr := stream.Consume(ctx, life, stream.Options[topics.Tokenized]{}, s.handle, cons)
 
 	// The consumer has committed what finished. Abandon what is left, then flush the outputs.
@@ -102,20 +111,17 @@ func Run(ctx context.Context, cfg Config) error {
 	return errors.Join(ctl.Err(), runErr, closeErr)
 }
 
-// ensureTopics checks the brokers are configured and creates the topics the stage reads and writes.
-func ensureTopics(ctx context.Context, kc kafka.Config) error {
-	if len(kc.Brokers) == 0 {
-		return errors.New("generate: no Kafka brokers")
-	}
-	if err := kc.EnsureTopics(ctx, topics.TopicTokenized, topics.TopicGenerated, topics.TopicRejected); err != nil {
+// ensureTopics creates the topics the stage reads and writes.
+func ensureTopics(ctx context.Context, kcl *kafka.Client) error {
+	if err := kcl.Admin().EnsureTopics(ctx, topics.TopicTokenized, topics.TopicGenerated, topics.TopicRejected); err != nil {
 		return err
 	}
-	return kc.EnsureCompactedTopic(ctx, topics.TopicShards)
+	return kcl.Admin().EnsureCompactedTopic(ctx, topics.TopicShards)
 }
 
 // graceful returns the context the stage's work runs in: cancelled grace after ctx ends (at once when the
 // Controller failed), or by the returned function.
-func graceful(ctx context.Context, ctl *Controller, grace time.Duration) (context.Context, context.CancelFunc) {
+func graceful(ctx context.Context, ctl *admission.Controller, grace time.Duration) (context.Context, context.CancelFunc) {
 	work, stopWork := context.WithCancel(context.WithoutCancel(ctx))
 	go func() {
 		select {
@@ -138,10 +144,10 @@ func graceful(ctx context.Context, ctl *Controller, grace time.Duration) (contex
 
 // background starts what runs beside the consumer: following the shards topic and the Controller. The returned
 // function stops both and waits for them (more than once is fine).
-func (s *stage) background(ctx context.Context) func() {
+func (s *stage) background(ctx context.Context, kcl *kafka.Client) func() {
 	followCtx, stopFollow := context.WithCancel(context.WithoutCancel(ctx))
 	followDone := make(chan struct{})
-	go func() { defer close(followDone); s.shards.follow(followCtx, s.cfg.Kafka) }()
+	go func() { defer close(followDone); s.shards.follow(followCtx, kcl) }()
 	ctlCtx, stopCtl := context.WithCancel(context.WithoutCancel(ctx))
 	ctlDone := make(chan struct{})
 	go func() { defer close(ctlDone); _ = s.ctl.Run(ctlCtx) }()
@@ -191,17 +197,17 @@ func (s *stage) handle(r *record) {
 		defer cancel()
 		defer context.AfterFunc(r.Lost(), cancel)()
 		res, err := s.ctl.Do(ctx, req)
-		var rej *RejectedError
+		var rej *admission.RejectedError
 		switch {
 		case err == nil:
 			g := generation(t, sampling, res)
 			if t.Thread != nil {
-				s.ctl.met.turns.WithLabelValues(g.StopReason).Inc()
+				s.met.turns.WithLabelValues(g.StopReason).Inc()
 				if g.StopReason != topics.StopContinued && g.StopReason != topics.StopEnd {
 					s.log.Info("conversation ends at this turn", "id", t.ID, "turn", t.Turn, "stop_reason", g.StopReason, "detail", g.StopDetail)
 				}
 			}
-			s.ctl.met.cachedTokens.Add(float64(g.Meta.CachedTokens))
+			s.met.cachedTokens.Add(float64(g.Meta.CachedTokens))
 			r.Produce(s.gen, g.ID, g, stream.Outcome{Result: resultGenerated, Tokens: len(g.OutputIDs)})
 		case errors.As(err, &rej):
 			r.Reject("server_rejected", rej.Reason, nil)
@@ -216,12 +222,12 @@ func (s *stage) handle(r *record) {
 }
 
 // request is the server request of a tokenized record with the stage's sampling and lane.
-func request(t *topics.Tokenized, sampling topics.Sampling, lane string) *Request {
-	req := &Request{
-		RID:      RequestID(t.ID, t.Turn),
-		Key:      LengthKey{Dataset: t.Dataset, Lane: lane},
+func request(t *topics.Tokenized, sampling topics.Sampling, lane string) *admission.Request {
+	req := &admission.Request{
+		RID:      admission.RequestID(t.ID, t.Turn),
+		Key:      admission.LengthKey{Dataset: t.Dataset, Lane: lane},
 		InputIDs: t.InputIDs,
-		Sampling: SamplingParams{
+		Sampling: sglang.SamplingParams{
 			MaxNewTokens: sampling.MaxNewTokens,
 			Temperature:  sampling.Temperature,
 			TopP:         sampling.TopP,
@@ -242,7 +248,7 @@ func request(t *topics.Tokenized, sampling topics.Sampling, lane string) *Reques
 }
 
 // generation builds the output record of a finished request.
-func generation(t *topics.Tokenized, sampling topics.Sampling, res *Result) *topics.Generation {
+func generation(t *topics.Tokenized, sampling topics.Sampling, res *admission.Result) *topics.Generation {
 	m := res.Response.MetaInfo
 	g := &topics.Generation{
 		ID: t.ID, Dataset: t.Dataset, Turn: t.Turn, Sampling: sampling, Source: t.Source,

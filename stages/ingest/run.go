@@ -98,16 +98,21 @@ const resultIngested = "ingested"
 // error together with what was acknowledged so far.
 func Run(ctx context.Context, cfg Config) (Result, error) {
 	log := cmp.Or(cfg.Logger, slog.Default())
-	inputs, total, settings, err := prepare(ctx, &cfg)
+	inputs, total, settings, err := prepare(&cfg)
 	if err != nil {
 		return Result{}, err
 	}
+	kcl, err := connect(ctx, cfg.Kafka)
+	if err != nil {
+		return Result{}, err
+	}
+	defer kcl.Close()
 	seen, err := idset.New(cfg.TempDir)
 	if err != nil {
 		return Result{}, fmt.Errorf("ingest: %w", err)
 	}
 	defer seen.Close()
-	life := stream.New(ctx, stream.Config{Kafka: cfg.Kafka, Stage: Stage, Logger: log, Registerer: cfg.Registerer,
+	life := stream.New(ctx, stream.Config{Client: kcl, Stage: Stage, Logger: log, Registerer: cfg.Registerer,
 		MaxInFlight: cmp.Or(cfg.MaxInFlight, DefaultMaxInFlight)})
 	r := &runner{log: log.With("stage", Stage), settings: settings, defaults: cfg.Defaults, turns: cfg.Turns, sampling: map[string]topics.Sampling{},
 		life: life, prompts: life.Output(topics.TopicPrompts), seen: seen, fileIdx: map[string]int{}, onPrompt: cfg.OnPrompt,
@@ -145,9 +150,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	return res, runErr
 }
 
-// prepare checks cfg (filling in its defaults), expands the inputs, loads the settings, and creates the topics;
-// it returns the input files and their total size.
-func prepare(ctx context.Context, cfg *Config) (inputs []string, total int64, settings Settings, err error) {
+// prepare checks cfg (filling in its defaults), expands the inputs and loads the settings; it returns the input
+// files and their total size.
+func prepare(cfg *Config) (inputs []string, total int64, settings Settings, err error) {
 	if len(cfg.Kafka.Brokers) == 0 {
 		return nil, 0, settings, errors.New("ingest: no Kafka brokers configured")
 	}
@@ -173,10 +178,20 @@ func prepare(ctx context.Context, cfg *Config) (inputs []string, total int64, se
 		}
 		total += st.Size()
 	}
-	if err := cfg.Kafka.EnsureTopics(ctx, topics.TopicPrompts, topics.TopicRejected); err != nil {
-		return nil, 0, settings, fmt.Errorf("ingest: %w", err)
-	}
 	return inputs, total, settings, nil
+}
+
+// connect returns a client of kc, with the topics ingest writes created.
+func connect(ctx context.Context, kc kafka.Config) (*kafka.Client, error) {
+	kcl, err := kafka.NewClient(kc)
+	if err != nil {
+		return nil, fmt.Errorf("ingest: %w", err)
+	}
+	if err := kcl.Admin().EnsureTopics(ctx, topics.TopicPrompts, topics.TopicRejected); err != nil {
+		kcl.Close()
+		return nil, fmt.Errorf("ingest: %w", err)
+	}
+	return kcl, nil
 }
 
 // readAll reads every input in turn; the rest of a file that cannot be read is one rejection, and the next file

@@ -101,9 +101,18 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	log.Info("tokenize starting", "model", t.name, "hash", t.m.Hash, "context_length", t.ctxLen, "workers", workers,
 		"reasoning_parser", t.parsers.Reasoning, "tool_call_parser", t.parsers.Tools)
-	life := stream.New(ctx, stream.Config{Kafka: cfg.Kafka, Stage: "tokenize", Logger: cmp.Or(cfg.Logger, slog.Default()), Registerer: cfg.Registerer})
+	kcl, err := kafka.NewClient(cfg.Kafka)
+	if err != nil {
+		return err
+	}
+	defer kcl.Close()
+	life := stream.New(ctx, stream.Config{Client: kcl, Stage: "tokenize", Logger: cmp.Or(cfg.Logger, slog.Default()), Registerer: cfg.Registerer})
 	t.out = life.Output(topics.TopicTokenized)
-	ins := t.consumers(cfg, log)
+	ins, closeOwn, err := t.consumers(cfg, kcl, log)
+	if err != nil {
+		return errors.Join(err, life.Close())
+	}
+	defer closeOwn()
 	cfg.Ready.Add("tokenize", func() error {
 		if ins[0].Assigned() == 0 {
 			return errors.New("no partitions of the prompts topic assigned")
@@ -151,21 +160,27 @@ func newWorker(cfg Config, log *slog.Logger) (*worker, error) {
 }
 
 // consumers returns the stage's consumers of the prompts topic: its group's, and, when it reads another
-// namespace's prompts (--input-namespace), a second one (group "<group>-turns") for the later turns of this
-// namespace's conversations, which come back on this namespace's prompts topic. The foreign ingested prompts
-// are ours to tokenize, the foreign continuations (later turns built from that namespace's replies) are not.
-func (t *worker) consumers(cfg Config, log *slog.Logger) []*kafka.Consumer {
+// namespace's prompts (--input-namespace), a second one (group "<group>-turns", on a client of its own that the
+// returned function closes) for the later turns of this namespace's conversations, which come back on this
+// namespace's prompts topic. The foreign ingested prompts are ours to tokenize, the foreign continuations (later
+// turns built from that namespace's replies) are not.
+func (t *worker) consumers(cfg Config, kcl *kafka.Client, log *slog.Logger) ([]*kafka.Consumer, func(), error) {
 	group := cmp.Or(cfg.Group, DefaultGroup)
-	ins := []*kafka.Consumer{cfg.Kafka.NewConsumer(topics.TopicPrompts, kafka.ConsumerConfig{Group: group, MaxInFlight: 4096})}
+	ins := []*kafka.Consumer{kcl.NewConsumer(topics.TopicPrompts, kafka.ConsumerConfig{Group: group, MaxInFlight: 4096})}
 	if cfg.Kafka.InputNamespace == "" || cfg.Kafka.InputNamespace == cfg.Kafka.Namespace {
-		return ins
+		return ins, func() {}, nil
 	}
 	own := cfg.Kafka
 	own.InputNamespace = ""
+	ownCl, err := kafka.NewClient(own)
+	if err != nil {
+		return nil, nil, err
+	}
 	t.foreign = cfg.Kafka.InputTopic(topics.TopicPrompts)
 	log.Info("reading another namespace's prompts; this namespace's later turns from its own prompts topic",
 		"input", t.foreign, "turns", own.Topic(topics.TopicPrompts))
-	return append(ins, own.NewConsumer(topics.TopicPrompts, kafka.ConsumerConfig{Group: group + "-turns", MaxInFlight: 4096}))
+	turns := ownCl.NewConsumer(topics.TopicPrompts, kafka.ConsumerConfig{Group: group + "-turns", MaxInFlight: 4096})
+	return append(ins, turns), func() { ownCl.Close() }, nil
 }
 
 // handle tokenizes one prompt and produces its Tokenized record, or rejects it.
