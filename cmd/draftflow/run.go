@@ -332,7 +332,7 @@ func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
 		defer stop()
 		rc.Generate.Endpoints = []string{url}
 	}
-	p, err := newPipeline(ctx, rc, kcl, log, rejectedGroup)
+	p, err := newPipeline(ctx, rc, kc, kcl, log, rejectedGroup) // kc as the status publisher named the process
 	if err != nil {
 		return nil, err
 	}
@@ -433,7 +433,8 @@ type pipeline struct {
 	sink       sink.Result // the sink's, once it returned
 }
 
-func newPipeline(ctx context.Context, rc runConfig, kcl *kafka.Client, log *slog.Logger, rejectedGroup string) (*pipeline, error) {
+// newPipeline returns the pipeline of a run; its stages make their clients of kc.
+func newPipeline(ctx context.Context, rc runConfig, kc kafka.Config, kcl *kafka.Client, log *slog.Logger, rejectedGroup string) (*pipeline, error) {
 	tr, err := newTracker()
 	if err != nil {
 		return nil, err
@@ -443,7 +444,7 @@ func newPipeline(ctx context.Context, rc runConfig, kcl *kafka.Client, log *slog
 		tr.close()
 		return nil, err
 	}
-	p := &pipeline{ctx: ctx, kcl: kcl, kc: kcl.Config(), log: log, tr: tr, rejs: rejs, rejectedGroup: rejectedGroup, errc: make(chan error, 4)}
+	p := &pipeline{ctx: ctx, kcl: kcl, kc: kc, log: log, tr: tr, rejs: rejs, rejectedGroup: rejectedGroup, errc: make(chan error, 4)}
 	p.stageCtx, p.stopStages = context.WithCancel(ctx)
 	return p, nil
 }
