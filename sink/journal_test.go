@@ -258,9 +258,9 @@ func TestJournalRecoveryAtEveryCrashPoint(t *testing.T) {
 						t.Fatal(err)
 					}
 				default:
-					crashPoint = func(s string) bool { return s == step }
+					ss.s.st.crashAt = func(s string) bool { return s == step }
 					err := ss.flushPart(0)
-					crashPoint = nil
+					ss.s.st.crashAt = nil
 					if err != errCrashed {
 						t.Fatalf("flush returned %v, want the simulated crash", err)
 					}

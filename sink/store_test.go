@@ -91,9 +91,9 @@ func TestRecoveryAtEveryCrashPoint(t *testing.T) {
 				t.Fatal(err)
 			}
 			second, a2, b2 := interleaved(10, 10)
-			crashPoint = func(s string) bool { return s == step }
+			st.crashAt = func(s string) bool { return s == step }
 			err = flushGens(st, 10, second)
-			crashPoint = nil
+			st.crashAt = nil
 			if err != errCrashed {
 				t.Fatalf("flush returned %v, want the simulated crash", err)
 			}
