@@ -76,9 +76,7 @@ func TestTiktokenAgainstReference(t *testing.T) {
 	}
 	// Kimi-K2's pattern (class intersection) loads through both matcher paths.
 	for _, fast := range []bool{true, false} {
-		useFastMatchers = fast
-		k, err := LoadTiktoken(path, PatternKimiK2, specials)
-		useFastMatchers = true
+		k, err := builder{regexpOnly: !fast}.loadTiktoken(path, PatternKimiK2, specials)
 		if err != nil {
 			t.Fatalf("Kimi pattern (fast=%v): %v", fast, err)
 		}
