@@ -130,9 +130,13 @@ func cmdGenerate(ctx context.Context, args []string) error {
 	return generate.Run(ctx, cfg)
 }
 
-func cmdSink(ctx context.Context, args []string) error {
+func cmdSink(ctx context.Context, args []string) error { return runSinkCommand(ctx, args, nil) }
+
+// runSinkCommand is `draftflow sink args`; served, when not nil, is told the address the metrics
+// server listens on.
+func runSinkCommand(ctx context.Context, args []string, served func(addr string)) error {
 	fs := newFlagSet("sink")
-	var c common
+	c := common{served: served}
 	c.register(fs, ":9090")
 	var cfg sink.Config
 	registerSinkFlags(fs, &cfg)
