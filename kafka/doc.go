@@ -4,7 +4,7 @@
 //   - Config: how to reach the cluster and lay out topics (partitions, namespace, input namespace, record size
 //     limit, retention);
 //   - Security (security.go): TLS and SASL (PLAIN, SCRAM-SHA-256/512) for every client this package builds, the
-//     redacting Secret, and AuthError, which makes refused credentials a prompt, clear error (Ping);
+//     password held as a redacting secret.Value, and AuthError, which makes refused credentials a prompt, clear error (Ping);
 //   - admin requests (admin.go): EnsureTopics, partition counts, end and committed offsets, groups, topic
 //     deletion, and the topic ID lookup (topicid.go); what an operator's view needs (groups.go): a group's
 //     members (DescribeGroup), start offsets, and reading a partition's offset range outside any group;

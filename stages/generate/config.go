@@ -15,6 +15,7 @@ import (
 
 	"github.com/draftflow/draftflow/kafka"
 	dfmetrics "github.com/draftflow/draftflow/metrics"
+	"github.com/draftflow/draftflow/secret"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -186,7 +187,7 @@ type Config struct {
 	// APIKey is sent as "Authorization: Bearer" to servers started with --api-key (flag
 	// --sglang-api-key-file, environment DRAFTFLOW_SGLANG_API_KEY). A server refusing it (HTTP 401/403)
 	// stops the stage with an error naming the server.
-	APIKey Secret
+	APIKey secret.Value
 	// Policy is PolicyKVBudget (default) or PolicyFixed.
 	Policy string
 	// Concurrency is the per-endpoint in-flight limit of PolicyFixed (default 64). Under PolicyKVBudget it is
@@ -422,8 +423,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		c.Endpoints = append(c.Endpoints, urls...)
 		return nil
 	})
-	if key := strings.TrimSpace(os.Getenv(APIKeyEnv)); key != "" && c.APIKey == "" {
-		c.APIKey = Secret(key)
+	if key := strings.TrimSpace(os.Getenv(APIKeyEnv)); key != "" && c.APIKey.IsZero() {
+		c.APIKey = secret.New(key)
 	}
 	fs.Func("sglang-api-key-file", "file holding the API key of servers started with --api-key (else $"+APIKeyEnv+")",
 		func(path string) error {
@@ -473,19 +474,19 @@ const APIKeyEnv = "DRAFTFLOW_SGLANG_API_KEY"
 
 // ReadAPIKeyFile reads an API key from a file: its content without surrounding whitespace. Errors never
 // include the content.
-func ReadAPIKeyFile(path string) (Secret, error) {
+func ReadAPIKeyFile(path string) (secret.Value, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return "", fmt.Errorf("generate: API key file: %w", err)
+		return secret.Value{}, fmt.Errorf("generate: API key file: %w", err)
 	}
 	key := strings.TrimSpace(string(data))
 	if key == "" {
-		return "", fmt.Errorf("generate: API key file %s is empty", path)
+		return secret.Value{}, fmt.Errorf("generate: API key file %s is empty", path)
 	}
 	if strings.ContainsAny(key, "\r\n") {
-		return "", fmt.Errorf("generate: API key file %s holds more than one line", path)
+		return secret.Value{}, fmt.Errorf("generate: API key file %s holds more than one line", path)
 	}
-	return Secret(key), nil
+	return secret.New(key), nil
 }
 
 // ReadEndpointsFile reads SGLang base URLs, one per line; blank lines and # comments are skipped.

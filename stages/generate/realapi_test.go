@@ -199,8 +199,8 @@ func TestAPIKeySentNeverLogged(t *testing.T) {
 	fs := flag.NewFlagSet("generate", flag.ContinueOnError)
 	t.Setenv(APIKeyEnv, "from-env")
 	cfg.RegisterFlags(fs)
-	if cfg.APIKey != "from-env" {
-		t.Fatalf("APIKey %q from the environment", string(cfg.APIKey))
+	if cfg.APIKey.Reveal() != "from-env" {
+		t.Fatalf("APIKey %q from the environment", cfg.APIKey.Reveal())
 	}
 	if err := fs.Parse([]string{"--sglang", f.srv.URL, "--sglang-api-key-file", path, "--policy", "fixed"}); err != nil {
 		t.Fatal(err)
