@@ -55,7 +55,7 @@ func cmdIngest(ctx context.Context, args []string) error {
 	cfg.Logger = kc.Logger
 	cfg.Registerer = c.reg
 	if *progress {
-		cfg.Progress = stderr()
+		cfg.Progress = &ingestBar{w: stderr()}
 	}
 	res, err := ingest.Run(ctx, cfg)
 	stopStatus()
@@ -186,6 +186,26 @@ func registerSinkFlags(fs *flag.FlagSet, cfg *sink.Config) {
 	fs.DurationVar(&cfg.JournalSync, "journal-sync", cfg.JournalSync, "fsync the journal of buffered rows this often: what a machine crash can lose (0: 1s)")
 	fs.IntVar(&cfg.ZstdLevel, "zstd-level", cfg.ZstdLevel, "zstd level of the shards: 1, 3, 7 or 11 (0: zstd's default, 3; higher writes fewer bytes, slower)")
 	fs.StringVar(&cfg.Group, "group", cfg.Group, "consumer group (default draftflow-sink)")
+}
+
+// ingestBar draws an ingest run's progress (input bytes read, rate and ETA) as a progress bar on w.
+type ingestBar struct {
+	w   io.Writer
+	bar *progress.Bar
+}
+
+func (b *ingestBar) Begin(total int64) {
+	b.bar = progress.New(b.w, "ingest", total, progress.Options{Bytes: true})
+}
+
+func (b *ingestBar) Read(n int64) { b.bar.Add(n) }
+
+func (b *ingestBar) End(ok bool) {
+	if ok {
+		b.bar.Finish()
+	} else {
+		b.bar.Clear()
+	}
 }
 
 // console is the process's stderr, shared by log lines and progress lines.
