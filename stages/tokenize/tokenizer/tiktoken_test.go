@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/draftflow/draftflow/internal/testassets"
 )
 
 // writeTiktokenFromHF converts a byte-level tokenizer.json (gpt-oss: o200k in HF form) into a
@@ -98,7 +100,7 @@ func tiktokenPinned() bool {
 // fancy-regex) for the o200k, cl100k and Kimi-K2 patterns over gpt-oss's rank file.
 func TestTiktokenLibraryReference(t *testing.T) {
 	if out, err := exec.Command("python3", "-c", "import tiktoken").CombinedOutput(); err != nil {
-		if tiktokenPinned() && requireAssets() {
+		if tiktokenPinned() && testassets.Required() {
 			t.Fatalf("python3 with tiktoken unavailable: %v %s", err, out)
 		}
 		t.Skipf("python3 with tiktoken unavailable (make deps-python installs it): %v", err)
