@@ -17,6 +17,7 @@ import (
 // a request cannot be in the server longer than that, however slow the
 // machine, while one stamped before the gap reports the gap.
 func TestArrivalAfterIdleGap(t *testing.T) {
+	t.Parallel()
 	const scale, gap = 200, 200.0 // the gap: 200 simulated seconds, 1 s of wall time
 	for _, dp := range []int{1, 2} {
 		s, ts := newTestServer(t, Config{TimeScale: scale, DPSize: dp})
@@ -71,6 +72,7 @@ func waitSimTime(t *testing.T, s *Server, at float64) {
 // TestManualSubmitDuringPass: a request submitted while a forward pass is in
 // progress arrives when it was submitted, not when the pass started.
 func TestManualSubmitDuringPass(t *testing.T) {
+	t.Parallel()
 	s, err := NewManual(Config{MaxTotalTokens: 4000})
 	if err != nil {
 		t.Fatal(err)

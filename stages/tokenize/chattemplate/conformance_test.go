@@ -109,6 +109,7 @@ func TestModelTemplatesMatchTransformers(t *testing.T) {
 }
 
 func TestLoadWithoutChatTemplateFails(t *testing.T) {
+	t.Parallel()
 	for _, model := range []string{"gptoss", "llama2"} {
 		t.Run(model, func(t *testing.T) {
 			_, err := Load(testassets.Tokenizer(t, model))

@@ -48,6 +48,7 @@ func spans(s string, ms [][2]int) []string {
 // TestFastMatchersAgainstRegexp checks every hand-written matcher against the general regex path
 // on the corpus and on seeded random strings.
 func TestFastMatchersAgainstRegexp(t *testing.T) {
+	t.Parallel()
 	ensureUnicode()
 	texts := append(corpusTexts(t), randomTexts(7, 3000)...)
 	for _, p := range knownPatternNames() {

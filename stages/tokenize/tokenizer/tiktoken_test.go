@@ -146,6 +146,7 @@ func TestTiktokenLibraryReference(t *testing.T) {
 }
 
 func TestParseTiktokenErrors(t *testing.T) {
+	t.Parallel()
 	for _, in := range []string{"", "!!! 1\n", "YQ== x\n", "YQ==\n"} {
 		if _, err := ParseTiktoken(strings.NewReader(in), PatternCL100K, nil); err == nil {
 			t.Errorf("ParseTiktoken(%q): want error", in)
