@@ -171,13 +171,14 @@ func (sr *sinkRun) stop(t testing.TB) error {
 func waitConsumed(t testing.TB, kc kafka.Config, group string) {
 	t.Helper()
 	ctx := context.Background()
-	end, err := kc.EndOffsets(ctx, topics.TopicGenerated)
+	admin := kafkatest.Client(t, kc).Admin()
+	end, err := admin.EndOffsets(ctx, topics.TopicGenerated)
 	if err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(time.Minute)
 	for {
-		committed, err := kc.CommittedOffsets(ctx, group, topics.TopicGenerated)
+		committed, err := admin.CommittedOffsets(ctx, group, topics.TopicGenerated)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/draftflow/draftflow/kafka/kafkatest"
+	"github.com/draftflow/draftflow/sglang"
 	"github.com/draftflow/draftflow/sink"
-	"github.com/draftflow/draftflow/stages/generate"
 	"github.com/draftflow/draftflow/stages/tokenize/tokenizer/bundled"
 )
 
@@ -187,7 +187,7 @@ func TestRunStopsOnAFailedStage(t *testing.T) {
 	rc.Timeout = 2 * time.Minute
 	start := time.Now()
 	_, err := runPipeline(context.Background(), rc)
-	var auth *generate.AuthError
+	var auth *sglang.AuthError
 	if !errors.As(err, &auth) || !strings.HasPrefix(err.Error(), "generate: ") {
 		t.Fatalf("run against a server refusing the key: %v", err)
 	}
