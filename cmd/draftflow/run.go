@@ -21,6 +21,7 @@ import (
 	"github.com/draftflow/draftflow/kafka/embedded"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/draftflow/draftflow/internal/idset"
 	"github.com/draftflow/draftflow/internal/progress"
@@ -350,7 +351,9 @@ func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
 		return nil, fmt.Errorf("ingest: %w", err)
 	}
 	runErr := p.wait(ctx, rc.Progress, ires.Rejected)
-	p.stop()
+	if err := p.stop(); runErr == nil {
+		runErr = err // errors after the stop count too: a failed final flush must not pass for success
+	}
 	// The dead-letter reader's group was this run's alone: leave no trace of it on the broker.
 	dctx, dcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	if err := kcl.Admin().DeleteGroup(dctx, rejectedGroup); err != nil {
@@ -426,10 +429,11 @@ type pipeline struct {
 	rejs          *rejectionLog
 	rejectedGroup string
 
+	// The stages run in a group: the first to fail stops the others (stageCtx ends) and is the group's error.
+	// stopStages stops them all without an error.
+	stages     *errgroup.Group
 	stageCtx   context.Context
 	stopStages context.CancelFunc
-	wg         sync.WaitGroup
-	errc       chan error
 	sink       sink.Result // the sink's, once it returned
 }
 
@@ -444,32 +448,45 @@ func newPipeline(ctx context.Context, rc runConfig, kc kafka.Config, kcl *kafka.
 		tr.close()
 		return nil, err
 	}
-	p := &pipeline{ctx: ctx, kcl: kcl, kc: kc, log: log, tr: tr, rejs: rejs, rejectedGroup: rejectedGroup, errc: make(chan error, 4)}
-	p.stageCtx, p.stopStages = context.WithCancel(ctx)
+	p := &pipeline{ctx: ctx, kcl: kcl, kc: kc, log: log, tr: tr, rejs: rejs, rejectedGroup: rejectedGroup}
+	var runCtx context.Context
+	runCtx, p.stopStages = context.WithCancel(ctx)
+	p.stages, p.stageCtx = errgroup.WithContext(runCtx)
 	return p, nil
 }
 
 // run starts one stage; its error, even one after the stop, is the run's (a failed final flush must not pass
 // for success).
 func (p *pipeline) run(name string, run func(context.Context) error) {
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
+	p.stages.Go(func() error {
 		if err := run(p.stageCtx); err != nil && !errors.Is(err, context.Canceled) {
-			p.errc <- fmt.Errorf("%s: %w", name, err)
+			return fmt.Errorf("%s: %w", name, err)
 		}
-	}()
+		return nil
+	})
 }
 
-// stop stops the stages and waits for them.
-func (p *pipeline) stop() {
+// stopped is why the stages stopped once stageCtx has ended: ctx's end (what waited for says what) or the
+// error of the stage that failed.
+func (p *pipeline) stopped(waitedFor string) error {
+	if p.ctx.Err() != nil {
+		return fmt.Errorf("%s: %w", waitedFor, p.ctx.Err())
+	}
+	if err := p.stages.Wait(); err != nil {
+		return err
+	}
+	return errors.New("a stage stopped without an error") // only ctx or stopStages end stageCtx otherwise
+}
+
+// stop stops the stages and waits for them; it returns the error of the first that failed.
+func (p *pipeline) stop() error {
 	p.stopStages()
-	p.wg.Wait()
+	return p.stages.Wait()
 }
 
 // close stops the stages and closes the tracker.
 func (p *pipeline) close() {
-	p.stop()
+	_ = p.stop()
 	p.tr.close()
 }
 
@@ -485,10 +502,8 @@ func (p *pipeline) start(rc runConfig, model *tokenize.Model) error {
 	p.run("sink", func(ctx context.Context) (err error) { p.sink, err = sink.Run(ctx, sk); return err })
 	select {
 	case <-seeded:
-	case err := <-p.errc:
-		return err
-	case <-p.ctx.Done():
-		return fmt.Errorf("waiting for the sink to start: %w", p.ctx.Err())
+	case <-p.stageCtx.Done():
+		return p.stopped("waiting for the sink to start")
 	}
 	gen := rc.Generate
 	gen.Kafka, gen.Logger = p.kc, p.log
@@ -547,7 +562,7 @@ func (p *pipeline) wait(ctx context.Context, progressOut io.Writer, ingestReject
 	if err := p.accounted(ctx, bar); err != nil {
 		return err
 	}
-	for deadline := time.Now().Add(30 * time.Second); p.rejs.read(ingest.Stage) < ingestRejected && time.Now().Before(deadline) && ctx.Err() == nil; {
+	for deadline := time.Now().Add(30 * time.Second); p.rejs.read(ingest.Stage) < ingestRejected && time.Now().Before(deadline) && p.stageCtx.Err() == nil; {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return nil
@@ -575,23 +590,15 @@ func (p *pipeline) accounted(ctx context.Context, bar *progress.Bar) error {
 		select {
 		case <-p.tr.changed:
 		case <-ticker.C:
-		case err := <-p.errc:
-			return err
-		case <-ctx.Done():
-			return fmt.Errorf("stopped before every prompt reached the shards: %w", ctx.Err())
+		case <-p.stageCtx.Done():
+			return p.stopped("stopped before every prompt reached the shards")
 		}
 	}
 }
 
-// result is the run's summary, once the stages stopped, and its error: runErr, else the first that a stage or
-// the summary met.
+// result is the run's summary, once the stages stopped, and its error: runErr (the stages' included), else the
+// first that the summary met.
 func (p *pipeline) result(dir string, ires ingest.Result, elapsed time.Duration, runErr error) (*runResult, error) {
-	if runErr == nil {
-		select {
-		case runErr = <-p.errc:
-		default:
-		}
-	}
 	done, missing, _ := p.tr.status()
 	res := &runResult{Prompts: done + missing, IngestRejected: ires.Rejected, Dir: dir, Elapsed: elapsed,
 		Duplicates: p.sink.Duplicates, InShards: p.sink.InShards, Turns: p.sink.Turns}

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"slices"
@@ -17,7 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/draftflow/draftflow/internal/idset"
-	"github.com/draftflow/draftflow/internal/progress"
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/kafka/stream"
 	"github.com/draftflow/draftflow/metrics"
@@ -29,6 +27,18 @@ const Stage = "ingest"
 
 // DefaultMaxInFlight bounds the records Run has sent and Kafka has not yet acknowledged.
 const DefaultMaxInFlight = 4096
+
+// Progress is told how far a run has read its inputs, by bytes of input files. Begin is called once,
+// before the first input is read, End once after the last record is acknowledged; Read is called between
+// them from the goroutine reading the inputs.
+type Progress interface {
+	// Begin gives the total size of the run's inputs in bytes.
+	Begin(totalBytes int64)
+	// Read adds n input bytes consumed since the last call.
+	Read(n int64)
+	// End says the run is over; ok is false when it failed.
+	End(ok bool)
+}
 
 // Config configures Run. Zero values are documented defaults; Kafka.Brokers and Inputs are required.
 type Config struct {
@@ -47,9 +57,9 @@ type Config struct {
 	Turns string
 	// Logger receives the stage's logs (default slog.Default()).
 	Logger *slog.Logger
-	// Progress, when set, receives a progress line (rate and ETA by input bytes read; see internal/progress:
-	// a *progress.Console draws it in place on a terminal); nil means none.
-	Progress io.Writer
+	// Progress, when set, is told how far the run has read its inputs (the command line draws a bar from
+	// it); nil means nobody is.
+	Progress Progress
 	// MaxLineBytes is the longest accepted JSONL line (default DefaultMaxLineBytes).
 	MaxLineBytes int
 	// MaxInFlight bounds records sent but not yet acknowledged (default DefaultMaxInFlight).
@@ -119,10 +129,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		datasets: map[string]int{}, reasons: map[Reason]int{}, ignored: map[string][]string{}}
 	met := bytesRead(cfg.Registerer)
 	readBytes := func(n int64) { met.Add(float64(n)) }
-	var bar *progress.Bar
-	if cfg.Progress != nil {
-		bar = progress.New(cfg.Progress, "ingest", total, progress.Options{Bytes: true})
-		readBytes = func(n int64) { met.Add(float64(n)); bar.Add(n) }
+	if p := cfg.Progress; p != nil {
+		p.Begin(total)
+		readBytes = func(n int64) { met.Add(float64(n)); p.Read(n) }
 	}
 	start := time.Now()
 	runErr := r.readAll(ctx, inputs, readOptions{dataset: cfg.Dataset, maxLineBytes: cfg.MaxLineBytes, progress: readBytes, unknownKeys: r.unknownKeys})
@@ -131,10 +140,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err := life.Close(); err != nil && runErr == nil {
 		runErr = fmt.Errorf("ingest: %w", err)
 	}
-	if bar != nil && runErr == nil {
-		bar.Finish()
-	} else if bar != nil {
-		bar.Clear()
+	if cfg.Progress != nil {
+		cfg.Progress.End(runErr == nil)
 	}
 	res := r.result()
 	if runErr == nil && r.ackErr != nil {
