@@ -45,9 +45,9 @@ type HiddenStates struct {
 // Row returns position i's values (a view into Data).
 func (h *HiddenStates) Row(i int) []float32 { return h.Data[i*h.Width : (i+1)*h.Width] }
 
-// maxHiddenResponseBytes bounds a /generate answer carrying hidden states: ~20 bytes a value, so 1 GiB holds
-// ~1,800 positions at Kimi-K2's aux width (3 x 7168) and ~7,300 at its hidden size (see docs/hidden-states.md
-// for what that means for the JSON path).
+// maxHiddenResponseBytes bounds a /generate answer carrying hidden states. A value takes ~11 bytes from a bf16
+// server and ~20 from an fp32 one, so 1 GiB holds ~4,500 (bf16) or ~2,500 (fp32) positions at Kimi-K2's aux
+// width (3 x 7168): longer rows at that width need the binary path docs/hidden-states.md describes.
 const maxHiddenResponseBytes = 1 << 30
 
 // CaptureHidden sends a prefill of ids (max_new_tokens 1, temperature 0, return_hidden_states true) and returns
