@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/draftflow/draftflow/secret"
 )
 
 // liveHidden reads a /generate answer recorded from sglang 0.5.23 on the CPU (an 8-layer hidden-256 Qwen3
@@ -138,7 +140,7 @@ func TestCaptureHidden(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	c := NewClient(srv.URL, srv.Client(), "")
+	c := NewClient(srv.URL, srv.Client(), secret.Value{})
 	hs, _, err := c.CaptureHidden(context.Background(), "r1", []uint32{11, 12, 13, 14, 15, 16, 17})
 	if err != nil || hs.Rows != 7 {
 		t.Fatalf("%v %v", hs, err)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/draftflow/draftflow/secret"
 	"github.com/draftflow/draftflow/sglang"
 	"github.com/draftflow/draftflow/sink/features"
 )
@@ -75,7 +76,7 @@ func TestFeaturesMatchTransformers(t *testing.T) {
 		}
 	}
 	capture := func(url string) ([]*sglang.HiddenStates, time.Duration) {
-		c := sglang.NewClient(url, &http.Client{Timeout: 5 * time.Minute}, "")
+		c := sglang.NewClient(url, &http.Client{Timeout: 5 * time.Minute}, secret.Value{})
 		var hs []*sglang.HiddenStates
 		t0 := time.Now()
 		for _, r := range rows {
