@@ -18,8 +18,8 @@ import (
 )
 
 // liveHidden reads a /generate answer recorded from sglang 0.5.23 on the CPU (an 8-layer hidden-256 Qwen3
-// model served with --enable-return-aux-hidden-states --speculative-algorithm EAGLE3, so width 3 x 256) and
-// decodes its hidden states with encoding/json as the reference.
+// model; generate_hidden_aux*.json served with --enable-return-aux-hidden-states --speculative-algorithm
+// EAGLE3, so width 3 x 256) and decodes its hidden states with encoding/json as the reference.
 func liveHidden(t testing.TB, name string) ([]byte, [][]float64) {
 	t.Helper()
 	data, err := os.ReadFile("testdata/" + name)
@@ -51,19 +51,23 @@ func liveHidden(t testing.TB, name string) ([]byte, [][]float64) {
 }
 
 func TestParseGenerateHiddenLive(t *testing.T) {
-	for name, want := range map[string]struct{ rows, cached, outputs int }{
-		// A prefill of 7 uncached prompt tokens, max_new_tokens 1: one [7][768] chunk.
-		"generate_hidden_aux.json": {7, 0, 1},
-		// A 5-token prompt of which the radix cache held 4, max_new_tokens 2: a [1][768] prefill chunk for
-		// the one recomputed position, then a [768] decode step.
-		"generate_hidden_aux_cached_decode.json": {2, 4, 2},
+	for name, want := range map[string]struct{ rows, width, cached, outputs int }{
+		// A prefill of 7 uncached prompt tokens, max_new_tokens 1: one [7][768] chunk (TestFeaturesMatchTransformers
+		// in internal/livesglang checks the live server still answers with these fields and this shape).
+		"generate_hidden_aux.json": {7, 768, 0, 1},
+		// The same from a server started with --enable-return-hidden-states: the final-norm output, [7][256].
+		"generate_hidden_final.json": {7, 256, 0, 1},
+		// A 5-token prompt of which the radix cache held 4, max_new_tokens 2 (a server without
+		// --disable-radix-cache): a [1][768] prefill chunk for the one recomputed position, then a [768]
+		// decode step.
+		"generate_hidden_aux_cached_decode.json": {2, 768, 4, 2},
 	} {
 		data, ref := liveHidden(t, name)
 		hs, resp, err := ParseGenerateHidden(data)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		if hs.Rows != want.rows || hs.Width != 768 || len(ref) != want.rows || resp.MetaInfo.CachedTokens != want.cached ||
+		if hs.Rows != want.rows || hs.Width != want.width || len(ref) != want.rows || resp.MetaInfo.CachedTokens != want.cached ||
 			len(resp.OutputIDs) != want.outputs {
 			t.Fatalf("%s: %d x %d, cached %d, outputs %d", name, hs.Rows, hs.Width, resp.MetaInfo.CachedTokens, len(resp.OutputIDs))
 		}

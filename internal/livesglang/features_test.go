@@ -1,14 +1,19 @@
 package livesglang
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
+	"io"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -41,6 +46,57 @@ func startModelServer(t *testing.T, name, model string, pool int, args ...string
 		s.down()
 	})
 	return s
+}
+
+// checkRecorded pins the answers recorded in sglang/testdata (which the sglang package's parser tests read)
+// to the live server: a prefill of 7 ids with max_new_tokens 1 must have the recorded answer's fields, top
+// level and meta_info, and hidden states of one [7][width] chunk. DRAFTFLOW_LIVE_UPDATE=1 records the answer
+// again.
+func checkRecorded(t *testing.T, url, name string, width int) {
+	t.Helper()
+	zero := 0.0
+	body, _ := json.Marshal(&sglang.GenerateRequest{InputIDs: []uint32{11, 12, 13, 14, 15, 16, 17}, ReturnHiddenStates: true,
+		SamplingParams: sglang.SamplingParams{MaxNewTokens: 1, Temperature: &zero}})
+	resp, err := http.Post(url+"/generate", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%s: %d %v %.300s", name, resp.StatusCode, err, live)
+	}
+	path := filepath.Join(repoRoot, "sglang", "testdata", name)
+	if os.Getenv("DRAFTFLOW_LIVE_UPDATE") != "" {
+		if err := os.WriteFile(path, live, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recorded, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (DRAFTFLOW_LIVE_UPDATE=1 records it)", err)
+	}
+	fields := func(data []byte) (top, meta []string, hs [][][]float64) {
+		var m map[string]json.RawMessage
+		var mi map[string]json.RawMessage
+		if json.Unmarshal(data, &m) != nil || json.Unmarshal(m["meta_info"], &mi) != nil || json.Unmarshal(mi["hidden_states"], &hs) != nil {
+			t.Fatalf("%s: not the answer's shape: %.300s", name, data)
+		}
+		top, meta = slices.Sorted(maps.Keys(m)), slices.Sorted(maps.Keys(mi))
+		return
+	}
+	lt, lm, lhs := fields(live)
+	rt, rm, _ := fields(recorded)
+	if !slices.Equal(lt, rt) || !slices.Equal(lm, rm) {
+		t.Errorf("%s: live fields %v / meta_info %v, recorded %v / %v (DRAFTFLOW_LIVE_UPDATE=1 records them again)", name, lt, lm, rt, rm)
+	}
+	if len(lhs) != 1 || len(lhs[0]) != 7 || len(lhs[0][0]) != width {
+		t.Errorf("%s: live hidden_states not one [7][%d] chunk", name, width)
+	}
+	hs, _, err := sglang.ParseGenerateHidden(live)
+	if err != nil || hs.Rows != 7 || hs.Width != width {
+		t.Errorf("%s: the parser read %v, %v", name, hs, err)
+	}
 }
 
 // TestFeaturesMatchTransformers captures EAGLE-3 features from the live server as draftflow will: a prefill
@@ -91,9 +147,11 @@ func TestFeaturesMatchTransformers(t *testing.T) {
 	common := []string{"--disable-radix-cache", "--context-length", "2048"}
 	srv := startModelServer(t, "features-aux", model, 4096,
 		append([]string{"--enable-return-aux-hidden-states", "--speculative-algorithm", "EAGLE3"}, common...)...)
+	checkRecorded(t, srv.url, "generate_hidden_aux.json", 3*256)
 	aux, auxTime := capture(srv.url)
 	srv.down() // one server at a time
 	srv = startModelServer(t, "features-final", model, 4096, append([]string{"--enable-return-hidden-states"}, common...)...)
+	checkRecorded(t, srv.url, "generate_hidden_final.json", 256)
 	fin, finTime := capture(srv.url)
 	srv.down()
 
