@@ -46,6 +46,17 @@ const (
 	CodecRaw = "raw"
 )
 
+// Bounds a file's index must keep (far above any model or row draftflow writes; they keep a damaged index
+// from sizing allocations).
+const (
+	maxHidden = 1 << 20
+	maxLayers = 64
+	maxTokens = 1 << 22
+	// maxBlockBytes bounds one decoded row (a 1M-token row at Kimi-K2's 4 x 7168 bf16 is 57 GB: rows are
+	// far shorter).
+	maxBlockBytes = 16 << 30
+)
+
 // Header describes every row of a file.
 type Header struct {
 	// Hidden is the target model's hidden size.
@@ -89,7 +100,10 @@ var (
 		e, _ := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
 		return e
 	})
-	decOnce = sync.OnceValue(func() *zstd.Decoder { d, _ := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1)); return d })
+	decOnce = sync.OnceValue(func() *zstd.Decoder {
+		d, _ := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(maxBlockBytes))
+		return d
+	})
 )
 
 // Writer writes one feature file.
@@ -295,15 +309,15 @@ func open(f *os.File, path string) (*Reader, error) {
 		return nil, bad("index: " + err.Error())
 	}
 	ix := &r.Index
-	if ix.Version != 1 || ix.DType != "bfloat16" || ix.Hidden <= 0 || len(ix.Layers) == 0 ||
-		(ix.Codec != CodecZstd && ix.Codec != CodecRaw) {
+	if ix.Version != 1 || ix.DType != "bfloat16" || ix.Hidden <= 0 || ix.Hidden > maxHidden || len(ix.Layers) == 0 ||
+		len(ix.Layers) > maxLayers || (ix.Codec != CodecZstd && ix.Codec != CodecRaw) {
 		return nil, bad(fmt.Sprintf("unsupported index (version %d, dtype %q, hidden %d, %d layers, codec %q)",
 			ix.Version, ix.DType, ix.Hidden, len(ix.Layers), ix.Codec))
 	}
 	dataEnd := idxEnd - int64(n)
 	for i, row := range ix.Rows {
 		if row.Tokens <= 0 || row.Offset < int64(len(Magic)) || row.Bytes < 0 || row.Offset+row.Bytes > dataEnd ||
-			int64(row.Tokens) > math.MaxInt32 {
+			row.Tokens > maxTokens {
 			return nil, bad(fmt.Sprintf("row %d (%s): block out of range", i, row.ID))
 		}
 		if _, dup := r.byID[row.ID]; dup {
@@ -335,24 +349,27 @@ func (r *Reader) ReadBF16(i int) ([]uint16, error) {
 	if crc32.ChecksumIEEE(block) != row.CRC32 {
 		return nil, fmt.Errorf("features: %s: row %s: CRC mismatch", r.path, row.ID)
 	}
-	n := row.Tokens * r.Index.Width()
-	out := make([]uint16, n)
+	n := row.Tokens * r.Index.Width() // both bounded by open
 	if r.Index.Codec == CodecRaw {
 		if len(block) != 2*n {
 			return nil, fmt.Errorf("features: %s: row %s: %d bytes for %d values", r.path, row.ID, len(block), n)
 		}
+		out := make([]uint16, n)
 		for j := range out {
 			out[j] = binary.LittleEndian.Uint16(block[2*j:])
 		}
 		return out, nil
 	}
-	raw, err := decOnce().DecodeAll(block, make([]byte, 0, 2*n))
+	// Decoded before anything of the index's size is allocated: a damaged index cannot ask for more memory
+	// than the block holds (the decoder's own limit bounds what a block can expand to).
+	raw, err := decOnce().DecodeAll(block, nil)
 	if err != nil {
 		return nil, fmt.Errorf("features: %s: row %s: %w", r.path, row.ID, err)
 	}
 	if len(raw) != 2*n {
 		return nil, fmt.Errorf("features: %s: row %s: %d bytes for %d values", r.path, row.ID, len(raw), n)
 	}
+	out := make([]uint16, n)
 	for j := range out {
 		out[j] = uint16(raw[j])<<8 | uint16(raw[n+j])
 	}

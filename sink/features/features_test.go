@@ -171,3 +171,38 @@ func cpuSeconds() float64 {
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
 }
+
+// FuzzOpen reads arbitrary bytes as a feature file: never a panic, and a row that reads has its size.
+func FuzzOpen(f *testing.F) {
+	dir := f.TempDir()
+	for _, codec := range []string{CodecZstd, CodecRaw} {
+		path := filepath.Join(dir, codec)
+		w, err := Create(path, Header{Hidden: 2, Layers: []string{"aux:1", "final"}, Codec: codec})
+		if err != nil {
+			f.Fatal(err)
+		}
+		w.AddFloat32("a", 2, []float32{1, 2, 3, 4, 5, 6, 7, 8})
+		w.AddFloat32("b", 1, []float32{-1, 0.5, 1e-3, 9})
+		if err := w.Close(); err != nil {
+			f.Fatal(err)
+		}
+		data, _ := os.ReadFile(path)
+		f.Add(data)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		path := filepath.Join(t.TempDir(), "f")
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r, err := Open(path)
+		if err != nil {
+			return
+		}
+		defer r.Close()
+		for i, row := range r.Index.Rows {
+			if v, err := r.ReadBF16(i); err == nil && len(v) != row.Tokens*r.Index.Width() {
+				t.Fatalf("row %d: %d values", i, len(v))
+			}
+		}
+	})
+}
