@@ -313,7 +313,7 @@ func (c *Client) doLimit(ctx context.Context, method, path string, body []byte, 
 		return nil, fmt.Errorf("sglang: read %s answer: %w", path, err)
 	}
 	if int64(len(data)) > limit {
-		return nil, fmt.Errorf("sglang: %s answer longer than %d bytes", path, limit)
+		return nil, &InvalidResponseError{Reason: fmt.Sprintf("%s%s: answer longer than %d bytes", c.base, path, limit)}
 	}
 	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
 		return nil, &AuthError{Endpoint: c.base, Code: resp.StatusCode, Message: errorMessage(data), KeySet: !c.apiKey.IsZero()}

@@ -69,6 +69,9 @@ type Config struct {
 	// OnSeeded, if set, is called once the sink has published what its shards hold on topics.TopicShards, before
 	// it consumes anything: a generate stage started after it skips every turn they hold.
 	OnSeeded func()
+	// AnnounceShards makes the sink announce each committed shard on topics.TopicShardFiles (after its commit,
+	// and every shard of Dir on each start), for the capture stage (stages/capture).
+	AnnounceShards bool
 	// Logger receives the sink's logs (default slog.Default()).
 	Logger *slog.Logger
 	// Registerer receives the sink's metrics (default prometheus.DefaultRegisterer).

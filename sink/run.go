@@ -162,6 +162,14 @@ func (s *sinker) recover(ctx context.Context, kcl *kafka.Client) (func() error, 
 	}
 	s.index = index
 	closers = append(closers, index.Close)
+	if s.cfg.AnnounceShards {
+		a, err := startAnnouncer(ctx, kcl, s.cfg.Dir, s.log)
+		if err != nil {
+			return closeAll, err
+		}
+		s.announce = a
+		closers = append(closers, a.Close)
+	}
 	if s.cfg.OnSeeded != nil {
 		s.cfg.OnSeeded()
 	}
@@ -243,15 +251,16 @@ type bufferedRow struct {
 
 // sinker is the state of one Run.
 type sinker struct {
-	cfg     Config
-	log     *slog.Logger
-	st      *store
-	life    *stream.Stage   // dead letters and the records' outcomes
-	prompts *stream.Output  // next turns
-	index   *shardsIndex    // publishes what the shards hold (topics.TopicShards)
-	ctx     context.Context // the run's: dead letters and next turns are retried while it lasts
-	met     *sinkMetrics
-	cancel  context.CancelFunc
+	cfg      Config
+	log      *slog.Logger
+	st       *store
+	life     *stream.Stage   // dead letters and the records' outcomes
+	prompts  *stream.Output  // next turns
+	index    *shardsIndex    // publishes what the shards hold (topics.TopicShards)
+	announce *announcer      // announces committed shards (topics.TopicShardFiles), when Config.AnnounceShards
+	ctx      context.Context // the run's: dead letters and next turns are retried while it lasts
+	met      *sinkMetrics
+	cancel   context.CancelFunc
 
 	j *journal
 
@@ -773,6 +782,7 @@ func (s *sinker) flush(p *partState) error {
 	}
 	for _, sh := range shards {
 		s.index.publish(sh.run.info.Fingerprint, sh.keys)
+		s.announce.publish(sh.run.dir, sh.run.info.Fingerprint, sh.entry)
 		s.met.rowsWritten.Add(float64(sh.entry.Rows))
 		s.met.tokensWritten.Add(float64(sh.entry.Tokens))
 		s.met.shardsWritten.Inc()

@@ -104,3 +104,14 @@ func ScanRows(dir string, fn func(*ShardRow) error) error {
 	}
 	return nil
 }
+
+// ScanShard calls fn for every row of the shard at path in file order, reading its id, turn, dataset, input_ids,
+// prompt_len and completion_len columns. The row is only valid during the call.
+func ScanShard(ctx context.Context, path string, fn func(*ShardRow) error) error {
+	sf, err := openShard(path)
+	if err != nil {
+		return err
+	}
+	defer sf.Close()
+	return sf.scan(ctx, []int{colID, colInputIDs, colPromptLen, colCompletionLen, colTurn, colDataset}, fn)
+}

@@ -44,6 +44,8 @@ const (
 	// KindShardsEpoch and KindShardedTurn are the records of TopicShards.
 	KindShardsEpoch Kind = 6
 	KindShardedTurn Kind = 7
+	// KindShardFile is the record of TopicShardFiles.
+	KindShardFile Kind = 8
 )
 
 func (k Kind) String() string {
@@ -62,6 +64,8 @@ func (k Kind) String() string {
 		return "shards epoch"
 	case KindShardedTurn:
 		return "sharded turn"
+	case KindShardFile:
+		return "shard file"
 	}
 	return fmt.Sprintf("kind(%d)", byte(k))
 }
@@ -89,8 +93,8 @@ func (e *DecodeError) Unwrap() error { return e.Err }
 // ErrUnknownVersion is wrapped by the DecodeError of a value written in a format version this build does not read.
 var ErrUnknownVersion = errors.New("unknown format version")
 
-// Marshal encodes a *Prompt, *Tokenized, *Generation, *Rejection, *Status, *ShardsEpoch or *ShardedTurn in the
-// wire format.
+// Marshal encodes a *Prompt, *Tokenized, *Generation, *Rejection, *Status, *ShardsEpoch, *ShardedTurn or *ShardFile
+// in the wire format.
 func Marshal(v any) ([]byte, error) {
 	var kind Kind
 	var arrays [][]uint32
@@ -114,6 +118,8 @@ func Marshal(v any) ([]byte, error) {
 		kind = KindShardsEpoch
 	case *ShardedTurn:
 		kind = KindShardedTurn
+	case *ShardFile:
+		kind = KindShardFile
 	default:
 		return nil, fmt.Errorf("topics.Marshal: unsupported type %T", v)
 	}
@@ -150,7 +156,7 @@ func PeekKind(data []byte) (Kind, error) {
 		return 0, &DecodeError{Reason: fmt.Sprintf("format version %d, this build reads %d", data[1], Version), Err: ErrUnknownVersion}
 	}
 	k := Kind(data[2])
-	if k < KindPrompt || k > KindShardedTurn {
+	if k < KindPrompt || k > KindShardFile {
 		return 0, &DecodeError{Reason: fmt.Sprintf("unknown record kind %d", data[2])}
 	}
 	return k, nil
@@ -175,6 +181,8 @@ func Unmarshal(data []byte, v any) error {
 		want = KindShardsEpoch
 	case *ShardedTurn:
 		want = KindShardedTurn
+	case *ShardFile:
+		want = KindShardFile
 	default:
 		return fmt.Errorf("topics.Unmarshal: unsupported type %T", v)
 	}

@@ -97,3 +97,32 @@ func RunFingerprint(model, tokenizerHash string, s Sampling) string {
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }
+
+// TopicShardFiles announces each committed shard, for the capture stage (stages/capture), which writes the
+// target model's features of its rows beside it. The sink writes one ShardFile after each shard commits (when
+// its Config.AnnounceShards is set) and one for every shard of its directory on every start, so a shard whose
+// announcement a crash cut off is announced again; a consumer skips a shard it has already done. Compacted:
+// the latest announcement of each shard (key ShardFileKey) is kept.
+const TopicShardFiles = "shard-files"
+
+// ShardFile announces one committed shard of the sink's output directory.
+type ShardFile struct {
+	// Run is the run's fingerprint (RunFingerprint); RunDir its directory's name in the output directory.
+	Run    string `json:"run"`
+	RunDir string `json:"run_dir"`
+	// File is the shard's file name in RunDir; Rows and Tokens count its rows and their tokens.
+	File   string `json:"file"`
+	Rows   int64  `json:"rows"`
+	Tokens int64  `json:"tokens"`
+	// SHA256 is the shard's hex checksum (its manifest entry's).
+	SHA256 string `json:"sha256"`
+	// Dir identifies the sink's output directory (its dir_id file); Path is that directory as the sink was
+	// given it, for messages only.
+	Dir  string `json:"dir,omitempty"`
+	Path string `json:"path,omitempty"`
+	// Time is when the record was written.
+	Time time.Time `json:"time"`
+}
+
+// ShardFileKey is the TopicShardFiles key of a shard: the run directory's name and the file name.
+func ShardFileKey(runDir, file string) string { return runDir + "/" + file }

@@ -187,6 +187,18 @@ type Config struct {
 	// never the attempt (--tool-divergence-rate).
 	ToolDivergenceRate float64
 
+	// HiddenStates makes the server a capture server of one of SGLang's two modes (see hidden.go): HiddenAux
+	// (--enable-return-aux-hidden-states --speculative-algorithm EAGLE3: AuxLayers x HiddenSize values a
+	// position) or HiddenFinal (--enable-return-hidden-states: HiddenSize values a position). A request with
+	// return_hidden_states then gets meta_info.hidden_states; empty: such a request is refused (HTTP 400), as
+	// SGLang refuses it without either flag.
+	HiddenStates string
+	// HiddenSize is the simulated model's hidden size. Default 64.
+	HiddenSize int
+	// AuxLayers are the decoder layers the aux mode captures (only their count and order matter to the
+	// values: HiddenValue's layer argument is the index in this list). Default [2, 4, 5] (an 8-layer model).
+	AuxLayers []int
+
 	// Seed makes output and fault injection reproducible. Two servers with
 	// the same Seed answer the same rid identically.
 	Seed int64
@@ -233,6 +245,12 @@ type Faults struct {
 // withDefaults returns a copy of c with every zero value replaced by its
 // default and derived values filled in.
 func (c Config) withDefaults() Config {
+	if c.HiddenSize <= 0 {
+		c.HiddenSize = DefaultHiddenSize
+	}
+	if len(c.AuxLayers) == 0 {
+		c.AuxLayers = []int{2, 4, 5}
+	}
 	if c.ModelPath == "" {
 		c.ModelPath = DefaultModelPath
 	}
@@ -320,6 +338,9 @@ func resolveMaxRunningRequests(requested, pool, contextLen int) int {
 // validate reports a configuration that cannot run. c must have defaults applied.
 func (c Config) validate() error {
 	var errs []error
+	if c.HiddenStates != "" && c.HiddenStates != HiddenAux && c.HiddenStates != HiddenFinal {
+		errs = append(errs, fmt.Errorf("sim: hidden-state mode %q: want %q or %q", c.HiddenStates, HiddenAux, HiddenFinal))
+	}
 	for _, id := range c.EOSTokenIDs {
 		if id < 0 || id >= c.VocabSize {
 			errs = append(errs, fmt.Errorf("sim: EOS token id %d outside vocabulary [0,%d)", id, c.VocabSize))
@@ -400,6 +421,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.ScheduleConservativeness, "schedule-conservativeness", c.ScheduleConservativeness, "scales the initial new_token_ratio (0 = 1.0)")
 	fs.IntVar(&c.MaxQueuedRequests, "max-queued-requests", c.MaxQueuedRequests, "reject with 503 beyond this many waiting requests (0 = unlimited)")
 	fs.BoolVar(&c.DisableRadixCache, "disable-radix-cache", c.DisableRadixCache, "turn the prefix cache off")
+	fs.StringVar(&c.HiddenStates, "hidden-states", c.HiddenStates, "answer return_hidden_states as a capture server: "+HiddenAux+
+		" (--enable-return-aux-hidden-states --speculative-algorithm EAGLE3) or "+HiddenFinal+" (--enable-return-hidden-states); empty: refuse them")
+	fs.IntVar(&c.HiddenSize, "hidden-size", c.HiddenSize, "the simulated model's hidden size for --hidden-states (0 = 64)")
 	fs.IntVar(&c.DecodeLogInterval, "decode-log-interval", c.DecodeLogInterval, "decode steps between metric refreshes (0 = 40)")
 	fs.IntVar(&c.StreamInterval, "stream-interval", c.StreamInterval, "decode steps between streamed chunks (0 = 1)")
 	fs.Float64Var(&c.TimeScale, "time-scale", c.TimeScale, "simulated seconds per wall second (0 = 1)")

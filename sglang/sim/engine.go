@@ -142,6 +142,7 @@ type request struct {
 	plan      *outputPlan
 	output    []int32
 	stream    bool // publish progress, not just the end
+	hidden    bool // return_hidden_states (non-streamed answers carry them)
 	keepSpec  bool // skip_special_tokens=false
 	keepStop  bool // no_stop_trim: a matched stop token stays in text
 	byteText  bool // a scripted reply: ids below 256 are UTF-8 bytes of the text

@@ -107,6 +107,10 @@ func (s *Server) handleGenerate(w http.ResponseWriter, hr *http.Request) {
 	items, batch, err := s.parseGenerate(&req)
 	if err == nil {
 		defer s.releaseRIDs(items)
+		if req.ReturnHiddenStates && s.cfg.HiddenStates == "" {
+			// TokenizerManager._validate_one_request (0.5.23).
+			err = badRequest("The server is not configured to return the hidden states. Please set `--enable-return-hidden-states` to enable this feature.")
+		}
 	}
 	if err == nil && fd.queueFull {
 		s.answerQueueFull(w, &req, items, batch)
@@ -126,6 +130,7 @@ func (s *Server) handleGenerate(w http.ResponseWriter, hr *http.Request) {
 	for i, it := range items {
 		reqs[i] = s.newRequest(it, notify)
 		reqs[i].stream = req.Stream
+		reqs[i].hidden = req.ReturnHiddenStates
 	}
 	s.mu.Lock()
 	if s.closed || s.downLocked() {
@@ -214,6 +219,9 @@ func (s *Server) waitResults(ctx context.Context, w http.ResponseWriter, reqs []
 		}
 		out[i] = s.response(r, ids, s.outputText(r, ids, fin, 0, nil), fin, meta)
 		out[i].MetaInfo.ResponseSentToClientTS = unixNow()
+		if r.hidden && out[i].MetaInfo.layout == metaFull {
+			out[i].MetaInfo.hidden = s.hiddenStates(r.input, ids, meta.cachedTokens)
+		}
 	}
 	if reset {
 		resetConnection(w)

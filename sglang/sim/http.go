@@ -40,6 +40,9 @@ type GenerateRequest struct {
 	// RoutedDPRank is unset (GenerateReqInput.normalize_batch_and_arguments);
 	// the only spelling 0.5.4 knows.
 	DataParallelRank *int `json:"data_parallel_rank,omitempty"`
+	// ReturnHiddenStates asks for meta_info.hidden_states (a server in a Config.HiddenStates mode; others
+	// refuse it as SGLang does without --enable-return-hidden-states).
+	ReturnHiddenStates bool `json:"return_hidden_states,omitempty"`
 }
 
 // SamplingParams are the sampling parameters the simulator honours; others
@@ -129,6 +132,8 @@ type MetaInfo struct {
 	ResponseSentToClientTS float64 `json:"response_sent_to_client_ts,omitempty"`
 
 	layout metaLayout
+	// hidden is meta_info.hidden_states, already JSON (nil: absent).
+	hidden []byte
 }
 
 // metaLayout selects the keys of a meta_info.
@@ -192,6 +197,10 @@ func (m MetaInfo) MarshalJSON() ([]byte, error) {
 		field("reasoning_tokens", m.ReasoningTokens)
 		field("completion_tokens", m.CompletionTokens)
 		field("cached_tokens", m.CachedTokens)
+		if m.hidden != nil {
+			b.WriteString(`,"hidden_states":`)
+			b.Write(m.hidden)
+		}
 		field("dp_rank", m.DPRank)
 		if finished {
 			field("e2e_latency", m.E2ELatency)

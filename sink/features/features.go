@@ -82,6 +82,22 @@ type RowInfo struct {
 	Bytes  int64 `json:"bytes"`
 	// CRC32 is the IEEE CRC-32 of the stored block.
 	CRC32 uint32 `json:"crc32"`
+	// Turn is the row's turn (the shard's turn column); Row its position in the shard (0-based), so that a
+	// reader joins features and shard rows by position also where rows lack features (Index.Missing).
+	Turn int `json:"turn"`
+	Row  int `json:"row"`
+}
+
+// MissingRow is a row of the shard that has no features in the file, and why.
+type MissingRow struct {
+	// ID, Turn and Row name the row (Row: its position in the shard); Tokens is its length.
+	ID     string `json:"id"`
+	Turn   int    `json:"turn"`
+	Row    int    `json:"row"`
+	Tokens int    `json:"tokens"`
+	// Class and Reason say why (the class and reason of its dead letter on the rejected topic).
+	Class  string `json:"class"`
+	Reason string `json:"reason"`
 }
 
 // Index is the file's index.
@@ -93,6 +109,8 @@ type Index struct {
 	Header
 	// Rows lists the rows in file order.
 	Rows []RowInfo `json:"rows"`
+	// Missing lists the rows of the shard whose features could not be captured (absent when none).
+	Missing []MissingRow `json:"missing,omitempty"`
 }
 
 var (
@@ -112,8 +130,13 @@ type Writer struct {
 	f    *os.File
 	idx  Index
 	off  int64
-	ids  map[string]bool
+	ids  map[rowID]bool
 	buf  []byte
+}
+
+type rowID struct {
+	id   string
+	turn int
 }
 
 // Create starts a feature file at path (written as path.tmp until Close).
@@ -136,25 +159,54 @@ func Create(path string, h Header) (*Writer, error) {
 		return nil, fmt.Errorf("features: %w", err)
 	}
 	return &Writer{path: path, f: f, idx: Index{Version: 1, DType: "bfloat16", Header: h}, off: int64(len(Magic)),
-		ids: map[string]bool{}}, nil
+		ids: map[rowID]bool{}}, nil
 }
 
-// Add appends a row of bf16 values (tokens x Width, row-major).
+// Add appends a row of bf16 values (tokens x Width, row-major), as turn 0 at the next position.
 func (w *Writer) Add(id string, tokens int, bf16 []uint16) error {
-	if tokens <= 0 || len(bf16) != tokens*w.idx.Width() {
-		return fmt.Errorf("features: row %s: %d values for %d tokens of width %d", id, len(bf16), tokens, w.idx.Width())
+	return w.AddRow(RowInfo{ID: id, Tokens: tokens, Row: w.next()}, bf16)
+}
+
+// next is the next position in the shard: after the last row or missing row.
+func (w *Writer) next() int {
+	n := 0
+	if k := len(w.idx.Rows); k > 0 {
+		n = w.idx.Rows[k-1].Row + 1
 	}
-	if w.ids[id] {
-		return fmt.Errorf("features: row %s added twice", id)
+	if k := len(w.idx.Missing); k > 0 {
+		n = max(n, w.idx.Missing[k-1].Row+1)
 	}
-	w.ids[id] = true
+	return n
+}
+
+// AddRow appends a row of bf16 values (r.Tokens x Width, row-major) named by r's ID, Turn and Row (its offset,
+// size and CRC are filled in). An (id, turn) may appear once.
+func (w *Writer) AddRow(r RowInfo, bf16 []uint16) error {
+	id := r.ID
+	if r.Tokens <= 0 || len(bf16) != r.Tokens*w.idx.Width() {
+		return fmt.Errorf("features: row %s: %d values for %d tokens of width %d", id, len(bf16), r.Tokens, w.idx.Width())
+	}
+	if w.ids[rowID{id, r.Turn}] {
+		return fmt.Errorf("features: row %s turn %d added twice", id, r.Turn)
+	}
+	w.ids[rowID{id, r.Turn}] = true
 	block := w.encode(bf16)
 	if _, err := w.f.Write(block); err != nil {
 		return fmt.Errorf("features: row %s: %w", id, err)
 	}
-	w.idx.Rows = append(w.idx.Rows, RowInfo{ID: id, Tokens: tokens, Offset: w.off, Bytes: int64(len(block)),
-		CRC32: crc32.ChecksumIEEE(block)})
+	r.Offset, r.Bytes, r.CRC32 = w.off, int64(len(block)), crc32.ChecksumIEEE(block)
+	w.idx.Rows = append(w.idx.Rows, r)
 	w.off += int64(len(block))
+	return nil
+}
+
+// AddMissing records a row of the shard that has no features (Index.Missing).
+func (w *Writer) AddMissing(m MissingRow) error {
+	if w.ids[rowID{m.ID, m.Turn}] {
+		return fmt.Errorf("features: row %s turn %d added twice", m.ID, m.Turn)
+	}
+	w.ids[rowID{m.ID, m.Turn}] = true
+	w.idx.Missing = append(w.idx.Missing, m)
 	return nil
 }
 
@@ -169,6 +221,15 @@ func (w *Writer) AddFloat32(id string, tokens int, vals []float32) error {
 // widths[j] values): the row's columns are the parts side by side, so an aux capture [T, 3H] and a final
 // capture [T, H] make one [T, 4H] row.
 func (w *Writer) AddLayers(id string, tokens int, parts ...[]float32) error {
+	return w.AddLayersRow(RowInfo{ID: id, Tokens: tokens, Row: w.next()}, parts...)
+}
+
+// AddLayersRow is AddLayers for a row named by r (see AddRow).
+func (w *Writer) AddLayersRow(r RowInfo, parts ...[]float32) error {
+	id, tokens := r.ID, r.Tokens
+	if tokens <= 0 {
+		return fmt.Errorf("features: row %s: %d tokens", id, tokens)
+	}
 	width := 0
 	for _, p := range parts {
 		if len(p)%tokens != 0 {
@@ -188,7 +249,7 @@ func (w *Writer) AddLayers(id string, tokens int, parts ...[]float32) error {
 			col += pw
 		}
 	}
-	return w.Add(id, tokens, b)
+	return w.AddRow(r, b)
 }
 
 func (w *Writer) encode(v []uint16) []byte {
@@ -337,6 +398,24 @@ func (r *Reader) Find(id string) int {
 		return i
 	}
 	return -1
+}
+
+// Verify reads every row's block and checks its CRC against the index (without decoding it).
+func (r *Reader) Verify() error {
+	var block []byte
+	for _, row := range r.Index.Rows {
+		if cap(block) < int(row.Bytes) {
+			block = make([]byte, row.Bytes)
+		}
+		block = block[:row.Bytes]
+		if _, err := r.f.ReadAt(block, row.Offset); err != nil {
+			return fmt.Errorf("features: %s: row %s: %w", r.path, row.ID, err)
+		}
+		if crc32.ChecksumIEEE(block) != row.CRC32 {
+			return fmt.Errorf("features: %s: row %s: CRC mismatch", r.path, row.ID)
+		}
+	}
+	return nil
 }
 
 // ReadBF16 returns row i's values as bf16 bits (tokens x width), checking its CRC and size.
