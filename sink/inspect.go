@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/draftflow/draftflow/internal/idset"
+	"github.com/draftflow/draftflow/sink/features"
 )
 
 // Summary is what Inspect found.
@@ -33,6 +34,12 @@ type Summary struct {
 	Histogram []Bucket
 	// Problems lists every inconsistency found; Inspect returns an error when it is not empty.
 	Problems []string
+	// FeatureFiles, FeatureRows, FeatureTokens and FeatureRowsMissing count the feature files of the runs
+	// that have them (stages/capture), the rows with features, their tokens and the rows listed without.
+	FeatureFiles       int
+	FeatureRows        int64
+	FeatureTokens      int64
+	FeatureRowsMissing int64
 	// Journaled counts the records in the sink's journal (JournalDir) past its shards: rows of a sink that did
 	// not stop cleanly, written into shards when it next starts.
 	Journaled int64
@@ -48,6 +55,10 @@ type RunSummary struct {
 	Totals Totals
 	// FinishReasons counts rows by finish_reason.
 	FinishReasons map[string]int64
+	// Features is whether the run has feature files (it was captured); Missing lists the first rows listed
+	// without features (features.Index.Missing), with why.
+	Features bool
+	Missing  []features.MissingRow
 }
 
 // Bucket is one histogram bucket: rows whose sequence length is in [Min, Max).
@@ -139,7 +150,10 @@ func inspectRun(rd string, sum *Summary, hist map[int]int64) RunSummary {
 	}
 	defer seen.Close()
 	recount := &countTable{}
+	fx := newFeatureCheck(rd, ents, listed, problem)
+	rs.Features = fx.used
 	for shardIdx, sh := range m.Shards {
+		var refs []features.RowRef
 		path := filepath.Join(rd, sh.File)
 		digest, size, err := fileSHA256(path)
 		if err != nil {
@@ -166,6 +180,9 @@ func inspectRun(rd string, sum *Summary, hist map[int]int64) RunSummary {
 		st.Bytes = size
 		err = sf.scan(context.Background(), nil, func(r *ShardRow) error {
 			st.Rows++
+			if fx.used {
+				refs = append(refs, features.RowRef{ID: r.ID, Turn: int(r.Turn), Tokens: len(r.InputIDs)})
+			}
 			n := int64(len(r.InputIDs))
 			st.Tokens += n
 			st.PromptTokens += int64(r.PromptLen)
@@ -202,6 +219,7 @@ func inspectRun(rd string, sum *Summary, hist map[int]int64) RunSummary {
 			problem("%s: %v", sh.File, err)
 			continue
 		}
+		fx.shard(sh.File, refs, sum, &rs)
 		if st.Rows != sh.Rows || st.Tokens != sh.Tokens || st.PromptTokens != sh.PromptTokens || st.CompletionTokens != sh.CompletionTokens {
 			problem("%s holds %d rows / %d tokens, manifest says %d / %d", sh.File, st.Rows, st.Tokens, sh.Rows, sh.Tokens)
 		}
@@ -273,9 +291,16 @@ func report(w io.Writer, sum *Summary) {
 		if len(fr) > 0 {
 			fmt.Fprintf(w, "  finish reasons: %s\n", strings.Join(fr, " "))
 		}
+		for _, m := range r.Missing {
+			fmt.Fprintf(w, "  without features: row %s turn %d (%d tokens): %s\n", m.ID, m.Turn, m.Tokens, m.Reason)
+		}
 	}
 	fmt.Fprintf(w, "total: %d runs, %d shards, %d rows, %d tokens (%d prompt, %d completion), %d bytes\n",
 		len(sum.Runs), sum.Shards, sum.Rows, sum.Tokens, sum.PromptTokens, sum.CompletionTokens, sum.Bytes)
+	if sum.FeatureFiles > 0 {
+		fmt.Fprintf(w, "features: %d files, %d rows with features (%d tokens), %d rows without features (listed in their files and dead-lettered)\n",
+			sum.FeatureFiles, sum.FeatureRows, sum.FeatureTokens, sum.FeatureRowsMissing)
+	}
 	if sum.Journaled > 0 {
 		fmt.Fprintf(w, "journal: %d records not yet in shards (the sink did not stop cleanly; its next start writes them)\n", sum.Journaled)
 	}

@@ -41,6 +41,7 @@ func commands() []command {
 		{"tokenize", "apply the chat template and tokenizer: prompts -> tokenized", cmdTokenize},
 		{"generate", "generate completions with SGLang: tokenized -> generated", cmdGenerate},
 		{"sink", "write generated records to exactly-once Parquet shards", cmdSink},
+		{"capture", "write each committed shard's EAGLE-3 features (two SGLang capture servers) beside it, exactly once", cmdCapture},
 		{"status", "show a running pipeline: lag, rates, ETA, members, endpoints, rejections (--watch, --json)", cmdStatus},
 		{"replay", "reset a stopped stage's consumer group to the earliest offset, a time or explicit offsets", cmdReplay},
 		{"sim", "serve a simulated SGLang server", cmdSim},

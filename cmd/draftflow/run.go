@@ -27,6 +27,7 @@ import (
 	"github.com/draftflow/draftflow/internal/progress"
 	"github.com/draftflow/draftflow/sglang/sim"
 	"github.com/draftflow/draftflow/sink"
+	capturestage "github.com/draftflow/draftflow/stages/capture"
 	"github.com/draftflow/draftflow/stages/generate"
 	"github.com/draftflow/draftflow/stages/ingest"
 	"github.com/draftflow/draftflow/stages/tokenize"
@@ -41,6 +42,8 @@ type runConfig struct {
 	Generate generate.Config // Endpoints empty: start an in-process simulator
 	Sink     sink.Config
 	Sim      sim.Config
+	// Capture, when enabled, captures the EAGLE-3 features of every shard (--capture-aux, --capture-final).
+	Capture runCapture
 	// Timeout bounds the whole run (0: none).
 	Timeout time.Duration
 	// MergeTurns, when set, is where the run's conversations are also written merged (sink.MergeTurns).
@@ -88,6 +91,7 @@ func cmdRun(ctx context.Context, args []string) error {
 	stageFlags("tokenize", rc.Tokenize.RegisterFlags)
 	stageFlags("generate", func(fs *flag.FlagSet) { registerGenerateFlags(fs, &rc.Generate) })
 	stageFlags("sink", func(fs *flag.FlagSet) { registerSinkFlags(fs, &rc.Sink) })
+	rc.Capture.register(fs)
 	fs.Float64Var(&rc.Sim.OutputLenMean, "sim-output-mean", 600, "mean output length of the built-in simulator (tokens)")
 	fs.Float64Var(&rc.Sim.TimeScale, "sim-time-scale", 0, "simulated seconds per wall second of the built-in simulator (0: instant)")
 	fs.DurationVar(&rc.Timeout, "timeout", 0, "give up (exit non-zero) after this long (0: no limit)")
@@ -109,6 +113,7 @@ func cmdRun(ctx context.Context, args []string) error {
 	rc.Tokenize.Registerer, rc.Tokenize.Ready = c.reg, c.ready
 	rc.Generate.Registerer, rc.Generate.Ready = c.reg, c.ready
 	rc.Sink.Registerer, rc.Sink.Ready = c.reg, c.ready
+	rc.Capture.cfg.Registerer = c.reg
 	rc.Gatherer = c.reg
 	rc.Sim.Instant = rc.Sim.TimeScale == 0
 	if rc.Sim.ReplyFormat != "" {
@@ -325,6 +330,16 @@ func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	if rc.Capture.enabled() {
+		if err := rc.Capture.prepare(model, rc.Tokenize.ModelDir, ctxLen, log); err != nil {
+			return nil, err
+		}
+		defer rc.Capture.stop()
+		rc.Sink.AnnounceShards = true
+		if rc.Progress != nil {
+			rc.Capture.estimate(rc.Progress, rc.Ingest.Inputs, rc.Sink.Dir)
+		}
+	}
 	if len(rc.Generate.Endpoints) == 0 { // the engine: a simulator of the model
 		url, stop, err := startSim(rc.Sim, model, ctxLen, log)
 		if err != nil {
@@ -353,6 +368,10 @@ func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
 	runErr := p.wait(ctx, rc.Progress, ires.Rejected)
 	if err := p.stop(); runErr == nil {
 		runErr = err // errors after the stop count too: a failed final flush must not pass for success
+	}
+	if runErr == nil && rc.Capture.enabled() {
+		// The sink's final flush is committed now: every shard gets its feature file before the run ends.
+		runErr = rc.Capture.finish(ctx, kc, rc.Sink.Dir, p.captureConfig(rc), rc.Progress)
 	}
 	// The dead-letter reader's group was this run's alone: leave no trace of it on the broker.
 	dctx, dcancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -508,6 +527,11 @@ func (p *pipeline) start(rc runConfig, model *tokenize.Model) error {
 	gen := rc.Generate
 	gen.Kafka, gen.Logger = p.kc, p.log
 	p.run("generate", func(ctx context.Context) error { return generate.Run(ctx, gen) })
+	if rc.Capture.enabled() {
+		// Shards committed during the run are captured as they come; the rest once the stages stop.
+		cc := p.captureConfig(rc)
+		p.run("capture", func(ctx context.Context) error { return capturestage.Run(ctx, cc) })
+	}
 	// This run's dead letters, read by a group of this run alone: written beside the shards, and the stages'
 	// after ingest accounted for.
 	p.run("rejected", func(ctx context.Context) error {
@@ -524,6 +548,13 @@ func (p *pipeline) start(rc runConfig, model *tokenize.Model) error {
 		})
 	})
 	return nil
+}
+
+// captureConfig is the run's capture stage.
+func (p *pipeline) captureConfig(rc runConfig) capturestage.Config {
+	cc := rc.Capture.cfg
+	cc.Kafka, cc.Logger, cc.Dir = p.kc, p.log, rc.Sink.Dir
+	return cc
 }
 
 // sinkConfig is the run's sink: its rows accounted for once durable, onSeeded called once its shards are

@@ -197,6 +197,7 @@ func registerSinkFlags(fs *flag.FlagSet, cfg *sink.Config) {
 	fs.DurationVar(&cfg.JournalSync, "journal-sync", cfg.JournalSync, "fsync the journal of buffered rows this often: what a machine crash can lose (0: 1s)")
 	fs.IntVar(&cfg.ZstdLevel, "zstd-level", cfg.ZstdLevel, "zstd level of the shards: 1, 3, 7 or 11 (0: zstd's default, 3; higher writes fewer bytes, slower)")
 	fs.StringVar(&cfg.Group, "group", cfg.Group, "consumer group (default draftflow-sink)")
+	fs.BoolVar(&cfg.AnnounceShards, "announce-shards", cfg.AnnounceShards, "announce each committed shard on the shard-files topic for `draftflow capture`")
 }
 
 // ingestBar draws an ingest run's progress (input bytes read, rate and ETA) as a progress bar on w.

@@ -292,6 +292,10 @@ func (c *capturer) shard(r *stream.Record[topics.ShardFile]) {
 	}
 	featPath := features.PathFor(path)
 	if ok := c.complete(featPath, rows); ok {
+		// A torn .tmp of an attempt killed after another completed the file: nothing reads it; tidy it away.
+		if err := os.Remove(featPath + ".tmp"); err == nil {
+			c.log.Info("removed a torn temporary feature file", "file", featPath+".tmp")
+		}
 		if err := c.list(runDir, featPath, a.File); err != nil {
 			c.log.Error("cannot list a feature file in the run's features.json; the shard is done again on redelivery", "file", featPath, "err", err)
 			r.Abandon()
