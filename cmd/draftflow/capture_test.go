@@ -217,6 +217,7 @@ func TestPipelineCaptureExactlyOnce(t *testing.T) {
 	rc.Sim.Instant = true
 	rc.Sim.OutputLenMean = 40
 	rc.Timeout = 5 * time.Minute
+	rc.Ingest.Turns = "" // every turn: a shard may hold several turns of one conversation
 	rc.Capture.cfg.Aux, rc.Capture.cfg.Final = "sim", "sim"
 	rc.Capture.simSize = captureTestHidden
 	rc.Capture.cfg.AuxLayers = captureTestLayers

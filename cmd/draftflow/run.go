@@ -73,10 +73,14 @@ type runResult struct {
 	Rows             int64            // rows in the shards of this run's output (one per regenerated turn)
 	Turns            map[string]int64 // rows written by this run, by stop reason (topics.StopReasons)
 	Shards           int
-	Dir              string
-	RejectedFile     string             // where the run's rejections are ("" when none)
-	Examples         []topics.Rejection // the first rejections, without payloads
-	Elapsed          time.Duration
+	// FeatureFiles, FeatureRows and FeatureMissing count the feature files of the output (with capture), the
+	// rows with features and the rows listed without.
+	FeatureFiles                int
+	FeatureRows, FeatureMissing int64
+	Dir                         string
+	RejectedFile                string             // where the run's rejections are ("" when none)
+	Examples                    []topics.Rejection // the first rejections, without payloads
+	Elapsed                     time.Duration
 }
 
 func cmdRun(ctx context.Context, args []string) error {
@@ -164,6 +168,10 @@ func printSummary(w io.Writer, r *runResult) {
 	}
 	if len(turns) > 0 {
 		fmt.Fprintf(w, "  turns     %s (written now, by stop reason)\n", strings.Join(turns, ", "))
+	}
+	if r.FeatureFiles > 0 {
+		fmt.Fprintf(w, "  features  %d files beside the shards, %d rows with features, %d without (dead-lettered; draftflow inspect lists them)\n",
+			r.FeatureFiles, r.FeatureRows, r.FeatureMissing)
 	}
 	where := fmt.Sprintf("topic %q", topics.TopicRejected)
 	if r.RejectedFile != "" {
@@ -644,6 +652,7 @@ func (p *pipeline) result(dir string, ires ingest.Result, elapsed time.Duration,
 		// Nothing was written, now or before: no shards to inspect.
 	} else if sum, err := sink.Inspect(dir, io.Discard); err == nil {
 		res.Tokens, res.Shards, res.Rows = sum.Tokens, sum.Shards, sum.Rows
+		res.FeatureFiles, res.FeatureRows, res.FeatureMissing = sum.FeatureFiles, sum.FeatureRows, sum.FeatureRowsMissing
 	} else if runErr == nil {
 		runErr = fmt.Errorf("inspect %s: %w", dir, err)
 	}

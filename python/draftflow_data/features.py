@@ -10,9 +10,20 @@ zstd); ``read_torch`` needs torch.
   x = f.read("row-id")            # numpy float32 [tokens, width]
   t = f.read_torch("row-id")      # torch.bfloat16 [tokens, width], the stored bits
   d = f.specforge_v1("row-id", input_ids, loss_mask)   # SpecForge's offline v1 dict (torch)
+
+A run captured by draftflow (``draftflow run --capture-aux/--capture-final``, ``draftflow capture``) has one
+file per shard beside it (``X.parquet`` -> ``X.features``), listed in the run's ``features.json``; a file's
+rows join the shard's by position (``FeatureFile.at``), and the shard rows whose features could not be captured
+are listed in ``FeatureFile.missing`` with the reason:
+
+  rf = RunFeatures(run_dir)
+  for shard in rf.shards():                 # shard file names, as in manifest.json
+      f = rf.file(shard)
+      i = f.at(position)                    # index of the shard's row at position, or None (missing)
 """
 
 import json
+import os
 import struct
 import zlib
 
@@ -50,7 +61,17 @@ class FeatureFile:
         self.width = self.hidden * len(self.layers)
         self.codec = ix["codec"]
         self.rows = ix["rows"]
-        self._by_id = {r["id"]: i for i, r in enumerate(self.rows)}
+        self._by_id = {}
+        for i, r in enumerate(self.rows):
+            self._by_id.setdefault(r["id"], i)  # an id's first turn; rows join shards by position (at)
+        # The shard rows without features: id, turn, row (position in the shard), tokens, class, reason.
+        self.missing = list(ix.get("missing") or [])
+        self._by_pos = {r["row"]: i for i, r in enumerate(self.rows) if "row" in r}
+
+    def at(self, position):
+        """The index of the row holding the features of the shard's row at ``position``, or None when that row
+        has none (it is in ``missing``)."""
+        return self._by_pos.get(int(position))
 
     def __len__(self):
         return len(self.rows)
@@ -112,3 +133,43 @@ class FeatureFile:
             "hidden_state": t[:, fin * h:(fin + 1) * h].clone(),
             "aux_hidden_state": torch.cat([t[:, j * h:(j + 1) * h] for j in aux], dim=1),
         }
+
+
+def feature_path(shard_path):
+    """The feature file of the shard at ``shard_path`` (beside it: X.parquet -> X.features)."""
+    base = shard_path[:-len(".parquet")] if shard_path.endswith(".parquet") else shard_path
+    return base + ".features"
+
+
+class RunFeatures:
+    """The feature files of one run directory, as its ``features.json`` lists them (written by the capture
+    stage beside the sink's manifest.json)."""
+
+    def __init__(self, run_dir):
+        self.run_dir = run_dir
+        path = os.path.join(run_dir, "features.json")
+        with open(path) as f:
+            m = json.load(f)
+        if m.get("version") != 1:
+            raise ValueError(f"{path}: version {m.get('version')}, this reader reads 1")
+        self.header = m["header"]
+        self.entries = {e["shard"]: e for e in m["files"]}
+        self._open = {}
+
+    def shards(self):
+        """The shard file names that have a feature file, sorted."""
+        return sorted(self.entries)
+
+    def file(self, shard):
+        """The FeatureFile of shard (a file name in the run directory)."""
+        if shard not in self.entries:
+            raise KeyError(f"{self.run_dir}: shard {shard} has no feature file in features.json")
+        f = self._open.get(shard)
+        if f is None:
+            f = FeatureFile(os.path.join(self.run_dir, self.entries[shard]["file"]))
+            self._open[shard] = f
+        return f
+
+    def missing(self):
+        """Every shard row without features: (shard, the missing row's dict)."""
+        return [(s, m) for s in self.shards() for m in self.file(s).missing]

@@ -376,15 +376,20 @@ func open(f *os.File, path string) (*Reader, error) {
 			ix.Version, ix.DType, ix.Hidden, len(ix.Layers), ix.Codec))
 	}
 	dataEnd := idxEnd - int64(n)
+	seen := make(map[rowID]bool, len(ix.Rows))
 	for i, row := range ix.Rows {
 		if row.Tokens <= 0 || row.Offset < int64(len(Magic)) || row.Bytes < 0 || row.Offset+row.Bytes > dataEnd ||
 			row.Tokens > maxTokens {
 			return nil, bad(fmt.Sprintf("row %d (%s): block out of range", i, row.ID))
 		}
-		if _, dup := r.byID[row.ID]; dup {
-			return nil, bad("row " + row.ID + " listed twice")
+		k := rowID{row.ID, row.Turn}
+		if seen[k] {
+			return nil, bad(fmt.Sprintf("row %s turn %d listed twice", row.ID, row.Turn))
 		}
-		r.byID[row.ID] = i
+		seen[k] = true
+		if _, ok := r.byID[row.ID]; !ok {
+			r.byID[row.ID] = i // the first turn of an id
+		}
 	}
 	return r, nil
 }
@@ -392,7 +397,7 @@ func open(f *os.File, path string) (*Reader, error) {
 // Close closes the file.
 func (r *Reader) Close() error { return r.f.Close() }
 
-// Find returns the index of the row with id, or -1.
+// Find returns the index of the (first) row with id, or -1.
 func (r *Reader) Find(id string) int {
 	if i, ok := r.byID[id]; ok {
 		return i

@@ -171,7 +171,7 @@ func Run(ctx context.Context, cfg Config) error {
 	hc := cmp.Or(cfg.HTTPClient, http.DefaultClient)
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
-	c := &capturer{cfg: cfg, log: log, dirID: strings.TrimSpace(string(dirID)), met: newMetrics(cfg.Registerer), stop: stop,
+	c := &capturer{ctx: ctx, cfg: cfg, log: log, dirID: strings.TrimSpace(string(dirID)), met: newMetrics(cfg.Registerer), stop: stop,
 		aux: sglang.NewClient(cfg.Aux, hc, secret.Value{}), final: sglang.NewClient(cfg.Final, hc, secret.Value{}),
 		auxSlots: make(chan struct{}, cfg.Concurrency), finalSlots: make(chan struct{}, cfg.Concurrency),
 		shardSlots: make(chan struct{}, cfg.Shards)}
@@ -211,6 +211,7 @@ func totalTokens(dir string) int64 {
 
 // capturer is one running stage.
 type capturer struct {
+	ctx   context.Context // the stage's: work stops when it ends
 	cfg   Config
 	log   *slog.Logger
 	dirID string
@@ -231,6 +232,9 @@ func (c *capturer) handle(r *stream.Record[topics.ShardFile]) {
 	select {
 	case c.shardSlots <- struct{}{}:
 	case <-r.Lost().Done():
+		r.Abandon()
+		return
+	case <-c.ctx.Done():
 		r.Abandon()
 		return
 	case <-c.life.Failed():
@@ -254,6 +258,10 @@ type shardRow struct {
 
 // shard captures one announced shard, or skips it when its feature file is complete.
 func (c *capturer) shard(r *stream.Record[topics.ShardFile]) {
+	// The shard's work ends when the stage stops or the partition is lost; it is then abandoned (redelivered).
+	ctx, cancel := context.WithCancel(r.Lost())
+	defer cancel()
+	defer context.AfterFunc(c.ctx, cancel)()
 	a := r.Value
 	if a.RunDir == "" || a.File == "" || strings.ContainsAny(a.RunDir+a.File, `/\`) || a.RunDir == ".." || a.File == ".." {
 		r.Reject(ClassShard, fmt.Sprintf("announcement at %s names no shard of a run directory (run_dir %q, file %q)", r.Where(), a.RunDir, a.File), nil)
@@ -278,7 +286,7 @@ func (c *capturer) shard(r *stream.Record[topics.ShardFile]) {
 		return
 	}
 	var rows []shardRow
-	err = sink.ScanShard(r.Lost(), path, func(sr *sink.ShardRow) error {
+	err = sink.ScanShard(ctx, path, func(sr *sink.ShardRow) error {
 		ids := make([]uint32, len(sr.InputIDs))
 		for i, v := range sr.InputIDs {
 			ids[i] = uint32(v)
@@ -307,9 +315,9 @@ func (c *capturer) shard(r *stream.Record[topics.ShardFile]) {
 		return
 	}
 	start := time.Now()
-	missing, tokens, err := c.capture(r, featPath, rows)
+	missing, tokens, err := c.capture(ctx, r, featPath, rows)
 	if err != nil {
-		if r.Lost().Err() == nil && c.life.Err() == nil && !errors.Is(err, context.Canceled) {
+		if ctx.Err() == nil && c.life.Err() == nil && !errors.Is(err, context.Canceled) {
 			c.log.Error("capture of a shard failed; it is done again after a restart", "shard", path, "err", err)
 		}
 		r.Abandon()
@@ -383,8 +391,7 @@ type rowResult struct {
 
 // capture writes the feature file of rows at featPath (through a .tmp, renamed into place) and returns the
 // rows it holds without features (each dead-lettered, durably, before the rename) and the tokens captured.
-func (c *capturer) capture(r *stream.Record[topics.ShardFile], featPath string, rows []shardRow) ([]features.MissingRow, int64, error) {
-	ctx := r.Lost()
+func (c *capturer) capture(ctx context.Context, r *stream.Record[topics.ShardFile], featPath string, rows []shardRow) ([]features.MissingRow, int64, error) {
 	results := make([]chan rowResult, len(rows))
 	window := make(chan struct{}, c.cfg.Concurrency)
 	launch := func(i int) {
