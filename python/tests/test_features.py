@@ -82,3 +82,56 @@ def test_specforge_v1(sample):
     full = torch.from_numpy(f.read(r["id"]))
     assert torch.equal(d["aux_hidden_state"].float(), full[:, : 3 * h])
     assert torch.equal(d["hidden_state"].float(), full[:, 3 * h:])
+
+
+M64 = (1 << 64) - 1
+
+
+def sim_hidden_value(token, pos, layer, col):
+    """sglang/sim HiddenValue: the simulated capture servers' value of (token, position, layer, column)."""
+    x = ((token & 0xFFFFFFFF) << 32) ^ (pos << 12) ^ ((layer << 56) & M64) ^ ((col * 0x9E3779B97F4A7C15) & M64)
+    x &= M64
+    x ^= x >> 30
+    x = (x * 0xBF58476D1CE4E5B9) & M64
+    x ^= x >> 27
+    x = (x * 0x94D049BB133111EB) & M64
+    x ^= x >> 31
+    b = x & 0xFF
+    return np.float32((b - 256 if b >= 128 else b) / 64)
+
+
+def test_run_features_beside_shards(tmp_path):
+    """`draftflow run --capture-aux sim --capture-final sim`: RunFeatures finds every shard's file, its rows join
+    the shard's by position, and the values are the simulated servers' (bf16-exact)."""
+    if shutil.which("go") is None:
+        _require_or_skip("go is not on PATH; cannot run draftflow")
+    import pyarrow.parquet as pq
+    from draftflow_data.features import RunFeatures, feature_path
+
+    out = tmp_path / "out"
+    subprocess.run(["go", "run", "./cmd/draftflow", "run", "--input", "testdata/sample/conversations.jsonl", "--out", str(out),
+                    "--capture-aux", "sim", "--capture-final", "sim", "--capture-sim-hidden", "8", "--shard-rows", "40",
+                    "--sim-output-mean", "20", "--log-level", "warn"], cwd=REPO, check=True, timeout=600)
+    (run_dir,) = [p for p in out.iterdir() if (p / "manifest.json").exists()]
+    with open(run_dir / "manifest.json") as f:
+        shards = [s["file"] for s in json.load(f)["shards"]]
+    rf = RunFeatures(str(run_dir))
+    assert rf.shards() == sorted(shards)
+    assert rf.header["layers"] == ["aux:2", "aux:4", "aux:5", "final"] and rf.header["hidden"] == 8
+    assert rf.missing() == []
+    checked = 0
+    for shard in shards:
+        f = rf.file(shard)
+        assert f.path == feature_path(str(run_dir / shard))
+        t = pq.read_table(run_dir / shard, columns=["id", "turn", "input_ids"]).to_pylist()
+        assert len(f) == len(t)
+        for pos, row in enumerate(t[:5]):
+            i = f.at(pos)
+            r = f.rows[i]
+            assert (r["id"], r["turn"], r["tokens"]) == (row["id"], row["turn"], len(row["input_ids"]))
+            got = f.read(i)
+            want = np.array([[sim_hidden_value(tok, p, layer, c) for layer in range(4) for c in range(8)]
+                             for p, tok in enumerate(row["input_ids"])], dtype=np.float32)
+            np.testing.assert_array_equal(got, want)
+            checked += 1
+    assert checked > 0
