@@ -45,10 +45,12 @@ func tokensPerSecond(cs []completion, from time.Time, width time.Duration) float
 	return float64(sum) / width.Seconds()
 }
 
-// counterSample is a reading of a monotonic counter (the servers' output tokens decoded) at a moment.
+// counterSample is a reading of a monotonic counter (the servers' output tokens decoded) at a moment, with, in
+// the harness, the servers' running and queued requests then.
 type counterSample struct {
-	at    time.Time
-	value float64
+	at              time.Time
+	value           float64
+	running, queued float64
 }
 
 // counterAt is the counter's value at t, interpolated linearly between the samples around it (samples are in
@@ -119,7 +121,7 @@ func TestTokensPerMinute(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for sec := -5.0; sec < 200; sec += 0.5 + rng.Float64() {
-		s = append(s, counterSample{at(sec), value(sec)})
+		s = append(s, counterSample{at: at(sec), value: value(sec)})
 	}
 	near := func(got, want float64) bool { return got > want-1e-6 && got < want+1e-6 }
 	if got := counterRate(s, t0, time.Minute); !near(got, 100) {
@@ -146,9 +148,12 @@ type rebalanceRun struct {
 	// Output tokens/s from the generated topic (records' timestamps and completion tokens) and decoded
 	// tokens/s from the servers' counters, in the minutes around the events: [0] the minute before the minute
 	// before the join (the steady-state reference), [1] before the join, [2] after it, [3] before the leave,
-	// [4] after it.
-	Output  [5]float64 `json:"output_tokens_per_s"`
-	Decoded [5]float64 `json:"decoded_tokens_per_s"`
+	// [4] after it (after the SIGTERM), [5] after the leaving replica left the group (its drain over, it exited:
+	// the rebalance the leave causes starts then).
+	Output  [6]float64 `json:"output_tokens_per_s"`
+	Decoded [6]float64 `json:"decoded_tokens_per_s"`
+	// LeftAfter is how long after the SIGTERM the leaving replica exited, in seconds.
+	LeftAfter float64
 	// Generations on the generated topic, distinct turns among them, rows in the shards, duplicates the sink
 	// dropped, tokenized records (the backlog never ran out: Generations < Input).
 	Generations, Distinct, Rows, SinkRedone, Input int
@@ -160,22 +165,25 @@ type rebalanceRun struct {
 	// Revocations are the replicas' "partitions revoked" lines (drain time, abandoned), in time order.
 	Revocations []string
 	// AroundJoin and AroundLeave are the servers' decoded tokens/s in 5-second steps from 10 s before the
-	// event to a window after it: the shape of the dip.
+	// event to a window after it (the leave: after the leaving replica exited): the shape of the dip.
 	AroundJoin, AroundLeave []float64
-	// Load is /proc/loadavg at the join, at the leave and at the end.
+	// Load is /proc/loadavg at the join, at the SIGTERM and at the end.
 	Load []string
 }
 
 // TestRebalanceThroughput is `make rebalance`: what a consumer-group rebalance costs the generate fleet's
 // throughput, on a real Kafka broker, with every replica its own `draftflow generate` process against shared
-// simulated SGLang servers in real time (time scale 1; requests of 1-20 s). The tokenized topic is filled
+// simulated SGLang servers in real time (time scale 1; requests decode for 1-20 s, to which the servers' queue
+// adds its wait). The tokenized topic is filled
 // directly (prompts of 100-300 random tokens, max_new_tokens 480) with more records than the run can do; the
 // sink runs. Two replicas work for DRAFTFLOW_REBALANCE_WARMUP (default 30 s) after the first generation plus
 // DRAFTFLOW_REBALANCE_STEADY (default 2m); then a third replica joins; DRAFTFLOW_REBALANCE_GAP later (default
-// 2m30s) the first gets SIGTERM (a graceful leave, with the Kubernetes manifests' --shutdown-grace 240s); a
-// window later every replica is stopped. It reports, per run and as the median of DRAFTFLOW_REBALANCE_RUNS runs
-// (default 3), the fleet's output tokens/s in the window (DRAFTFLOW_REBALANCE_WINDOW, default 1m) after each
-// event against the window before (from the generated topic: each record's timestamp and completion tokens),
+// 2m30s) the first gets SIGTERM (a graceful leave, with the Kubernetes manifests' --shutdown-grace 240s: it
+// finishes its own in-flight work, then leaves the group, which rebalances then); a window after it left, every
+// replica is stopped. It reports, per run and as the median of DRAFTFLOW_REBALANCE_RUNS runs (default 3), the
+// fleet's output tokens/s in the window (DRAFTFLOW_REBALANCE_WINDOW, default 1m) after each event (the join, the
+// SIGTERM, the leaving replica's exit) against the window before the event (the join) or the SIGTERM (the
+// leave), from the generated topic: each record's timestamp and completion tokens;
 // the servers' decoded tokens/s alike (their sglang:generation_tokens_total, sampled every second), and checks
 // that nothing was redone: every generation a distinct turn, as many rows in the shards, no duplicate dropped
 // by the sink. It needs DRAFTFLOW_REBALANCE_BROKERS (`make rebalance` starts a kafka.sh broker);
@@ -264,6 +272,9 @@ func (sc rebalanceScenario) simArgs(addr string, seed int) []string {
 
 func (sc rebalanceScenario) run(t *testing.T, n int) rebalanceRun {
 	t.Helper()
+	if err := os.RemoveAll(sc.dir); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.MkdirAll(sc.dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -344,19 +355,20 @@ func (sc rebalanceScenario) run(t *testing.T, n int) rebalanceRun {
 		tick := time.NewTicker(time.Second)
 		defer tick.Stop()
 		for {
-			sum, ok := 0.0, true
-			at := time.Now()
+			sample, ok := counterSample{at: time.Now()}, true
 			for _, u := range simURLs {
-				v, err := scrapeSum(sampling, u, "sglang:generation_tokens_total")
+				m, err := scrapeSums(sampling, u, "sglang:generation_tokens_total", "sglang:num_running_reqs", "sglang:num_queue_reqs")
 				if err != nil {
 					ok = false
 					break
 				}
-				sum += v
+				sample.value += m["sglang:generation_tokens_total"]
+				sample.running += m["sglang:num_running_reqs"]
+				sample.queued += m["sglang:num_queue_reqs"]
 			}
 			if ok {
 				mu.Lock()
-				decoded = append(decoded, counterSample{at, sum})
+				decoded = append(decoded, sample)
 				mu.Unlock()
 			}
 			select {
@@ -410,12 +422,23 @@ func (sc rebalanceScenario) run(t *testing.T, n int) rebalanceRun {
 	go func() { left <- procs["generate-a"].stop() }()
 	t.Logf("run %d: generate-a got SIGTERM at %s (load %s)", n, time.Now().Format(time.TimeOnly), res.Load[1])
 
-	endAt := leaveAt.Add(sc.window + 5*time.Second)
-	sleepUntil(endAt)
-	res.Load = append(res.Load, loadavg())
-	if err := <-left; err != nil {
-		t.Errorf("generate-a after SIGTERM: %v", err)
+	// It leaves the group (and the others rebalance) once its own in-flight work is done.
+	var leftAt time.Time
+	for leftAt.IsZero() {
+		alive()
+		select {
+		case err := <-left:
+			if err != nil {
+				t.Errorf("generate-a after SIGTERM: %v", err)
+			}
+			leftAt = time.Now()
+		case <-time.After(time.Second):
+		}
 	}
+	res.LeftAfter = leftAt.Sub(leaveAt).Seconds()
+	t.Logf("run %d: generate-a left the group %.1f s after SIGTERM", n, res.LeftAfter)
+	sleepUntil(leftAt.Add(sc.window + 5*time.Second))
+	res.Load = append(res.Load, loadavg())
 	// Stop generating; the sink writes what was generated.
 	var wg sync.WaitGroup
 	for _, name := range []string{"generate-b", "generate-c"} {
@@ -450,34 +473,34 @@ func (sc rebalanceScenario) run(t *testing.T, n int) rebalanceRun {
 	for res.Rows = int(shardRows(t, shards)); res.Rows < res.Distinct && time.Now().Before(deadline); res.Rows = int(shardRows(t, shards)) {
 		time.Sleep(time.Second)
 	}
-	v, err := scrapeSum(context.Background(), "http://"+sinkMetrics, "draftflow_sink_redone_generations_total")
+	m, err := scrapeSums(context.Background(), "http://"+sinkMetrics, "draftflow_sink_redone_generations_total")
 	if err != nil {
 		t.Error(err)
 	}
-	res.SinkRedone = int(v)
+	res.SinkRedone = int(m["draftflow_sink_redone_generations_total"])
 	if err := procs["sink"].stop(); err != nil {
 		t.Error(err)
 	}
 	res.ServerTokens = decoded[len(decoded)-1].value
 
-	windows := []time.Time{joinAt.Add(-2 * sc.window), joinAt.Add(-sc.window), joinAt, leaveAt.Add(-sc.window), leaveAt}
+	windows := []time.Time{joinAt.Add(-2 * sc.window), joinAt.Add(-sc.window), joinAt, leaveAt.Add(-sc.window), leaveAt, leftAt}
 	for i, from := range windows {
 		res.Output[i] = tokensPerSecond(cs, from, sc.window)
 		res.Decoded[i] = counterRate(decoded, from, sc.window)
 	}
-	around := func(at time.Time) []float64 {
+	around := func(at, until time.Time) []float64 {
 		var v []float64
-		for from := at.Add(-10 * time.Second); from.Before(at.Add(sc.window)); from = from.Add(5 * time.Second) {
+		for from := at.Add(-10 * time.Second); from.Before(until); from = from.Add(5 * time.Second) {
 			v = append(v, math.Round(counterRate(decoded, from, 5*time.Second)))
 		}
 		return v
 	}
-	res.AroundJoin, res.AroundLeave = around(joinAt), around(leaveAt)
+	res.AroundJoin, res.AroundLeave = around(joinAt, joinAt.Add(sc.window)), around(leaveAt, leftAt.Add(sc.window))
 	// The raw series, for a closer look: the servers' counter every second and every completion.
 	var raw strings.Builder
-	fmt.Fprintf(&raw, "# join %s leave %s\n# decoded: unix_seconds counter\n", joinAt.Format(time.RFC3339Nano), leaveAt.Format(time.RFC3339Nano))
+	fmt.Fprintf(&raw, "# join %s leave %s\n# d unix_seconds decoded_tokens running_requests queued_requests (the servers, summed)\n# c unix_seconds completion_tokens e2e_latency (each generation)\n", joinAt.Format(time.RFC3339Nano), leaveAt.Format(time.RFC3339Nano))
 	for _, d := range decoded {
-		fmt.Fprintf(&raw, "d %.3f %.0f\n", float64(d.at.UnixMilli())/1000, d.value)
+		fmt.Fprintf(&raw, "d %.3f %.0f %.0f %.0f\n", float64(d.at.UnixMilli())/1000, d.value, d.running, d.queued)
 	}
 	for _, c := range cs {
 		fmt.Fprintf(&raw, "c %.3f %d %.3f\n", float64(c.at.UnixMilli())/1000, c.tokens, c.latency)
@@ -526,20 +549,22 @@ func rebalanceTable(rs []rebalanceRun) string {
 		b.WriteByte('\n')
 	}
 	labels := []string{"steady (2nd minute before the join)", "minute before the join", "minute after the join",
-		"minute before the leave", "minute after the leave"}
+		"minute before the leave (SIGTERM)", "minute after the SIGTERM", "minute after it left the group"}
 	for _, src := range []struct {
 		name string
-		get  func(rebalanceRun) [5]float64
-	}{{"output tokens/s (generated topic)", func(r rebalanceRun) [5]float64 { return r.Output }},
-		{"decoded tokens/s (servers)", func(r rebalanceRun) [5]float64 { return r.Decoded }}} {
+		get  func(rebalanceRun) [6]float64
+	}{{"output tokens/s (generated topic)", func(r rebalanceRun) [6]float64 { return r.Output }},
+		{"decoded tokens/s (servers)", func(r rebalanceRun) [6]float64 { return r.Decoded }}} {
 		fmt.Fprintf(&b, "  %s\n", src.name)
 		for i, l := range labels {
 			line("  "+l, func(r rebalanceRun) float64 { return src.get(r)[i] }, " %8.1f")
 		}
 		line("  dip, steady minute to minute %", func(r rebalanceRun) float64 { return dipPercent(src.get(r)[0], src.get(r)[1]) }, " %7.1f%%")
 		line("  dip after the join %", func(r rebalanceRun) float64 { return dipPercent(src.get(r)[1], src.get(r)[2]) }, " %7.1f%%")
-		line("  dip after the leave %", func(r rebalanceRun) float64 { return dipPercent(src.get(r)[3], src.get(r)[4]) }, " %7.1f%%")
+		line("  dip after the SIGTERM %", func(r rebalanceRun) float64 { return dipPercent(src.get(r)[3], src.get(r)[4]) }, " %7.1f%%")
+		line("  dip after it left the group %", func(r rebalanceRun) float64 { return dipPercent(src.get(r)[3], src.get(r)[5]) }, " %7.1f%%")
 	}
+	line("leaving replica exited after SIGTERM s", func(r rebalanceRun) float64 { return r.LeftAfter }, " %8.1f")
 	line("generations", func(r rebalanceRun) float64 { return float64(r.Generations) }, " %8.0f")
 	line("distinct turns", func(r rebalanceRun) float64 { return float64(r.Distinct) }, " %8.0f")
 	line("rows in the shards", func(r rebalanceRun) float64 { return float64(r.Rows) }, " %8.0f")
@@ -599,21 +624,20 @@ func readGenerated(t *testing.T, kc kafka.Config, want int) ([]completion, int) 
 	return cs, len(seen)
 }
 
-// scrapeSum is the sum of a metric's samples on a /metrics page.
-func scrapeSum(ctx context.Context, base, name string) (float64, error) {
+// scrapeSums is the sum of each metric's samples on a /metrics page.
+func scrapeSums(ctx context.Context, base string, names ...string) (map[string]float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer resp.Body.Close()
-	m, err := sglangbench.SumMetrics(resp.Body, name)
-	return m[name], err
+	return sglangbench.SumMetrics(resp.Body, names...)
 }
 
 // loadavg is the first three fields of /proc/loadavg.
