@@ -145,6 +145,8 @@ func TestTokensPerMinute(t *testing.T) {
 
 // rebalanceRun is what one run of TestRebalanceThroughput measured.
 type rebalanceRun struct {
+	// Run numbers the run, from 1.
+	Run int
 	// Output tokens/s from the generated topic (records' timestamps and completion tokens) and decoded
 	// tokens/s from the servers' counters, in the minutes around the events: [0] the minute before the minute
 	// before the join (the steady-state reference), [1] before the join, [2] after it, [3] before the leave,
@@ -399,8 +401,7 @@ func (sc rebalanceScenario) run(t *testing.T, n int) rebalanceRun {
 		time.Sleep(500 * time.Millisecond)
 	}
 	loadStart := time.Now()
-	var res rebalanceRun
-	res.Input = input
+	res := rebalanceRun{Run: n, Input: input}
 	sleepUntil := func(at time.Time) {
 		for time.Now().Before(at) {
 			alive()
@@ -576,8 +577,8 @@ func rebalanceTable(rs []rebalanceRun) string {
 	line("decoded for nothing %", func(r rebalanceRun) float64 {
 		return 100 * (r.ServerTokens - r.KeptTokens) / max(r.KeptTokens, 1)
 	}, " %7.2f%%")
-	for i, r := range rs {
-		fmt.Fprintf(&b, "  run %d: load average (1/5/15 min) at the join %s, at the leave %s, at the end %s\n", i+1, r.Load[0], r.Load[1], r.Load[2])
+	for _, r := range rs {
+		fmt.Fprintf(&b, "  run %d: load average (1/5/15 min) at the join %s, at the leave %s, at the end %s\n", r.Run, r.Load[0], r.Load[1], r.Load[2])
 		fmt.Fprintf(&b, "    decoded tokens/s in 5 s steps from 10 s before the join: %v\n", r.AroundJoin)
 		fmt.Fprintf(&b, "    decoded tokens/s in 5 s steps from 10 s before the leave: %v\n", r.AroundLeave)
 		for _, rv := range r.Revocations {
