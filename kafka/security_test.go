@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -18,6 +17,7 @@ import (
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/kafka/embedded"
 	"github.com/draftflow/draftflow/kafka/kafkatest"
+	"github.com/draftflow/draftflow/secret"
 	"github.com/draftflow/draftflow/topics"
 )
 
@@ -26,7 +26,7 @@ const testPassword = "hunter2-very-secret"
 // TestSecretNeverPrinted: a Config holding a password prints, logs and marshals without it.
 func TestSecretNeverPrinted(t *testing.T) {
 	cfg := kafka.Config{Brokers: []string{"b:9093"}, Security: kafka.Security{
-		SASL: kafka.SASL{Mechanism: "SCRAM-SHA-512", Username: "alice", Password: kafka.NewSecret(testPassword)},
+		SASL: kafka.SASL{Mechanism: "SCRAM-SHA-512", Username: "alice", Password: secret.New(testPassword)},
 	}}
 	var outs []string
 	for _, verb := range []string{"%v", "%+v", "%#v", "%s", "%q", "%x", "%X", "%d", "%T"} {
@@ -108,27 +108,6 @@ func TestSecurityValidate(t *testing.T) {
 	}
 }
 
-// TestSecurityFlagsAndEnv: flags win over DRAFTFLOW_KAFKA_* variables, which are the defaults.
-func TestSecurityFlagsAndEnv(t *testing.T) {
-	t.Setenv(kafka.EnvSASLMechanism, "SCRAM-SHA-256")
-	t.Setenv(kafka.EnvSASLUsername, "from-env")
-	t.Setenv(kafka.EnvSASLPassword, testPassword)
-	t.Setenv(kafka.EnvTLSCAFile, "/env/ca.pem")
-	var s kafka.Security
-	fs := flag.NewFlagSet("t", flag.ContinueOnError)
-	s.RegisterFlags(fs)
-	if err := fs.Parse([]string{"--kafka-sasl-username", "from-flag", "--kafka-tls-server-name", "kafka.internal"}); err != nil {
-		t.Fatal(err)
-	}
-	if s.SASL.Mechanism != "SCRAM-SHA-256" || s.SASL.Username != "from-flag" || s.SASL.Password.Reveal() != testPassword ||
-		s.TLS.CAFile != "/env/ca.pem" || s.TLS.ServerName != "kafka.internal" {
-		t.Errorf("got %+v", s)
-	}
-	if fs.Lookup("kafka-sasl-password") != nil {
-		t.Error("a password flag would put the password on the command line")
-	}
-}
-
 // secureCluster starts an embedded broker speaking SASL over TLS with one user per mechanism, all named alice.
 func secureCluster(t *testing.T, requireClientCert bool) (*kafkatest.PKI, []string) {
 	pki := kafkatest.NewPKI(t)
@@ -147,12 +126,12 @@ func TestKafkaSASLEmbedded(t *testing.T) {
 	for _, mech := range []string{kafka.MechanismPlain, kafka.MechanismSCRAMSHA256, kafka.MechanismSCRAMSHA512} {
 		t.Run(mech, func(t *testing.T) {
 			sec := kafka.Security{TLS: kafka.TLS{CAFile: pki.CAFile},
-				SASL: kafka.SASL{Mechanism: mech, Username: "alice", Password: kafka.NewSecret(testPassword)}}
+				SASL: kafka.SASL{Mechanism: mech, Username: "alice", Password: secret.New(testPassword)}}
 			cfg := kafka.Config{Brokers: brokers, Partitions: 2, Namespace: "sec-" + strings.ToLower(mech), Security: sec}
 			roundTrip(t, cfg)
 
 			bad := cfg
-			bad.Security.SASL.Password = kafka.NewSecret("wrong-" + testPassword)
+			bad.Security.SASL.Password = secret.New("wrong-" + testPassword)
 			checkAuthFails(t, bad, mech)
 		})
 	}
@@ -163,7 +142,7 @@ func TestKafkaSASLEmbedded(t *testing.T) {
 func TestKafkaMutualTLSEmbedded(t *testing.T) {
 	pki, brokers := secureCluster(t, true)
 	sec := kafka.Security{TLS: kafka.TLS{CAFile: pki.CAFile, CertFile: pki.ClientCertFile, KeyFile: pki.ClientKeyFile},
-		SASL: kafka.SASL{Mechanism: kafka.MechanismSCRAMSHA256, Username: "alice", Password: kafka.NewSecret(testPassword)}}
+		SASL: kafka.SASL{Mechanism: kafka.MechanismSCRAMSHA256, Username: "alice", Password: secret.New(testPassword)}}
 	roundTrip(t, kafka.Config{Brokers: brokers, Partitions: 2, Namespace: "mtls", Security: sec})
 
 	// A CA that did not sign the broker's certificate: a TLS AuthError, at once.
@@ -172,7 +151,7 @@ func TestKafkaMutualTLSEmbedded(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	start := time.Now()
-	err := bad.EnsureTopics(ctx, topics.All...)
+	err := kafkatest.Client(t, bad).Admin().EnsureTopics(ctx, topics.All...)
 	if !kafka.IsAuthError(err) || !strings.Contains(err.Error(), "TLS") {
 		t.Fatalf("EnsureTopics with the wrong CA: %v, want a TLS authentication error", err)
 	}
@@ -184,9 +163,10 @@ func TestKafkaMutualTLSEmbedded(t *testing.T) {
 // roundTrip creates the topics, writes and reads a record and looks up a topic ID through cfg.
 func roundTrip(t *testing.T, cfg kafka.Config) {
 	t.Helper()
+	cl := kafkatest.Client(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := cfg.EnsureTopics(ctx, topics.All...); err != nil {
+	if err := cl.Admin().EnsureTopics(ctx, topics.All...); err != nil {
 		t.Fatal(err)
 	}
 	kafkatest.Produce(t, cfg, topics.TopicPrompts, kafkatest.Record{Key: "p1", Value: &topics.Prompt{ID: "p1", Dataset: "d"}})
@@ -194,7 +174,7 @@ func roundTrip(t *testing.T, cfg kafka.Config) {
 	if len(got) != 1 || got[0].ID != "p1" {
 		t.Fatalf("read back %v", got)
 	}
-	id, err := cfg.TopicID(ctx, topics.TopicPrompts)
+	id, err := cl.Admin().TopicID(ctx, topics.TopicPrompts)
 	if err != nil || id == "" {
 		t.Fatalf("TopicID = %q, %v", id, err)
 	}
@@ -209,6 +189,7 @@ func checkAuthFails(t *testing.T, cfg kafka.Config, mech string) {
 
 func checkAuthFailsUser(t *testing.T, cfg kafka.Config, mech, user string) {
 	t.Helper()
+	cl := kafkatest.Client(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	check := func(what string, start time.Time, err error) {
@@ -231,18 +212,18 @@ func checkAuthFailsUser(t *testing.T, cfg kafka.Config, mech, user string) {
 		}
 	}
 	start := time.Now()
-	check("EnsureTopics", start, cfg.EnsureTopics(ctx, topics.All...))
+	check("EnsureTopics", start, cl.Admin().EnsureTopics(ctx, topics.All...))
 	start = time.Now()
-	_, err := cfg.TopicID(ctx, topics.TopicPrompts)
+	_, err := cl.Admin().TopicID(ctx, topics.TopicPrompts)
 	check("TopicID", start, err)
 	start = time.Now()
-	_, err = cfg.EndOffsets(ctx, topics.TopicPrompts)
+	_, err = cl.Admin().EndOffsets(ctx, topics.TopicPrompts)
 	check("EndOffsets", start, err)
 	start = time.Now()
-	err = cfg.NewConsumer(topics.TopicPrompts, kafka.ConsumerConfig{Group: "g"}).Run(ctx, func(d *kafka.Delivery) { d.Done() })
+	err = cl.NewConsumer(topics.TopicPrompts, kafka.ConsumerConfig{Group: "g"}).Run(ctx, func(d *kafka.Delivery) { d.Done() })
 	check("Consumer.Run", start, err)
 	start = time.Now()
-	p := cfg.NewProducer(topics.TopicPrompts, kafka.ProducerConfig{})
+	p := cl.NewProducer(topics.TopicPrompts, kafka.ProducerConfig{})
 	defer p.Close()
 	errc := make(chan error, 1)
 	p.SendRetrying(ctx, "k", &topics.Prompt{ID: "k"}, func(err error) { errc <- err })
@@ -259,7 +240,7 @@ func TestKafkaSASLReal(t *testing.T) {
 			roundTrip(t, cfg)
 			bad := cfg
 			bad.Security.SASL.PasswordFile = ""
-			bad.Security.SASL.Password = kafka.NewSecret(testPassword)
+			bad.Security.SASL.Password = secret.New(testPassword)
 			bad.Security.SASL.Username = b.Username
 			checkAuthFailsUser(t, bad, mech, b.Username)
 		})
@@ -270,25 +251,25 @@ func TestKafkaSASLReal(t *testing.T) {
 // accepts a certificate without its CA, only when asked.
 func TestKafkaTLSServerNameEmbedded(t *testing.T) {
 	pki, brokers := secureCluster(t, false)
-	sasl := kafka.SASL{Mechanism: kafka.MechanismSCRAMSHA512, Username: "alice", Password: kafka.NewSecret(testPassword)}
+	sasl := kafka.SASL{Mechanism: kafka.MechanismSCRAMSHA512, Username: "alice", Password: secret.New(testPassword)}
 	ok := kafka.Config{Brokers: brokers, Namespace: "sni", Security: kafka.Security{TLS: kafka.TLS{CAFile: pki.CAFile, ServerName: "localhost"}, SASL: sasl}}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := ok.Ping(ctx); err != nil {
+	if err := kafkatest.Client(t, ok).Ping(ctx); err != nil {
 		t.Fatalf("server name localhost: %v", err)
 	}
 	wrong := ok
 	wrong.Security.TLS.ServerName = "kafka.example.org"
-	if err := wrong.Ping(ctx); !kafka.IsAuthError(err) || !strings.Contains(err.Error(), "TLS") {
+	if err := kafkatest.Client(t, wrong).Ping(ctx); !kafka.IsAuthError(err) || !strings.Contains(err.Error(), "TLS") {
 		t.Errorf("wrong server name: %v, want a TLS authentication error", err)
 	}
 	noCA := ok
 	noCA.Security.TLS = kafka.TLS{Enabled: true}
-	if err := noCA.Ping(ctx); !kafka.IsAuthError(err) {
+	if err := kafkatest.Client(t, noCA).Ping(ctx); !kafka.IsAuthError(err) {
 		t.Errorf("a certificate of an unknown CA: %v, want a TLS authentication error", err)
 	}
 	noCA.Security.TLS.InsecureSkipVerify = true
-	if err := noCA.Ping(ctx); err != nil {
+	if err := kafkatest.Client(t, noCA).Ping(ctx); err != nil {
 		t.Errorf("insecure-skip-verify: %v", err)
 	}
 	if d := fmt.Sprint(noCA.Security.Describe()...); !strings.Contains(d, "tls_insecure_skip_verify") || !strings.Contains(d, "SASL_SSL") {

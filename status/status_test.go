@@ -19,6 +19,7 @@ import (
 
 // A process's figures are read from its registry: counters by stage, generate's endpoints by label.
 func TestFiguresFromRegistry(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	records := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "draftflow_generate_records_total"}, []string{"result"})
 	out := prometheus.NewCounterVec(prometheus.CounterOpts{Name: mOutputTokens}, []string{"endpoint"})
@@ -52,6 +53,7 @@ func TestFiguresFromRegistry(t *testing.T) {
 
 // Published rates are differences over the window, per stage and per endpoint.
 func TestRatesOverWindow(t *testing.T) {
+	t.Parallel()
 	t0 := time.Unix(1000, 0)
 	var hist []sample
 	for i := 0; i <= 30; i++ {
@@ -71,6 +73,7 @@ func TestRatesOverWindow(t *testing.T) {
 }
 
 func TestReasonClass(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		r    topics.Rejection
 		want string
@@ -86,6 +89,7 @@ func TestReasonClass(t *testing.T) {
 }
 
 func TestRenderShowsStagesEndpointsAndWarnings(t *testing.T) {
+	t.Parallel()
 	eta := 90.0
 	r := &Report{Time: time.Unix(0, 0).UTC(), Stages: []StageReport{{Stage: "generate", Group: "g", Topic: "tokenized",
 		Committed: 10, End: 100, Lag: 90, RecordsPerSecond: 1, ETASeconds: &eta,
@@ -111,7 +115,8 @@ func TestReportWarnsOfRetentionLoss(t *testing.T) {
 	defer cancel()
 	kc := kafka.Config{Brokers: e.Brokers(), Partitions: 1, Namespace: "retention", Retention: time.Second,
 		Logger: slog.New(slog.DiscardHandler)}
-	if err := kc.EnsureTopics(ctx, topics.All...); err != nil {
+	cl := kafkatest.Client(t, kc)
+	if err := cl.Admin().EnsureTopics(ctx, topics.All...); err != nil {
 		t.Fatal(err)
 	}
 	recs := make([]kafkatest.Record, 5)
@@ -119,10 +124,11 @@ func TestReportWarnsOfRetentionLoss(t *testing.T) {
 		recs[i] = kafkatest.Record{Key: fmt.Sprint(i), Value: &topics.Tokenized{ID: fmt.Sprint(i), InputIDs: []uint32{1}}}
 	}
 	kafkatest.Produce(t, kc, topics.TopicTokenized, recs...)
-	if err := kc.StartGroupAt(ctx, "gen", topics.TopicTokenized, map[int]int64{0: 1}); err != nil {
+	if err := cl.Admin().StartGroupAt(ctx, "gen", topics.TopicTokenized, map[int]int64{0: 1}); err != nil {
 		t.Fatal(err)
 	}
 	col := NewCollector(CollectorConfig{Kafka: kc, Stages: []Stage{{Name: "generate", Group: "gen", Topic: topics.TopicTokenized}}})
+	defer col.Close()
 	r, err := col.Collect(ctx)
 	if err != nil {
 		t.Fatal(err)

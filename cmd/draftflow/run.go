@@ -20,12 +20,13 @@ import (
 	"github.com/draftflow/draftflow/kafka/embedded"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/draftflow/draftflow/internal/idset"
 	"github.com/draftflow/draftflow/internal/progress"
+	"github.com/draftflow/draftflow/sglang/sim"
 	"github.com/draftflow/draftflow/sink"
 	"github.com/draftflow/draftflow/stages/generate"
-	"github.com/draftflow/draftflow/stages/generate/sim"
 	"github.com/draftflow/draftflow/stages/ingest"
 	"github.com/draftflow/draftflow/stages/tokenize"
 	"github.com/draftflow/draftflow/topics"
@@ -84,7 +85,7 @@ func cmdRun(ctx context.Context, args []string) error {
 	stageFlags := func(prefix string, register func(*flag.FlagSet)) { mergeFlags(fs, prefix, register, "group") }
 	stageFlags("ingest", rc.Ingest.RegisterFlags)
 	stageFlags("tokenize", rc.Tokenize.RegisterFlags)
-	stageFlags("generate", rc.Generate.RegisterFlags)
+	stageFlags("generate", func(fs *flag.FlagSet) { registerGenerateFlags(fs, &rc.Generate) })
 	stageFlags("sink", func(fs *flag.FlagSet) { registerSinkFlags(fs, &rc.Sink) })
 	fs.Float64Var(&rc.Sim.OutputLenMean, "sim-output-mean", 600, "mean output length of the built-in simulator (tokens)")
 	fs.Float64Var(&rc.Sim.TimeScale, "sim-time-scale", 0, "simulated seconds per wall second of the built-in simulator (0: instant)")
@@ -316,15 +317,21 @@ func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
 	if kc.Logger == nil {
 		kc.Logger = log
 	}
+	// The process's client: the stages make their own from kc.
+	kcl, err := kafka.NewClient(kc)
+	if err != nil {
+		return nil, err
+	}
+	defer kcl.Close()
 	tctx, tcancel := context.WithTimeout(ctx, 2*time.Minute)
-	err := kc.EnsureTopics(tctx, topics.All...)
+	err = kcl.Admin().EnsureTopics(tctx, topics.All...)
 	// The dead-letter reader belongs to this run alone and starts where `rejected` ends now: the rejections
 	// earlier runs left there are not this run's.
 	rejectedGroup := fmt.Sprintf("draftflow-run-%x", rand.Uint64())
 	if err == nil {
 		var ends map[int]int64
-		if ends, err = kc.EndOffsets(tctx, topics.TopicRejected); err == nil {
-			err = kc.StartGroupAt(tctx, rejectedGroup, topics.TopicRejected, ends)
+		if ends, err = kcl.Admin().EndOffsets(tctx, topics.TopicRejected); err == nil {
+			err = kcl.Admin().StartGroupAt(tctx, rejectedGroup, topics.TopicRejected, ends)
 		}
 	}
 	tcancel()
@@ -375,23 +382,30 @@ func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
 		return nil, err
 	}
 	defer tr.close()
-	stageCtx, stopStages := context.WithCancel(ctx)
+	// The stages run in a group: the first to fail stops the others (stageCtx ends) and is the group's error.
+	// stopStages stops them all without an error.
+	runCtx, stopStages := context.WithCancel(ctx)
 	defer stopStages()
-	errc := make(chan error, 4)
-	var wg sync.WaitGroup
+	stages, stageCtx := errgroup.WithContext(runCtx)
 	startStage := func(name string, run func(context.Context) error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		stages.Go(func() error {
 			// Errors after the stop count too: a failed final flush must not pass for success.
 			if err := run(stageCtx); err != nil && !errors.Is(err, context.Canceled) {
-				errc <- fmt.Errorf("%s: %w", name, err)
+				return fmt.Errorf("%s: %w", name, err)
 			}
-		}()
+			return nil
+		})
+	}
+	// stageFailed is the error of the stage that failed, once stageCtx has ended and ctx has not.
+	stageFailed := func() error {
+		if err := stages.Wait(); err != nil {
+			return err
+		}
+		return errors.New("a stage stopped without an error") // only ctx or stopStages end stageCtx otherwise
 	}
 	// However this function returns, the stages stop and are waited for before the broker, the simulator
 	// and the model directory go away.
-	defer func() { stopStages(); wg.Wait() }()
+	defer func() { stopStages(); _ = stages.Wait() }()
 	tk := rc.Tokenize
 	tk.Kafka, tk.Logger, tk.Model = kc, log, model
 	startStage("tokenize", func(ctx context.Context) error { return tokenize.Run(ctx, tk) })
@@ -423,16 +437,17 @@ func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
 	// of those turns to a server again.
 	select {
 	case <-seeded:
-	case err := <-errc:
-		return nil, err
-	case <-ctx.Done():
-		return nil, fmt.Errorf("waiting for the sink to start: %w", ctx.Err())
+	case <-stageCtx.Done():
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("waiting for the sink to start: %w", ctx.Err())
+		}
+		return nil, stageFailed()
 	}
 	gen := rc.Generate
 	gen.Kafka, gen.Logger = kc, log
 	startStage("generate", func(ctx context.Context) error { return generate.Run(ctx, gen) })
 	startStage("rejected", func(ctx context.Context) error {
-		c := kc.NewConsumer(topics.TopicRejected, kafka.ConsumerConfig{Group: rejectedGroup})
+		c := kcl.NewConsumer(topics.TopicRejected, kafka.ConsumerConfig{Group: rejectedGroup})
 		return c.Run(ctx, func(d *kafka.Delivery) {
 			var r topics.Rejection
 			if topics.Unmarshal(d.Message.Value, &r) == nil {
@@ -479,11 +494,12 @@ wait:
 		select {
 		case <-tr.changed:
 		case <-ticker.C:
-		case err := <-errc:
-			runErr = err
-			break wait
-		case <-ctx.Done():
-			runErr = fmt.Errorf("stopped before every prompt reached the shards: %w", ctx.Err())
+		case <-stageCtx.Done():
+			if ctx.Err() != nil {
+				runErr = fmt.Errorf("stopped before every prompt reached the shards: %w", ctx.Err())
+			} else {
+				runErr = stageFailed()
+			}
 			break wait
 		}
 	}
@@ -491,22 +507,19 @@ wait:
 		bar.Clear() // the summary follows
 	}
 	// Ingest's rejections are acknowledged; wait (briefly) until they are read too, so the file holds them all.
-	for deadline := time.Now().Add(30 * time.Second); rejs.read(ingest.Stage) < ires.Rejected && time.Now().Before(deadline) && ctx.Err() == nil; {
+	for deadline := time.Now().Add(30 * time.Second); rejs.read(ingest.Stage) < ires.Rejected && time.Now().Before(deadline) && stageCtx.Err() == nil; {
 		time.Sleep(20 * time.Millisecond)
 	}
 	stopStages()
-	wg.Wait()
+	stagesErr := stages.Wait()
 	// The dead-letter reader's group was this run's alone: leave no trace of it on the broker.
 	dctx, dcancel := context.WithTimeout(context.Background(), 10*time.Second)
-	if err := kc.DeleteGroup(dctx, rejectedGroup); err != nil {
+	if err := kcl.Admin().DeleteGroup(dctx, rejectedGroup); err != nil {
 		log.Warn("could not delete the run's dead-letter group", "group", rejectedGroup, "err", err)
 	}
 	dcancel()
 	if runErr == nil {
-		select {
-		case runErr = <-errc:
-		default:
-		}
+		runErr = stagesErr
 	}
 
 	res := &runResult{Prompts: expected, IngestRejected: ires.Rejected, Dir: rc.Sink.Dir}

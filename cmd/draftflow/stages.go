@@ -11,9 +11,9 @@ import (
 	"github.com/draftflow/draftflow/internal/progress"
 	"github.com/draftflow/draftflow/kafka"
 
+	"github.com/draftflow/draftflow/sglang/sim"
 	"github.com/draftflow/draftflow/sink"
 	"github.com/draftflow/draftflow/stages/generate"
-	"github.com/draftflow/draftflow/stages/generate/sim"
 	"github.com/draftflow/draftflow/stages/ingest"
 	"github.com/draftflow/draftflow/stages/tokenize"
 	"github.com/draftflow/draftflow/topics"
@@ -31,9 +31,14 @@ func prepare(ctx context.Context, c *common, fs interface{ Parse([]string) error
 	if err := requireBrokers(kc); err != nil {
 		return kc, err
 	}
+	kcl, err := kafka.NewClient(kc)
+	if err != nil {
+		return kc, err
+	}
+	defer kcl.Close()
 	tctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	if err := kc.EnsureTopics(tctx, topics.All...); err != nil {
+	if err := kcl.Admin().EnsureTopics(tctx, topics.All...); err != nil {
 		return kc, err
 	}
 	return kc, nil
@@ -55,7 +60,7 @@ func cmdIngest(ctx context.Context, args []string) error {
 	cfg.Logger = kc.Logger
 	cfg.Registerer = c.reg
 	if *progress {
-		cfg.Progress = stderr()
+		cfg.Progress = &ingestBar{w: stderr()}
 	}
 	res, err := ingest.Run(ctx, cfg)
 	stopStatus()
@@ -79,9 +84,14 @@ func useInputNamespace(ctx context.Context, kc kafka.Config, ns, topic string) (
 	}
 	src := kc
 	src.Namespace = ns
+	kcl, err := kafka.NewClient(src)
+	if err != nil {
+		return kc, err
+	}
+	defer kcl.Close()
 	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if _, err := src.PartitionCount(tctx, topic); err != nil {
+	if _, err := kcl.Admin().PartitionCount(tctx, topic); err != nil {
 		return kc, fmt.Errorf("--input-namespace %s: topic %s: %w", ns, src.Topic(topic), err)
 	}
 	kc.InputNamespace = ns
@@ -116,7 +126,7 @@ func cmdGenerate(ctx context.Context, args []string) error {
 	var c common
 	c.register(fs, ":9090")
 	var cfg generate.Config
-	mergeFlags(fs, "generate", cfg.RegisterFlags)
+	mergeFlags(fs, "generate", func(fs *flag.FlagSet) { registerGenerateFlags(fs, &cfg) })
 	inputNS := registerInputNamespace(fs, topics.TopicTokenized)
 	kc, err := prepare(ctx, &c, fs, args, "generate")
 	if err != nil {
@@ -130,9 +140,13 @@ func cmdGenerate(ctx context.Context, args []string) error {
 	return generate.Run(ctx, cfg)
 }
 
-func cmdSink(ctx context.Context, args []string) error {
+func cmdSink(ctx context.Context, args []string) error { return runSinkCommand(ctx, args, nil) }
+
+// runSinkCommand is `draftflow sink args`; served, when not nil, is told the address the metrics
+// server listens on.
+func runSinkCommand(ctx context.Context, args []string, served func(addr string)) error {
 	fs := newFlagSet("sink")
-	var c common
+	c := common{served: served}
 	c.register(fs, ":9090")
 	var cfg sink.Config
 	registerSinkFlags(fs, &cfg)
@@ -182,6 +196,26 @@ func registerSinkFlags(fs *flag.FlagSet, cfg *sink.Config) {
 	fs.DurationVar(&cfg.JournalSync, "journal-sync", cfg.JournalSync, "fsync the journal of buffered rows this often: what a machine crash can lose (0: 1s)")
 	fs.IntVar(&cfg.ZstdLevel, "zstd-level", cfg.ZstdLevel, "zstd level of the shards: 1, 3, 7 or 11 (0: zstd's default, 3; higher writes fewer bytes, slower)")
 	fs.StringVar(&cfg.Group, "group", cfg.Group, "consumer group (default draftflow-sink)")
+}
+
+// ingestBar draws an ingest run's progress (input bytes read, rate and ETA) as a progress bar on w.
+type ingestBar struct {
+	w   io.Writer
+	bar *progress.Bar
+}
+
+func (b *ingestBar) Begin(total int64) {
+	b.bar = progress.New(b.w, "ingest", total, progress.Options{Bytes: true})
+}
+
+func (b *ingestBar) Read(n int64) { b.bar.Add(n) }
+
+func (b *ingestBar) End(ok bool) {
+	if ok {
+		b.bar.Finish()
+	} else {
+		b.bar.Clear()
+	}
 }
 
 // console is the process's stderr, shared by log lines and progress lines.
