@@ -284,8 +284,22 @@ func (sc rebalanceScenario) run(t *testing.T, n int) rebalanceRun {
 	kc := kafka.Config{Brokers: strings.Split(sc.brokers, ","), Namespace: ns}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := kc.EnsureTopics(ctx, topics.All...); err != nil {
+	cl := kafkatest.Client(t, kc)
+	if err := cl.Admin().EnsureTopics(ctx, topics.All...); err != nil {
 		t.Fatal(err)
+	}
+	generated := func() int { // the records on the generated topic
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		ends, err := cl.Admin().EndOffsets(ctx, topics.TopicGenerated)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, end := range ends {
+			n += int(end)
+		}
+		return n
 	}
 
 	// The backlog: more prompts than the servers can finish in the run (checked at the end). At ~25 requests
@@ -393,7 +407,7 @@ func (sc rebalanceScenario) run(t *testing.T, n int) rebalanceRun {
 	// second member's first assignment is in a generation that holds both).
 	deadline := time.Now().Add(2 * time.Minute)
 	assigned := func(name string) bool { return strings.Contains(procs[name].logs.String(), "partitions assigned") }
-	for !assigned("generate-a") || !assigned("generate-b") || kafkatest.Size(t, kc, topics.TopicGenerated) == 0 {
+	for !assigned("generate-a") || !assigned("generate-b") || generated() == 0 {
 		alive()
 		if time.Now().After(deadline) {
 			t.Fatalf("no generation within 2 minutes")
@@ -455,11 +469,11 @@ func (sc rebalanceScenario) run(t *testing.T, n int) rebalanceRun {
 	stopSampling()
 	<-sampled
 
-	res.Generations = kafkatest.Size(t, kc, topics.TopicGenerated)
+	res.Generations = generated()
 	if res.Generations >= input {
 		t.Errorf("the backlog ran out (%d generations of %d prompts): the load was not steady", res.Generations, input)
 	}
-	cs, distinct := readGenerated(t, kc, res.Generations)
+	cs, distinct := readGenerated(t, cl, res.Generations)
 	res.Distinct = distinct
 	lat := make([]float64, 0, len(cs))
 	for _, c := range cs {
@@ -590,14 +604,14 @@ func rebalanceTable(rs []rebalanceRun) string {
 
 // readGenerated reads the generated topic in a fresh group until want records arrived and returns them as
 // completions, with the number of distinct (id, turn) among them.
-func readGenerated(t *testing.T, kc kafka.Config, want int) ([]completion, int) {
+func readGenerated(t *testing.T, cl *kafka.Client, want int) ([]completion, int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var mu sync.Mutex
 	var cs []completion
 	seen := map[string]bool{}
-	cons := kc.NewConsumer(topics.TopicGenerated, kafka.ConsumerConfig{Group: fmt.Sprintf("rebalance-read-%d", time.Now().UnixNano()),
+	cons := cl.NewConsumer(topics.TopicGenerated, kafka.ConsumerConfig{Group: fmt.Sprintf("rebalance-read-%d", time.Now().UnixNano()),
 		SessionTimeout: 6 * time.Second})
 	err := cons.Run(ctx, func(d *kafka.Delivery) {
 		var g topics.Generation
