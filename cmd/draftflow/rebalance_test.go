@@ -84,6 +84,7 @@ func dipPercent(before, after float64) float64 {
 }
 
 func TestTokensPerMinute(t *testing.T) {
+	t.Parallel()
 	t0 := time.Date(2026, 12, 5, 4, 0, 0, 0, time.UTC)
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
 	cs := []completion{
