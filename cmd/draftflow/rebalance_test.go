@@ -75,6 +75,22 @@ func counterRate(s []counterSample, from time.Time, width time.Duration) float64
 	return (counterAt(s, from.Add(width)) - counterAt(s, from)) / width.Seconds()
 }
 
+// meanRunning is the mean of the running requests of the samples taken in [from, from+width) (0 if none).
+func meanRunning(s []counterSample, from time.Time, width time.Duration) float64 {
+	to := from.Add(width)
+	sum, n := 0.0, 0
+	for _, c := range s {
+		if !c.at.Before(from) && c.at.Before(to) {
+			sum += c.running
+			n++
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return sum / float64(n)
+}
+
 // dipPercent is how much lower after is than before, in percent of before (negative: after is higher).
 func dipPercent(before, after float64) float64 {
 	if before == 0 {
@@ -136,6 +152,27 @@ func TestTokensPerMinute(t *testing.T) {
 	if got := counterRate(s, at(120), time.Minute); !near(got, 40) {
 		t.Errorf("counter, third minute: %v/s, want 40", got)
 	}
+	// Running requests: 60 until 30 s, then 0 for 10 s, then 30.
+	var g []counterSample
+	for sec := 0.0; sec < 60; sec++ {
+		r := 60.0
+		switch {
+		case sec >= 40:
+			r = 30
+		case sec >= 30:
+			r = 0
+		}
+		g = append(g, counterSample{at: at(sec), running: r})
+	}
+	if got, want := meanRunning(g, t0, time.Minute), (30*60.0+20*30)/60; got != want {
+		t.Errorf("mean running requests %v, want %v", got, want)
+	}
+	if got := meanRunning(g, at(30), 10*time.Second); got != 0 {
+		t.Errorf("mean running requests while empty: %v", got)
+	}
+	if got := meanRunning(g, at(100), time.Minute); got != 0 {
+		t.Errorf("mean running requests without samples: %v", got)
+	}
 	if got := counterAt(s, at(-100)); got != s[0].value {
 		t.Errorf("before the samples: %v, want the first sample %v", got, s[0].value)
 	}
@@ -155,6 +192,10 @@ type rebalanceRun struct {
 	// the rebalance the leave causes starts then).
 	Output  [6]float64 `json:"output_tokens_per_s"`
 	Decoded [6]float64 `json:"decoded_tokens_per_s"`
+	// Running is the servers' mean running requests (their batches, summed) in the same windows: the dip in
+	// it is the rebalance's alone, while a machine short of CPU slows the simulated servers' clock and with
+	// it their tokens/s, but not their batches.
+	Running [6]float64 `json:"running_requests"`
 	// LeftAfter is how long after the SIGTERM the leaving replica exited, in seconds.
 	LeftAfter float64
 	// Generations on the generated topic, distinct turns among them, rows in the shards, duplicates the sink
@@ -503,6 +544,7 @@ func (sc rebalanceScenario) run(t *testing.T, n int) rebalanceRun {
 	for i, from := range windows {
 		res.Output[i] = tokensPerSecond(cs, from, sc.window)
 		res.Decoded[i] = counterRate(decoded, from, sc.window)
+		res.Running[i] = meanRunning(decoded, from, sc.window)
 	}
 	around := func(at, until time.Time) []float64 {
 		var v []float64
@@ -570,7 +612,8 @@ func rebalanceTable(rs []rebalanceRun) string {
 		name string
 		get  func(rebalanceRun) [6]float64
 	}{{"output tokens/s (generated topic)", func(r rebalanceRun) [6]float64 { return r.Output }},
-		{"decoded tokens/s (servers)", func(r rebalanceRun) [6]float64 { return r.Decoded }}} {
+		{"decoded tokens/s (servers)", func(r rebalanceRun) [6]float64 { return r.Decoded }},
+		{"running requests (servers' batches, mean)", func(r rebalanceRun) [6]float64 { return r.Running }}} {
 		fmt.Fprintf(&b, "  %s\n", src.name)
 		for i, l := range labels {
 			line("  "+l, func(r rebalanceRun) float64 { return src.get(r)[i] }, " %8.1f")
