@@ -7,9 +7,8 @@ Input (the interchange a capture step writes):
   them without ``turn``: use it for single-turn runs only). A row is (``id``, ``turn``), as in the shards;
   ``turn`` defaults to 0;
 - features: a directory with ``index.jsonl``, one line per row, ``{"id": ROW_ID, "turn": N, "file": NAME}``
-  (``turn`` defaults to 0), where NAME
-  (relative to the directory) is a ``.safetensors`` file holding ``features`` [T, 4, H] and ``input_ids`` [T],
-  or a ``.npy`` file holding the ``features`` array alone. The four planes along axis 1 are, in order, the
+  (``turn`` defaults to 0), where NAME (relative to the directory) is a ``.safetensors`` file holding
+  ``features`` [T, 4, H] and ``input_ids`` [T], or a ``.npy`` file holding the ``features`` array alone. The four planes along axis 1 are, in order, the
   three EAGLE-3 auxiliary hidden states (low, mid, high layer: what SGLang's
   ``--enable-return-aux-hidden-states`` returns) and the final hidden state after the last norm (what
   ``lm_head`` reads: SGLang's ``return_hidden_states`` without the aux flag). T is the row's token count.

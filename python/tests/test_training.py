@@ -5,8 +5,10 @@ minutes and pins both cores. The harness (docs/training.md):
 
 - the trainer venv of ``deploy/specforge/specforge.sh install`` (SpecForge 0.2.0, speculators 0.9.0,
   accelerate, pinned with hashes, over the SGLang venv's torch and transformers);
-- a 4-layer random-weight Qwen3-shaped target (``deploy/sglang/make_model.py --layers 4``: SpecForge's
-  default EAGLE-3 layers ``[1, L//2-1, L-4]`` need at least 4);
+- a 4-layer random-weight Qwen3-shaped target (``deploy/sglang/make_model.py --layers 4 --head-std 0.2
+  --embed-std 1.0``: SpecForge's default EAGLE-3 layers ``[1, L//2-1, L-4]`` need at least 4 layers, and
+  with the default std 0.02 the target's next token is a near-flat, chaotic function of the context that a
+  drafter does not learn in 100 steps; docs/training.md has the measurements);
 - ``standin_capture.py``: the STAND-IN for draftflow's capture (a transformers greedy generation and forward
   pass writing rows + the feature interchange), until the capture from the live server exists;
 - ``draftflow_data.features``: the exports to SpecForge's v1 files and speculators' layout, the latter read
