@@ -9,7 +9,7 @@ DEMO_OUT ?= out/demo
 export DRAFTFLOW_CACHE ?= $(HOME)/.cache/draftflow
 GOTEST_FLAGS ?= -timeout 45m
 
-.PHONY: all build demo test test-go test-python test-integration deps deps-go deps-python bench bench-kafka scale rebalance fuzz chaos vet fmt kafka-up kafka-down sglang-up sglang-down test-sglang test-train bench-sglang clean
+.PHONY: all build demo test test-go test-python test-integration deps deps-go deps-python bench bench-kafka scale rebalance fuzz chaos vet fmt kafka-up kafka-down sglang-up sglang-down test-sglang test-capture test-train bench-sglang clean
 
 all: build
 
@@ -24,6 +24,7 @@ deps: deps-go deps-python
 
 deps-go:
 	$(GO) mod download
+	cd deploy && $(GO) mod download
 
 # Reference implementations and real readers the tests compare against (pinned), and the trainers' wheels
 # (SpecForge, speculators) whose own loading code the tests run: downloaded, not installed (requirements-trainers.txt).
@@ -37,11 +38,14 @@ test: deps vet test-go test-python
 
 vet:
 	$(GO) vet ./...
+	cd deploy && $(GO) vet ./...
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 
+# deploy/ is a module of its own (its test's compose and YAML loaders stay out of the main go.mod).
 test-go:
 	$(GO) test $(GOTEST_FLAGS) ./...
+	cd deploy && $(GO) test $(GOTEST_FLAGS) ./...
 
 test-python:
 	PYTHONPATH=python $(PYTHON) -m pytest -q -p no:cacheprovider python/tests
@@ -79,10 +83,18 @@ sglang-down:
 test-sglang: deps-go
 	@bash deploy/sglang/sglang.sh install >/dev/null
 	@bash deploy/sglang/sglang.sh model >/dev/null
-	PYTHON=$(PYTHON) DRAFTFLOW_LIVE_SGLANG=1 OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(GO) test -count=1 -p 1 -timeout 40m -v $(if $(LIVE_RUN),-run '$(LIVE_RUN)') ./internal/livesglang/
+	PYTHON=$(PYTHON) DRAFTFLOW_LIVE_SGLANG=1 OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(GO) test -count=1 -p 1 -timeout 40m -v $(if $(LIVE_RUN),-run '$(LIVE_RUN)',-skip '$(CAPTURE_TESTS)') ./internal/livesglang/
+
+## test-capture: EAGLE-3 feature capture against the real SGLang 0.5.23 on this machine's CPU (an aux-capture
+## server and a final-state server, one at a time): captured features equal a transformers forward pass
+## (docs/hidden-states.md). Separate from test-sglang so each tier stays within its time bound.
+CAPTURE_TESTS := TestFeatures
+test-capture: deps-go
+	@bash deploy/sglang/sglang.sh install >/dev/null
+	PYTHON=$(PYTHON) DRAFTFLOW_LIVE_SGLANG=1 OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(GO) test -count=1 -p 1 -timeout 30m -v -run '$(CAPTURE_TESTS)' ./internal/livesglang/
 
 ## test-train: a drafter trained by SpecForge 0.2.0's own `specforge train` (offline, on this machine's CPU) from
-## rows plus target features exported by draftflow_data.features, then `specforge export --to sglang`; speculators
+## rows plus target features exported by draftflow_data.offline, then `specforge export --to sglang`; speculators
 ## 0.9's dataset loader reads the same rows back (docs/training.md). Installs the trainer venv (~40 MB over the
 ## SGLang venv) on first use; pins both cores for minutes: run it on its own.
 test-train:

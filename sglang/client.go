@@ -7,47 +7,27 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
-	"strconv"
 	"strings"
+
+	"github.com/draftflow/draftflow/secret"
 )
 
 // Client speaks SGLang's native HTTP API to one server.
 type Client struct {
 	base   string
 	hc     *http.Client
-	apiKey Secret
+	apiKey secret.Value
 }
 
 // NewClient returns a client of the server at base (e.g. "http://host:30000"). A non-empty apiKey is sent
 // as "Authorization: Bearer <key>" on every call, as servers started with --api-key require.
-func NewClient(base string, hc *http.Client, apiKey Secret) *Client {
+func NewClient(base string, hc *http.Client, apiKey secret.Value) *Client {
 	if hc == nil {
 		hc = http.DefaultClient
 	}
 	return &Client{base: strings.TrimRight(base, "/"), hc: hc, apiKey: apiKey}
 }
-
-// Secret is a credential: it prints, logs and marshals as "[redacted]" so it is never echoed.
-type Secret string
-
-// String redacts the secret.
-func (s Secret) String() string {
-	if s == "" {
-		return ""
-	}
-	return "[redacted]"
-}
-
-// LogValue redacts the secret in log/slog output.
-func (s Secret) LogValue() slog.Value { return slog.StringValue(s.String()) }
-
-// MarshalText redacts the secret in JSON and text encodings.
-func (s Secret) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
-
-// GoString redacts the secret under %#v.
-func (s Secret) GoString() string { return strconv.Quote(s.String()) }
 
 // URL returns the server's base URL.
 func (c *Client) URL() string { return c.base }
@@ -87,6 +67,10 @@ type GenerateRequest struct {
 	// RoutedDPRank pins the request to one data-parallel rank of a server started with --dp-size > 1
 	// (GenerateReqInput.routed_dp_rank, io_struct.py); nil lets the server's balancer choose.
 	RoutedDPRank *int `json:"routed_dp_rank,omitempty"`
+	// ReturnHiddenStates asks for meta_info.hidden_states (a server started with --enable-return-hidden-states
+	// or --enable-return-aux-hidden-states; see hidden.go for what comes back). Read it with
+	// ParseGenerateHidden or Client.CaptureHidden: Generate ignores it.
+	ReturnHiddenStates bool `json:"return_hidden_states,omitempty"`
 }
 
 // The forms of meta_info.finish_reason's type.
@@ -291,6 +275,20 @@ func (c *Client) Abort(ctx context.Context, rid string) error {
 
 // do sends one call and returns the body of a 200 answer.
 func (c *Client) do(ctx context.Context, method, path string, body []byte) ([]byte, error) {
+	return c.doLimit(ctx, method, path, body, maxResponseBytes)
+}
+
+// jsonMarshal encodes a request body.
+func jsonMarshal(v any) ([]byte, error) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("sglang: encode request: %w", err)
+	}
+	return body, nil
+}
+
+// doLimit is do reading at most limit bytes of the answer (a longer one is an error, never a cut body).
+func (c *Client) doLimit(ctx context.Context, method, path string, body []byte, limit int64) ([]byte, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -302,20 +300,23 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte) ([]by
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	if c.apiKey != "" {
-		req.Header.Set("Authorization", "Bearer "+string(c.apiKey))
+	if !c.apiKey.IsZero() {
+		req.Header.Set("Authorization", "Bearer "+c.apiKey.Reveal())
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
 		return nil, fmt.Errorf("sglang: read %s answer: %w", path, err)
 	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("sglang: %s answer longer than %d bytes", path, limit)
+	}
 	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
-		return nil, &AuthError{Endpoint: c.base, Code: resp.StatusCode, Message: errorMessage(data), KeySet: c.apiKey != ""}
+		return nil, &AuthError{Endpoint: c.base, Code: resp.StatusCode, Message: errorMessage(data), KeySet: !c.apiKey.IsZero()}
 	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, &StatusError{Code: resp.StatusCode, Message: errorMessage(data)}

@@ -94,6 +94,7 @@ type sinkRun struct {
 	mu      sync.Mutex
 	durable map[string]int
 	dups    map[string]int
+	result  Result // Run's, once it returned
 	change  chan struct{}
 }
 
@@ -116,7 +117,13 @@ func startSink(t testing.TB, cfg Config) *sinkRun {
 		sr.mu.Unlock()
 		sr.poke()
 	}
-	go func() { sr.done <- Run(ctx, cfg) }()
+	go func() {
+		res, err := Run(ctx, cfg)
+		sr.mu.Lock()
+		sr.result = res
+		sr.mu.Unlock()
+		sr.done <- err
+	}()
 	t.Cleanup(func() { sr.stop(t) })
 	return sr
 }
@@ -162,6 +169,39 @@ func (sr *sinkRun) stop(t testing.TB) error {
 	case <-time.After(60 * time.Second):
 		t.Fatal("sink did not stop")
 		return nil
+	}
+}
+
+// waitConsumed waits until group has committed every record now on the generated topic: the sink handled
+// each to its end (buffered durably or written, or dropped as a duplicate, its next turn sent where one was
+// due), since an offset is committed only then. It fails the test after a minute, saying how far it got.
+func waitConsumed(t testing.TB, kc kafka.Config, group string) {
+	t.Helper()
+	ctx := context.Background()
+	admin := kafkatest.Client(t, kc).Admin()
+	end, err := admin.EndOffsets(ctx, topics.TopicGenerated)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		committed, err := admin.CommittedOffsets(ctx, group, topics.TopicGenerated)
+		if err != nil {
+			t.Fatal(err)
+		}
+		behind := 0
+		for p, e := range end {
+			if committed[p] < e {
+				behind++
+			}
+		}
+		if behind == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("group %s has not committed the generated topic's end after a minute: committed %v, end %v", group, committed, end)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -19,15 +19,23 @@ import (
 
 // A process's figures are read from its registry: counters by stage, generate's endpoints by label.
 func TestFiguresFromRegistry(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
-	records := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "draftflow_generate_records_total"}, []string{"result"})
+	records := prometheus.NewCounterVec(prometheus.CounterOpts{Name: mRecords}, []string{"stage", "result", "class"})
+	tokens := prometheus.NewCounterVec(prometheus.CounterOpts{Name: mTokens}, []string{"stage"})
 	out := prometheus.NewCounterVec(prometheus.CounterOpts{Name: mOutputTokens}, []string{"endpoint"})
 	up := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: mEndpointUp}, []string{"endpoint"})
 	usage := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: mKVUsage}, []string{"endpoint"})
 	reqs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: mRequests}, []string{"endpoint", "outcome"})
-	reg.MustRegister(records, out, up, usage, reqs)
-	records.WithLabelValues("generated").Add(10)
-	records.WithLabelValues("rejected").Add(2)
+	reg.MustRegister(records, tokens, out, up, usage, reqs)
+	records.WithLabelValues("generate", "generated", "").Add(7)
+	records.WithLabelValues("generate", "in_shards", "").Add(3)
+	records.WithLabelValues("generate", "rejected", "server_rejected").Add(1)
+	records.WithLabelValues("generate", "rejected", "undecodable").Add(1)
+	records.WithLabelValues("tokenize", "tokenized", "").Add(40) // another stage's: not generate's
+	records.WithLabelValues("tokenize", "rejected", "too_long").Add(4)
+	tokens.WithLabelValues("generate").Add(600)
+	tokens.WithLabelValues("tokenize").Add(9000)
 	out.WithLabelValues("http://a").Add(500)
 	out.WithLabelValues("http://b").Add(100)
 	up.WithLabelValues("http://a").Set(1)
@@ -44,6 +52,11 @@ func TestFiguresFromRegistry(t *testing.T) {
 	if s.Records != 12 || s.Rejected != 2 || s.Tokens != 600 || len(s.Endpoints) != 2 {
 		t.Fatalf("figures %+v", s)
 	}
+	tok := &topics.Status{Stage: "tokenize"}
+	fams.figures(tok)
+	if tok.Records != 44 || tok.Rejected != 4 || tok.Tokens != 9000 || len(tok.Endpoints) != 0 {
+		t.Fatalf("tokenize figures %+v", tok)
+	}
 	a, b := s.Endpoints[0], s.Endpoints[1]
 	if a.Name != "http://a" || !a.Up || a.KVUsage != 0.5 || a.OutputTokens != 500 || a.Requests != 9 || b.Up || b.OutputTokens != 100 {
 		t.Fatalf("endpoints %+v", s.Endpoints)
@@ -52,6 +65,7 @@ func TestFiguresFromRegistry(t *testing.T) {
 
 // Published rates are differences over the window, per stage and per endpoint.
 func TestRatesOverWindow(t *testing.T) {
+	t.Parallel()
 	t0 := time.Unix(1000, 0)
 	var hist []sample
 	for i := 0; i <= 30; i++ {
@@ -71,6 +85,7 @@ func TestRatesOverWindow(t *testing.T) {
 }
 
 func TestReasonClass(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		r    topics.Rejection
 		want string
@@ -86,6 +101,7 @@ func TestReasonClass(t *testing.T) {
 }
 
 func TestRenderShowsStagesEndpointsAndWarnings(t *testing.T) {
+	t.Parallel()
 	eta := 90.0
 	r := &Report{Time: time.Unix(0, 0).UTC(), Stages: []StageReport{{Stage: "generate", Group: "g", Topic: "tokenized",
 		Committed: 10, End: 100, Lag: 90, RecordsPerSecond: 1, ETASeconds: &eta,

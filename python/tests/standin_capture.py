@@ -11,7 +11,7 @@ SGLang's greedy tokens equal to transformers' on these models), and writes
 - OUT/rows.jsonl: ``{"id", "turn", "input_ids", "loss_mask"}`` per row (turn 0: the first reply) (loss on the generated tokens), the form of
   ``draftflow export --format specforge``;
 - OUT/features/index.jsonl + OUT/features/NNNNN.safetensors: ``features`` [T, 4, H] float32 and
-  ``input_ids`` [T]: the interchange ``draftflow_data.features`` reads. The planes are the EAGLE-3 auxiliary
+  ``input_ids`` [T]: the interchange ``draftflow_data.offline`` reads. The planes are the EAGLE-3 auxiliary
   states and the final one, from one forward pass over the whole row: for SpecForge's default aux layer ids
   ``[1, L//2 - 1, L - 4]`` (``resolve_eagle_capture_layers``) the OUTPUTS of those decoder layers, i.e.
   transformers' ``hidden_states[i + 1]`` (SGLang's ``set_eagle3_layers_to_capture`` stores ``i + 1`` and

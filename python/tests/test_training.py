@@ -11,7 +11,7 @@ minutes and pins both cores. The harness (docs/training.md):
   drafter does not learn in 100 steps; docs/training.md has the measurements);
 - ``standin_capture.py``: the STAND-IN for draftflow's capture (a transformers greedy generation and forward
   pass writing rows + the feature interchange), until the capture from the live server exists;
-- ``draftflow_data.features``: the exports to SpecForge's v1 files and speculators' layout, the latter read
+- ``draftflow_data.offline``: the exports to SpecForge's v1 files and speculators' layout, the latter read
   back with speculators' own ``ArrowDataset``;
 - ``deploy/specforge/cpu_train.py``: ``specforge train`` (offline) and ``specforge export --to sglang`` with
   the CPU substitutions.
@@ -91,7 +91,7 @@ def _check_v1(torch, out, fdir, rows):
 
 def test_specforge_v1_layout(tmp_path):
     torch = pytest.importorskip("torch")
-    from draftflow_data import features as df
+    from draftflow_data import offline as df
 
     rows, fdir = _write_interchange(tmp_path, ROWS)
     assert df.export_specforge(rows, fdir, str(tmp_path / "v1"), dtype="float32") == len(ROWS)
@@ -102,7 +102,7 @@ def test_specforge_v1_from_shards(sample, tmp_path):
     """The rows read from real shards (the Go sink's, via iter_rows), features keyed by (id, turn)."""
     torch = pytest.importorskip("torch")
     import draftflow_data as dd
-    from draftflow_data import features as df
+    from draftflow_data import offline as df
 
     out, _ = sample
     run = sorted(m.run_dir for m in dd.read_manifests(out))[0]
@@ -127,7 +127,7 @@ def test_specforge_v1_from_shards(sample, tmp_path):
                                      (("ids", "a", 1), "row 'a' turn 1: the feature file's input_ids differ"),
                                      (("len", "b", 0), r"row 'b': features of shape \(2, 4, 8\), want \[3, 4, H\]")])
 def test_export_rejects_bad_features(tmp_path, bad, msg):
-    from draftflow_data import features as df
+    from draftflow_data import offline as df
 
     rows, fdir = _write_interchange(tmp_path, ROWS, bad=bad)
     with pytest.raises(df.FeatureError, match=msg):
@@ -147,7 +147,7 @@ def venv_python():
 
 @pytest.fixture(scope="module")
 def target(venv_python, tmp_path_factory):
-    tok = _run(["bash", "stages/tokenize/chattemplate/testdata/fetch.sh", "qwen3"], timeout=600).stdout.strip().splitlines()[-1]
+    tok = _run(["bash", "internal/testassets/fetch.sh", "qwen3"], timeout=600).stdout.strip().splitlines()[-1]
     out = str(tmp_path_factory.mktemp("target") / "qwen3-4l")
     _run([venv_python, "deploy/sglang/make_model.py", "--family", "qwen3", "--layers", "4", "--head-std", "0.2",
           "--embed-std", "1.0", "--tokenizer-dir", tok, "--out", out], timeout=600)
@@ -192,10 +192,10 @@ def test_specforge_trains_offline_on_cpu(venv_python, target, tmp_path):
 
     # The exports.
     for cap, name in ((cap_train, "v1-train"), (cap_eval, "v1-eval")):
-        _run([venv_python, "-m", "draftflow_data.features", "specforge", "--rows", str(cap / "rows.jsonl"),
+        _run([venv_python, "-m", "draftflow_data.offline", "specforge", "--rows", str(cap / "rows.jsonl"),
               "--features", str(cap / "features"), "--out", str(tmp_path / name)], timeout=600)
     spec = tmp_path / "speculators-train"
-    _run([venv_python, "-m", "draftflow_data.features", "speculators", "--rows", str(cap_train / "rows.jsonl"),
+    _run([venv_python, "-m", "draftflow_data.offline", "speculators", "--rows", str(cap_train / "rows.jsonl"),
           "--features", str(cap_train / "features"), "--out", str(spec), "--target", target], timeout=600)
     # speculators' own offline dataset reads it back: every row, no generation fallback.
     check = _run([venv_python, "-c", SPECULATORS_CHECK, str(spec), str(cap_train / "rows.jsonl")], timeout=600)
@@ -255,3 +255,53 @@ for i, w in enumerate(want):
     assert tuple(s["hidden_states"].shape)[0] == T and tuple(s["verifier_last_hidden_states"].shape)[0] == T, i
 print("speculators rows", len(ds))
 """
+
+
+def test_specforge_v1_from_draftflow_feature_files(tmp_path):
+    """draftflow's own feature files (the real Go writer, sink/features) as --features: the v1 dicts equal
+    FeatureFile.specforge_v1's; a row with non-finite values and a missing row are refused by name."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("pyarrow")
+    import shutil
+
+    from draftflow_data import offline as df
+    from draftflow_data.features import FeatureFile
+
+    if shutil.which("go") is None:
+        pytest.skip("go is not on PATH; cannot write feature files")
+    out = tmp_path / "dff"
+    subprocess.run(["go", "run", "./sink/features/internal/mkfeatures", "-out", str(out)], cwd=REPO, check=True, timeout=600)
+    ff = FeatureFile(str(out / "zstd-planes.dff"))
+    feats = tmp_path / "one"
+    feats.mkdir()
+    shutil.copy(out / "zstd-planes.dff", feats / "shard-0.dff")
+    rng = np.random.default_rng(3)
+    rows = []
+    for r in ff.rows:
+        T = r["tokens"]
+        rows.append({"id": r["id"], "input_ids": rng.integers(0, 1000, T).tolist(), "loss_mask": [0] + [1] * (T - 1)})
+
+    def write(rs):
+        with open(tmp_path / "rows.jsonl", "w") as fh:
+            for r in rs:
+                fh.write(json.dumps(r) + "\n")
+        return str(tmp_path / "rows.jsonl")
+
+    bad = [r for r in rows if not np.isfinite(ff.read(r["id"])).all()]
+    good = [r for r in rows if r not in bad]
+    assert bad and good
+    with pytest.raises(df.FeatureError, match=f"row {bad[0]['id']!r}: features hold non-finite values"):
+        df.export_specforge(write(rows), str(feats), str(tmp_path / "v1-bad"))
+    with pytest.raises(df.FeatureError, match="feature rows have no row"):
+        df.export_specforge(write(good[:-1]), str(feats), str(tmp_path / "v1-short"))
+    # The Go writer's sample always holds a non-finite row, so the finite rows are compared one by one, through
+    # the same reader the export uses, against the capture's own SpecForge v1 builder.
+    for r in good:
+        ref = ff.specforge_v1(r["id"], r["input_ids"], r["loss_mask"])
+        arr = df.load_features((ff, r["id"]), {"id": r["id"], "turn": 0, "input_ids": np.asarray(r["input_ids"])})
+        assert torch.equal(arr[:, 3], ref["hidden_state"]), r["id"]
+        assert torch.equal(arr[:, :3].reshape(arr.shape[0], -1), ref["aux_hidden_state"]), r["id"]
+    # Two turns of one id cannot be told apart in feature files.
+    twice = [dict(good[0], turn=0), dict(good[0], turn=1)]
+    with pytest.raises(df.FeatureError, match="another turn of"):
+        df.export_specforge(write(twice), str(feats), str(tmp_path / "v1-twice"))

@@ -19,12 +19,12 @@ import (
 
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/kafka/embedded"
+	"github.com/draftflow/draftflow/kafka/stream"
 
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
 	"github.com/apache/arrow/go/v17/arrow/memory"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/draftflow/draftflow/topics"
 )
@@ -53,19 +53,35 @@ func consume[T any](t *testing.T, kc kafka.Config, topic string) []*T {
 	return out
 }
 
+// recordedProgress is a Progress that records what it was told.
+type recordedProgress struct {
+	begun, ended int   // calls of Begin and End
+	total, read  int64 // Begin's total; the sum of Read
+	ok           bool  // End's argument
+	readBefore   int64 // bytes reported before Begin (must stay 0)
+}
+
+func (p *recordedProgress) Begin(total int64) { p.begun++; p.total = total }
+func (p *recordedProgress) Read(n int64) {
+	if p.begun == 0 {
+		p.readBefore += n
+	}
+	p.read += n
+}
+func (p *recordedProgress) End(ok bool) { p.ended++; p.ok = ok }
+
 func TestRunSample(t *testing.T) {
 	kc := startKafka(t)
 	exp := loadExpected(t)
 	settings := filepath.Join(t.TempDir(), "settings.json")
 	os.WriteFile(settings, []byte(`{"default": {"max_new_tokens": 512},
 		"datasets": {"conversations": {"lane": "long", "temperature": 0.7, "template_kwargs": {"enable_thinking": false}}}}`), 0o644)
-	var progress bytes.Buffer
+	var progress recordedProgress
 	cfg := Config{Kafka: kc, Inputs: []string{samplePath}, SettingsFile: settings,
 		Defaults: topics.Sampling{TopP: 0.9, MaxNewTokens: 100}, Logger: slog.New(slog.DiscardHandler), Progress: &progress,
 		Registerer: prometheus.NewRegistry()}
-	rejectedTotal := newIngestMetrics(cfg.Registerer).rejected // the run's series, on its own registry
 	ids := collectIDs(&cfg)
-	before := counterValue(rejectedTotal.WithLabelValues(string(ReasonUnknownRole)))
+	before := recordsCounted(t, cfg.Registerer, stream.Rejected, string(ReasonUnknownRole))
 	res, err := Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -77,11 +93,18 @@ func TestRunSample(t *testing.T) {
 	if strings.Join(ids(), ",") != strings.Join(exp.IDs, ",") {
 		t.Fatal("acknowledged ids differ from expected.json (in input order)")
 	}
-	if got := counterValue(rejectedTotal.WithLabelValues(string(ReasonUnknownRole))) - before; got != 1 {
-		t.Errorf("rejected{unknown_role} rose by %v, want 1", got)
+	if got := recordsCounted(t, cfg.Registerer, stream.Rejected, string(ReasonUnknownRole)) - before; got != 1 {
+		t.Errorf("draftflow_records_total{stage=ingest,result=rejected,class=unknown_role} rose by %v, want 1", got)
 	}
-	if !strings.Contains(progress.String(), "ingest") || !strings.Contains(progress.String(), "100%") {
-		t.Errorf("progress output %q", progress.String())
+	if got := recordsCounted(t, cfg.Registerer, resultIngested, ""); got != float64(exp.Valid) {
+		t.Errorf("draftflow_records_total{stage=ingest,result=ingested} = %v, want %d", got, exp.Valid)
+	}
+	st, err := os.Stat(samplePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (recordedProgress{begun: 1, total: st.Size(), read: st.Size(), ended: 1, ok: true}); progress != want {
+		t.Errorf("progress %+v, want %+v (the input file is %d bytes)", progress, want, st.Size())
 	}
 
 	// Every valid line is on prompts exactly once, with its settings and source line.
@@ -205,16 +228,32 @@ func TestRunCancelled(t *testing.T) {
 	}
 }
 
-func counterValue(c prometheus.Counter) float64 {
-	var m dto.Metric
-	if err := c.Write(&m); err != nil {
-		panic(err)
+// recordsCounted returns draftflow_records_total{stage="ingest", result, class} of reg (a *prometheus.Registry).
+func recordsCounted(t *testing.T, reg prometheus.Registerer, result, class string) float64 {
+	t.Helper()
+	mfs, err := reg.(*prometheus.Registry).Gather()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return m.GetCounter().GetValue()
+	for _, mf := range mfs {
+		if mf.GetName() != "draftflow_records_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["stage"] == Stage && labels["result"] == result && labels["class"] == class {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
 }
 
 // A prompt the broker refuses (the existing prompts topic accepts less than ingest's writers send) is
-// dead-lettered as record_too_large with the sizes, and the run goes on and succeeds.
+// dead-lettered as too_large with the sizes, and the run goes on and succeeds.
 func TestRunRejectsPromptRefusedByBroker(t *testing.T) {
 	kc := startKafka(t)
 	small := kc
