@@ -33,6 +33,8 @@ import (
 //   - docs/changelog.md names what was renamed or removed: the existence checks skip it (its links are checked).
 //   - A span that is a Go test, benchmark or fuzz target name (`TestCapture`, `BenchmarkFlush/rows=256`) must be
 //     declared in some _test.go file.
+//   - A span that names a Go identifier of a package of this repository (`kafka.DeadLetters`,
+//     `generate.Config.ShardsWait`) must be declared there (and the field or method must occur in the package).
 //   - A span that is a path inside the repository (`stages/tokenize/chattemplate`, `deploy/k8s/`) must exist.
 //   - Every relative link resolves to a file, and a #fragment to a heading of it (GitHub's anchors).
 //
@@ -272,6 +274,7 @@ var (
 	envVar       = regexp.MustCompile(`DRAFTFLOW_[A-Z0-9_]*[A-Z0-9]\*?|DRAFTFLOW_\*`)
 	metricName   = regexp.MustCompile(`\bdraftflow_[a-z0-9_]*[a-z0-9]`)
 	testName     = regexp.MustCompile(`^((?:Test|Benchmark|Fuzz)[A-Z0-9][A-Za-z0-9_]*)(?:/\S*)?$`)
+	goName       = regexp.MustCompile(`^([a-z][a-z0-9]*)\.([A-Z][A-Za-z0-9_]*)(?:\.([A-Z][A-Za-z0-9_]*))?$`)
 	repoPath     = regexp.MustCompile(`^[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.*-]+)*/?$`)
 )
 
@@ -603,8 +606,8 @@ func codeCorpus(t *testing.T, docs map[string]string, keep func(path string) boo
 		rel, _ := filepath.Rel(repoRoot, path)
 		rel = filepath.ToSlash(rel)
 		if d.IsDir() {
-			switch rel {
-			case ".git", "out", "bin", "docs", "node_modules":
+			switch d.Name() {
+			case ".git", "out", "bin", "docs", "node_modules", "testdata":
 				return filepath.SkipDir
 			}
 			if strings.HasPrefix(d.Name(), ".") && rel != "." && rel != ".ci" {
@@ -633,7 +636,42 @@ func codeCorpus(t *testing.T, docs map[string]string, keep func(path string) boo
 	return b.String()
 }
 
-// TestDocsNamesExist: the environment variables, tests and repository paths the documentation names exist.
+// goPackages returns the non-test Go source of every package of the repository, keyed by package name (the
+// sources of packages that share a name are joined).
+func goPackages(t *testing.T) map[string]string {
+	t.Helper()
+	clause := regexp.MustCompile(`(?m)^package ([a-z][a-z0-9_]*)`)
+	pkgs := map[string]string{}
+	err := filepath.WalkDir(repoRoot, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if n := d.Name(); path != repoRoot && (strings.HasPrefix(n, ".") || n == "testdata" || n == "out" || n == "bin") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if m := clause.FindSubmatch(data); m != nil {
+			pkgs[string(m[1])] += string(data) + "\n"
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pkgs
+}
+
+// TestDocsNamesExist: the environment variables, metrics, Go names, tests and repository paths the documentation
+// names exist.
 func TestDocsNamesExist(t *testing.T) {
 	docs := readDocs(t)
 	ms := allMentions(docs)
@@ -651,6 +689,7 @@ func TestDocsNamesExist(t *testing.T) {
 	if len(tests) < 100 {
 		t.Fatalf("found only %d test functions in the repository; is repoRoot right?", len(tests))
 	}
+	packages := goPackages(t)
 	ignored := map[string]bool{"out": true, "bin": true}
 	for _, m := range ms {
 		if m.file == changelog {
@@ -663,6 +702,19 @@ func TestDocsNamesExist(t *testing.T) {
 			}
 		}
 		if m.code {
+			continue
+		}
+		if gm := goName.FindStringSubmatch(m.text); gm != nil {
+			src, ok := packages[gm[1]]
+			if !ok {
+				continue // not a package of this repository
+			}
+			decl := regexp.MustCompile(`(?m)^(?:func(?:\s*\([^)]*\))?|type|var|const)\s+` + gm[2] + `\b|^\s+` + gm[2] + `\b`)
+			if !decl.MatchString(src) {
+				t.Errorf("%s: package %s declares no %s", m, gm[1], gm[2])
+			} else if gm[3] != "" && !regexp.MustCompile(`\b`+gm[3]+`\b`).MatchString(src) {
+				t.Errorf("%s: package %s has no %s", m, gm[1], gm[3])
+			}
 			continue
 		}
 		if tm := testName.FindStringSubmatch(m.text); tm != nil {
