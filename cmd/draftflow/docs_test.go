@@ -82,8 +82,24 @@ var foreignFlags = map[string]string{
 	"seq-length":          "speculators prepare-data",
 }
 
+// flagSet is a subcommand's flags as its -h prints them: each name with its default ("" when -h shows none).
+type flagSet map[string]string
+
+// has reports whether the set holds name, or a flag beginning with name when prefix is set.
+func (fs flagSet) has(name string, prefix bool) bool {
+	if _, ok := fs[name]; ok || !prefix {
+		return ok
+	}
+	for f := range fs {
+		if strings.HasPrefix(f, name) {
+			return true
+		}
+	}
+	return false
+}
+
 // helpFlags runs a subcommand's function with args + -h, as main would, and returns the flags it prints.
-func helpFlags(t *testing.T, name string, run func(context.Context, []string) error, args ...string) map[string]bool {
+func helpFlags(t *testing.T, name string, run func(context.Context, []string) error, args ...string) flagSet {
 	t.Helper()
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -105,11 +121,17 @@ func helpFlags(t *testing.T, name string, run func(context.Context, []string) er
 	if !strings.Contains(out.String(), "Usage of draftflow "+name+":") {
 		t.Fatalf("draftflow %s -h printed no usage on stderr:\n%s", name, out.String())
 	}
-	flags := map[string]bool{}
+	flags := flagSet{}
+	last := ""
 	for _, line := range strings.Split(out.String(), "\n") {
-		// PrintDefaults: "  -name type" (or "  -name\t..." for short names), usage lines indented by a tab.
+		// PrintDefaults: "  -name type" (or "  -name\t..." for short names), then the usage, indented by a tab,
+		// ending in (default X) where the default is not the zero value.
 		if m := regexp.MustCompile(`^  -([A-Za-z0-9][A-Za-z0-9_.-]*)`).FindStringSubmatch(line); m != nil {
-			flags[m[1]] = true
+			last = m[1]
+			flags[last] = ""
+		}
+		if d := regexp.MustCompile(`\(default (.*)\)$`).FindStringSubmatch(line); d != nil && last != "" {
+			flags[last] = d[1]
 		}
 	}
 	return flags
@@ -117,9 +139,9 @@ func helpFlags(t *testing.T, name string, run func(context.Context, []string) er
 
 // commandFlags returns every subcommand's flags, keyed "run", "ingest", ..., "bench generate", "bench pipeline".
 // The bench subcommands are the ones cmdBench's usage names.
-func commandFlags(t *testing.T) map[string]map[string]bool {
+func commandFlags(t *testing.T) map[string]flagSet {
 	t.Helper()
-	sets := map[string]map[string]bool{}
+	sets := map[string]flagSet{}
 	for _, c := range commands() {
 		if c.name == "bench" {
 			err := c.run(context.Background(), nil)
@@ -278,26 +300,13 @@ var (
 	repoPath     = regexp.MustCompile(`^[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.*-]+)*/?$`)
 )
 
-// hasFlag reports whether flags holds name, or a flag beginning with name when prefix is set.
-func hasFlag(flags map[string]bool, name string, prefix bool) bool {
-	if !prefix {
-		return flags[name]
-	}
-	for f := range flags {
-		if strings.HasPrefix(f, name) {
-			return true
-		}
-	}
-	return false
-}
-
 // checkMentions returns the problems with the command lines, flags and make targets of ms.
-func checkMentions(ms []mention, sets map[string]map[string]bool, targets map[string]bool) []string {
+func checkMentions(ms []mention, sets map[string]flagSet, targets map[string]bool) []string {
 	var problems []string
-	anyFlag := map[string]bool{}
+	anyFlag := flagSet{}
 	for _, fl := range sets {
 		for f := range fl {
-			anyFlag[f] = true
+			anyFlag[f] = ""
 		}
 	}
 	for _, m := range ms {
@@ -337,7 +346,7 @@ func checkMentions(ms []mention, sets map[string]map[string]bool, targets map[st
 					continue
 				}
 				for _, f := range flagToken.FindAllStringSubmatch(rest, -1) {
-					if !hasFlag(flags, f[1], f[2] == "*") {
+					if !flags.has(f[1], f[2] == "*") {
 						problems = append(problems, fmt.Sprintf("%s: draftflow %s has no flag --%s%s", m, name, f[1], f[2]))
 					}
 				}
@@ -350,7 +359,7 @@ func checkMentions(ms []mention, sets map[string]map[string]bool, targets map[st
 				if _, foreign := foreignFlags[f[1]]; foreign {
 					continue
 				}
-				if !hasFlag(anyFlag, f[1], f[2] == "*") {
+				if !anyFlag.has(f[1], f[2] == "*") {
 					problems = append(problems, fmt.Sprintf("%s: --%s%s is no flag of any draftflow subcommand "+
 						"(another program's? list it in foreignFlags with the program)", m, f[1], f[2]))
 				}
@@ -455,31 +464,45 @@ func TestDocsCheckRejectsWrongNames(t *testing.T) {
 	}
 }
 
-// TestDocsFlagSetsAreReal: the flag sets come from the subcommands themselves, so they hold what the code
-// registers and the claims the documentation makes about who takes what.
+// TestDocsFlagSetsAreReal: the flag sets come from the subcommands themselves, and they bear out what
+// docs/operating.md says about the shared flags: who takes them, and where --metrics-addr serves by default.
 func TestDocsFlagSetsAreReal(t *testing.T) {
 	sets := commandFlags(t)
 	for _, name := range []string{"run", "ingest", "tokenize", "generate", "sink", "status", "replay", "sim"} {
-		for _, f := range []string{"brokers", "namespace", "metrics-addr", "log-format", "retention", "kafka-tls"} {
-			if !sets[name][f] {
+		for _, f := range []string{"brokers", "partitions", "namespace", "max-message-bytes", "retention", "metrics-addr",
+			"pprof", "log-level", "log-format", "kafka-tls", "kafka-sasl-mechanism"} {
+			if !sets[name].has(f, false) {
 				t.Errorf("draftflow %s has no --%s", name, f)
 			}
 		}
+		want := ""
+		if name == "tokenize" || name == "generate" || name == "sink" {
+			want = `":9090"`
+		}
+		if got := sets[name]["metrics-addr"]; got != want {
+			t.Errorf("draftflow %s --metrics-addr defaults to %s, docs/operating.md says %s", name, got, want)
+		}
 	}
-	for _, f := range []string{"namespace", "metrics-addr", "log-format"} {
-		if sets["bench pipeline"][f] {
+	pipeline := sets["bench pipeline"]
+	for _, f := range []string{"brokers", "partitions", "log-level", "kafka-tls", "kafka-sasl-mechanism"} {
+		if !pipeline.has(f, false) {
+			t.Errorf("draftflow bench pipeline has no --%s; docs/operating.md says it does", f)
+		}
+	}
+	for _, f := range []string{"namespace", "metrics-addr", "log-format", "retention", "max-message-bytes", "pprof"} {
+		if pipeline.has(f, false) {
 			t.Errorf("draftflow bench pipeline has --%s; docs/operating.md says it does not", f)
 		}
 	}
-	if !sets["bench pipeline"]["brokers"] || !sets["bench pipeline"]["kafka-sasl-mechanism"] {
-		t.Error("draftflow bench pipeline lacks --brokers or the SASL flags docs/operating.md names")
-	}
-	if !sets["run"]["generate-max-new-tokens"] && !sets["run"]["max-new-tokens"] {
-		t.Error("draftflow run lacks the stages' merged flags")
-	}
 	for _, name := range []string{"encode", "inspect", "merge-turns", "export", "vocab", "bench generate", "bench sglang"} {
-		if _, ok := sets[name]; !ok {
+		fs, ok := sets[name]
+		if !ok {
 			t.Errorf("no flag set for draftflow %s", name)
+		}
+		for _, f := range []string{"brokers", "namespace", "metrics-addr", "log-format"} {
+			if fs.has(f, false) {
+				t.Errorf("draftflow %s has --%s; docs/operating.md says it takes none of the shared flags", name, f)
+			}
 		}
 	}
 }
