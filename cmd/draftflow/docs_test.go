@@ -18,11 +18,11 @@ import (
 )
 
 // The documentation names subcommands, flags, make targets, environment variables, tests and files; these tests
-// keep every such name in README.md and docs/*.md real, so that a rename in the code fails here instead of
+// keep every such name in README.md, docs/*.md and the other READMEs real, so that a rename in the code fails here instead of
 // leaving the manual stale. The rules (what counts as a mention):
 //
-//   - A command line is a line of a code block, or an inline code span, that runs `draftflow` (or a path ending in
-//     /draftflow): its subcommand must be one main dispatches (for `bench`, one cmdBench dispatches), and every
+//   - A command line is a line of a code block, or an inline code span, whose program is `draftflow` (or a path
+//     ending in /draftflow; after VAR=value settings, if any): its subcommand must be one main dispatches (for `bench`, one cmdBench dispatches), and every
 //     --flag after it must be one that subcommand's flag set defines (`--kafka-tls*` names a prefix).
 //   - An inline code span that begins with --flag (`--shards-wait 30s`) names flags of draftflow: each must be
 //     defined by at least one subcommand, unless it is listed in foreignFlags with the program it belongs to.
@@ -41,10 +41,11 @@ import (
 // The flag sets are the real ones: each subcommand's own function (the one main calls) parses -h and prints its
 // flags, which is what a user sees.
 
-// docFiles returns README.md and docs/*.md, relative to the repository root.
+// docFiles returns README.md, docs/*.md and the other READMEs of the repository, relative to its root.
 func docFiles(t *testing.T) []string {
 	t.Helper()
-	files := []string{"README.md"}
+	files := []string{"README.md", "deploy/README.md", "deploy/kafka/README.md", "deploy/grafana/README.md",
+		"python/README.md", "testdata/sample/README.md"}
 	more, err := filepath.Glob(filepath.Join(repoRoot, "docs", "*.md"))
 	if err != nil {
 		t.Fatal(err)
@@ -79,6 +80,7 @@ var foreignFlags = map[string]string{
 	"dtype":               "SGLang's server",
 	"enable-metrics":      "SGLang's server",
 	"family":              "deploy/sglang/sglang.sh model",
+	"kill":                "deploy/kafka/kafka.sh restart",
 	"seq-length":          "speculators prepare-data",
 }
 
@@ -290,7 +292,7 @@ func spans(file string, first int, para string) []mention {
 }
 
 var (
-	draftflowCmd = regexp.MustCompile(`(?:^|[\s(])(?:\S*/)?draftflow\s+([a-z][a-z-]*)((?:\s+[a-z][a-z-]*)?.*)$`)
+	draftflowCmd = regexp.MustCompile(`^(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:\S*/)?draftflow\s+([a-z][a-z-]*)(.*)$`)
 	flagToken    = regexp.MustCompile(`(?:^|[\s\[(|,="'])--([a-z0-9][a-z0-9-]*)(\*?)`)
 	makeCmd      = regexp.MustCompile(`^make\s+(.*)$`)
 	envVar       = regexp.MustCompile(`DRAFTFLOW_[A-Z0-9_]*[A-Z0-9]\*?|DRAFTFLOW_\*`)
