@@ -17,9 +17,9 @@ import (
 	"unicode"
 )
 
-// The documentation names subcommands, flags, make targets, environment variables, tests and files; these tests
-// keep every such name in README.md, docs/*.md and the other READMEs real, so that a rename in the code fails here instead of
-// leaving the manual stale. The rules (what counts as a mention):
+// The documentation names subcommands, flags, make targets, environment variables, metrics, Go names, tests and
+// files; these tests keep every such name in README.md, docs/*.md and the other READMEs real, so that a rename in
+// the code fails here instead of leaving the manual stale. The rules (what counts as a mention):
 //
 //   - A command line is a line of a code block, or an inline code span, whose program is `draftflow` (or a path
 //     ending in /draftflow; after VAR=value settings, if any): its subcommand must be one main dispatches (for `bench`, one cmdBench dispatches), and every
@@ -555,7 +555,7 @@ func anchors(text string) map[string]bool {
 	return out
 }
 
-// TestDocsLinks: every relative link of README.md and docs/*.md names a file that exists, and its #fragment a
+// TestDocsLinks: every relative link of the documentation names a file that exists, and its #fragment a
 // heading of that file.
 func TestDocsLinks(t *testing.T) {
 	docs := readDocs(t)
