@@ -22,8 +22,9 @@ import (
 // the code fails here instead of leaving the manual stale. The rules (what counts as a mention):
 //
 //   - A command line is a line of a code block, or an inline code span, whose program is `draftflow` (or a path
-//     ending in /draftflow; after VAR=value settings, if any): its subcommand must be one main dispatches (for `bench`, one cmdBench dispatches), and every
-//     --flag after it must be one that subcommand's flag set defines (`--kafka-tls*` names a prefix).
+//     ending in /draftflow; after VAR=value settings, if any): its subcommand must be one main dispatches (for
+//     `bench`, one cmdBench dispatches), and every --flag after it must be one that subcommand's flag set defines
+//     (`--kafka-tls*` names a prefix).
 //   - An inline code span that begins with --flag (`--shards-wait 30s`) names flags of draftflow: each must be
 //     defined by at least one subcommand, unless it is listed in foreignFlags with the program it belongs to.
 //     Spans that begin with another program (`docker run -p ...`, `kafka.sh restart [--kill]`) are that program's.
@@ -496,7 +497,8 @@ func TestDocsFlagSetsAreReal(t *testing.T) {
 			t.Errorf("draftflow bench pipeline has --%s; docs/operating.md says it does not", f)
 		}
 	}
-	for _, name := range []string{"encode", "inspect", "merge-turns", "export", "vocab", "bench generate", "bench sglang"} {
+	tools := []string{"encode", "inspect", "merge-turns", "export", "vocab", "bench generate", "bench sglang"}
+	for _, name := range tools {
 		fs, ok := sets[name]
 		if !ok {
 			t.Errorf("no flag set for draftflow %s", name)
@@ -708,7 +710,8 @@ func TestDocsNamesExist(t *testing.T) {
 		return strings.HasSuffix(p, "Dockerfile")
 	})
 	tests := map[string]bool{}
-	for _, m := range regexp.MustCompile(`(?m)^func ((?:Test|Benchmark|Fuzz)[A-Za-z0-9_]*)\(`).FindAllStringSubmatch(source, -1) {
+	decl := regexp.MustCompile(`(?m)^func ((?:Test|Benchmark|Fuzz)[A-Za-z0-9_]*)\(`)
+	for _, m := range decl.FindAllStringSubmatch(source, -1) {
 		tests[m[1]] = true
 	}
 	if len(tests) < 100 {
