@@ -710,8 +710,8 @@ func TestDocsNamesExist(t *testing.T) {
 		return strings.HasSuffix(p, "Dockerfile")
 	})
 	tests := map[string]bool{}
-	decl := regexp.MustCompile(`(?m)^func ((?:Test|Benchmark|Fuzz)[A-Za-z0-9_]*)\(`)
-	for _, m := range decl.FindAllStringSubmatch(source, -1) {
+	testDecl := regexp.MustCompile(`(?m)^func ((?:Test|Benchmark|Fuzz)[A-Za-z0-9_]*)\(`)
+	for _, m := range testDecl.FindAllStringSubmatch(source, -1) {
 		tests[m[1]] = true
 	}
 	if len(tests) < 100 {
