@@ -10,52 +10,58 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 )
 
+// Admin sends a Client's admin requests: it creates and deletes topics, reads partition counts, offsets, topic
+// configs and ids, describes, resets and deletes consumer groups, and reports what retention may cost a group
+// (RetentionRisk). Topic and group names are logical: the Client's Config namespaces them. Client.Admin returns
+// it; it uses the Client's connections and is safe for concurrent use.
+type Admin struct {
+	cfg Config
+	cl  *Client
+}
+
 // EnsureTopics creates the named topics with the configured partitions, replication and max.message.bytes,
 // reusing any that already exist. It waits until every topic's metadata is visible, up to ctx.
-func (c Config) EnsureTopics(ctx context.Context, names ...string) error {
-	return c.ensureTopics(ctx, names, c.partitions(), []kafkago.ConfigEntry{
-		{ConfigName: "retention.ms", ConfigValue: strconv.FormatInt(c.retentionMs(), 10)},
+func (a *Admin) EnsureTopics(ctx context.Context, names ...string) error {
+	return a.ensureTopics(ctx, names, a.cfg.partitions(), []kafkago.ConfigEntry{
+		{ConfigName: "retention.ms", ConfigValue: strconv.FormatInt(a.cfg.retentionMs(), 10)},
 		{ConfigName: "retention.bytes", ConfigValue: "-1"},
-	}, c.retentionText())
+	}, a.cfg.retentionText())
 }
 
 // EnsureCompactedTopic creates the named topic with one partition, compaction (cleanup.policy=compact: the
 // latest record of each key is kept, whatever Retention says) and the configured replication and
 // max.message.bytes, reusing it if it exists, and waits until its metadata is visible. One partition keeps
 // every record in the order it was written (topics.TopicShards relies on it).
-func (c Config) EnsureCompactedTopic(ctx context.Context, name string) error {
-	return c.ensureTopics(ctx, []string{name}, 1, []kafkago.ConfigEntry{
+func (a *Admin) EnsureCompactedTopic(ctx context.Context, name string) error {
+	return a.ensureTopics(ctx, []string{name}, 1, []kafkago.ConfigEntry{
 		{ConfigName: "cleanup.policy", ConfigValue: "compact"},
 	}, "compacted")
 }
 
 // ensureTopics is EnsureTopics with the partition count and the config entries (besides max.message.bytes) of
 // the topics it creates; retention describes them in the log.
-func (c Config) ensureTopics(ctx context.Context, names []string, partitions int, entries []kafkago.ConfigEntry, retention string) error {
-	if len(c.Brokers) == 0 {
-		return errors.New("kafka: no brokers configured")
-	}
-	client, err := c.adminClient()
+func (a *Admin) ensureTopics(ctx context.Context, names []string, partitions int, entries []kafkago.ConfigEntry, retention string) error {
+	client, err := a.cl.adminClient()
 	if err != nil {
 		return err
 	}
 	req := &kafkago.CreateTopicsRequest{}
 	physical := make([]string, len(names))
 	for i, n := range names {
-		physical[i] = c.Topic(n)
+		physical[i] = a.cfg.Topic(n)
 		req.Topics = append(req.Topics, kafkago.TopicConfig{
 			Topic:             physical[i],
 			NumPartitions:     partitions,
-			ReplicationFactor: c.replication(),
+			ReplicationFactor: a.cfg.replication(),
 			ConfigEntries: append([]kafkago.ConfigEntry{
-				{ConfigName: "max.message.bytes", ConfigValue: strconv.Itoa(c.maxMessageBytes())},
+				{ConfigName: "max.message.bytes", ConfigValue: strconv.Itoa(a.cfg.maxMessageBytes())},
 			}, entries...),
 		})
 	}
 	var resp *kafkago.CreateTopicsResponse
 	for attempt := 0; ; attempt++ {
 		resp, err = client.CreateTopics(ctx, req)
-		if err = c.explain(ctx, err); err == nil || attempt >= 20 || ctx.Err() != nil || IsAuthError(err) {
+		if err = a.cl.explain(ctx, err); err == nil || attempt >= 20 || ctx.Err() != nil || IsAuthError(err) {
 			break
 		}
 		// The broker may still be starting (controller not elected yet); retry briefly.
@@ -65,7 +71,7 @@ func (c Config) ensureTopics(ctx context.Context, names []string, partitions int
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("kafka: create %v on %v: %w", names, c.Brokers, err)
+		return fmt.Errorf("kafka: create %v on %v: %w", names, a.cfg.Brokers, err)
 	}
 	var existing []string
 	for topic, terr := range resp.Errors {
@@ -73,13 +79,13 @@ func (c Config) ensureTopics(ctx context.Context, names []string, partitions int
 			return fmt.Errorf("kafka: create %q: %w", topic, terr)
 		}
 		if terr != nil {
-			c.logger().Debug("topic exists, reusing it", "topic", topic)
+			a.cfg.logger().Debug("topic exists, reusing it", "topic", topic)
 			existing = append(existing, topic)
 		} else {
-			c.logger().Info("topic created", "topic", topic, "partitions", partitions, "retention", retention)
+			a.cfg.logger().Info("topic created", "topic", topic, "partitions", partitions, "retention", retention)
 		}
 	}
-	c.checkMaxMessageBytes(ctx, client, existing)
+	a.checkMaxMessageBytes(ctx, client, existing)
 	// Wait until metadata shows every topic with its partitions and leaders.
 	for {
 		meta, err := client.Metadata(ctx, &kafkago.MetadataRequest{Topics: physical})
@@ -99,7 +105,7 @@ func (c Config) ensureTopics(ctx context.Context, names []string, partitions int
 					ready++
 				}
 			}
-			if ready == len(names) && c.partitionsServing(ctx, client, meta) {
+			if ready == len(names) && a.partitionsServing(ctx, client, meta) {
 				return nil
 			}
 		}
@@ -114,7 +120,7 @@ func (c Config) ensureTopics(ctx context.Context, names []string, partitions int
 // checkMaxMessageBytes warns about every existing (physical) topic whose max.message.bytes is below
 // MaxMessageBytes: the broker refuses records between the two, and the stages dead-letter them. It leaves the
 // topics as they are.
-func (c Config) checkMaxMessageBytes(ctx context.Context, client *kafkago.Client, physical []string) {
+func (a *Admin) checkMaxMessageBytes(ctx context.Context, client *kafkago.Client, physical []string) {
 	if len(physical) == 0 {
 		return
 	}
@@ -126,29 +132,29 @@ func (c Config) checkMaxMessageBytes(ctx context.Context, client *kafkago.Client
 	}
 	resp, err := client.DescribeConfigs(ctx, req)
 	if err != nil {
-		c.logger().Debug("cannot check max.message.bytes of existing topics", "topics", physical, "err", err)
+		a.cfg.logger().Debug("cannot check max.message.bytes of existing topics", "topics", physical, "err", err)
 		return
 	}
 	for _, r := range resp.Resources {
 		if r.Error != nil {
-			c.logger().Debug("cannot check max.message.bytes of an existing topic", "topic", r.ResourceName, "err", r.Error)
+			a.cfg.logger().Debug("cannot check max.message.bytes of an existing topic", "topic", r.ResourceName, "err", r.Error)
 			continue
 		}
 		for _, e := range r.ConfigEntries {
 			n, err := strconv.Atoi(e.ConfigValue)
-			if e.ConfigName != "max.message.bytes" || err != nil || n >= c.maxMessageBytes() {
+			if e.ConfigName != "max.message.bytes" || err != nil || n >= a.cfg.maxMessageBytes() {
 				continue
 			}
-			c.logger().Warn("existing topic accepts smaller records than configured; the broker will refuse larger ones "+
+			a.cfg.logger().Warn("existing topic accepts smaller records than configured; the broker will refuse larger ones "+
 				"and they will be dead-lettered (raise the topic's max.message.bytes or lower --max-message-bytes)",
-				"topic", r.ResourceName, "max_message_bytes", n, "configured_max_message_bytes", c.maxMessageBytes())
+				"topic", r.ResourceName, "max_message_bytes", n, "configured_max_message_bytes", a.cfg.maxMessageBytes())
 		}
 	}
 }
 
 // partitionsServing reports whether every partition of the topics in meta answers ListOffsets: a new topic's
 // partitions are listed with a leader a second or more before Apache Kafka serves them.
-func (c Config) partitionsServing(ctx context.Context, client *kafkago.Client, meta *kafkago.MetadataResponse) bool {
+func (a *Admin) partitionsServing(ctx context.Context, client *kafkago.Client, meta *kafkago.MetadataResponse) bool {
 	req := &kafkago.ListOffsetsRequest{Topics: map[string][]kafkago.OffsetRequest{}}
 	for _, t := range meta.Topics {
 		for _, p := range t.Partitions {
@@ -170,15 +176,15 @@ func (c Config) partitionsServing(ctx context.Context, client *kafkago.Client, m
 }
 
 // PartitionCount returns the number of partitions of an existing (logical) topic.
-func (c Config) PartitionCount(ctx context.Context, topic string) (int, error) {
-	client, err := c.adminClient()
+func (a *Admin) PartitionCount(ctx context.Context, topic string) (int, error) {
+	client, err := a.cl.adminClient()
 	if err != nil {
 		return 0, err
 	}
-	topic = c.Topic(topic)
+	topic = a.cfg.Topic(topic)
 	meta, err := client.Metadata(ctx, &kafkago.MetadataRequest{Topics: []string{topic}})
 	if err != nil {
-		return 0, fmt.Errorf("kafka: metadata of %s: %w", topic, c.explain(ctx, err))
+		return 0, fmt.Errorf("kafka: metadata of %s: %w", topic, a.cl.explain(ctx, err))
 	}
 	for _, t := range meta.Topics {
 		if t.Name == topic {
@@ -193,23 +199,23 @@ func (c Config) PartitionCount(ctx context.Context, topic string) (int, error) {
 
 // EndOffsets returns the end offset of every partition of an existing (logical) topic: the offset its next
 // record will get.
-func (c Config) EndOffsets(ctx context.Context, topic string) (map[int]int64, error) {
-	n, err := c.PartitionCount(ctx, topic)
+func (a *Admin) EndOffsets(ctx context.Context, topic string) (map[int]int64, error) {
+	n, err := a.PartitionCount(ctx, topic)
 	if err != nil {
 		return nil, err
 	}
-	physical := c.Topic(topic)
+	physical := a.cfg.Topic(topic)
 	req := &kafkago.ListOffsetsRequest{Topics: map[string][]kafkago.OffsetRequest{}}
 	for p := 0; p < n; p++ {
 		req.Topics[physical] = append(req.Topics[physical], kafkago.LastOffsetOf(p))
 	}
-	client, err := c.adminClient()
+	client, err := a.cl.adminClient()
 	if err != nil {
 		return nil, err
 	}
 	resp, err := client.ListOffsets(ctx, req)
 	if err != nil {
-		return nil, fmt.Errorf("kafka: end offsets of %s: %w", physical, c.explain(ctx, err))
+		return nil, fmt.Errorf("kafka: end offsets of %s: %w", physical, a.cl.explain(ctx, err))
 	}
 	out := make(map[int]int64, n)
 	for _, po := range resp.Topics[physical] {
@@ -227,51 +233,41 @@ func (c Config) EndOffsets(ctx context.Context, topic string) (map[int]int64, er
 // StartGroupAt commits offsets (partition -> next offset to read) of a (logical) topic for a consumer group
 // that has no members yet, so that its consumers start each partition there rather than at the beginning. The
 // group is namespaced like ConsumerConfig.Group. The broker refuses it while the group has members.
-func (c Config) StartGroupAt(ctx context.Context, group, topic string, offsets map[int]int64) error {
-	physical := c.Topic(topic)
+func (a *Admin) StartGroupAt(ctx context.Context, group, topic string, offsets map[int]int64) error {
+	physical := a.cfg.Topic(topic)
 	var commits []kafkago.OffsetCommit
 	for p, off := range offsets {
 		commits = append(commits, kafkago.OffsetCommit{Partition: p, Offset: off})
 	}
-	client, err := c.adminClient()
+	client, err := a.cl.adminClient()
 	if err != nil {
 		return err
 	}
 	resp, err := client.OffsetCommit(ctx, &kafkago.OffsetCommitRequest{
-		GroupID: c.Topic(group), GenerationID: -1, Topics: map[string][]kafkago.OffsetCommit{physical: commits},
+		GroupID: a.cfg.Topic(group), GenerationID: -1, Topics: map[string][]kafkago.OffsetCommit{physical: commits},
 	})
 	if err != nil {
-		return fmt.Errorf("kafka: set offsets of group %s on %s: %w", c.Topic(group), physical, c.explain(ctx, err))
+		return fmt.Errorf("kafka: set offsets of group %s on %s: %w", a.cfg.Topic(group), physical, a.cl.explain(ctx, err))
 	}
 	for _, p := range resp.Topics[physical] {
 		if p.Error != nil {
-			return fmt.Errorf("kafka: set offset of group %s on %s/%d: %w", c.Topic(group), physical, p.Partition, p.Error)
+			return fmt.Errorf("kafka: set offset of group %s on %s/%d: %w", a.cfg.Topic(group), physical, p.Partition, p.Error)
 		}
 	}
 	return nil
 }
 
-// adminClient returns a client for the cluster's admin and metadata requests, with the TLS and SASL of
-// Security. Its error is a Security setting that cannot be used (a CA file that does not exist, ...).
-func (c Config) adminClient() (*kafkago.Client, error) {
-	t, err := c.adminTransport()
-	if err != nil {
-		return nil, err
-	}
-	return &kafkago.Client{Addr: kafkago.TCP(c.Brokers...), Timeout: 30 * time.Second, Transport: t}, nil
-}
-
 // DeleteGroup deletes a consumer group (namespaced like ConsumerConfig.Group) and its committed offsets. The
 // broker refuses it while the group has members; a group that does not exist is not an error.
-func (c Config) DeleteGroup(ctx context.Context, group string) error {
-	client, err := c.adminClient()
+func (a *Admin) DeleteGroup(ctx context.Context, group string) error {
+	client, err := a.cl.adminClient()
 	if err != nil {
 		return err
 	}
-	id := c.Topic(group)
+	id := a.cfg.Topic(group)
 	resp, err := client.DeleteGroups(ctx, &kafkago.DeleteGroupsRequest{GroupIDs: []string{id}})
 	if err != nil {
-		return fmt.Errorf("kafka: delete group %s: %w", id, c.explain(ctx, err))
+		return fmt.Errorf("kafka: delete group %s: %w", id, a.cl.explain(ctx, err))
 	}
 	if err := resp.Errors[id]; err != nil && !errors.Is(err, kafkago.GroupIdNotFound) {
 		return fmt.Errorf("kafka: delete group %s: %w", id, err)
@@ -280,9 +276,9 @@ func (c Config) DeleteGroup(ctx context.Context, group string) error {
 }
 
 // TopicConfigValue returns one config value of a (logical) topic (for example max.message.bytes), as the broker reports it.
-func (c Config) TopicConfigValue(ctx context.Context, topic, name string) (string, error) {
-	topic = c.Topic(topic)
-	client, err := c.adminClient()
+func (a *Admin) TopicConfigValue(ctx context.Context, topic, name string) (string, error) {
+	topic = a.cfg.Topic(topic)
+	client, err := a.cl.adminClient()
 	if err != nil {
 		return "", err
 	}
@@ -290,7 +286,7 @@ func (c Config) TopicConfigValue(ctx context.Context, topic, name string) (strin
 		ResourceType: kafkago.ResourceTypeTopic, ResourceName: topic, ConfigNames: []string{name},
 	}}})
 	if err != nil {
-		return "", fmt.Errorf("kafka: config %s of %s: %w", name, topic, c.explain(ctx, err))
+		return "", fmt.Errorf("kafka: config %s of %s: %w", name, topic, a.cl.explain(ctx, err))
 	}
 	for _, r := range resp.Resources {
 		if r.Error != nil {
@@ -308,35 +304,35 @@ func (c Config) TopicConfigValue(ctx context.Context, topic, name string) (strin
 // CommittedOffsets returns a consumer group's committed offsets (partition -> next offset to read) on a
 // (logical) topic; the group is namespaced like ConsumerConfig.Group. A partition without a commit is absent;
 // a group that does not exist has none.
-func (c Config) CommittedOffsets(ctx context.Context, group, topic string) (map[int]int64, error) {
-	n, err := c.PartitionCount(ctx, topic)
+func (a *Admin) CommittedOffsets(ctx context.Context, group, topic string) (map[int]int64, error) {
+	n, err := a.PartitionCount(ctx, topic)
 	if err != nil {
 		return nil, err
 	}
-	physical := c.Topic(topic)
+	physical := a.cfg.Topic(topic)
 	parts := make([]int, n)
 	for i := range parts {
 		parts[i] = i
 	}
-	client, err := c.adminClient()
+	client, err := a.cl.adminClient()
 	if err != nil {
 		return nil, err
 	}
-	resp, err := client.OffsetFetch(ctx, &kafkago.OffsetFetchRequest{GroupID: c.Topic(group),
+	resp, err := client.OffsetFetch(ctx, &kafkago.OffsetFetchRequest{GroupID: a.cfg.Topic(group),
 		Topics: map[string][]int{physical: parts}})
 	if err != nil {
-		return nil, fmt.Errorf("kafka: committed offsets of group %s on %s: %w", c.Topic(group), physical, c.explain(ctx, err))
+		return nil, fmt.Errorf("kafka: committed offsets of group %s on %s: %w", a.cfg.Topic(group), physical, a.cl.explain(ctx, err))
 	}
 	if errors.Is(resp.Error, kafkago.GroupIdNotFound) {
 		return map[int]int64{}, nil // a group that never committed (the embedded broker says so; Apache Kafka answers with no offsets)
 	}
 	if resp.Error != nil {
-		return nil, fmt.Errorf("kafka: committed offsets of group %s on %s: %w", c.Topic(group), physical, resp.Error)
+		return nil, fmt.Errorf("kafka: committed offsets of group %s on %s: %w", a.cfg.Topic(group), physical, resp.Error)
 	}
 	out := map[int]int64{}
 	for _, p := range resp.Topics[physical] {
 		if p.Error != nil {
-			return nil, fmt.Errorf("kafka: committed offset of group %s on %s/%d: %w", c.Topic(group), physical, p.Partition, p.Error)
+			return nil, fmt.Errorf("kafka: committed offset of group %s on %s/%d: %w", a.cfg.Topic(group), physical, p.Partition, p.Error)
 		}
 		if p.CommittedOffset >= 0 {
 			out[p.Partition] = p.CommittedOffset
@@ -346,14 +342,14 @@ func (c Config) CommittedOffsets(ctx context.Context, group, topic string) (map[
 }
 
 // Groups returns the ids of the consumer groups the cluster knows (physical names, namespace included).
-func (c Config) Groups(ctx context.Context) ([]string, error) {
-	client, err := c.adminClient()
+func (a *Admin) Groups(ctx context.Context) ([]string, error) {
+	client, err := a.cl.adminClient()
 	if err != nil {
 		return nil, err
 	}
 	resp, err := client.ListGroups(ctx, &kafkago.ListGroupsRequest{})
 	if err != nil {
-		return nil, fmt.Errorf("kafka: list groups: %w", c.explain(ctx, err))
+		return nil, fmt.Errorf("kafka: list groups: %w", a.cl.explain(ctx, err))
 	}
 	var out []string
 	for _, g := range resp.Groups {
@@ -363,18 +359,18 @@ func (c Config) Groups(ctx context.Context) ([]string, error) {
 }
 
 // DeleteTopics deletes (logical) topics and everything on them.
-func (c Config) DeleteTopics(ctx context.Context, names ...string) error {
+func (a *Admin) DeleteTopics(ctx context.Context, names ...string) error {
 	physical := make([]string, len(names))
 	for i, n := range names {
-		physical[i] = c.Topic(n)
+		physical[i] = a.cfg.Topic(n)
 	}
-	client, err := c.adminClient()
+	client, err := a.cl.adminClient()
 	if err != nil {
 		return err
 	}
 	resp, err := client.DeleteTopics(ctx, &kafkago.DeleteTopicsRequest{Topics: physical})
 	if err != nil {
-		return fmt.Errorf("kafka: delete topics %v: %w", physical, c.explain(ctx, err))
+		return fmt.Errorf("kafka: delete topics %v: %w", physical, a.cl.explain(ctx, err))
 	}
 	for _, e := range resp.Errors {
 		err = errors.Join(err, e)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/kafka/embedded"
+	"github.com/draftflow/draftflow/kafka/kafkatest"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -49,7 +50,7 @@ func consumeAllThenStop(t *testing.T, cfg kafka.Config, cc kafka.ConsumerConfig,
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	seen := 0
-	return cfg.NewConsumer(topics.TopicTokenized, cc).Run(ctx, func(d *kafka.Delivery) {
+	return kafkatest.Client(t, cfg).NewConsumer(topics.TopicTokenized, cc).Run(ctx, func(d *kafka.Delivery) {
 		d.Done()
 		if seen++; seen == n {
 			arm()
@@ -60,7 +61,7 @@ func consumeAllThenStop(t *testing.T, cfg kafka.Config, cc kafka.ConsumerConfig,
 
 func committed(t *testing.T, cfg kafka.Config, group string) int64 {
 	t.Helper()
-	offs, err := cfg.CommittedOffsets(context.Background(), group, topics.TopicTokenized)
+	offs, err := kafkatest.Client(t, cfg).Admin().CommittedOffsets(context.Background(), group, topics.TopicTokenized)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +81,7 @@ func commitBroker(t *testing.T) (*embedded.Broker, kafka.Config) {
 	cfg := kafka.Config{Brokers: e.Brokers(), Partitions: 1, Namespace: "commit", Logger: slog.New(slog.DiscardHandler)}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := cfg.EnsureTopics(ctx, topics.All...); err != nil {
+	if err := kafkatest.Client(t, cfg).Admin().EnsureTopics(ctx, topics.All...); err != nil {
 		t.Fatal(err)
 	}
 	return e, cfg

@@ -3,7 +3,6 @@ package kafka
 import (
 	"fmt"
 	"log/slog"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -11,8 +10,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Config says how to reach Kafka and how topics are laid out. The zero value of every field but Brokers is a
-// documented default.
+// Config says how to reach Kafka and how topics are laid out: plain data, read by NewClient (which makes the
+// connections) and by the Client's Producers, Consumers and Admin. The zero value of every field but Brokers is
+// a documented default.
 type Config struct {
 	// Brokers is the bootstrap list, host:port each.
 	Brokers []string
@@ -43,7 +43,7 @@ type Config struct {
 	Retention time.Duration
 	// Logger receives plumbing logs (default slog.Default()).
 	Logger *slog.Logger
-	// Registerer receives the plumbing metrics of this Config's producers and consumers (default
+	// Registerer receives the plumbing metrics of the Client's producers and consumers (default
 	// prometheus.DefaultRegisterer; a process serving one registry passes it here and to every stage).
 	Registerer prometheus.Registerer
 }
@@ -106,12 +106,9 @@ func (c Config) logger() *slog.Logger {
 	return slog.Default()
 }
 
-// ParseBrokers splits a comma-separated broker list, falling back to the DRAFTFLOW_BROKERS environment
-// variable when s is empty. It returns nil when neither is set.
+// ParseBrokers splits a comma-separated broker list ("host:port,host:port"), dropping blanks. It returns nil
+// for an empty list.
 func ParseBrokers(s string) []string {
-	if s == "" {
-		s = os.Getenv("DRAFTFLOW_BROKERS")
-	}
 	var out []string
 	for _, b := range strings.Split(s, ",") {
 		if b = strings.TrimSpace(b); b != "" {

@@ -60,7 +60,7 @@ type Delivery struct {
 	// Message is the consumed record.
 	Message Message
 	c       *Consumer
-	mark    Mark
+	mark    mark
 	once    sync.Once
 	gen     *handout
 }
@@ -129,10 +129,11 @@ func (d *Delivery) Where() string {
 // committed offset of a partition another member owns now: the broker refuses commits of an older
 // generation. Every assignment and revocation is logged.
 type Consumer struct {
+	cl    *Client
 	cfg   Config
 	cc    ConsumerConfig
 	topic string
-	marks *Watermark
+	marks *watermark
 	slots chan struct{}
 	wake  chan struct{} // a delivery finished or was abandoned
 
@@ -140,21 +141,14 @@ type Consumer struct {
 	met      *plumbing
 	lag      *lagGauge    // draftflow_consumer_lag of the partitions owned
 	assigned atomic.Int32 // partitions owned in the current generation
-
-	// crash, when closed, makes Run stop at once as a killed process would: no drain, no commit (tests only;
-	// see export_test.go). crashWindow is then the number of handed-out deliveries left uncommitted.
-	crash       chan struct{}
-	crashWindow int
 }
 
-// errCrashed ends Run after a simulated crash.
-var errCrashed = errors.New("kafka: consumer crashed (test)")
-
-// NewConsumer returns a Consumer of the logical topic in group cc.Group.
-func (c Config) NewConsumer(topic string, cc ConsumerConfig) *Consumer {
-	installZstd()
+// NewConsumer returns a Consumer of the logical topic in group cc.Group: Config.InputTopic of topic, the group
+// namespaced like topics (InputNamespace does not move it).
+func (cl *Client) NewConsumer(topic string, cc ConsumerConfig) *Consumer {
+	c := cl.cfg
 	topic = c.InputTopic(topic)
-	cc.Group = c.Topic(cc.Group) // groups are namespaced like topics (InputNamespace does not move them)
+	cc.Group = c.Topic(cc.Group)
 	if cc.MaxInFlight <= 0 {
 		cc.MaxInFlight = 1024
 	}
@@ -173,8 +167,8 @@ func (c Config) NewConsumer(topic string, cc ConsumerConfig) *Consumer {
 	if cc.FinalCommitTimeout <= 0 {
 		cc.FinalCommitTimeout = 15 * time.Second
 	}
-	met := newPlumbing(c.Registerer)
-	return &Consumer{cfg: c, cc: cc, topic: topic, marks: NewWatermark(), met: met, lag: newLagGauge(met, topic, cc.Group),
+	met := cl.met
+	return &Consumer{cl: cl, cfg: c, cc: cc, topic: topic, marks: newWatermark(), met: met, lag: newLagGauge(met, topic, cc.Group),
 		slots: make(chan struct{}, cc.MaxInFlight), wake: make(chan struct{}, 1)}
 }
 
@@ -210,7 +204,7 @@ func (c *Consumer) Run(ctx context.Context, handle func(*Delivery)) error {
 	if c.cc.StartFromLatest {
 		start = kafkago.LastOffset
 	}
-	dialer, err := c.cfg.dialer()
+	dialer, err := c.cl.dialer()
 	if err != nil {
 		return err
 	}
@@ -251,7 +245,7 @@ func (c *Consumer) Run(ctx context.Context, handle func(*Delivery)) error {
 				break
 			}
 			// Credentials the broker refuses: retrying cannot help, so the stage stops with an error naming them.
-			if aerr := c.cfg.explain(ctx, err); IsAuthError(aerr) {
+			if aerr := c.cl.explain(ctx, err); IsAuthError(aerr) {
 				runErr = fmt.Errorf("kafka: join group %s: %w", c.cc.Group, aerr)
 				break
 			}
@@ -273,9 +267,7 @@ func (c *Consumer) Run(ctx context.Context, handle func(*Delivery)) error {
 		}
 		failures = 0
 		if err := c.runGeneration(ctx, gen, handle, leave, log); err != nil {
-			if !errors.Is(err, errCrashed) {
-				runErr = err
-			}
+			runErr = err
 			break
 		}
 	}
@@ -347,7 +339,7 @@ func (c *Consumer) runGeneration(ctx context.Context, gen *kafkago.Generation, h
 		fetchers.Add(1)
 		go func(a kafkago.PartitionAssignment) {
 			defer fetchers.Done()
-			dialer, err := c.cfg.dialer() // the group's worked, so this one does too (unless a file vanished)
+			dialer, err := c.cl.dialer() // the group's worked, so this one does too (unless a file vanished)
 			if err != nil {
 				select {
 				case msgs <- fetched{err: err}:
@@ -431,15 +423,11 @@ func (c *Consumer) runGeneration(ctx context.Context, gen *kafkago.Generation, h
 	hand := &handout{revoking: make(chan struct{}), lost: lost}
 	defer loseAll()
 	var fetchErr error
-	crashed := false
 loop:
 	for {
 		select {
 		case c.slots <- struct{}{}:
 		case <-fetchCtx.Done():
-			break loop
-		case <-c.crash:
-			crashed = true
 			break loop
 		}
 		var f fetched
@@ -447,10 +435,6 @@ loop:
 		case f = <-msgs:
 		case <-fetchCtx.Done():
 			<-c.slots
-			break loop
-		case <-c.crash:
-			<-c.slots
-			crashed = true
 			break loop
 		}
 		if f.err != nil {
@@ -474,21 +458,9 @@ loop:
 		handle(d)
 	}
 	stopFetch()
-	if !crashed { // a crashed member gives nothing up in order: its deliveries just stop mattering
-		close(hand.revoking)
-	}
+	close(hand.revoking)
 	fetchers.Wait()
 	<-committerDone
-	if crashed {
-		c.crashWindow = c.marks.Uncommitted(parts)
-		for _, p := range parts {
-			c.marks.Forget(p)
-		}
-		log.Warn("crashed (test): nothing drained, nothing committed", "uncommitted", c.crashWindow)
-		leave()
-		awaitLeave()
-		return errCrashed
-	}
 
 	shutdown := ctx.Err() != nil
 	wait := c.cc.RevokeTimeout
@@ -553,7 +525,7 @@ func (c *Consumer) drain(parts []int, d time.Duration) int {
 // heartbeat keeps the member of gen alive until ctx ends. The coordinator answers REBALANCE_IN_PROGRESS while
 // a rebalance waits for this member; that answer still counts as a heartbeat.
 func (c *Consumer) heartbeat(ctx context.Context, gen *kafkago.Generation) {
-	client, err := c.cfg.adminClient()
+	client, err := c.cl.adminClient()
 	if err != nil {
 		return // the group's own heartbeat client uses the same settings: it would not have joined
 	}

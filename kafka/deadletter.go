@@ -17,14 +17,14 @@ import (
 //   - When the context ends first (shutdown), done gets its error: the caller abandons the delivery, which is
 //     redelivered, and dead-lettered again, after a restart.
 //
-// Create it with Config.NewDeadLetters; it is safe for concurrent use.
+// Create it with Client.NewDeadLetters; it is safe for concurrent use.
 type DeadLetters struct {
 	stage string
 	p     *Producer
 }
 
 // NewDeadLetters returns the dead-letter writer of stage (the name recorded in every Rejection's Stage).
-func (c Config) NewDeadLetters(stage string) *DeadLetters {
+func (c *Client) NewDeadLetters(stage string) *DeadLetters {
 	return &DeadLetters{stage: stage, p: c.NewProducer(topics.TopicRejected, ProducerConfig{})}
 }
 
@@ -53,5 +53,5 @@ func (dl *DeadLetters) Reject(ctx context.Context, d *Delivery, r *topics.Reject
 }
 
 // Close stops pending retries (their done runs with an error) and flushes and closes the producer (the
-// done callbacks of writes in flight run).
+// done callbacks of writes in flight run); every done has returned when it returns.
 func (dl *DeadLetters) Close() error { return dl.p.Close() }

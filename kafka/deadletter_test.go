@@ -18,7 +18,7 @@ import (
 // A dead letter is written with the writer's stage and keyed by the record's id, or where it came from.
 func TestDeadLettersWrite(t *testing.T) {
 	kc := kafkatest.Config(t, 1)
-	dl := kc.NewDeadLetters("tokenize")
+	dl := kafkatest.Client(t, kc).NewDeadLetters("tokenize")
 	done := make(chan error, 2)
 	dl.Reject(context.Background(), nil, &topics.Rejection{ID: "a", Reason: "too long"}, func(err error) { done <- err })
 	dl.Reject(context.Background(), nil, &topics.Rejection{Reason: "bad line", Source: topics.Source{File: "x.jsonl", Line: 7},
@@ -51,7 +51,8 @@ func TestDeadLettersRetryUntilShutdown(t *testing.T) {
 	}
 	e := kafkatest.Embedded(t)
 	kc := kafka.Config{Brokers: e.Brokers(), Partitions: 1, Namespace: "t-deadletters-retry"}
-	if err := kc.EnsureTopics(context.Background(), topics.TopicRejected); err != nil {
+	cl := kafkatest.Client(t, kc)
+	if err := cl.Admin().EnsureTopics(context.Background(), topics.TopicRejected); err != nil {
 		t.Fatal(err)
 	}
 	failing := make(chan struct{})
@@ -80,7 +81,7 @@ func TestDeadLettersRetryUntilShutdown(t *testing.T) {
 		refused.Add(1)
 		return resp, nil, true
 	})
-	dl := kc.NewDeadLetters("sink")
+	dl := cl.NewDeadLetters("sink")
 	defer dl.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -1,19 +1,24 @@
 // Package kafka is draftflow's one door to Kafka: every request any stage, the sink or the command line sends
 // to a broker goes through it. It owns
 //
-//   - Config: how to reach the cluster and lay out topics (partitions, namespace, input namespace, record size
-//     limit, retention);
-//   - Security (security.go): TLS and SASL (PLAIN, SCRAM-SHA-256/512) for every client this package builds, the
-//     redacting Secret, and AuthError, which makes refused credentials a prompt, clear error (Ping);
-//   - admin requests (admin.go): EnsureTopics, partition counts, end and committed offsets, groups, topic
+//   - Config (config.go): plain data saying how to reach the cluster and lay out topics (partitions, namespace,
+//     input namespace, record size limit, retention); the zero value of every field but Brokers is a
+//     documented default, and nothing in this package reads the environment (cmd/draftflow fills a Config
+//     from flags and DRAFTFLOW_* variables);
+//   - Client (client.go): made from a Config by NewClient, it owns the connections: the admin requests'
+//     connection pool, the Producers, Consumers and DeadLetters it makes, and the readers of Follow and
+//     ReadPartition. Close it when done; there is no process-global connection state;
+//   - Admin (admin.go, Client.Admin): EnsureTopics, partition counts, end and committed offsets, groups, topic
 //     deletion, and the topic ID lookup (topicid.go); what an operator's view needs (groups.go): a group's
-//     members (DescribeGroup), start offsets, and reading a partition's offset range outside any group;
-//     offsets for a time and group resets for replay (replay.go); what retention may cost a group
-//     (retention.go: RetentionRisk);
+//     members (DescribeGroup), start offsets; offsets for a time and group resets for replay (replay.go); what
+//     retention may cost a group (retention.go: RetentionRisk);
+//   - Security (security.go): TLS and SASL (PLAIN, SCRAM-SHA-256/512) for every connection a Client opens, the
+//     redacting Secret, and AuthError, which makes refused credentials a prompt, clear error (Client.Ping);
 //   - Producer (producer.go): asynchronous, acknowledged writes whose done callback marks the input finished;
+//     Close returns once every callback has run;
 //   - Consumer (consumer.go): a consumer-group member that hands out Deliveries (with Revoking and Lost, the
 //     signals of their partition being given up) and commits, per partition, the contiguous prefix of finished
-//     offsets (Watermark, watermark.go) with, in the commit's metadata, the offsets finished after it, which the
+//     offsets (watermark.go) with, in the commit's metadata, the offsets finished after it, which the
 //     partition's next owner skips (handover.go);
 //   - the plumbing metrics (metrics.go), among them each consumer's lag per partition it owns (lag.go).
 //
@@ -22,7 +27,8 @@
 // the sink makes output exactly-once.
 //
 // The client is segmentio/kafka-go: writers with an explicit BatchTimeout, RequiredAcks=RequireAll and zstd
-// (this package's own codec, zstd.go: whole batches on shared encoders, not kafka-go's pooled 16 MiB ones);
+// (this package's own codec, zstd.go: whole batches on shared encoders, not kafka-go's pooled 16 MiB ones,
+// registered in kafka-go's codec table once, by NewClient);
 // consumers with explicit, synchronous commits (sent as OffsetCommit requests, to carry metadata). One request kafka-go cannot send (Metadata v10, for topic IDs)
 // goes through franz-go (with the same TLS and SASL); topicid.go says why. The embedded broker lives in
 // kafka/embedded, the test support in kafka/kafkatest.

@@ -13,12 +13,12 @@ import (
 // caughtUp, if not nil, is called once, when every record that was on the topic when Follow started has been
 // passed to fn (at once for an empty topic). Follow returns ctx's error when ctx ends, or an error when the
 // topic cannot be read.
-func (c Config) Follow(ctx context.Context, topic string, fn func(Message), caughtUp func()) error {
-	first, err := c.StartOffsets(ctx, topic)
+func (c *Client) Follow(ctx context.Context, topic string, fn func(Message), caughtUp func()) error {
+	first, err := c.Admin().StartOffsets(ctx, topic)
 	if err != nil {
 		return err
 	}
-	end, err := c.EndOffsets(ctx, topic)
+	end, err := c.Admin().EndOffsets(ctx, topic)
 	if err != nil {
 		return err
 	}
@@ -32,21 +32,21 @@ func (c Config) Follow(ctx context.Context, topic string, fn func(Message), caug
 		return err
 	}
 	r := kafkago.NewReader(kafkago.ReaderConfig{
-		Brokers:   c.Brokers,
-		Topic:     c.Topic(topic),
+		Brokers:   c.cfg.Brokers,
+		Topic:     c.cfg.Topic(topic),
 		Partition: 0,
 		Dialer:    dialer,
 		MinBytes:  1,
-		MaxBytes:  c.maxMessageBytes() * 2,
+		MaxBytes:  c.cfg.maxMessageBytes() * 2,
 		MaxWait:   200 * time.Millisecond,
 		Logger:    kafkago.LoggerFunc(func(string, ...any) {}),
 		ErrorLogger: kafkago.LoggerFunc(func(msg string, args ...any) {
-			c.logger().Debug(fmt.Sprintf(msg, args...), "topic", c.Topic(topic))
+			c.cfg.logger().Debug(fmt.Sprintf(msg, args...), "topic", c.cfg.Topic(topic))
 		}),
 	})
 	defer r.Close()
 	if err := r.SetOffset(from); err != nil {
-		return fmt.Errorf("kafka: follow %s from %d: %w", c.Topic(topic), from, err)
+		return fmt.Errorf("kafka: follow %s from %d: %w", c.cfg.Topic(topic), from, err)
 	}
 	for {
 		m, err := r.FetchMessage(ctx)
@@ -54,7 +54,7 @@ func (c Config) Follow(ctx context.Context, topic string, fn func(Message), caug
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return fmt.Errorf("kafka: follow %s at %d: %w", c.Topic(topic), r.Offset(), c.explain(ctx, err))
+			return fmt.Errorf("kafka: follow %s at %d: %w", c.cfg.Topic(topic), r.Offset(), c.explain(ctx, err))
 		}
 		fn(Message{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Key: m.Key, Value: m.Value, Time: m.Time})
 		if caughtUp != nil && m.Offset >= to-1 {

@@ -15,20 +15,21 @@ import (
 // says when it has read what was there at its start, and goes on with what comes after.
 func TestFollowCompactedTopic(t *testing.T) {
 	kc := kafkatest.Config(t, 4)
+	cl := kafkatest.Client(t, kc)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for range 2 { // the second call reuses the topic
-		if err := kc.EnsureCompactedTopic(ctx, topics.TopicShards); err != nil {
+		if err := cl.Admin().EnsureCompactedTopic(ctx, topics.TopicShards); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if n, err := kc.PartitionCount(ctx, topics.TopicShards); err != nil || n != 1 {
+	if n, err := cl.Admin().PartitionCount(ctx, topics.TopicShards); err != nil || n != 1 {
 		t.Fatalf("partitions %d (%v), want 1", n, err)
 	}
-	if v, err := kc.TopicConfigValue(ctx, topics.TopicShards, "cleanup.policy"); err != nil || v != "compact" {
+	if v, err := cl.Admin().TopicConfigValue(ctx, topics.TopicShards, "cleanup.policy"); err != nil || v != "compact" {
 		t.Fatalf("cleanup.policy %q (%v), want compact", v, err)
 	}
-	p := kc.NewProducer(topics.TopicShards, kafka.ProducerConfig{})
+	p := cl.NewProducer(topics.TopicShards, kafka.ProducerConfig{})
 	defer p.Close()
 	send := func(id string) {
 		t.Helper()
@@ -46,7 +47,7 @@ func TestFollowCompactedTopic(t *testing.T) {
 	fctx, fcancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- kc.Follow(fctx, topics.TopicShards, func(m kafka.Message) {
+		done <- cl.Follow(fctx, topics.TopicShards, func(m kafka.Message) {
 			mu.Lock()
 			got = append(got, string(m.Key))
 			mu.Unlock()

@@ -47,15 +47,15 @@ func (g GroupDescription) MemberList() string {
 
 // DescribeGroup returns the state and members of a consumer group (namespaced like ConsumerConfig.Group). A
 // group the cluster does not know is described as Dead with no members, as Kafka itself does.
-func (c Config) DescribeGroup(ctx context.Context, group string) (GroupDescription, error) {
-	id := c.Topic(group)
-	client, err := c.adminClient()
+func (a *Admin) DescribeGroup(ctx context.Context, group string) (GroupDescription, error) {
+	id := a.cfg.Topic(group)
+	client, err := a.cl.adminClient()
 	if err != nil {
 		return GroupDescription{}, err
 	}
 	resp, err := client.DescribeGroups(ctx, &kafkago.DescribeGroupsRequest{GroupIDs: []string{id}})
 	if err != nil {
-		return GroupDescription{}, fmt.Errorf("kafka: describe group %s: %w", id, c.explain(ctx, err))
+		return GroupDescription{}, fmt.Errorf("kafka: describe group %s: %w", id, a.cl.explain(ctx, err))
 	}
 	out := GroupDescription{Group: group, State: "Dead"}
 	for _, g := range resp.Groups {
@@ -76,7 +76,7 @@ func (c Config) DescribeGroup(ctx context.Context, group string) (GroupDescripti
 				}
 				parts := slices.Clone(t.Partitions)
 				slices.Sort(parts)
-				gm.Partitions[c.logical(t.Topic)] = parts
+				gm.Partitions[a.cfg.logical(t.Topic)] = parts
 			}
 			out.Members = append(out.Members, gm)
 		}
@@ -97,7 +97,7 @@ func (c Config) logical(physical string) string {
 // any consumer group (nothing is committed), and calls fn for each in order. It returns fn's first error, or
 // an error when ctx ends before the record at to-1 was read. Records deleted by retention or compaction are
 // skipped.
-func (c Config) ReadPartition(ctx context.Context, topic string, partition int, from, to int64, fn func(Message) error) error {
+func (c *Client) ReadPartition(ctx context.Context, topic string, partition int, from, to int64, fn func(Message) error) error {
 	if from >= to {
 		return nil
 	}
@@ -106,22 +106,22 @@ func (c Config) ReadPartition(ctx context.Context, topic string, partition int, 
 		return err
 	}
 	r := kafkago.NewReader(kafkago.ReaderConfig{
-		Brokers:   c.Brokers,
-		Topic:     c.Topic(topic),
+		Brokers:   c.cfg.Brokers,
+		Topic:     c.cfg.Topic(topic),
 		Partition: partition,
 		Dialer:    dialer,
 		MinBytes:  1,
-		MaxBytes:  c.maxMessageBytes() * 2,
+		MaxBytes:  c.cfg.maxMessageBytes() * 2,
 		MaxWait:   100 * time.Millisecond,
 	})
 	defer r.Close()
 	if err := r.SetOffset(from); err != nil {
-		return fmt.Errorf("kafka: read %s/%d from %d: %w", c.Topic(topic), partition, from, err)
+		return fmt.Errorf("kafka: read %s/%d from %d: %w", c.cfg.Topic(topic), partition, from, err)
 	}
 	for {
 		m, err := r.FetchMessage(ctx)
 		if err != nil {
-			return fmt.Errorf("kafka: read %s/%d at %d of [%d, %d): %w", c.Topic(topic), partition, r.Offset(), from, to, err)
+			return fmt.Errorf("kafka: read %s/%d at %d of [%d, %d): %w", c.cfg.Topic(topic), partition, r.Offset(), from, to, err)
 		}
 		if m.Offset >= to {
 			return nil

@@ -50,16 +50,17 @@ func TestKafkaDescribeGroupMembersAndLag(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	cfg.Registerer = reg
 	cfg.ClientID = "lag-test"
+	cl := kafkatest.Client(t, cfg)
 	const n = 40
 	produceN(t, cfg, n)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	desc, err := cfg.DescribeGroup(ctx, "lag-group")
+	desc, err := cl.Admin().DescribeGroup(ctx, "lag-group")
 	if err != nil || len(desc.Members) != 0 {
 		t.Fatalf("unknown group: %+v, %v", desc, err)
 	}
-	c := cfg.NewConsumer(topics.TopicTokenized, kafka.ConsumerConfig{Group: "lag-group", CommitInterval: 50 * time.Millisecond})
+	c := cl.NewConsumer(topics.TopicTokenized, kafka.ConsumerConfig{Group: "lag-group", CommitInterval: 50 * time.Millisecond})
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	seen := 0
@@ -69,7 +70,7 @@ func TestKafkaDescribeGroupMembersAndLag(t *testing.T) {
 	phys := cfg.Topic(topics.TopicTokenized)
 	deadline := time.Now().Add(time.Minute)
 	for {
-		desc, err = cfg.DescribeGroup(ctx, "lag-group")
+		desc, err = cl.Admin().DescribeGroup(ctx, "lag-group")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -86,15 +87,15 @@ func TestKafkaDescribeGroupMembersAndLag(t *testing.T) {
 	if m := desc.Members[0]; m.ClientID != "lag-test" || m.Host == "" || m.ID == "" {
 		t.Fatalf("member %+v", m)
 	}
-	ends, err := cfg.EndOffsets(ctx, topics.TopicTokenized)
+	ends, err := cl.Admin().EndOffsets(ctx, topics.TopicTokenized)
 	if err != nil {
 		t.Fatal(err)
 	}
-	committed, err := cfg.CommittedOffsets(ctx, "lag-group", topics.TopicTokenized)
+	committed, err := cl.Admin().CommittedOffsets(ctx, "lag-group", topics.TopicTokenized)
 	if err != nil {
 		t.Fatal(err)
 	}
-	starts, err := cfg.StartOffsets(ctx, topics.TopicTokenized)
+	starts, err := cl.Admin().StartOffsets(ctx, topics.TopicTokenized)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +104,7 @@ func TestKafkaDescribeGroupMembersAndLag(t *testing.T) {
 		if committed[p] != end || starts[p] != 0 {
 			t.Errorf("partition %d: start %d, committed %d, end %d", p, starts[p], committed[p], end)
 		}
-		if err := cfg.ReadPartition(ctx, topics.TopicTokenized, p, starts[p], end, func(m kafka.Message) error {
+		if err := cl.ReadPartition(ctx, topics.TopicTokenized, p, starts[p], end, func(m kafka.Message) error {
 			var r topics.Tokenized
 			if err := topics.Unmarshal(m.Value, &r); err != nil {
 				return err

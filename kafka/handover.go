@@ -87,7 +87,7 @@ func decodeDone(committed int64, meta string) ([]int64, error) {
 // finished offsets above it (done, per partition). kafka-go's Generation.CommitOffsets cannot send metadata,
 // so this sends the OffsetCommit itself, with the generation's id and member id as that would.
 func (c *Consumer) commitWithDone(ctx context.Context, gen *kafkago.Generation, offsets map[int]int64, done map[int][]int64) error {
-	client, err := c.cfg.adminClient()
+	client, err := c.cl.adminClient()
 	if err != nil {
 		return err
 	}
@@ -99,7 +99,7 @@ func (c *Consumer) commitWithDone(ctx context.Context, gen *kafkago.Generation, 
 	}
 	resp, err := client.OffsetCommit(ctx, req)
 	if err != nil {
-		return c.cfg.explain(ctx, err)
+		return c.cl.explain(ctx, err)
 	}
 	var errs []error
 	for _, tp := range resp.Topics {
@@ -116,14 +116,14 @@ func (c *Consumer) commitWithDone(ctx context.Context, gen *kafkago.Generation, 
 // each committed offset (start: the offset each partition is read from). A partition whose committed offset is
 // not its start, or whose metadata is of another format, has none.
 func (c *Consumer) handedOver(ctx context.Context, start map[int]int64) (map[int]map[int64]bool, error) {
-	client, err := c.cfg.adminClient()
+	client, err := c.cl.adminClient()
 	if err != nil {
 		return nil, err
 	}
 	parts := slices.Sorted(maps.Keys(start))
 	resp, err := client.OffsetFetch(ctx, &kafkago.OffsetFetchRequest{GroupID: c.cc.Group, Topics: map[string][]int{c.topic: parts}})
 	if err != nil {
-		return nil, c.cfg.explain(ctx, err)
+		return nil, c.cl.explain(ctx, err)
 	}
 	out := map[int]map[int64]bool{}
 	for _, p := range resp.Topics[c.topic] {

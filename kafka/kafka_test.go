@@ -56,7 +56,7 @@ func (tr *tracker) distinct() int {
 func consume(ctx context.Context, t *testing.T, cfg kafka.Config, group string, tr *tracker, stop func(seen int) bool) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	c := cfg.NewConsumer(topics.TopicTokenized, kafka.ConsumerConfig{Group: group, MaxInFlight: 64, SessionTimeout: 6 * time.Second})
+	c := kafkatest.Client(t, cfg).NewConsumer(topics.TopicTokenized, kafka.ConsumerConfig{Group: group, MaxInFlight: 64, SessionTimeout: 6 * time.Second})
 	var seen atomic.Int64
 	go func() {
 		// Several consumers share tr.change, so also poll: a wake-up may go to the other one.
@@ -134,21 +134,22 @@ func TestConsumerRebalanceLosesNothing(t *testing.T) {
 
 func TestEnsureTopicsReusesExisting(t *testing.T) {
 	cfg := kafkatest.Config(t, 3)
+	cl := kafkatest.Client(t, cfg)
 	ctx := context.Background()
-	n, err := cfg.PartitionCount(ctx, topics.TopicPrompts)
+	n, err := cl.Admin().PartitionCount(ctx, topics.TopicPrompts)
 	if err != nil || n != 3 {
 		t.Fatalf("partitions %d, %v", n, err)
 	}
 	produceN(t, cfg, 10)
 	again := cfg
 	again.Partitions = 6
-	if err := again.EnsureTopics(ctx, topics.All...); err != nil {
+	if err := kafkatest.Client(t, again).Admin().EnsureTopics(ctx, topics.All...); err != nil {
 		t.Fatal(err)
 	}
-	if n, _ := cfg.PartitionCount(ctx, topics.TopicTokenized); n != 3 {
+	if n, _ := cl.Admin().PartitionCount(ctx, topics.TopicTokenized); n != 3 {
 		t.Fatalf("existing topic changed to %d partitions", n)
 	}
-	v, err := cfg.TopicConfigValue(ctx, topics.TopicGenerated, "max.message.bytes")
+	v, err := cl.Admin().TopicConfigValue(ctx, topics.TopicGenerated, "max.message.bytes")
 	if err != nil || v != fmt.Sprint(kafka.DefaultMaxMessageBytes) {
 		t.Fatalf("max.message.bytes %q, %v", v, err)
 	}

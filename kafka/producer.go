@@ -43,17 +43,19 @@ type ProducerConfig struct {
 // again one at a time, so only a record refused on its own fails; a refused dead letter (Rejection) is
 // written again with less of its payload.
 type Producer struct {
-	cfg   Config
-	name  string // logical topic
-	topic string // physical topic
-	w     *kafkago.Writer
-	solo  *kafkago.Writer // synchronous, one record per batch: re-sends of refused records
-	met   *plumbing
+	cl        *Client
+	cfg       Config
+	name      string // logical topic
+	topic     string // physical topic
+	w         *kafkago.Writer
+	solo      *kafkago.Writer    // synchronous, one record per batch: re-sends of refused records
+	transport *kafkago.Transport // the writers' connections, closed by Close
+	met       *plumbing
 
 	closing   chan struct{} // closed by Close: retries of SendRetrying waiting give up
 	closeOnce sync.Once
-	sends     sync.WaitGroup // re-sends in flight; Close waits for them
-	limit     atomic.Int64   // largest key+value+overhead a record may have: BatchBytes, or the topic's limit once known
+	bg        background   // re-sends, retries of SendRetrying and their done callbacks; Close waits for them
+	limit     atomic.Int64 // largest key+value+overhead a record may have: BatchBytes, or the topic's limit once known
 
 	lookup    sync.Mutex // guards looked and topicMax
 	looked    bool
@@ -74,10 +76,11 @@ type pending struct {
 // maxRefused bounds the fingerprints a Producer remembers.
 const maxRefused = 4096
 
-// NewProducer returns a Producer for the logical topic. The writer keys records by id (hash balancer), so every version of
-// one conversation lands on one partition.
-func (c Config) NewProducer(topic string, pc ProducerConfig) *Producer {
-	installZstd()
+// NewProducer returns a Producer for the logical topic (namespaced by Config.Topic), with writers of its own
+// connections. The writer keys records by id (hash balancer), so every version of one conversation lands on one
+// partition. Close it before the Client.
+func (cl *Client) NewProducer(topic string, pc ProducerConfig) *Producer {
+	c := cl.cfg
 	name := topic
 	topic = c.Topic(topic)
 	if pc.BatchTimeout <= 0 {
@@ -88,7 +91,7 @@ func (c Config) NewProducer(topic string, pc ProducerConfig) *Producer {
 	}
 	transport, terr := c.newTransport()
 	if terr != nil {
-		// A Security setting that cannot be used: every Send fails with it (Validate reports it at start).
+		// A Security setting that cannot be used any more (a file gone since NewClient): every Send fails with it.
 		transport = &kafkago.Transport{ClientID: c.clientID(), DialTimeout: 10 * time.Second}
 	}
 	// Each failed attempt is retried (MaxAttempts); a record that fails for good reaches its done callback.
@@ -122,8 +125,9 @@ func (c Config) NewProducer(topic string, pc ProducerConfig) *Producer {
 		w.Compression = compress.Zstd
 		solo.Compression = compress.Zstd
 	}
-	p := &Producer{cfg: c, name: name, topic: topic, w: w, solo: solo, met: newPlumbing(c.Registerer),
+	p := &Producer{cl: cl, cfg: c, name: name, topic: topic, w: w, solo: solo, transport: transport, met: cl.met,
 		closing: make(chan struct{}), setupErr: terr}
+	p.bg.idle = sync.NewCond(&p.bg.mu)
 	p.limit.Store(w.BatchBytes)
 	w.Completion = func(msgs []kafkago.Message, err error) {
 		for _, m := range msgs {
@@ -167,33 +171,37 @@ func (e *encodeError) Unwrap() error { return e.err }
 // the broker acknowledged it; at once with the error when the record can never be written (it cannot be
 // encoded, or it is over the message limit: IsRecordTooLarge); with ctx's error when ctx ends before a write
 // succeeded. Any other failure is retried with exponential backoff (100 ms, growing to 10 s) for as long as
-// ctx lasts and the producer is open: a failing broker holds the record back, never drops it.
+// ctx lasts and the producer is open: a failing broker holds the record back, never drops it. Close ends the
+// retries (done gets an error saying the producer closed) and returns only after the done of every
+// SendRetrying called before it has returned.
 func (p *Producer) SendRetrying(ctx context.Context, key string, rec any, done func(error)) {
 	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
 		backoff.WithMaxInterval(10*time.Second), backoff.WithMaxElapsedTime(0))
 	var attempt func()
 	failed := func(err error) {
 		var ee *encodeError
+		// done never runs from within SendRetrying (callers may hold a lock done takes): always on a goroutine
+		// of the producer's, which Close waits for.
 		switch {
 		case errors.As(err, &ee) || IsRecordTooLarge(err):
-			go done(err)
+			p.bg.run(func() { done(err) })
 			return
 		case p.setupErr != nil:
-			go done(err)
+			p.bg.run(func() { done(err) })
 			return
 		}
 		// Credentials the brokers refuse: retrying cannot help (explain tells them from a broker that is down).
-		if err = p.cfg.explain(ctx, err); IsAuthError(err) {
-			go done(err)
+		if err = p.cl.explain(ctx, err); IsAuthError(err) {
+			p.bg.run(func() { done(err) })
 			return
 		}
 		if ctx.Err() != nil {
-			go done(ctx.Err()) // never from within SendRetrying: callers may hold a lock done takes
+			p.bg.run(func() { done(ctx.Err()) })
 			return
 		}
 		wait := b.NextBackOff()
 		p.cfg.logger().Warn("write failed; retrying", "topic", p.topic, "key", key, "err", err, "in", wait)
-		go func() {
+		p.bg.run(func() {
 			t := time.NewTimer(wait)
 			defer t.Stop()
 			select {
@@ -204,7 +212,7 @@ func (p *Producer) SendRetrying(ctx context.Context, key string, rec any, done f
 			case <-p.closing:
 				done(fmt.Errorf("kafka: producer of %s closed before %q was written: %w", p.topic, key, err))
 			}
-		}()
+		})
 	}
 	attempt = func() {
 		if err := p.Send(context.WithoutCancel(ctx), key, rec, func(err error) {
@@ -336,16 +344,14 @@ func (p *Producer) finish(key, value []byte, pd *pending, err error, alone bool)
 
 // resend writes one record again, on its own, in the background; Close waits for it.
 func (p *Producer) resend(key, value []byte, pd *pending) {
-	p.sends.Add(1)
-	go func() {
-		defer p.sends.Done()
+	p.bg.run(func() {
 		err := p.solo.WriteMessages(context.Background(), kafkago.Message{Key: key, Value: value})
 		var werrs kafkago.WriteErrors
 		if errors.As(err, &werrs) && len(werrs) == 1 {
 			err = werrs[0]
 		}
 		p.finish(key, value, pd, err, true)
-	}()
+	})
 }
 
 // refusedAlone records that the broker refused this record on its own and returns the error its done callback
@@ -370,7 +376,7 @@ func (p *Producer) topicLimit() int {
 	}
 	p.looked = true
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	v, err := p.cfg.TopicConfigValue(ctx, p.name, "max.message.bytes")
+	v, err := p.cl.Admin().TopicConfigValue(ctx, p.name, "max.message.bytes")
 	cancel()
 	n, cerr := strconv.Atoi(v)
 	if err != nil || cerr != nil || n <= 0 {
@@ -451,17 +457,54 @@ func (p *Producer) SendSync(ctx context.Context, key string, rec any) error {
 	}
 }
 
-// Close flushes pending records (their done callbacks run, re-sends of refused records included) and closes
-// the writer.
+// Close flushes pending records, ends the retries of SendRetrying and closes the writers and their
+// connections. It returns once every done callback of a record sent before it has run (re-sends of refused
+// records and retries included): no callback runs after Close returns.
 func (p *Producer) Close() error {
 	p.closeOnce.Do(func() { close(p.closing) })
 	err := p.w.Close()
-	p.sends.Wait()
+	p.bg.wait()
 	if serr := p.solo.Close(); err == nil {
 		err = serr
 	}
+	p.transport.CloseIdleConnections()
 	if errors.Is(err, context.Canceled) {
 		return nil
 	}
 	return err
+}
+
+// background runs the goroutines a Producer starts and lets Close wait for all of them, including those they
+// start in turn (a counter and a condition rather than a sync.WaitGroup: goroutines are started from kafka-go's
+// callbacks while Close may already be waiting).
+type background struct {
+	mu   sync.Mutex
+	n    int
+	idle *sync.Cond // signalled when n drops to 0
+}
+
+// run runs f on a new goroutine that wait waits for.
+func (b *background) run(f func()) {
+	b.mu.Lock()
+	b.n++
+	b.mu.Unlock()
+	go func() {
+		defer func() {
+			b.mu.Lock()
+			if b.n--; b.n == 0 {
+				b.idle.Broadcast()
+			}
+			b.mu.Unlock()
+		}()
+		f()
+	}()
+}
+
+// wait returns once no goroutine of run is running.
+func (b *background) wait() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for b.n > 0 {
+		b.idle.Wait()
+	}
 }

@@ -24,10 +24,11 @@ func BenchmarkProducerBatchSize(b *testing.B) {
 		for _, batch := range []int{1000, 100} {
 			b.Run(size.name+"/batch="+strconv.Itoa(batch), func(b *testing.B) {
 				cfg := kafkatest.Config(b, 8)
-				if err := cfg.EnsureTopics(context.Background(), topics.TopicTokenized); err != nil {
+				cl := kafkatest.Client(b, cfg)
+				if err := cl.Admin().EnsureTopics(context.Background(), topics.TopicTokenized); err != nil {
 					b.Fatal(err)
 				}
-				p := cfg.NewProducer(topics.TopicTokenized, kafka.ProducerConfig{BatchSize: batch})
+				p := cl.NewProducer(topics.TopicTokenized, kafka.ProducerConfig{BatchSize: batch})
 				defer p.Close()
 				rec := &topics.Tokenized{InputIDs: make([]uint32, size.tokens)}
 				for i := range rec.InputIDs {

@@ -16,15 +16,15 @@ var ErrGroupActive = errors.New("consumer group has live members")
 
 // StartOffsets returns the log start offset of every partition of an existing (logical) topic: its oldest
 // record still kept (retention deletes the ones before it).
-func (c Config) StartOffsets(ctx context.Context, topic string) (map[int]int64, error) {
-	return c.listOffsets(ctx, topic, "start offsets", kafkago.FirstOffsetOf)
+func (a *Admin) StartOffsets(ctx context.Context, topic string) (map[int]int64, error) {
+	return a.listOffsets(ctx, topic, "start offsets", kafkago.FirstOffsetOf)
 }
 
 // OffsetsForTime returns, for every partition of an existing (logical) topic, the offset of its first record
 // with a timestamp at or after t, or the partition's end offset when it has none (ListOffsets with a
 // timestamp).
-func (c Config) OffsetsForTime(ctx context.Context, topic string, t time.Time) (map[int]int64, error) {
-	found, err := c.listOffsets(ctx, topic, "offsets for "+t.Format(time.RFC3339), func(p int) kafkago.OffsetRequest {
+func (a *Admin) OffsetsForTime(ctx context.Context, topic string, t time.Time) (map[int]int64, error) {
+	found, err := a.listOffsets(ctx, topic, "offsets for "+t.Format(time.RFC3339), func(p int) kafkago.OffsetRequest {
 		return kafkago.TimeOffsetOf(p, t)
 	})
 	if err != nil {
@@ -36,7 +36,7 @@ func (c Config) OffsetsForTime(ctx context.Context, topic string, t time.Time) (
 			continue
 		}
 		if ends == nil {
-			if ends, err = c.EndOffsets(ctx, topic); err != nil {
+			if ends, err = a.EndOffsets(ctx, topic); err != nil {
 				return nil, err
 			}
 		}
@@ -47,23 +47,23 @@ func (c Config) OffsetsForTime(ctx context.Context, topic string, t time.Time) (
 
 // listOffsets sends one ListOffsets request for every partition of topic and returns the offset each answered
 // (-1 for a timestamp no record reaches).
-func (c Config) listOffsets(ctx context.Context, topic, what string, req func(partition int) kafkago.OffsetRequest) (map[int]int64, error) {
-	n, err := c.PartitionCount(ctx, topic)
+func (a *Admin) listOffsets(ctx context.Context, topic, what string, req func(partition int) kafkago.OffsetRequest) (map[int]int64, error) {
+	n, err := a.PartitionCount(ctx, topic)
 	if err != nil {
 		return nil, err
 	}
-	physical := c.Topic(topic)
+	physical := a.cfg.Topic(topic)
 	lr := &kafkago.ListOffsetsRequest{Topics: map[string][]kafkago.OffsetRequest{}}
 	for p := 0; p < n; p++ {
 		lr.Topics[physical] = append(lr.Topics[physical], req(p))
 	}
-	client, err := c.adminClient()
+	client, err := a.cl.adminClient()
 	if err != nil {
 		return nil, err
 	}
 	resp, err := client.ListOffsets(ctx, lr)
 	if err != nil {
-		return nil, fmt.Errorf("kafka: %s of %s: %w", what, physical, c.explain(ctx, err))
+		return nil, fmt.Errorf("kafka: %s of %s: %w", what, physical, a.cl.explain(ctx, err))
 	}
 	out := make(map[int]int64, n)
 	for _, po := range resp.Topics[physical] {
@@ -93,20 +93,20 @@ func (c Config) listOffsets(ctx context.Context, topic, what string, req func(pa
 // and listing the members, while the group has live members (their commits would overwrite the reset), and
 // refuses offsets outside [log start, end] of their partition. The check and the commit are two requests:
 // stop the stage before, and start it after.
-func (c Config) ResetGroup(ctx context.Context, group, topic string, offsets map[int]int64) error {
-	g, err := c.DescribeGroup(ctx, group)
+func (a *Admin) ResetGroup(ctx context.Context, group, topic string, offsets map[int]int64) error {
+	g, err := a.DescribeGroup(ctx, group)
 	if err != nil {
 		return err
 	}
 	if len(g.Members) > 0 {
-		return fmt.Errorf("kafka: reset group %s: %w (state %s; stop them first): %s", c.Topic(group), ErrGroupActive, g.State,
+		return fmt.Errorf("kafka: reset group %s: %w (state %s; stop them first): %s", a.cfg.Topic(group), ErrGroupActive, g.State,
 			g.MemberList())
 	}
-	starts, err := c.StartOffsets(ctx, topic)
+	starts, err := a.StartOffsets(ctx, topic)
 	if err != nil {
 		return err
 	}
-	ends, err := c.EndOffsets(ctx, topic)
+	ends, err := a.EndOffsets(ctx, topic)
 	if err != nil {
 		return err
 	}
@@ -114,15 +114,15 @@ func (c Config) ResetGroup(ctx context.Context, group, topic string, offsets map
 	for _, p := range parts {
 		end, ok := ends[p]
 		if !ok {
-			return fmt.Errorf("kafka: reset group %s: %s has no partition %d (it has %d)", c.Topic(group), c.Topic(topic), p, len(ends))
+			return fmt.Errorf("kafka: reset group %s: %s has no partition %d (it has %d)", a.cfg.Topic(group), a.cfg.Topic(topic), p, len(ends))
 		}
 		if off := offsets[p]; off < starts[p] || off > end {
 			return fmt.Errorf("kafka: reset group %s: offset %d of %s/%d is outside [%d, %d] (log start, end)",
-				c.Topic(group), off, c.Topic(topic), p, starts[p], end)
+				a.cfg.Topic(group), off, a.cfg.Topic(topic), p, starts[p], end)
 		}
 	}
 	if len(offsets) == 0 {
 		return nil
 	}
-	return c.StartGroupAt(ctx, group, topic, offsets)
+	return a.StartGroupAt(ctx, group, topic, offsets)
 }

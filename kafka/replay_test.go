@@ -33,30 +33,31 @@ func readAll(t *testing.T, cfg kafka.Config, group string, want int) int {
 // next member reads from there; a group with a live member is refused with the member named.
 func TestConsumerReplay(t *testing.T) {
 	cfg := kafkatest.Config(t, 2)
+	cl := kafkatest.Client(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	produceN(t, cfg, 10)
 	if got := readAll(t, cfg, "g", 10); got != 10 {
 		t.Fatalf("first read: %d records", got)
 	}
-	committed, err := cfg.CommittedOffsets(ctx, "g", topics.TopicTokenized)
+	committed, err := cl.Admin().CommittedOffsets(ctx, "g", topics.TopicTokenized)
 	if err != nil || sum(committed) != 10 {
 		t.Fatalf("committed %v, %v", committed, err)
 	}
-	g, err := cfg.DescribeGroup(ctx, "g")
+	g, err := cl.Admin().DescribeGroup(ctx, "g")
 	if err != nil || len(g.Members) != 0 {
 		t.Fatalf("stopped group: state %s, members %v, %v", g.State, g.Members, err)
 	}
 
 	// To the beginning.
-	starts, err := cfg.StartOffsets(ctx, topics.TopicTokenized)
+	starts, err := cl.Admin().StartOffsets(ctx, topics.TopicTokenized)
 	if err != nil || sum(starts) != 0 || len(starts) != 2 {
 		t.Fatalf("start offsets %v, %v", starts, err)
 	}
-	if err := cfg.ResetGroup(ctx, "g", topics.TopicTokenized, starts); err != nil {
+	if err := cl.Admin().ResetGroup(ctx, "g", topics.TopicTokenized, starts); err != nil {
 		t.Fatal(err)
 	}
-	if committed, _ = cfg.CommittedOffsets(ctx, "g", topics.TopicTokenized); sum(committed) != 0 {
+	if committed, _ = cl.Admin().CommittedOffsets(ctx, "g", topics.TopicTokenized); sum(committed) != 0 {
 		t.Fatalf("after the reset: committed %v", committed)
 	}
 	if got := readAll(t, cfg, "g", 10); got != 10 {
@@ -73,22 +74,22 @@ func TestConsumerReplay(t *testing.T) {
 		recs[i] = kafkatest.Record{Key: id, Value: &topics.Tokenized{ID: id}}
 	}
 	kafkatest.Produce(t, cfg, topics.TopicTokenized, recs...)
-	at, err := cfg.OffsetsForTime(ctx, topics.TopicTokenized, mark)
+	at, err := cl.Admin().OffsetsForTime(ctx, topics.TopicTokenized, mark)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ends, err := cfg.EndOffsets(ctx, topics.TopicTokenized)
+	ends, err := cl.Admin().EndOffsets(ctx, topics.TopicTokenized)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if sum(ends)-sum(at) != 4 {
 		t.Fatalf("offsets for %s: %v (ends %v): want the 4 later records after them", mark, at, ends)
 	}
-	future, err := cfg.OffsetsForTime(ctx, topics.TopicTokenized, time.Now().Add(time.Hour))
+	future, err := cl.Admin().OffsetsForTime(ctx, topics.TopicTokenized, time.Now().Add(time.Hour))
 	if err != nil || sum(future) != sum(ends) {
 		t.Fatalf("offsets for a future time: %v, %v; want the end offsets %v", future, err, ends)
 	}
-	if err := cfg.ResetGroup(ctx, "g", topics.TopicTokenized, at); err != nil {
+	if err := cl.Admin().ResetGroup(ctx, "g", topics.TopicTokenized, at); err != nil {
 		t.Fatal(err)
 	}
 	if got := readAll(t, cfg, "g", 4); got != 4 {
@@ -96,16 +97,16 @@ func TestConsumerReplay(t *testing.T) {
 	}
 
 	// Out of range.
-	if err := cfg.ResetGroup(ctx, "g", topics.TopicTokenized, map[int]int64{0: ends[0] + 5}); err == nil || !strings.Contains(err.Error(), "outside") {
+	if err := cl.Admin().ResetGroup(ctx, "g", topics.TopicTokenized, map[int]int64{0: ends[0] + 5}); err == nil || !strings.Contains(err.Error(), "outside") {
 		t.Errorf("offset past the end: %v", err)
 	}
-	if err := cfg.ResetGroup(ctx, "g", topics.TopicTokenized, map[int]int64{7: 0}); err == nil || !strings.Contains(err.Error(), "no partition 7") {
+	if err := cl.Admin().ResetGroup(ctx, "g", topics.TopicTokenized, map[int]int64{7: 0}); err == nil || !strings.Contains(err.Error(), "no partition 7") {
 		t.Errorf("unknown partition: %v", err)
 	}
 
 	// A live member: refused, naming it.
 	live, stop := context.WithCancel(ctx)
-	c := cfg.NewConsumer(topics.TopicTokenized, kafka.ConsumerConfig{Group: "g", SessionTimeout: 6 * time.Second})
+	c := cl.NewConsumer(topics.TopicTokenized, kafka.ConsumerConfig{Group: "g", SessionTimeout: 6 * time.Second})
 	done := make(chan error, 1)
 	go func() { done <- c.Run(live, func(d *kafka.Delivery) { d.Done() }) }()
 	for c.Assigned() == 0 {
@@ -115,7 +116,7 @@ func TestConsumerReplay(t *testing.T) {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	err = cfg.ResetGroup(ctx, "g", topics.TopicTokenized, starts)
+	err = cl.Admin().ResetGroup(ctx, "g", topics.TopicTokenized, starts)
 	if !errors.Is(err, kafka.ErrGroupActive) || !strings.Contains(err.Error(), "draftflow") {
 		t.Errorf("reset of a live group: %v, want ErrGroupActive naming the member", err)
 	}

@@ -18,7 +18,7 @@ const RetentionRiskFraction = 0.8
 
 // RetentionRisk is what a topic's retention may cost a consumer group: per partition, the records the group has
 // not consumed yet, how old the oldest of them is, and those already deleted before the group read them.
-// Config.RetentionRisk fills it; a status command turns it into warnings (Warnings).
+// Admin.RetentionRisk fills it; a status command turns it into warnings (Warnings).
 type RetentionRisk struct {
 	// Topic and Group are the physical names (namespace included).
 	Topic, Group string
@@ -94,9 +94,9 @@ func (r *RetentionRisk) Warnings(now time.Time) []string {
 // group's committed offsets (the group namespaced like ConsumerConfig.Group) and, when retention is finite, the
 // timestamp of the oldest record the group has not consumed, and returns them as a RetentionRisk. It changes
 // nothing and needs no live member.
-func (c Config) RetentionRisk(ctx context.Context, group, topic string) (*RetentionRisk, error) {
-	r := &RetentionRisk{Topic: c.Topic(topic), Group: c.Topic(group), Retention: -1, Checked: time.Now()}
-	v, err := c.TopicConfigValue(ctx, topic, "retention.ms")
+func (a *Admin) RetentionRisk(ctx context.Context, group, topic string) (*RetentionRisk, error) {
+	r := &RetentionRisk{Topic: a.cfg.Topic(topic), Group: a.cfg.Topic(group), Retention: -1, Checked: time.Now()}
+	v, err := a.TopicConfigValue(ctx, topic, "retention.ms")
 	if err != nil {
 		return nil, fmt.Errorf("kafka: retention of %s: %w", r.Topic, err)
 	}
@@ -107,15 +107,15 @@ func (c Config) RetentionRisk(ctx context.Context, group, topic string) (*Retent
 	if ms >= 0 {
 		r.Retention = time.Duration(ms) * time.Millisecond
 	}
-	starts, err := c.StartOffsets(ctx, topic)
+	starts, err := a.StartOffsets(ctx, topic)
 	if err != nil {
 		return nil, err
 	}
-	ends, err := c.EndOffsets(ctx, topic)
+	ends, err := a.EndOffsets(ctx, topic)
 	if err != nil {
 		return nil, err
 	}
-	committed, err := c.CommittedOffsets(ctx, group, topic)
+	committed, err := a.CommittedOffsets(ctx, group, topic)
 	if err != nil {
 		return nil, err
 	}
@@ -132,9 +132,9 @@ func (c Config) RetentionRisk(ctx context.Context, group, topic string) (*Retent
 		}
 		p.Unconsumed = max(p.End-from, 0)
 		if p.Unconsumed > 0 && r.Retention >= 0 {
-			t, err := c.recordTime(ctx, topic, part, from)
+			t, err := a.recordTime(ctx, topic, part, from)
 			if err != nil {
-				c.logger().Debug("cannot read the oldest unconsumed record", "topic", r.Topic, "partition", part, "offset", from, "err", err)
+				a.cfg.logger().Debug("cannot read the oldest unconsumed record", "topic", r.Topic, "partition", part, "offset", from, "err", err)
 			}
 			p.Oldest = t
 		}
@@ -146,13 +146,13 @@ func (c Config) RetentionRisk(ctx context.Context, group, topic string) (*Retent
 
 // recordTime returns the timestamp of the record at offset of a (logical) topic's partition (or of the first one
 // after it, should it be gone).
-func (c Config) recordTime(ctx context.Context, topic string, partition int, offset int64) (time.Time, error) {
-	d, err := c.dialer()
+func (a *Admin) recordTime(ctx context.Context, topic string, partition int, offset int64) (time.Time, error) {
+	d, err := a.cl.dialer()
 	if err != nil {
 		return time.Time{}, err
 	}
-	rd := kafkago.NewReader(kafkago.ReaderConfig{Brokers: c.Brokers, Topic: c.Topic(topic), Partition: partition, Dialer: d,
-		MinBytes: 1, MaxBytes: c.maxMessageBytes() * 2, MaxWait: 250 * time.Millisecond})
+	rd := kafkago.NewReader(kafkago.ReaderConfig{Brokers: a.cfg.Brokers, Topic: a.cfg.Topic(topic), Partition: partition, Dialer: d,
+		MinBytes: 1, MaxBytes: a.cfg.maxMessageBytes() * 2, MaxWait: 250 * time.Millisecond})
 	defer rd.Close()
 	if err := rd.SetOffset(offset); err != nil {
 		return time.Time{}, err
@@ -162,9 +162,9 @@ func (c Config) recordTime(ctx context.Context, topic string, partition int, off
 	m, err := rd.FetchMessage(fctx)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
-			return time.Time{}, fmt.Errorf("kafka: no record at %s/%d@%d within 10s", c.Topic(topic), partition, offset)
+			return time.Time{}, fmt.Errorf("kafka: no record at %s/%d@%d within 10s", a.cfg.Topic(topic), partition, offset)
 		}
-		return time.Time{}, c.explain(ctx, err)
+		return time.Time{}, a.cl.explain(ctx, err)
 	}
 	return m.Time, nil
 }

@@ -49,11 +49,12 @@ func TestEnsureTopicsRetention(t *testing.T) {
 		want      string
 	}{{0, "-1"}, {72 * time.Hour, "259200000"}} {
 		cfg := kafka.Config{Brokers: brokers, Partitions: 1, Namespace: fmt.Sprintf("%s-%d", ns, c.retention), Retention: c.retention}
-		if err := cfg.EnsureTopics(ctx, topics.TopicPrompts); err != nil {
+		cl := kafkatest.Client(t, cfg)
+		if err := cl.Admin().EnsureTopics(ctx, topics.TopicPrompts); err != nil {
 			t.Fatal(err)
 		}
 		for name, want := range map[string]string{"retention.ms": c.want, "retention.bytes": "-1"} {
-			if got, err := cfg.TopicConfigValue(ctx, topics.TopicPrompts, name); err != nil || got != want {
+			if got, err := cl.Admin().TopicConfigValue(ctx, topics.TopicPrompts, name); err != nil || got != want {
 				t.Errorf("retention %s: %s = %q, %v; want %q", c.retention, name, got, err, want)
 			}
 		}
@@ -68,14 +69,15 @@ func TestKafkaRetentionRisk(t *testing.T) {
 	defer cancel()
 	const retention = 3 * time.Second
 	cfg := kafka.Config{Brokers: brokers, Partitions: 1, Namespace: ns, Retention: retention}
-	if err := cfg.EnsureTopics(ctx, topics.All...); err != nil {
+	cl := kafkatest.Client(t, cfg)
+	if err := cl.Admin().EnsureTopics(ctx, topics.All...); err != nil {
 		t.Fatal(err)
 	}
 	produceN(t, cfg, 6)
-	if err := cfg.StartGroupAt(ctx, "g", topics.TopicTokenized, map[int]int64{0: 2}); err != nil {
+	if err := cl.Admin().StartGroupAt(ctx, "g", topics.TopicTokenized, map[int]int64{0: 2}); err != nil {
 		t.Fatal(err)
 	}
-	r, err := cfg.RetentionRisk(ctx, "g", topics.TopicTokenized)
+	r, err := cl.Admin().RetentionRisk(ctx, "g", topics.TopicTokenized)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +100,7 @@ func TestKafkaRetentionRisk(t *testing.T) {
 	}
 
 	// A group that never committed reads from the log start: nothing lost.
-	fresh, err := cfg.RetentionRisk(ctx, "never", topics.TopicTokenized)
+	fresh, err := cl.Admin().RetentionRisk(ctx, "never", topics.TopicTokenized)
 	if err != nil || fresh.Partitions[0].Committed != -1 || fresh.Partitions[0].Unconsumed != 6 || fresh.Lost() != 0 {
 		t.Fatalf("group without commits: %+v, %v", fresh, err)
 	}
@@ -106,11 +108,12 @@ func TestKafkaRetentionRisk(t *testing.T) {
 	// A topic kept forever: never at risk, no record read.
 	forever := cfg
 	forever.Namespace, forever.Retention = ns+"-forever", 0
-	if err := forever.EnsureTopics(ctx, topics.All...); err != nil {
+	foreverCl := kafkatest.Client(t, forever)
+	if err := foreverCl.Admin().EnsureTopics(ctx, topics.All...); err != nil {
 		t.Fatal(err)
 	}
 	produceN(t, forever, 3)
-	fr, err := forever.RetentionRisk(ctx, "g", topics.TopicTokenized)
+	fr, err := foreverCl.Admin().RetentionRisk(ctx, "g", topics.TopicTokenized)
 	if err != nil || fr.Retention >= 0 || fr.AtRisk(time.Now().Add(1000*time.Hour)) || !fr.Partitions[0].Oldest.IsZero() {
 		t.Fatalf("forever: %+v, %v", fr, err)
 	}
@@ -120,7 +123,7 @@ func TestKafkaRetentionRisk(t *testing.T) {
 	}
 	time.Sleep(retention + 200*time.Millisecond)
 	e.Cluster().ApplyRetention()
-	r, err = cfg.RetentionRisk(ctx, "g", topics.TopicTokenized)
+	r, err = cl.Admin().RetentionRisk(ctx, "g", topics.TopicTokenized)
 	if err != nil {
 		t.Fatal(err)
 	}

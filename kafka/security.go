@@ -1,26 +1,20 @@
 package kafka
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"strconv"
 	"strings"
-	"sync"
-	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
 	kgosasl "github.com/segmentio/kafka-go/sasl"
 	kgoplain "github.com/segmentio/kafka-go/sasl/plain"
 	kgoscram "github.com/segmentio/kafka-go/sasl/scram"
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
@@ -62,8 +56,8 @@ type SASL struct {
 	// Password is the user's password. It never appears in logs, errors or printed configs (see Secret).
 	Password Secret
 	// PasswordFile, when Password is empty, is a file whose content (trailing newline removed) is the password.
-	// It is read each time a consumer group, reader or producer is built; the admin requests of a process share
-	// one connection pool, built once with the password read then.
+	// It is read each time a consumer group, reader or producer is built; the admin requests of a Client share
+	// one connection pool, built with the password read when the Client was made.
 	PasswordFile string
 }
 
@@ -110,79 +104,6 @@ func (s Secret) LogValue() slog.Value { return slog.StringValue(s.String()) }
 // MarshalText redacts the secret in JSON and text encodings.
 func (s Secret) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
-// Environment variables that RegisterFlags reads as the flags' defaults.
-const (
-	EnvTLS                = "DRAFTFLOW_KAFKA_TLS"
-	EnvTLSCAFile          = "DRAFTFLOW_KAFKA_TLS_CA_FILE"
-	EnvTLSCertFile        = "DRAFTFLOW_KAFKA_TLS_CERT_FILE"
-	EnvTLSKeyFile         = "DRAFTFLOW_KAFKA_TLS_KEY_FILE"
-	EnvTLSServerName      = "DRAFTFLOW_KAFKA_TLS_SERVER_NAME"
-	EnvTLSInsecure        = "DRAFTFLOW_KAFKA_TLS_INSECURE_SKIP_VERIFY"
-	EnvSASLMechanism      = "DRAFTFLOW_KAFKA_SASL_MECHANISM"
-	EnvSASLUsername       = "DRAFTFLOW_KAFKA_SASL_USERNAME"
-	EnvSASLPassword       = "DRAFTFLOW_KAFKA_SASL_PASSWORD"
-	EnvSASLPasswordFile   = "DRAFTFLOW_KAFKA_SASL_PASSWORD_FILE"
-	redactedPasswordUsage = "(no flag for the password itself: command lines are visible to every user of the machine)"
-)
-
-// RegisterFlags registers the --kafka-tls* and --kafka-sasl-* flags on fs, with defaults from the DRAFTFLOW_KAFKA_*
-// environment variables (a flag given wins over its variable). The password has no flag, only
-// --kafka-sasl-password-file or the DRAFTFLOW_KAFKA_SASL_PASSWORD(_FILE) variables. A malformed boolean
-// variable is an error of Validate.
-func (s *Security) RegisterFlags(fs *flag.FlagSet) {
-	s.TLS.Enabled = envBool(EnvTLS, s.TLS.Enabled)
-	s.TLS.InsecureSkipVerify = envBool(EnvTLSInsecure, s.TLS.InsecureSkipVerify)
-	envString(&s.TLS.CAFile, EnvTLSCAFile)
-	envString(&s.TLS.CertFile, EnvTLSCertFile)
-	envString(&s.TLS.KeyFile, EnvTLSKeyFile)
-	envString(&s.TLS.ServerName, EnvTLSServerName)
-	envString(&s.SASL.Mechanism, EnvSASLMechanism)
-	envString(&s.SASL.Username, EnvSASLUsername)
-	envString(&s.SASL.PasswordFile, EnvSASLPasswordFile)
-	if v := os.Getenv(EnvSASLPassword); v != "" && s.SASL.Password.IsZero() {
-		s.SASL.Password = NewSecret(v)
-	}
-	fs.BoolVar(&s.TLS.Enabled, "kafka-tls", s.TLS.Enabled, "connect to the brokers over TLS (implied by any --kafka-tls-*-file; env "+EnvTLS+")")
-	fs.StringVar(&s.TLS.CAFile, "kafka-tls-ca-file", s.TLS.CAFile, "PEM CA certificates the brokers' certificates are checked against (default: system roots; env "+EnvTLSCAFile+")")
-	fs.StringVar(&s.TLS.CertFile, "kafka-tls-cert-file", s.TLS.CertFile, "PEM client certificate, for brokers that require one (env "+EnvTLSCertFile+")")
-	fs.StringVar(&s.TLS.KeyFile, "kafka-tls-key-file", s.TLS.KeyFile, "PEM key of --kafka-tls-cert-file (env "+EnvTLSKeyFile+")")
-	fs.StringVar(&s.TLS.ServerName, "kafka-tls-server-name", s.TLS.ServerName, "name the brokers' certificates must carry (default: each broker's host; env "+EnvTLSServerName+")")
-	fs.BoolVar(&s.TLS.InsecureSkipVerify, "kafka-tls-insecure-skip-verify", s.TLS.InsecureSkipVerify, "accept any broker certificate: tests only (env "+EnvTLSInsecure+")")
-	fs.StringVar(&s.SASL.Mechanism, "kafka-sasl-mechanism", s.SASL.Mechanism, "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (empty: no SASL; env "+EnvSASLMechanism+")")
-	fs.StringVar(&s.SASL.Username, "kafka-sasl-username", s.SASL.Username, "SASL user (env "+EnvSASLUsername+")")
-	fs.StringVar(&s.SASL.PasswordFile, "kafka-sasl-password-file", s.SASL.PasswordFile, "file holding the SASL password (else env "+EnvSASLPasswordFile+" or "+EnvSASLPassword+") "+redactedPasswordUsage)
-}
-
-func envString(dst *string, name string) {
-	if v := strings.TrimSpace(os.Getenv(name)); v != "" && *dst == "" {
-		*dst = v
-	}
-}
-
-// envBool reads a boolean variable; a malformed one is reported by Validate (badEnv).
-func envBool(name string, def bool) bool {
-	v := strings.TrimSpace(os.Getenv(name))
-	if v == "" {
-		return def
-	}
-	b, err := strconv.ParseBool(v)
-	if err != nil {
-		return def
-	}
-	return b
-}
-
-func badEnv() error {
-	for _, name := range []string{EnvTLS, EnvTLSInsecure} {
-		if v := strings.TrimSpace(os.Getenv(name)); v != "" {
-			if _, err := strconv.ParseBool(v); err != nil {
-				return fmt.Errorf("kafka: %s=%q is not a boolean (want true or false)", name, v)
-			}
-		}
-	}
-	return nil
-}
-
 // tlsOn reports whether connections use TLS.
 func (t TLS) tlsOn() bool {
 	return t.Enabled || t.CAFile != "" || t.CertFile != "" || t.KeyFile != "" || t.ServerName != "" || t.InsecureSkipVerify
@@ -221,9 +142,6 @@ func (s SASL) password() (Secret, error) {
 // Validate checks the settings and reads every file they name (CA, client certificate and key, password), so
 // a command fails at start, with an error naming the setting, rather than at its first connection.
 func (s Security) Validate() error {
-	if err := badEnv(); err != nil {
-		return err
-	}
 	_, err := s.resolve()
 	return err
 }
@@ -268,15 +186,15 @@ func (s Security) resolve() (resolved, error) {
 	}
 	if m != "" {
 		if s.SASL.Username == "" {
-			return r, fmt.Errorf("kafka: SASL %s needs a username (--kafka-sasl-username or %s)", m, EnvSASLUsername)
+			return r, fmt.Errorf("kafka: SASL %s needs a username (--kafka-sasl-username or DRAFTFLOW_KAFKA_SASL_USERNAME)", m)
 		}
 		pw, err := s.SASL.password()
 		if err != nil {
 			return r, err
 		}
 		if pw.IsZero() {
-			return r, fmt.Errorf("kafka: SASL %s for user %q needs a password (--kafka-sasl-password-file, %s or %s)",
-				m, s.SASL.Username, EnvSASLPasswordFile, EnvSASLPassword)
+			return r, fmt.Errorf("kafka: SASL %s for user %q needs a password (--kafka-sasl-password-file, DRAFTFLOW_KAFKA_SASL_PASSWORD_FILE or DRAFTFLOW_KAFKA_SASL_PASSWORD)",
+				m, s.SASL.Username)
 		}
 		r.mechanism, r.user, r.password = m, s.SASL.Username, pw
 	} else if s.SASL.Username != "" || !s.SASL.Password.IsZero() || s.SASL.PasswordFile != "" {
@@ -354,68 +272,6 @@ func (s Security) kafkaGo() (resolved, kgosasl.Mechanism, error) {
 	return r, mech, err
 }
 
-// dialer returns a kafka-go dialer carrying the client id, TLS and SASL (consumer groups and readers).
-func (c Config) dialer() (*kafkago.Dialer, error) {
-	r, mech, err := c.Security.kafkaGo()
-	if err != nil {
-		return nil, err
-	}
-	return &kafkago.Dialer{ClientID: c.clientID(), Timeout: 10 * time.Second, DualStack: true, TLS: r.tls, SASLMechanism: mech}, nil
-}
-
-// newTransport returns a kafka-go transport (writers, admin client) with TLS and SASL.
-func (c Config) newTransport() (*kafkago.Transport, error) {
-	r, mech, err := c.Security.kafkaGo()
-	if err != nil {
-		return nil, err
-	}
-	return &kafkago.Transport{ClientID: c.clientID(), DialTimeout: 10 * time.Second, TLS: r.tls, SASL: mech,
-		Dial: (&net.Dialer{Timeout: 10 * time.Second}).DialContext}, nil
-}
-
-// adminTransports shares one transport (and so its connection pool: every TLS handshake and SASL exchange is
-// paid once per broker, not once per request) among the admin clients of one Security and client id.
-var adminTransports sync.Map // adminKey -> *kafkago.Transport
-
-type adminKey struct {
-	sec      Security
-	clientID string
-}
-
-// adminTransport returns the shared transport of the admin client: nil (kafka-go's default transport, as
-// before) for a plaintext, unauthenticated cluster.
-func (c Config) adminTransport() (kafkago.RoundTripper, error) {
-	if c.Security == (Security{}) {
-		return nil, nil
-	}
-	key := adminKey{c.Security, c.clientID()}
-	if t, ok := adminTransports.Load(key); ok {
-		return t.(*kafkago.Transport), nil
-	}
-	t, err := c.newTransport()
-	if err != nil {
-		return nil, err
-	}
-	actual, _ := adminTransports.LoadOrStore(key, t)
-	return actual.(*kafkago.Transport), nil
-}
-
-// franzOpts returns the franz-go client options of TLS and SASL.
-func (c Config) franzOpts() ([]kgo.Opt, error) {
-	r, err := c.Security.resolve()
-	if err != nil {
-		return nil, err
-	}
-	var opts []kgo.Opt
-	if r.tls != nil {
-		opts = append(opts, kgo.DialTLSConfig(r.tls.Clone()))
-	}
-	if m := r.franzSASL(); m != nil {
-		opts = append(opts, kgo.SASL(m))
-	}
-	return opts, nil
-}
-
 // ErrAuthentication is wrapped by every error this package returns when the brokers refuse the client's
 // credentials or certificate: a SASL authentication failure, a mechanism the broker does not enable, or a TLS
 // handshake that failed. Retrying cannot help; the command stops and says which credentials failed.
@@ -482,54 +338,6 @@ func (c Config) authError(err error) error {
 		return &AuthError{Mechanism: m, User: c.Security.SASL.Username, Brokers: c.Brokers, Err: err}
 	case "tls":
 		return &AuthError{Mechanism: "TLS", Brokers: c.Brokers, Err: err}
-	}
-	return err
-}
-
-// Ping opens one connection to a bootstrap broker with the TLS and SASL of Security, authenticates and closes
-// it. It returns nil once one broker accepted the client, an AuthError when a broker refused its credentials or
-// certificate, and otherwise the last connection error. kafka-go's pooled clients hide why a connection
-// failed (a request then fails with "Broker Not Available" or EOF); Ping tells an authentication failure apart.
-func (c Config) Ping(ctx context.Context) error {
-	d, err := c.dialer()
-	if err != nil {
-		return err
-	}
-	if len(c.Brokers) == 0 {
-		return errors.New("kafka: no brokers configured")
-	}
-	var last error
-	for _, b := range c.Brokers {
-		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		conn, err := d.DialContext(pctx, "tcp", b)
-		cancel()
-		if err == nil {
-			_ = conn.Close()
-			return nil
-		}
-		if last = c.authError(err); IsAuthError(last) {
-			return last
-		}
-	}
-	return fmt.Errorf("kafka: connect to %v: %w", c.Brokers, last)
-}
-
-// explain returns err as an AuthError when it is one, or when, on a cluster with Security set, a Ping shows the
-// brokers refuse this client's credentials (the library's error then hides it); otherwise err unchanged.
-func (c Config) explain(ctx context.Context, err error) error {
-	if err == nil {
-		return nil
-	}
-	if aerr := c.authError(err); IsAuthError(aerr) {
-		return aerr
-	}
-	if c.Security == (Security{}) || errors.Is(err, context.Canceled) {
-		return err
-	}
-	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	if perr := c.Ping(pctx); IsAuthError(perr) {
-		return perr
 	}
 	return err
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -108,27 +107,6 @@ func TestSecurityValidate(t *testing.T) {
 	}
 }
 
-// TestSecurityFlagsAndEnv: flags win over DRAFTFLOW_KAFKA_* variables, which are the defaults.
-func TestSecurityFlagsAndEnv(t *testing.T) {
-	t.Setenv(kafka.EnvSASLMechanism, "SCRAM-SHA-256")
-	t.Setenv(kafka.EnvSASLUsername, "from-env")
-	t.Setenv(kafka.EnvSASLPassword, testPassword)
-	t.Setenv(kafka.EnvTLSCAFile, "/env/ca.pem")
-	var s kafka.Security
-	fs := flag.NewFlagSet("t", flag.ContinueOnError)
-	s.RegisterFlags(fs)
-	if err := fs.Parse([]string{"--kafka-sasl-username", "from-flag", "--kafka-tls-server-name", "kafka.internal"}); err != nil {
-		t.Fatal(err)
-	}
-	if s.SASL.Mechanism != "SCRAM-SHA-256" || s.SASL.Username != "from-flag" || s.SASL.Password.Reveal() != testPassword ||
-		s.TLS.CAFile != "/env/ca.pem" || s.TLS.ServerName != "kafka.internal" {
-		t.Errorf("got %+v", s)
-	}
-	if fs.Lookup("kafka-sasl-password") != nil {
-		t.Error("a password flag would put the password on the command line")
-	}
-}
-
 // secureCluster starts an embedded broker speaking SASL over TLS with one user per mechanism, all named alice.
 func secureCluster(t *testing.T, requireClientCert bool) (*kafkatest.PKI, []string) {
 	pki := kafkatest.NewPKI(t)
@@ -172,7 +150,7 @@ func TestKafkaMutualTLSEmbedded(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	start := time.Now()
-	err := bad.EnsureTopics(ctx, topics.All...)
+	err := kafkatest.Client(t, bad).Admin().EnsureTopics(ctx, topics.All...)
 	if !kafka.IsAuthError(err) || !strings.Contains(err.Error(), "TLS") {
 		t.Fatalf("EnsureTopics with the wrong CA: %v, want a TLS authentication error", err)
 	}
@@ -184,9 +162,10 @@ func TestKafkaMutualTLSEmbedded(t *testing.T) {
 // roundTrip creates the topics, writes and reads a record and looks up a topic ID through cfg.
 func roundTrip(t *testing.T, cfg kafka.Config) {
 	t.Helper()
+	cl := kafkatest.Client(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := cfg.EnsureTopics(ctx, topics.All...); err != nil {
+	if err := cl.Admin().EnsureTopics(ctx, topics.All...); err != nil {
 		t.Fatal(err)
 	}
 	kafkatest.Produce(t, cfg, topics.TopicPrompts, kafkatest.Record{Key: "p1", Value: &topics.Prompt{ID: "p1", Dataset: "d"}})
@@ -194,7 +173,7 @@ func roundTrip(t *testing.T, cfg kafka.Config) {
 	if len(got) != 1 || got[0].ID != "p1" {
 		t.Fatalf("read back %v", got)
 	}
-	id, err := cfg.TopicID(ctx, topics.TopicPrompts)
+	id, err := cl.Admin().TopicID(ctx, topics.TopicPrompts)
 	if err != nil || id == "" {
 		t.Fatalf("TopicID = %q, %v", id, err)
 	}
@@ -209,6 +188,7 @@ func checkAuthFails(t *testing.T, cfg kafka.Config, mech string) {
 
 func checkAuthFailsUser(t *testing.T, cfg kafka.Config, mech, user string) {
 	t.Helper()
+	cl := kafkatest.Client(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	check := func(what string, start time.Time, err error) {
@@ -231,18 +211,18 @@ func checkAuthFailsUser(t *testing.T, cfg kafka.Config, mech, user string) {
 		}
 	}
 	start := time.Now()
-	check("EnsureTopics", start, cfg.EnsureTopics(ctx, topics.All...))
+	check("EnsureTopics", start, cl.Admin().EnsureTopics(ctx, topics.All...))
 	start = time.Now()
-	_, err := cfg.TopicID(ctx, topics.TopicPrompts)
+	_, err := cl.Admin().TopicID(ctx, topics.TopicPrompts)
 	check("TopicID", start, err)
 	start = time.Now()
-	_, err = cfg.EndOffsets(ctx, topics.TopicPrompts)
+	_, err = cl.Admin().EndOffsets(ctx, topics.TopicPrompts)
 	check("EndOffsets", start, err)
 	start = time.Now()
-	err = cfg.NewConsumer(topics.TopicPrompts, kafka.ConsumerConfig{Group: "g"}).Run(ctx, func(d *kafka.Delivery) { d.Done() })
+	err = cl.NewConsumer(topics.TopicPrompts, kafka.ConsumerConfig{Group: "g"}).Run(ctx, func(d *kafka.Delivery) { d.Done() })
 	check("Consumer.Run", start, err)
 	start = time.Now()
-	p := cfg.NewProducer(topics.TopicPrompts, kafka.ProducerConfig{})
+	p := cl.NewProducer(topics.TopicPrompts, kafka.ProducerConfig{})
 	defer p.Close()
 	errc := make(chan error, 1)
 	p.SendRetrying(ctx, "k", &topics.Prompt{ID: "k"}, func(err error) { errc <- err })
@@ -274,21 +254,21 @@ func TestKafkaTLSServerNameEmbedded(t *testing.T) {
 	ok := kafka.Config{Brokers: brokers, Namespace: "sni", Security: kafka.Security{TLS: kafka.TLS{CAFile: pki.CAFile, ServerName: "localhost"}, SASL: sasl}}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := ok.Ping(ctx); err != nil {
+	if err := kafkatest.Client(t, ok).Ping(ctx); err != nil {
 		t.Fatalf("server name localhost: %v", err)
 	}
 	wrong := ok
 	wrong.Security.TLS.ServerName = "kafka.example.org"
-	if err := wrong.Ping(ctx); !kafka.IsAuthError(err) || !strings.Contains(err.Error(), "TLS") {
+	if err := kafkatest.Client(t, wrong).Ping(ctx); !kafka.IsAuthError(err) || !strings.Contains(err.Error(), "TLS") {
 		t.Errorf("wrong server name: %v, want a TLS authentication error", err)
 	}
 	noCA := ok
 	noCA.Security.TLS = kafka.TLS{Enabled: true}
-	if err := noCA.Ping(ctx); !kafka.IsAuthError(err) {
+	if err := kafkatest.Client(t, noCA).Ping(ctx); !kafka.IsAuthError(err) {
 		t.Errorf("a certificate of an unknown CA: %v, want a TLS authentication error", err)
 	}
 	noCA.Security.TLS.InsecureSkipVerify = true
-	if err := noCA.Ping(ctx); err != nil {
+	if err := kafkatest.Client(t, noCA).Ping(ctx); err != nil {
 		t.Errorf("insecure-skip-verify: %v", err)
 	}
 	if d := fmt.Sprint(noCA.Security.Describe()...); !strings.Contains(d, "tls_insecure_skip_verify") || !strings.Contains(d, "SASL_SSL") {

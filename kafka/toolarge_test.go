@@ -15,6 +15,7 @@ import (
 
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/kafka/embedded"
+	"github.com/draftflow/draftflow/kafka/kafkatest"
 
 	kafkago "github.com/segmentio/kafka-go"
 
@@ -52,7 +53,7 @@ func smallTopics(t *testing.T, limit int, logs *syncBuffer) kafka.Config {
 	defer cancel()
 	small := kafka.Config{Brokers: e.Brokers(), Partitions: 1, Namespace: "small", MaxMessageBytes: limit,
 		Logger: slog.New(slog.DiscardHandler)}
-	if err := small.EnsureTopics(ctx, topics.All...); err != nil {
+	if err := kafkatest.Client(t, small).Admin().EnsureTopics(ctx, topics.All...); err != nil {
 		t.Fatal(err)
 	}
 	cfg := small
@@ -100,10 +101,11 @@ func TestBrokerRefusedRecordIsTooLarge(t *testing.T) {
 	const limit = 16 << 10
 	var logs syncBuffer
 	cfg := smallTopics(t, limit, &logs)
+	cl := kafkatest.Client(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	r := rand.New(rand.NewPCG(1, 2))
-	p := cfg.NewProducer(topics.TopicTokenized, kafka.ProducerConfig{BatchTimeout: 50 * time.Millisecond})
+	p := cl.NewProducer(topics.TopicTokenized, kafka.ProducerConfig{BatchTimeout: 50 * time.Millisecond})
 	defer p.Close()
 
 	big := &topics.Tokenized{ID: "big", InputIDs: randomIDs(r, 10000)} // ~40 KB that zstd cannot shrink
@@ -152,14 +154,14 @@ func TestBrokerRefusedRecordIsTooLarge(t *testing.T) {
 	}
 
 	// A dead letter whose payload is over the limit is written, with less payload.
-	dead := cfg.NewProducer(topics.TopicRejected, kafka.ProducerConfig{})
+	dead := cl.NewProducer(topics.TopicRejected, kafka.ProducerConfig{})
 	defer dead.Close()
 	payload := []byte(fmt.Sprintf("%x", randomIDs(r, 8000))) // ~60 KB of hex
 	rej := &topics.Rejection{ID: "big", Stage: "test", Reason: "too large", Payload: payload}
 	if err := dead.SendSync(ctx, rej.ID, rej); err != nil {
 		t.Fatalf("dead letter over the topic's limit: %v", err)
 	}
-	c := cfg.NewConsumer(topics.TopicRejected, kafka.ConsumerConfig{Group: "check"})
+	c := cl.NewConsumer(topics.TopicRejected, kafka.ConsumerConfig{Group: "check"})
 	rctx, rcancel := context.WithCancel(ctx)
 	var got topics.Rejection
 	if err := c.Run(rctx, func(d *kafka.Delivery) {
@@ -181,9 +183,10 @@ func TestBrokerRefusedRecordIsTooLarge(t *testing.T) {
 func TestEnsureTopicsWarnsAboutSmallExistingTopic(t *testing.T) {
 	var logs syncBuffer
 	cfg := smallTopics(t, 64<<10, &logs)
+	cl := kafkatest.Client(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := cfg.EnsureTopics(ctx, topics.TopicGenerated); err != nil {
+	if err := cl.Admin().EnsureTopics(ctx, topics.TopicGenerated); err != nil {
 		t.Fatal(err)
 	}
 	out := logs.String()
@@ -191,7 +194,7 @@ func TestEnsureTopicsWarnsAboutSmallExistingTopic(t *testing.T) {
 		!strings.Contains(out, "max_message_bytes=65536") || !strings.Contains(out, "configured_max_message_bytes=8388608") {
 		t.Errorf("no warning naming the topic and both sizes:\n%s", out)
 	}
-	if v, err := cfg.TopicConfigValue(ctx, topics.TopicGenerated, "max.message.bytes"); err != nil || v != "65536" {
+	if v, err := cl.Admin().TopicConfigValue(ctx, topics.TopicGenerated, "max.message.bytes"); err != nil || v != "65536" {
 		t.Errorf("max.message.bytes now %q (%v); the topic must be left as it is", v, err)
 	}
 	// A topic at the configured limit is not warned about.
@@ -199,7 +202,7 @@ func TestEnsureTopicsWarnsAboutSmallExistingTopic(t *testing.T) {
 	ok := cfg
 	ok.MaxMessageBytes = 64 << 10
 	ok.Logger = slog.New(slog.NewTextHandler(&quiet, nil))
-	if err := ok.EnsureTopics(ctx, topics.TopicGenerated); err != nil {
+	if err := kafkatest.Client(t, ok).Admin().EnsureTopics(ctx, topics.TopicGenerated); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(quiet.String(), "level=WARN") {

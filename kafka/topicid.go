@@ -18,20 +18,23 @@ import (
 // The one exception to "everything through kafka-go": kafka-go negotiates Metadata v1/v6 only and cannot see
 // topic IDs, so this lookup sends a Metadata v10+ request with franz-go's client and request types (already a
 // dependency through the embedded broker). Nothing else in draftflow talks to Kafka through franz-go.
-func (c Config) TopicID(ctx context.Context, topic string) (string, error) {
-	topic = c.Topic(topic)
-	opts, err := c.franzOpts()
+func (a *Admin) TopicID(ctx context.Context, topic string) (string, error) {
+	if err := a.cl.open(); err != nil {
+		return "", err
+	}
+	topic = a.cfg.Topic(topic)
+	opts, err := a.cfg.franzOpts()
 	if err != nil {
 		return "", err
 	}
-	if c.Security != (Security{}) {
+	if a.cfg.Security != (Security{}) {
 		// franz-go retries a connection the broker closed during authentication until ctx ends; a kafka-go
 		// connection first makes a refused credential a prompt AuthError.
-		if err := c.Ping(ctx); IsAuthError(err) {
+		if err := a.cl.Ping(ctx); IsAuthError(err) {
 			return "", fmt.Errorf("kafka: metadata of %s: %w", topic, err)
 		}
 	}
-	cl, err := kgo.NewClient(append(opts, kgo.SeedBrokers(c.Brokers...), kgo.ClientID(c.clientID()))...)
+	cl, err := kgo.NewClient(append(opts, kgo.SeedBrokers(a.cfg.Brokers...), kgo.ClientID(a.cfg.clientID()))...)
 	if err != nil {
 		return "", err
 	}
@@ -42,7 +45,7 @@ func (c Config) TopicID(ctx context.Context, topic string) (string, error) {
 	req.Topics = append(req.Topics, t)
 	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
-		return "", fmt.Errorf("kafka: metadata of %s: %w", topic, c.explain(ctx, err))
+		return "", fmt.Errorf("kafka: metadata of %s: %w", topic, a.cl.explain(ctx, err))
 	}
 	for _, rt := range resp.Topics {
 		if rt.Topic == nil || *rt.Topic != topic {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/kafka/embedded"
+	"github.com/draftflow/draftflow/kafka/kafkatest"
 
 	"github.com/draftflow/draftflow/topics"
 )
@@ -21,14 +22,15 @@ func TestTopicIDDistinguishesIncarnations(t *testing.T) {
 			t.Fatal(err)
 		}
 		kc := kafka.Config{Brokers: e.Brokers(), Partitions: 1}
-		if err := kc.EnsureTopics(ctx, topics.TopicGenerated); err != nil {
+		cl := kafkatest.Client(t, kc)
+		if err := cl.Admin().EnsureTopics(ctx, topics.TopicGenerated); err != nil {
 			t.Fatal(err)
 		}
-		id, err := kc.TopicID(ctx, topics.TopicGenerated)
+		id, err := cl.Admin().TopicID(ctx, topics.TopicGenerated)
 		if err != nil {
 			t.Fatal(err)
 		}
-		again, err := kc.TopicID(ctx, topics.TopicGenerated)
+		again, err := cl.Admin().TopicID(ctx, topics.TopicGenerated)
 		if err != nil || again != id {
 			t.Fatalf("second lookup %q, %v; want %q", again, err, id)
 		}
@@ -41,7 +43,7 @@ func TestTopicIDDistinguishesIncarnations(t *testing.T) {
 	if ids[0] == ids[1] {
 		t.Fatalf("two brokers gave the same topic id %s", ids[0])
 	}
-	if _, err := (kafka.Config{Brokers: []string{"127.0.0.1:1"}}).TopicID(ctx, "x"); err == nil {
+	if _, err := kafkatest.Client(t, kafka.Config{Brokers: []string{"127.0.0.1:1"}}).Admin().TopicID(ctx, "x"); err == nil {
 		t.Fatal("lookup against no broker succeeded")
 	}
 }

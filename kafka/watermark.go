@@ -2,13 +2,13 @@ package kafka
 
 import "sync"
 
-// Watermark tracks, per partition, which fetched offsets are finished, and yields the offset up to which
+// watermark tracks, per partition, which fetched offsets are finished, and yields the offset up to which
 // everything is finished: the only offset that may be committed when work completes out of order.
 //
 // Offsets must be added in fetch order (increasing per partition). Adding an offset at or below the last one
 // added for a partition means the consumer was rewound (a rebalance handed the partition back from its
 // committed offset): the partition's pending offsets are forgotten, and Done for them is ignored.
-type Watermark struct {
+type watermark struct {
 	mu     sync.Mutex
 	parts  map[int]*partitionMarks
 	epochs uint64 // the last epoch handed out; every new or rewound partition gets a fresh one
@@ -32,18 +32,18 @@ const (
 	abandoned       // Abandon: never committed by this consumer, but no longer waited for
 )
 
-// Mark identifies one added offset; pass it back to Done.
-type Mark struct {
+// mark identifies one added offset; pass it back to Done.
+type mark struct {
 	Partition int
 	Offset    int64
 	epoch     uint64
 }
 
-// NewWatermark returns an empty Watermark.
-func NewWatermark() *Watermark { return &Watermark{parts: make(map[int]*partitionMarks)} }
+// newWatermark returns an empty watermark.
+func newWatermark() *watermark { return &watermark{parts: make(map[int]*partitionMarks)} }
 
 // Add registers a fetched offset as in progress.
-func (w *Watermark) Add(partition int, offset int64) Mark {
+func (w *watermark) Add(partition int, offset int64) mark {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	p := w.parts[partition]
@@ -78,11 +78,11 @@ func (w *Watermark) Add(partition int, offset int64) Mark {
 	}
 	p.pending = append(p.pending, inFlight)
 	p.last = offset
-	return Mark{Partition: partition, Offset: offset, epoch: p.epoch}
+	return mark{Partition: partition, Offset: offset, epoch: p.epoch}
 }
 
 // Done marks an offset finished. It reports false when the mark is stale (its partition was rewound since).
-func (w *Watermark) Done(m Mark) bool {
+func (w *watermark) Done(m mark) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	p := w.parts[m.Partition]
@@ -108,7 +108,7 @@ func (w *Watermark) Done(m Mark) bool {
 
 // Advance returns, for each partition whose finished prefix grew since the last call, the highest finished
 // offset (commit that offset + 1). It is what a committer calls periodically.
-func (w *Watermark) Advance() map[int]int64 {
+func (w *watermark) Advance() map[int]int64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var out map[int]int64
@@ -125,7 +125,7 @@ func (w *Watermark) Advance() map[int]int64 {
 }
 
 // Retreat undoes an Advance whose commit failed, so the offsets are offered again by the next Advance.
-func (w *Watermark) Retreat(partition int, offset int64) {
+func (w *watermark) Retreat(partition int, offset int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if p := w.parts[partition]; p != nil {
@@ -138,7 +138,7 @@ func (w *Watermark) Retreat(partition int, offset int64) {
 
 // Abandon marks an offset given up: it is never committed (nor anything after it) and no longer counts as
 // pending. A stale mark is ignored.
-func (w *Watermark) Abandon(m Mark) {
+func (w *watermark) Abandon(m mark) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	p := w.parts[m.Partition]
@@ -152,7 +152,7 @@ func (w *Watermark) Abandon(m Mark) {
 
 // PendingOf returns how many added offsets of the given partitions are still in flight (neither finished nor
 // abandoned).
-func (w *Watermark) PendingOf(parts []int) int {
+func (w *watermark) PendingOf(parts []int) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	n := 0
@@ -168,23 +168,9 @@ func (w *Watermark) PendingOf(parts []int) int {
 	return n
 }
 
-// Uncommitted returns how many offsets of the given partitions were added but not (yet) reported by Advance:
-// the work a crash now would have done for nothing.
-func (w *Watermark) Uncommitted(parts []int) int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	n := 0
-	for _, part := range parts {
-		if p := w.parts[part]; p != nil && p.last > p.committed {
-			n += int(p.last - p.committed)
-		}
-	}
-	return n
-}
-
 // Forget drops a partition (it was given up, or is taken anew from its committed offset) and returns how many
 // of its offsets were not finished. Done and Abandon of its marks are ignored from now on.
-func (w *Watermark) Forget(partition int) int {
+func (w *watermark) Forget(partition int) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	p := w.parts[partition]
@@ -202,7 +188,7 @@ func (w *Watermark) Forget(partition int) int {
 }
 
 // Pending returns how many added offsets are not yet finished, over all partitions.
-func (w *Watermark) Pending() int {
+func (w *watermark) Pending() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	n := 0
@@ -219,7 +205,7 @@ func (w *Watermark) Pending() int {
 // Commit returns, for each of the given partitions with marks, the offset to commit (the first offset not
 // finished) and the finished offsets after it (in order), and records them as reported. changed is false when
 // neither moved since the last call, so there is nothing new to commit.
-func (w *Watermark) Commit(parts []int) (offsets map[int]int64, done map[int][]int64, changed bool) {
+func (w *watermark) Commit(parts []int) (offsets map[int]int64, done map[int][]int64, changed bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	offsets, done = map[int]int64{}, map[int][]int64{}

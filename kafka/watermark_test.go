@@ -7,8 +7,8 @@ import (
 )
 
 func TestWatermarkCommitsOnlyContiguousPrefix(t *testing.T) {
-	w := NewWatermark()
-	m := make([]Mark, 6)
+	w := newWatermark()
+	m := make([]mark, 6)
 	for i := range m {
 		m[i] = w.Add(0, int64(10+i))
 	}
@@ -35,7 +35,7 @@ func TestWatermarkCommitsOnlyContiguousPrefix(t *testing.T) {
 }
 
 func TestWatermarkPartitionsIndependent(t *testing.T) {
-	w := NewWatermark()
+	w := newWatermark()
 	a := w.Add(0, 0)
 	b := w.Add(1, 100)
 	w.Add(0, 1)
@@ -47,7 +47,7 @@ func TestWatermarkPartitionsIndependent(t *testing.T) {
 }
 
 func TestWatermarkGapsCountAsFinished(t *testing.T) {
-	w := NewWatermark()
+	w := newWatermark()
 	a := w.Add(0, 5)
 	b := w.Add(0, 9) // 6..8 were control records, never delivered
 	w.Done(b)
@@ -61,8 +61,8 @@ func TestWatermarkGapsCountAsFinished(t *testing.T) {
 }
 
 func TestWatermarkRewindForgetsStaleMarks(t *testing.T) {
-	w := NewWatermark()
-	old := []Mark{w.Add(0, 0), w.Add(0, 1), w.Add(0, 2)}
+	w := newWatermark()
+	old := []mark{w.Add(0, 0), w.Add(0, 1), w.Add(0, 2)}
 	w.Done(old[0])
 	w.Advance()
 	// A rebalance hands the partition back from committed offset 1.
@@ -80,7 +80,7 @@ func TestWatermarkRewindForgetsStaleMarks(t *testing.T) {
 }
 
 func TestWatermarkRetreatOffersAgain(t *testing.T) {
-	w := NewWatermark()
+	w := newWatermark()
 	w.Done(w.Add(2, 7))
 	adv := w.Advance()
 	w.Retreat(2, adv[2])
@@ -94,9 +94,9 @@ func TestWatermarkRetreatOffersAgain(t *testing.T) {
 func TestWatermarkRandomOrder(t *testing.T) {
 	rng := rand.New(rand.NewSource(1))
 	for trial := 0; trial < 200; trial++ {
-		w := NewWatermark()
+		w := newWatermark()
 		n := 1 + rng.Intn(200)
-		marks := make([]Mark, n)
+		marks := make([]mark, n)
 		for i := range marks {
 			marks[i] = w.Add(0, int64(i))
 		}
@@ -126,8 +126,8 @@ func TestWatermarkRandomOrder(t *testing.T) {
 // TestWatermarkCommitNamesFinishedAfterThePrefix: Commit gives the first unfinished offset and the finished
 // ones after it, says whether anything changed since the last call, and offers everything again after Retreat.
 func TestWatermarkCommitNamesFinishedAfterThePrefix(t *testing.T) {
-	w := NewWatermark()
-	var marks []Mark
+	w := newWatermark()
+	var marks []mark
 	for off := int64(10); off < 16; off++ {
 		marks = append(marks, w.Add(0, off))
 	}

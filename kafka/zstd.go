@@ -48,7 +48,7 @@ var (
 		return d
 	})
 	// installZstd puts zstdCodec in kafka-go's codec table, which its writers and readers look codecs up in
-	// (kafka-go has no per-client codec option). NewProducer and NewConsumer call it.
+	// (kafka-go has no per-client codec option): the one place a codec is registered. NewClient calls it.
 	installZstd = sync.OnceFunc(func() { compress.Codecs[compress.Zstd] = zstdCodec{} })
 )
 

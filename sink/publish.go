@@ -63,21 +63,21 @@ func randomID() string {
 // seedShardsIndex starts a new epoch of topics.TopicShards: it writes the epoch in state seeding, a
 // topics.ShardedTurn for every (id, turn) of every run of st, and the epoch in state complete, each acknowledged
 // by the broker before the next step. The returned index publishes the keys of later flushes.
-func seedShardsIndex(ctx context.Context, kc kafka.Config, st *store, log *slog.Logger) (*shardsIndex, error) {
+func seedShardsIndex(ctx context.Context, kcl *kafka.Client, st *store, log *slog.Logger) (*shardsIndex, error) {
+	kc := kcl.Config()
 	id, err := dirID(st.dir)
 	if err != nil {
 		return nil, err
 	}
-	if err := kc.EnsureCompactedTopic(ctx, topics.TopicShards); err != nil {
+	if err := kcl.Admin().EnsureCompactedTopic(ctx, topics.TopicShards); err != nil {
 		return nil, fmt.Errorf("sink: %w", err)
 	}
-	x := &shardsIndex{p: kc.NewProducer(topics.TopicShards, kafka.ProducerConfig{BatchSize: 1000}), log: log, ctx: ctx,
+	x := &shardsIndex{p: kcl.NewProducer(topics.TopicShards, kafka.ProducerConfig{BatchSize: 1000}), log: log, ctx: ctx,
 		epoch: topics.ShardsEpoch{Epoch: randomID(), State: topics.EpochSeeding, Dir: id, Path: st.dir, Time: time.Now().UTC()}}
 	start := time.Now()
 	n, err := x.seed(ctx, st)
 	if err != nil {
-		x.p.Close()
-		return nil, fmt.Errorf("sink: publish what the shards hold on %s: %w", kc.Topic(topics.TopicShards), err)
+		return nil, errors.Join(fmt.Errorf("sink: publish what the shards hold on %s: %w", kc.Topic(topics.TopicShards), err), x.p.Close())
 	}
 	log.Info("published what the shards hold", "topic", kc.Topic(topics.TopicShards), "epoch", x.epoch.Epoch, "turns", n,
 		"took", time.Since(start).Round(time.Millisecond))
@@ -155,7 +155,8 @@ func (x *shardsIndex) publish(run string, keys []indexEntry) {
 	}
 }
 
-func (x *shardsIndex) close() error {
+// Close closes the index's producer once every publication sent has been answered.
+func (x *shardsIndex) Close() error {
 	if x == nil {
 		return nil
 	}

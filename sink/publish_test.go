@@ -21,15 +21,16 @@ type shardsTopic struct {
 }
 
 func readShardsTopic(t *testing.T, kc kafka.Config) shardsTopic {
+	cl := kafkatest.Client(t, kc)
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	end, err := kc.EndOffsets(ctx, topics.TopicShards)
+	end, err := cl.Admin().EndOffsets(ctx, topics.TopicShards)
 	if err != nil {
 		t.Fatal(err)
 	}
 	st := shardsTopic{turns: map[string]topics.ShardedTurn{}}
-	err = kc.ReadPartition(ctx, topics.TopicShards, 0, 0, end[0], func(m kafka.Message) error {
+	err = cl.ReadPartition(ctx, topics.TopicShards, 0, 0, end[0], func(m kafka.Message) error {
 		kind, err := topics.PeekKind(m.Value)
 		if err != nil {
 			return err
@@ -107,7 +108,7 @@ func TestSinkPublishesShardsAndResumesFromThem(t *testing.T) {
 	kc = freshBroker(t, "pub2")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := kc.EnsureCompactedTopic(ctx, topics.TopicShards); err != nil { // to read it while the sink starts
+	if err := kafkatest.Client(t, kc).Admin().EnsureCompactedTopic(ctx, topics.TopicShards); err != nil { // to read it while the sink starts
 		t.Fatal(err)
 	}
 	redone, inShards := RedoneGenerations(), InShardsTurns()

@@ -18,9 +18,10 @@ import (
 func TestSlowDeadLetterDoesNotStallSink(t *testing.T) {
 	e := kafkatest.Embedded(t)
 	kc := kafka.Config{Brokers: e.Brokers(), Partitions: 2, Namespace: "slow-dead-letter", Logger: quietLogger()}
+	cl := kafkatest.Client(t, kc)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := kc.EnsureTopics(ctx, topics.All...); err != nil {
+	if err := cl.Admin().EnsureTopics(ctx, topics.All...); err != nil {
 		t.Fatal(err)
 	}
 
@@ -76,7 +77,7 @@ func TestSlowDeadLetterDoesNotStallSink(t *testing.T) {
 			t.Fatal("no row became durable while a dead letter waited for its acknowledgement: the sink is stalled")
 		}
 	}
-	offs, err := kc.CommittedOffsets(ctx, cfg.Group, topics.TopicGenerated)
+	offs, err := cl.Admin().CommittedOffsets(ctx, cfg.Group, topics.TopicGenerated)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +97,7 @@ func TestSlowDeadLetterDoesNotStallSink(t *testing.T) {
 	for _, rs := range readRows(t, cfg.Dir) {
 		checkRowsExact(t, rs, gens)
 	}
-	ends, err := kc.EndOffsets(ctx, topics.TopicRejected)
+	ends, err := cl.Admin().EndOffsets(ctx, topics.TopicRejected)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,10 +21,21 @@ import (
 // holds, lets the consumer commit, and returns nil. It returns an error when it cannot recover cfg.Dir, when
 // a flush fails, or when a rejection cannot be written; everything not yet durable is then left for the next
 // start.
-func Run(ctx context.Context, cfg Config) error {
-	cfg, err := cfg.withDefaults()
+func Run(ctx context.Context, cfg Config) (err error) {
+	cfg, err = cfg.withDefaults()
 	if err != nil {
 		return err
+	}
+	kcl, err := kafka.NewClient(cfg.Kafka)
+	if err != nil {
+		return fmt.Errorf("sink: %w", err)
+	}
+	defer kcl.Close()
+	// closed closes c when Run returns; its error is Run's when Run has none.
+	closed := func(c interface{ Close() error }) {
+		if cerr := c.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("sink: %w", cerr)
+		}
 	}
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return fmt.Errorf("sink: %w", err)
@@ -42,7 +53,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer st.close()
 	st.modelPath = cfg.ModelPath
 	topic := cfg.Kafka.Topic(topics.TopicGenerated)
-	tid, err := lookupTopicID(ctx, cfg.Kafka, topics.TopicGenerated, log)
+	tid, err := lookupTopicID(ctx, kcl.Admin(), topics.TopicGenerated, log)
 	if err != nil {
 		return err
 	}
@@ -50,11 +61,11 @@ func Run(ctx context.Context, cfg Config) error {
 	st.zstd = cfg.ZstdLevel
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	dead := cfg.Kafka.NewDeadLetters("sink")
-	defer dead.Close()
+	dead := kcl.NewDeadLetters("sink")
+	defer closed(dead)
 	// The next turns of multi-turn conversations go back to the prompts topic, keyed by conversation id.
-	prompts := cfg.Kafka.NewProducer(topics.TopicPrompts, kafka.ProducerConfig{})
-	defer prompts.Close()
+	prompts := kcl.NewProducer(topics.TopicPrompts, kafka.ProducerConfig{})
+	defer closed(prompts)
 
 	s := newSinker(runCtx, cancel, cfg, log, st, dead, prompts)
 	j, recovered, err := openJournal(cfg.Dir, st.nextKey, log)
@@ -69,11 +80,11 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	// What the shards hold, published for generate before anything is consumed (topics.TopicShards).
-	index, err := seedShardsIndex(runCtx, cfg.Kafka, st, log)
+	index, err := seedShardsIndex(runCtx, kcl, st, log)
 	if err != nil {
 		return err
 	}
-	defer index.close()
+	defer closed(index)
 	s.index = index
 	if cfg.OnSeeded != nil {
 		cfg.OnSeeded()
@@ -81,7 +92,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := s.recoverJournal(recovered, true); err != nil {
 		return err
 	}
-	cons := cfg.Kafka.NewConsumer(topics.TopicGenerated, kafka.ConsumerConfig{Group: cfg.Group, MaxInFlight: cfg.MaxBufferedRows + 64})
+	cons := kcl.NewConsumer(topics.TopicGenerated, kafka.ConsumerConfig{Group: cfg.Group, MaxInFlight: cfg.MaxBufferedRows + 64})
 	cfg.Ready.Add("sink", func() error {
 		if cons.Assigned() == 0 {
 			return errors.New("no partitions of the generated topic assigned")
@@ -114,10 +125,10 @@ func Run(ctx context.Context, cfg Config) error {
 }
 
 // lookupTopicID returns the ID of the consumed (logical) topic, waiting (until ctx ends) for the topic to exist.
-func lookupTopicID(ctx context.Context, kc kafka.Config, topic string, log *slog.Logger) (string, error) {
+func lookupTopicID(ctx context.Context, admin *kafka.Admin, topic string, log *slog.Logger) (string, error) {
 	for attempt := 1; ; attempt++ {
 		lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		id, err := kc.TopicID(lctx, topic)
+		id, err := admin.TopicID(lctx, topic)
 		cancel()
 		if err == nil {
 			if id == "" {

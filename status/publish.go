@@ -64,8 +64,9 @@ type sample struct {
 // Interval, until ctx ends; then it writes a last one in state stopped (waiting up to 5 s for it) and returns.
 // Call it after the stages' metrics exist and stop it after the stages returned, so the last record holds
 // their final figures. A failed write is logged and the next interval tries again: status is never a reason
-// for a stage to stop.
-func Publish(ctx context.Context, cfg PublisherConfig) error {
+// for a stage to stop. It returns an error only when it cannot start (no usable Kafka settings) or its producer
+// fails to close.
+func Publish(ctx context.Context, cfg PublisherConfig) (err error) {
 	if cfg.Instance == "" {
 		cfg.Instance = DefaultInstance()
 	}
@@ -80,8 +81,17 @@ func Publish(ctx context.Context, cfg PublisherConfig) error {
 		log = slog.Default()
 	}
 	host, _ := os.Hostname()
-	p := cfg.Kafka.NewProducer(topics.TopicStatus, kafka.ProducerConfig{})
-	defer p.Close()
+	kcl, err := kafka.NewClient(cfg.Kafka)
+	if err != nil {
+		return fmt.Errorf("status: %w", err)
+	}
+	defer kcl.Close()
+	p := kcl.NewProducer(topics.TopicStatus, kafka.ProducerConfig{})
+	defer func() {
+		if cerr := p.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("status: close producer: %w", cerr)
+		}
+	}()
 	started := time.Now()
 	history := map[string][]sample{}
 	publish := func(ctx context.Context, state string, wait bool) {

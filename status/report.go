@@ -130,10 +130,12 @@ type CollectorConfig struct {
 }
 
 // Collector builds Reports. It keeps what it read before (the rejected topic's position and counts, the
-// status records, the committed offsets of earlier reads), so calling Collect again under `--watch` reads only
-// what is new and computes rates over its window. Not safe for concurrent use.
+// status records, the committed offsets of earlier reads), and its connections to the cluster, so calling
+// Collect again under `--watch` reads only what is new and computes rates over its window. Close it when done.
+// Not safe for concurrent use.
 type Collector struct {
 	cfg CollectorConfig
+	cl  *kafka.Client // made by the first Collect, closed by Close
 
 	rejNext  map[int]int64 // rejected topic: partition -> next offset to read
 	rejected map[[2]string]*RejectionCount
@@ -170,9 +172,16 @@ func (c *Collector) Collect(ctx context.Context) (*Report, error) {
 	if len(kc.Brokers) == 0 {
 		return nil, errors.New("status: no Kafka brokers")
 	}
+	if c.cl == nil {
+		cl, err := kafka.NewClient(kc)
+		if err != nil {
+			return nil, err
+		}
+		c.cl = cl
+	}
 	now := c.now()
 	r := &Report{Time: now.UTC(), Namespace: kc.Namespace, Stages: []StageReport{}, Rejections: []RejectionCount{}, Warnings: []string{}}
-	if _, err := kc.Groups(ctx); err != nil {
+	if _, err := c.cl.Admin().Groups(ctx); err != nil {
 		return nil, err
 	}
 	if err := c.readStatuses(ctx, now); err != nil {
@@ -197,21 +206,29 @@ func (c *Collector) Collect(ctx context.Context) (*Report, error) {
 		}
 		return a.Stage+"\x00"+a.Reason < b.Stage+"\x00"+b.Reason
 	})
-	r.Warnings = append(r.Warnings, retentionWarnings(ctx, kc, r)...)
+	r.Warnings = append(r.Warnings, retentionWarnings(ctx, kc, c.cl.Admin(), r)...)
 	return r, nil
+}
+
+// Close closes the Collector's connections.
+func (c *Collector) Close() error {
+	if c.cl == nil {
+		return nil
+	}
+	return c.cl.Close()
 }
 
 // retentionWarnings says where retention may cost a stage records: records of its input topic deleted before
 // its group read them, or unread records older than 80% of the topic's retention.ms (kafka.RetentionRisk). A
 // consumer whose committed offset fell off the log jumps to the first offset still there, so without this
 // warning the loss would be silent.
-func retentionWarnings(ctx context.Context, kc kafka.Config, r *Report) []string {
+func retentionWarnings(ctx context.Context, kc kafka.Config, admin *kafka.Admin, r *Report) []string {
 	var out []string
 	for _, st := range r.Stages {
 		if st.Group == "" || st.Topic == "" {
 			continue
 		}
-		risk, err := kc.RetentionRisk(ctx, st.Group, st.Topic)
+		risk, err := admin.RetentionRisk(ctx, st.Group, st.Topic)
 		if err != nil {
 			out = append(out, fmt.Sprintf("%s: retention of %s not checked: %v", st.Stage, kc.Topic(st.Topic), err))
 			continue
@@ -261,7 +278,7 @@ func (c *Collector) stage(ctx context.Context, st Stage, now time.Time) (StageRe
 	if st.Group == "" || st.Topic == "" {
 		return sr, warn
 	}
-	if desc, err := kc.DescribeGroup(ctx, st.Group); err != nil {
+	if desc, err := c.cl.Admin().DescribeGroup(ctx, st.Group); err != nil {
 		warn = append(warn, fmt.Sprintf("%s: group %s not described: %v", st.Name, kc.Topic(st.Group), err))
 	} else {
 		sr.GroupState, sr.Members = desc.State, desc.Members
@@ -269,15 +286,15 @@ func (c *Collector) stage(ctx context.Context, st Stage, now time.Time) (StageRe
 			sr.Members = []kafka.GroupMember{}
 		}
 	}
-	ends, err := kc.EndOffsets(ctx, st.Topic)
+	ends, err := c.cl.Admin().EndOffsets(ctx, st.Topic)
 	if err != nil {
 		return sr, append(warn, fmt.Sprintf("%s: topic %s not read: %v", st.Name, kc.Topic(st.Topic), err))
 	}
-	starts, err := kc.StartOffsets(ctx, st.Topic)
+	starts, err := c.cl.Admin().StartOffsets(ctx, st.Topic)
 	if err != nil {
 		return sr, append(warn, fmt.Sprintf("%s: topic %s not read: %v", st.Name, kc.Topic(st.Topic), err))
 	}
-	committed, err := kc.CommittedOffsets(ctx, st.Group, st.Topic)
+	committed, err := c.cl.Admin().CommittedOffsets(ctx, st.Group, st.Topic)
 	if err != nil {
 		return sr, append(warn, fmt.Sprintf("%s: committed offsets of %s not read: %v", st.Name, kc.Topic(st.Group), err))
 	}
@@ -426,12 +443,11 @@ func firstOutput(recs []topics.Status, name string) (time.Time, int64, bool) {
 // readStatuses reads what is new on the status topic (at first, the last StatusTail records of each partition)
 // and keeps, per key, the records within the window (and always the latest).
 func (c *Collector) readStatuses(ctx context.Context, now time.Time) error {
-	kc := c.cfg.Kafka
-	ends, err := kc.EndOffsets(ctx, topics.TopicStatus)
+	ends, err := c.cl.Admin().EndOffsets(ctx, topics.TopicStatus)
 	if err != nil {
 		return err
 	}
-	starts, err := kc.StartOffsets(ctx, topics.TopicStatus)
+	starts, err := c.cl.Admin().StartOffsets(ctx, topics.TopicStatus)
 	if err != nil {
 		return err
 	}
@@ -474,12 +490,11 @@ func (c *Collector) readStatuses(ctx context.Context, now time.Time) error {
 
 // readRejections counts what is new on the rejected topic.
 func (c *Collector) readRejections(ctx context.Context) error {
-	kc := c.cfg.Kafka
-	ends, err := kc.EndOffsets(ctx, topics.TopicRejected)
+	ends, err := c.cl.Admin().EndOffsets(ctx, topics.TopicRejected)
 	if err != nil {
 		return err
 	}
-	starts, err := kc.StartOffsets(ctx, topics.TopicRejected)
+	starts, err := c.cl.Admin().StartOffsets(ctx, topics.TopicRejected)
 	if err != nil {
 		return err
 	}
@@ -531,7 +546,7 @@ func (c *Collector) readAll(ctx context.Context, topic string, starts, ends, nex
 			defer wg.Done()
 			rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			defer cancel()
-			err := c.cfg.Kafka.ReadPartition(rctx, topic, p, from, end, func(m kafka.Message) error { fn(m); return nil })
+			err := c.cl.ReadPartition(rctx, topic, p, from, end, func(m kafka.Message) error { fn(m); return nil })
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {

@@ -111,7 +111,8 @@ func TestReportWarnsOfRetentionLoss(t *testing.T) {
 	defer cancel()
 	kc := kafka.Config{Brokers: e.Brokers(), Partitions: 1, Namespace: "retention", Retention: time.Second,
 		Logger: slog.New(slog.DiscardHandler)}
-	if err := kc.EnsureTopics(ctx, topics.All...); err != nil {
+	cl := kafkatest.Client(t, kc)
+	if err := cl.Admin().EnsureTopics(ctx, topics.All...); err != nil {
 		t.Fatal(err)
 	}
 	recs := make([]kafkatest.Record, 5)
@@ -119,10 +120,11 @@ func TestReportWarnsOfRetentionLoss(t *testing.T) {
 		recs[i] = kafkatest.Record{Key: fmt.Sprint(i), Value: &topics.Tokenized{ID: fmt.Sprint(i), InputIDs: []uint32{1}}}
 	}
 	kafkatest.Produce(t, kc, topics.TopicTokenized, recs...)
-	if err := kc.StartGroupAt(ctx, "gen", topics.TopicTokenized, map[int]int64{0: 1}); err != nil {
+	if err := cl.Admin().StartGroupAt(ctx, "gen", topics.TopicTokenized, map[int]int64{0: 1}); err != nil {
 		t.Fatal(err)
 	}
 	col := NewCollector(CollectorConfig{Kafka: kc, Stages: []Stage{{Name: "generate", Group: "gen", Topic: topics.TopicTokenized}}})
+	defer col.Close()
 	r, err := col.Collect(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -135,11 +135,11 @@ func cmdBenchPipeline(ctx context.Context, args []string) error {
 	fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up on a run after this long")
 	logLevel := fs.String("log-level", "warn", "debug, info, warn or error")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole benchmark to this file")
-	o.Security.RegisterFlags(fs) // --kafka-tls*, --kafka-sasl-*: for the cluster --brokers names
+	registerSecurityFlags(fs, &o.Security) // --kafka-tls*, --kafka-sasl-*: for the cluster --brokers names
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if err := o.Security.Validate(); err != nil {
+	if err := checkSecurity(o.Security); err != nil {
 		return fmt.Errorf("bench pipeline: %w", err)
 	}
 	if fs.NArg() > 0 {
@@ -250,11 +250,16 @@ func benchPipelineOnce(ctx context.Context, o pipelineBenchOptions, target, inpu
 	}
 	// Topics are created, and their partitions serving (EnsureTopics waits for that), before the clock starts;
 	// the run then reuses them.
+	kcl, err := kafka.NewClient(kc)
+	if err != nil {
+		return nil, err
+	}
+	defer kcl.Close()
 	tctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	err := kc.EnsureTopics(tctx, topics.All...)
+	err = kcl.Admin().EnsureTopics(tctx, topics.All...)
 	cancel()
 	if target == "kafka" {
-		defer deleteTopics(kc, o.Logger)
+		defer deleteTopics(kcl, o.Logger)
 	}
 	if err != nil {
 		return nil, err
@@ -292,12 +297,12 @@ func benchPipelineOnce(ctx context.Context, o pipelineBenchOptions, target, inpu
 }
 
 // deleteTopics removes a benchmark's namespaced topics from a real cluster, so repeated runs leave nothing behind.
-func deleteTopics(kc kafka.Config, log *slog.Logger) {
+func deleteTopics(kcl *kafka.Client, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	err := kc.DeleteTopics(ctx, topics.All...)
+	err := kcl.Admin().DeleteTopics(ctx, topics.All...)
 	if err != nil {
-		log.Warn("bench pipeline: could not delete the benchmark topics", "namespace", kc.Namespace, "err", err)
+		log.Warn("bench pipeline: could not delete the benchmark topics", "namespace", kcl.Config().Namespace, "err", err)
 	}
 }
 

@@ -28,9 +28,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/draftflow/draftflow/kafka/kafkatest"
+	"github.com/draftflow/draftflow/sglang/sim"
 	"github.com/draftflow/draftflow/sink"
 	"github.com/draftflow/draftflow/stages/generate"
-	"github.com/draftflow/draftflow/stages/generate/sim"
 	"github.com/draftflow/draftflow/stages/ingest"
 	"github.com/draftflow/draftflow/stages/tokenize"
 	"github.com/draftflow/draftflow/topics"
@@ -554,13 +554,14 @@ func TestIntegrationLargeRecords(t *testing.T) {
 	kc := base
 	kc.Namespace = base.Namespace + "-large"
 	kc.MaxMessageBytes = maxMessageBytes
+	cl := kafkatest.Client(t, kc)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := kc.EnsureTopics(ctx, topics.All...); err != nil {
+	if err := cl.Admin().EnsureTopics(ctx, topics.All...); err != nil {
 		t.Fatal(err)
 	}
 	for _, topic := range topics.All {
-		v, err := kc.TopicConfigValue(ctx, topic, "max.message.bytes")
+		v, err := cl.Admin().TopicConfigValue(ctx, topic, "max.message.bytes")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -670,7 +671,7 @@ func (h *itest) tapSizes(logical ...string) *sizeTap {
 	s := &sizeTap{max: map[string]int{}}
 	for _, topic := range logical {
 		topic := topic
-		c := h.kc.NewConsumer(topic, kafka.ConsumerConfig{Group: "tap-sizes-" + topic})
+		c := kafkatest.Client(h.t, h.kc).NewConsumer(topic, kafka.ConsumerConfig{Group: "tap-sizes-" + topic})
 		h.start("tap "+topic, func(ctx context.Context) error {
 			return c.Run(ctx, func(d *kafka.Delivery) {
 				s.mu.Lock()
@@ -698,7 +699,7 @@ func (g *genTap) get(id string) *topics.Generation {
 // tapGenerations reads the generated topic in a group of its own.
 func (h *itest) tapGenerations() *genTap {
 	g := &genTap{gens: map[string]*topics.Generation{}}
-	c := h.kc.NewConsumer(topics.TopicGenerated, kafka.ConsumerConfig{Group: "tap-generations"})
+	c := kafkatest.Client(h.t, h.kc).NewConsumer(topics.TopicGenerated, kafka.ConsumerConfig{Group: "tap-generations"})
 	h.start("tap generations", func(ctx context.Context) error {
 		return c.Run(ctx, func(d *kafka.Delivery) {
 			var rec topics.Generation
@@ -726,14 +727,15 @@ func TestIntegrationTopicsReused(t *testing.T) {
 	defer cancel()
 	check := func(cfg kafka.Config, topic string, partitions int, maxBytes string) {
 		t.Helper()
-		got, err := cfg.PartitionCount(ctx, topic)
+		cl := kafkatest.Client(t, cfg)
+		got, err := cl.Admin().PartitionCount(ctx, topic)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got != partitions {
 			t.Errorf("%s has %d partitions, want %d", cfg.Topic(topic), got, partitions)
 		}
-		v, err := cfg.TopicConfigValue(ctx, topic, "max.message.bytes")
+		v, err := cl.Admin().TopicConfigValue(ctx, topic, "max.message.bytes")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -746,7 +748,7 @@ func TestIntegrationTopicsReused(t *testing.T) {
 		check(kc, topic, 3, defaultMax)
 	}
 
-	p := kc.NewProducer(topics.TopicPrompts, kafka.ProducerConfig{})
+	p := kafkatest.Client(t, kc).NewProducer(topics.TopicPrompts, kafka.ProducerConfig{})
 	sent := map[string]string{}
 	for i := 0; i < n; i++ {
 		rec := &topics.Prompt{ID: fmt.Sprintf("reuse-%02d", i), Dataset: "d",
@@ -763,10 +765,11 @@ func TestIntegrationTopicsReused(t *testing.T) {
 	again := kc
 	again.Partitions = 7
 	again.MaxMessageBytes = 1 << 20
-	if err := again.EnsureTopics(ctx, topics.All...); err != nil {
+	againCl := kafkatest.Client(t, again)
+	if err := againCl.Admin().EnsureTopics(ctx, topics.All...); err != nil {
 		t.Fatalf("EnsureTopics on existing topics: %v", err)
 	}
-	if err := again.EnsureTopics(ctx, "extra"); err != nil {
+	if err := againCl.Admin().EnsureTopics(ctx, "extra"); err != nil {
 		t.Fatal(err)
 	}
 	for _, topic := range topics.All {
@@ -779,7 +782,7 @@ func TestIntegrationTopicsReused(t *testing.T) {
 	var mu sync.Mutex
 	rctx, rcancel := context.WithTimeout(ctx, 60*time.Second)
 	defer rcancel()
-	c := again.NewConsumer(topics.TopicPrompts, kafka.ConsumerConfig{Group: "reader"})
+	c := againCl.NewConsumer(topics.TopicPrompts, kafka.ConsumerConfig{Group: "reader"})
 	err := c.Run(rctx, func(d *kafka.Delivery) {
 		var rec topics.Prompt
 		if err := topics.Unmarshal(d.Message.Value, &rec); err != nil {

@@ -165,7 +165,7 @@ func (c *common) register(fs *flag.FlagSet, metricsDefault string) {
 	fs.IntVar(&c.partitions, "partitions", kafka.DefaultPartitions, "partitions of topics this process creates")
 	fs.StringVar(&c.namespace, "namespace", os.Getenv("DRAFTFLOW_NAMESPACE"), "prefix for topic and group names (env DRAFTFLOW_NAMESPACE)")
 	fs.IntVar(&c.maxMsgBytes, "max-message-bytes", kafka.DefaultMaxMessageBytes, "largest Kafka record batch, set on created topics and writers")
-	c.security.RegisterFlags(fs)
+	registerSecurityFlags(fs, &c.security)
 	if v := os.Getenv("DRAFTFLOW_RETENTION"); v != "" {
 		c.retention, _ = kafka.ParseRetention(v) // a bad value is reported by setup
 	}
@@ -213,7 +213,7 @@ func (c *common) setup(ctx context.Context, expect ...string) (kafka.Config, *sl
 	c.reg, c.ready = metrics.NewRegistry(), &metrics.Readiness{}
 	c.ready.Expect(expect...)
 	kc := kafka.Config{
-		Brokers:         kafka.ParseBrokers(c.brokers),
+		Brokers:         parseBrokers(c.brokers),
 		Partitions:      c.partitions,
 		MaxMessageBytes: c.maxMsgBytes,
 		Namespace:       c.namespace,
@@ -227,7 +227,7 @@ func (c *common) setup(ctx context.Context, expect ...string) (kafka.Config, *sl
 			return kc, log, fmt.Errorf("DRAFTFLOW_RETENTION: %w", err)
 		}
 	}
-	if err := kc.Security.Validate(); err != nil {
+	if err := checkSecurity(kc.Security); err != nil {
 		return kc, log, err
 	}
 	if kc.Security != (kafka.Security{}) {

@@ -15,7 +15,7 @@ import (
 	"github.com/apache/arrow/go/v17/arrow/array"
 
 	"github.com/draftflow/draftflow/kafka/kafkatest"
-	"github.com/draftflow/draftflow/stages/generate/sim"
+	"github.com/draftflow/draftflow/sglang/sim"
 	"github.com/draftflow/draftflow/stages/ingest"
 	"github.com/draftflow/draftflow/topics"
 )

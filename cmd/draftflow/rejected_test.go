@@ -58,7 +58,7 @@ func TestRunIgnoresEarlierRunsRejections(t *testing.T) {
 			"rejection counted again?)", second.Prompts, second.Written, second.PipelineRejected, second.Missing)
 	}
 	// Neither run leaves its dead-letter reader's group behind.
-	groups, err := kc.Groups(context.Background())
+	groups, err := kafkatest.Client(t, kc).Admin().Groups(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

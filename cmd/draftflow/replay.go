@@ -141,14 +141,20 @@ func cmdReplay(ctx context.Context, args []string) error {
 		return err
 	}
 	log.Debug("replay", "group", kc.Topic(g), "topics", tops)
-	return replay(ctx, kc, os.Stdout, g, tops, target, *dryRun)
+	kcl, err := kafka.NewClient(kc)
+	if err != nil {
+		return err
+	}
+	defer kcl.Close()
+	return replay(ctx, kcl, os.Stdout, g, tops, target, *dryRun)
 }
 
 // replay resets group on each topic to target and prints, per partition, the committed offset before and after.
-func replay(ctx context.Context, kc kafka.Config, w io.Writer, group string, tops []string, target replayTarget, dryRun bool) error {
+func replay(ctx context.Context, kcl *kafka.Client, w io.Writer, group string, tops []string, target replayTarget, dryRun bool) error {
+	kc, adm := kcl.Config(), kcl.Admin()
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	g, err := kc.DescribeGroup(ctx, group)
+	g, err := adm.DescribeGroup(ctx, group)
 	if err != nil {
 		return err
 	}
@@ -160,18 +166,18 @@ func replay(ctx context.Context, kc kafka.Config, w io.Writer, group string, top
 		var offsets map[int]int64
 		switch {
 		case target.earliest:
-			offsets, err = kc.StartOffsets(ctx, topic)
+			offsets, err = adm.StartOffsets(ctx, topic)
 		case target.latest:
-			offsets, err = kc.EndOffsets(ctx, topic)
+			offsets, err = adm.EndOffsets(ctx, topic)
 		case !target.at.IsZero():
-			offsets, err = kc.OffsetsForTime(ctx, topic, target.at)
+			offsets, err = adm.OffsetsForTime(ctx, topic, target.at)
 		default:
 			offsets = target.offsets[topic]
 		}
 		if err != nil {
 			return err
 		}
-		before, err := kc.CommittedOffsets(ctx, group, topic)
+		before, err := adm.CommittedOffsets(ctx, group, topic)
 		if err != nil {
 			return err
 		}
@@ -190,7 +196,7 @@ func replay(ctx context.Context, kc kafka.Config, w io.Writer, group string, top
 		if dryRun {
 			continue
 		}
-		if err := kc.ResetGroup(ctx, group, topic, offsets); err != nil {
+		if err := adm.ResetGroup(ctx, group, topic, offsets); err != nil {
 			return err
 		}
 	}
@@ -198,7 +204,7 @@ func replay(ctx context.Context, kc kafka.Config, w io.Writer, group string, top
 		// Replaying generate is generating again: what the shards topic says the shards hold must not make
 		// generate skip the replayed records (the new output may be another directory). A sink that starts
 		// publishes what its own shards hold anew.
-		if err := voidShardsEpoch(ctx, kc); err != nil {
+		if err := voidShardsEpoch(ctx, kcl); err != nil {
 			return err
 		}
 		fmt.Fprintf(w, "voided what %s says the shards hold: generate sends every replayed record again until a sink starts and publishes its shards\n",
@@ -208,13 +214,14 @@ func replay(ctx context.Context, kc kafka.Config, w io.Writer, group string, top
 }
 
 // voidShardsEpoch writes a void epoch to the shards topic (topics.EpochVoid).
-func voidShardsEpoch(ctx context.Context, kc kafka.Config) error {
-	if err := kc.EnsureCompactedTopic(ctx, topics.TopicShards); err != nil {
+func voidShardsEpoch(ctx context.Context, kcl *kafka.Client) error {
+	adm := kcl.Admin()
+	if err := adm.EnsureCompactedTopic(ctx, topics.TopicShards); err != nil {
 		return err
 	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	p := kc.NewProducer(topics.TopicShards, kafka.ProducerConfig{})
+	p := kcl.NewProducer(topics.TopicShards, kafka.ProducerConfig{})
 	err := p.SendSync(ctx, topics.ShardsEpochKey, &topics.ShardsEpoch{Epoch: hex.EncodeToString(b[:]), State: topics.EpochVoid, Time: time.Now().UTC()})
 	if cerr := p.Close(); err == nil {
 		err = cerr

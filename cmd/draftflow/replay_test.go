@@ -15,9 +15,9 @@ import (
 
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/kafka/kafkatest"
+	"github.com/draftflow/draftflow/sglang/sim"
 	"github.com/draftflow/draftflow/sink"
 	"github.com/draftflow/draftflow/stages/generate"
-	"github.com/draftflow/draftflow/stages/generate/sim"
 	"github.com/draftflow/draftflow/stages/tokenize"
 	"github.com/draftflow/draftflow/topics"
 )
@@ -245,7 +245,7 @@ func TestStageReplayRetokenize(t *testing.T) {
 	kcB.Namespace = kcA.Namespace + "-b"
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := kcB.EnsureTopics(ctx, topics.All...); err != nil {
+	if err := kafkatest.Client(t, kcB).Admin().EnsureTopics(ctx, topics.All...); err != nil {
 		t.Fatal(err)
 	}
 	tkB := kcB
@@ -291,7 +291,7 @@ func TestConsumerReplayRefusesLiveGroup(t *testing.T) {
 	kc := kafkatest.Config(t, 2)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c := kc.NewConsumer(topics.TopicTokenized, kafka.ConsumerConfig{Group: generate.DefaultGroup, SessionTimeout: 6 * time.Second})
+	c := kafkatest.Client(t, kc).NewConsumer(topics.TopicTokenized, kafka.ConsumerConfig{Group: generate.DefaultGroup, SessionTimeout: 6 * time.Second})
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx, func(d *kafka.Delivery) { d.Done() }) }()
 	deadline := time.Now().Add(30 * time.Second)

@@ -21,9 +21,9 @@ import (
 
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/kafka/kafkatest"
+	"github.com/draftflow/draftflow/sglang/sim"
 	"github.com/draftflow/draftflow/sink"
 	"github.com/draftflow/draftflow/stages/generate"
-	"github.com/draftflow/draftflow/stages/generate/sim"
 	"github.com/draftflow/draftflow/stages/ingest"
 	"github.com/draftflow/draftflow/topics"
 )
@@ -243,7 +243,7 @@ func TestStagesResumeAfterTopicsLost(t *testing.T) {
 	kc2.Namespace += "-2"
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := kc2.EnsureTopics(ctx, topics.All...); err != nil {
+	if err := kafkatest.Client(t, kc2).Admin().EnsureTopics(ctx, topics.All...); err != nil {
 		t.Fatal(err)
 	}
 	h.kc = kc2

@@ -23,9 +23,9 @@ import (
 
 	"github.com/draftflow/draftflow/internal/idset"
 	"github.com/draftflow/draftflow/internal/progress"
+	"github.com/draftflow/draftflow/sglang/sim"
 	"github.com/draftflow/draftflow/sink"
 	"github.com/draftflow/draftflow/stages/generate"
-	"github.com/draftflow/draftflow/stages/generate/sim"
 	"github.com/draftflow/draftflow/stages/ingest"
 	"github.com/draftflow/draftflow/stages/tokenize"
 	"github.com/draftflow/draftflow/topics"
@@ -84,7 +84,7 @@ func cmdRun(ctx context.Context, args []string) error {
 	stageFlags := func(prefix string, register func(*flag.FlagSet)) { mergeFlags(fs, prefix, register, "group") }
 	stageFlags("ingest", rc.Ingest.RegisterFlags)
 	stageFlags("tokenize", rc.Tokenize.RegisterFlags)
-	stageFlags("generate", rc.Generate.RegisterFlags)
+	stageFlags("generate", func(fs *flag.FlagSet) { registerGenerateFlags(fs, &rc.Generate) })
 	stageFlags("sink", func(fs *flag.FlagSet) { registerSinkFlags(fs, &rc.Sink) })
 	fs.Float64Var(&rc.Sim.OutputLenMean, "sim-output-mean", 600, "mean output length of the built-in simulator (tokens)")
 	fs.Float64Var(&rc.Sim.TimeScale, "sim-time-scale", 0, "simulated seconds per wall second of the built-in simulator (0: instant)")
@@ -316,15 +316,21 @@ func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
 	if kc.Logger == nil {
 		kc.Logger = log
 	}
+	// The process's client: the stages make their own from kc.
+	kcl, err := kafka.NewClient(kc)
+	if err != nil {
+		return nil, err
+	}
+	defer kcl.Close()
 	tctx, tcancel := context.WithTimeout(ctx, 2*time.Minute)
-	err := kc.EnsureTopics(tctx, topics.All...)
+	err = kcl.Admin().EnsureTopics(tctx, topics.All...)
 	// The dead-letter reader belongs to this run alone and starts where `rejected` ends now: the rejections
 	// earlier runs left there are not this run's.
 	rejectedGroup := fmt.Sprintf("draftflow-run-%x", rand.Uint64())
 	if err == nil {
 		var ends map[int]int64
-		if ends, err = kc.EndOffsets(tctx, topics.TopicRejected); err == nil {
-			err = kc.StartGroupAt(tctx, rejectedGroup, topics.TopicRejected, ends)
+		if ends, err = kcl.Admin().EndOffsets(tctx, topics.TopicRejected); err == nil {
+			err = kcl.Admin().StartGroupAt(tctx, rejectedGroup, topics.TopicRejected, ends)
 		}
 	}
 	tcancel()
@@ -432,7 +438,7 @@ func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
 	gen.Kafka, gen.Logger = kc, log
 	startStage("generate", func(ctx context.Context) error { return generate.Run(ctx, gen) })
 	startStage("rejected", func(ctx context.Context) error {
-		c := kc.NewConsumer(topics.TopicRejected, kafka.ConsumerConfig{Group: rejectedGroup})
+		c := kcl.NewConsumer(topics.TopicRejected, kafka.ConsumerConfig{Group: rejectedGroup})
 		return c.Run(ctx, func(d *kafka.Delivery) {
 			var r topics.Rejection
 			if topics.Unmarshal(d.Message.Value, &r) == nil {
@@ -498,7 +504,7 @@ wait:
 	wg.Wait()
 	// The dead-letter reader's group was this run's alone: leave no trace of it on the broker.
 	dctx, dcancel := context.WithTimeout(context.Background(), 10*time.Second)
-	if err := kc.DeleteGroup(dctx, rejectedGroup); err != nil {
+	if err := kcl.Admin().DeleteGroup(dctx, rejectedGroup); err != nil {
 		log.Warn("could not delete the run's dead-letter group", "group", rejectedGroup, "err", err)
 	}
 	dcancel()

@@ -113,7 +113,7 @@ func readRejections(t *testing.T, kc kafka.Config, want int) []topics.Rejection 
 	defer cancel()
 	var mu sync.Mutex
 	var out []topics.Rejection
-	c := kc.NewConsumer(topics.TopicRejected, kafka.ConsumerConfig{Group: "test-reader"})
+	c := kafkatest.Client(t, kc).NewConsumer(topics.TopicRejected, kafka.ConsumerConfig{Group: "test-reader"})
 	c.Run(ctx, func(d *kafka.Delivery) {
 		var r topics.Rejection
 		if err := topics.Unmarshal(d.Message.Value, &r); err != nil {

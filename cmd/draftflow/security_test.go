@@ -112,8 +112,8 @@ func TestSecurityFlagErrors(t *testing.T) {
 		{[]string{"--kafka-sasl-mechanism", "PLAIN", "--kafka-sasl-username", "u"}, nil, "needs a password"},
 		{[]string{"--kafka-sasl-mechanism", "PLAIN", "--kafka-sasl-username", "u", "--kafka-sasl-password-file", dir + "/none"}, nil, "password file"},
 		{[]string{"--kafka-tls-ca-file", dir + "/none.pem"}, nil, "CA file"},
-		{nil, map[string]string{kafka.EnvTLS: "maybe"}, "DRAFTFLOW_KAFKA_TLS"},
-		{nil, map[string]string{kafka.EnvSASLMechanism: "PLAIN", kafka.EnvSASLUsername: "u"}, "needs a password"},
+		{nil, map[string]string{envTLS: "maybe"}, "DRAFTFLOW_KAFKA_TLS"},
+		{nil, map[string]string{envSASLMechanism: "PLAIN", envSASLUsername: "u"}, "needs a password"},
 		{[]string{"--retention", "soon"}, nil, "retention"},
 	}
 	for _, c := range cases {

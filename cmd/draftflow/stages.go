@@ -11,9 +11,9 @@ import (
 	"github.com/draftflow/draftflow/internal/progress"
 	"github.com/draftflow/draftflow/kafka"
 
+	"github.com/draftflow/draftflow/sglang/sim"
 	"github.com/draftflow/draftflow/sink"
 	"github.com/draftflow/draftflow/stages/generate"
-	"github.com/draftflow/draftflow/stages/generate/sim"
 	"github.com/draftflow/draftflow/stages/ingest"
 	"github.com/draftflow/draftflow/stages/tokenize"
 	"github.com/draftflow/draftflow/topics"
@@ -31,9 +31,14 @@ func prepare(ctx context.Context, c *common, fs interface{ Parse([]string) error
 	if err := requireBrokers(kc); err != nil {
 		return kc, err
 	}
+	kcl, err := kafka.NewClient(kc)
+	if err != nil {
+		return kc, err
+	}
+	defer kcl.Close()
 	tctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	if err := kc.EnsureTopics(tctx, topics.All...); err != nil {
+	if err := kcl.Admin().EnsureTopics(tctx, topics.All...); err != nil {
 		return kc, err
 	}
 	return kc, nil
@@ -79,9 +84,14 @@ func useInputNamespace(ctx context.Context, kc kafka.Config, ns, topic string) (
 	}
 	src := kc
 	src.Namespace = ns
+	kcl, err := kafka.NewClient(src)
+	if err != nil {
+		return kc, err
+	}
+	defer kcl.Close()
 	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if _, err := src.PartitionCount(tctx, topic); err != nil {
+	if _, err := kcl.Admin().PartitionCount(tctx, topic); err != nil {
 		return kc, fmt.Errorf("--input-namespace %s: topic %s: %w", ns, src.Topic(topic), err)
 	}
 	kc.InputNamespace = ns
@@ -116,7 +126,7 @@ func cmdGenerate(ctx context.Context, args []string) error {
 	var c common
 	c.register(fs, ":9090")
 	var cfg generate.Config
-	mergeFlags(fs, "generate", cfg.RegisterFlags)
+	mergeFlags(fs, "generate", func(fs *flag.FlagSet) { registerGenerateFlags(fs, &cfg) })
 	inputNS := registerInputNamespace(fs, topics.TopicTokenized)
 	kc, err := prepare(ctx, &c, fs, args, "generate")
 	if err != nil {

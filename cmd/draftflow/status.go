@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 
 	"fmt"
 	"io"
@@ -55,7 +56,13 @@ func startStatusEvery(ctx context.Context, kc *kafka.Config, reg prometheus.Gath
 		Interval: interval, Logger: kc.Logger}
 	go func() {
 		defer close(done)
-		_ = status.Publish(pctx, cfg)
+		if err := status.Publish(pctx, cfg); err != nil {
+			log := kc.Logger
+			if log == nil {
+				log = slog.Default()
+			}
+			log.Warn("status: publishing stopped", "err", err)
+		}
 	}()
 	return func() { cancel(); <-done }
 }
@@ -89,6 +96,7 @@ func cmdStatus(ctx context.Context, args []string) error {
 	}
 	col := status.NewCollector(status.CollectorConfig{Kafka: kc, Window: *window, Stages: []status.Stage{
 		withGroup(statusTokenize, groups.tokenize), withGroup(statusGenerate, groups.generate), withGroup(statusSink, groups.sink)}})
+	defer col.Close()
 	return showStatus(ctx, os.Stdout, col, *watch, *asJSON, *every, isTerminal(os.Stdout))
 }
 

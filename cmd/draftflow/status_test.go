@@ -74,6 +74,7 @@ func TestIntegrationStatus(t *testing.T) {
 	}()
 
 	col := status.NewCollector(status.CollectorConfig{Kafka: kc, Stages: []status.Stage{statusTokenize, statusGenerate, statusSink}})
+	defer col.Close()
 	collect := func() *status.Report {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

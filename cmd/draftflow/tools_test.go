@@ -180,7 +180,7 @@ func TestVocabAndExportCommands(t *testing.T) {
 func writeSampleRun(t *testing.T, dir string) {
 	t.Helper()
 	kc := kafkatest.Config(t, 1)
-	p := kc.NewProducer(topics.TopicGenerated, kafka.ProducerConfig{})
+	p := kafkatest.Client(t, kc).NewProducer(topics.TopicGenerated, kafka.ProducerConfig{})
 	for i, n := range []int{5, 8, 12} {
 		g := &topics.Generation{ID: fmt.Sprintf("c%d", i), Model: "draftflow-sample-bpe", TokenizerHash: "h",
 			Meta: topics.GenerationMeta{FinishReason: "stop"}}

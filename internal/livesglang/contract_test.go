@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/draftflow/draftflow/stages/generate/sim"
+	"github.com/draftflow/draftflow/sglang/sim"
 )
 
 // liveOnlyFile lists, per request, the fields the live server answers that the simulator leaves out

@@ -1,8 +1,11 @@
 // Package kafkatest is the test support of every package that talks to Kafka: a cluster for the test (the one
 // named by DRAFTFLOW_TEST_BROKERS, a real Apache Kafka as `make test-integration` starts, or else an embedded
-// broker private to the test), helpers that produce and collect records, and fault injection on the embedded
-// broker. Each Config call returns a kafka.Config with a fresh Namespace, so tests sharing one real cluster
-// never see each other's topics or groups.
+// broker private to the test), a kafka.Client closed when the test ends, helpers that produce and collect
+// records, and fault injection on the embedded broker. Each Config call returns a kafka.Config with a fresh
+// Namespace, so tests sharing one real cluster never see each other's topics or groups.
+//
+// Unlike the rest of draftflow, which reads environment variables only in cmd/draftflow, this test support reads
+// its own: DRAFTFLOW_TEST_BROKERS (Real, Config), DRAFTFLOW_TEST_SASL_* (RealSASL) and DRAFTFLOW_REQUIRE_ASSETS.
 package kafkatest
 
 import (
@@ -47,10 +50,21 @@ func Config(t testing.TB, partitions int) kafka.Config {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := cfg.EnsureTopics(ctx, topics.All...); err != nil {
+	if err := Client(t, cfg).Admin().EnsureTopics(ctx, topics.All...); err != nil {
 		t.Fatal(err)
 	}
 	return cfg
+}
+
+// Client returns a kafka.Client of kc, closed when the test ends.
+func Client(t testing.TB, kc kafka.Config) *kafka.Client {
+	t.Helper()
+	cl, err := kafka.NewClient(kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	return cl
 }
 
 // Embedded starts an embedded broker for t (whatever DRAFTFLOW_TEST_BROKERS says), closed when the test ends.
@@ -74,8 +88,12 @@ type Record struct {
 // Produce writes records to the (logical) topic and waits until the broker acknowledged every one.
 func Produce(t testing.TB, kc kafka.Config, topic string, recs ...Record) {
 	t.Helper()
-	p := kc.NewProducer(topic, kafka.ProducerConfig{})
-	defer p.Close()
+	p := Client(t, kc).NewProducer(topic, kafka.ProducerConfig{})
+	defer func() {
+		if err := p.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
 	var wg sync.WaitGroup
 	errs := make(chan error, len(recs))
 	done := func(err error) {
@@ -111,7 +129,7 @@ func Collect[T any](t testing.TB, kc kafka.Config, topic string, want int, timeo
 	defer cancel()
 	var mu sync.Mutex
 	var out []*T
-	cons := kc.NewConsumer(topic, kafka.ConsumerConfig{Group: fmt.Sprintf("collect-%s-%d", topic, time.Now().UnixNano()),
+	cons := Client(t, kc).NewConsumer(topic, kafka.ConsumerConfig{Group: fmt.Sprintf("collect-%s-%d", topic, time.Now().UnixNano()),
 		SessionTimeout: 6 * time.Second}) // Apache Kafka's group.min.session.timeout.ms
 	err := cons.Run(ctx, func(d *kafka.Delivery) {
 		v := new(T)
@@ -140,7 +158,7 @@ func Size(t testing.TB, kc kafka.Config, topic string) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ends, err := kc.EndOffsets(ctx, topic)
+	ends, err := Client(t, kc).Admin().EndOffsets(ctx, topic)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,11 +37,11 @@ func newShardsView(log *slog.Logger) *shardsView {
 
 // follow reads the topic until ctx ends; failures are logged and retried (generate then sends what it cannot
 // look up, and the sink drops the copies).
-func (v *shardsView) follow(ctx context.Context, kc kafka.Config) {
+func (v *shardsView) follow(ctx context.Context, kcl *kafka.Client) {
 	var once sync.Once
 	caught := func() { once.Do(func() { close(v.caughtUp) }) }
 	for attempt := 0; ctx.Err() == nil; attempt++ {
-		err := kc.Follow(ctx, topics.TopicShards, v.apply, caught)
+		err := kcl.Follow(ctx, topics.TopicShards, v.apply, caught)
 		if ctx.Err() != nil {
 			return
 		}

@@ -10,19 +10,20 @@ import (
 
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/kafka/kafkatest"
-	"github.com/draftflow/draftflow/stages/generate/sim"
+	"github.com/draftflow/draftflow/sglang/sim"
 	"github.com/draftflow/draftflow/topics"
 )
 
 // writeShards writes records to the shards topic as a sink would.
 func writeShards(t *testing.T, kc kafka.Config, recs ...any) {
+	cl := kafkatest.Client(t, kc)
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := kc.EnsureCompactedTopic(ctx, topics.TopicShards); err != nil {
+	if err := cl.Admin().EnsureCompactedTopic(ctx, topics.TopicShards); err != nil {
 		t.Fatal(err)
 	}
-	p := kc.NewProducer(topics.TopicShards, kafka.ProducerConfig{})
+	p := cl.NewProducer(topics.TopicShards, kafka.ProducerConfig{})
 	defer p.Close()
 	for _, r := range recs {
 		key := topics.ShardsEpochKey
@@ -37,7 +38,7 @@ func writeShards(t *testing.T, kc kafka.Config, recs ...any) {
 
 func sendTokenized(t *testing.T, kc kafka.Config, recs []*topics.Tokenized) {
 	t.Helper()
-	p := kc.NewProducer(topics.TopicTokenized, kafka.ProducerConfig{})
+	p := kafkatest.Client(t, kc).NewProducer(topics.TopicTokenized, kafka.ProducerConfig{})
 	defer p.Close()
 	for _, r := range recs {
 		if err := p.SendSync(context.Background(), r.ID, r); err != nil {
@@ -52,7 +53,7 @@ func sendTokenized(t *testing.T, kc kafka.Config, recs []*topics.Tokenized) {
 // shards hold, the stage waits (ShardsWait) rather than generating what they may hold.
 func TestStageSkipsTurnsInShards(t *testing.T) {
 	kc := startKafka(t)
-	if err := kc.EnsureTopics(context.Background(), topics.All...); err != nil {
+	if err := kafkatest.Client(t, kc).Admin().EnsureTopics(context.Background(), topics.All...); err != nil {
 		t.Fatal(err)
 	}
 	_, rec, url := startSim(t, sim.Config{MaxTotalTokens: 20000, ContextLength: 4096, Instant: true, OutputLenMean: 20, Seed: 7})

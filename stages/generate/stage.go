@@ -10,7 +10,8 @@ import (
 	"time"
 
 	"github.com/draftflow/draftflow/kafka"
-
+	"github.com/draftflow/draftflow/sglang"
+	"github.com/draftflow/draftflow/stages/generate/internal/admission"
 	"github.com/draftflow/draftflow/topics"
 )
 
@@ -22,7 +23,8 @@ const ackDrainTime = 5 * time.Second
 type stage struct {
 	cfg     Config
 	log     *slog.Logger
-	ctl     *Controller
+	ctl     *admission.Controller
+	met     *stageMetrics
 	gen     *kafka.Producer
 	dead    *kafka.DeadLetters
 	shards  *shardsView     // what the sink's shards hold: turns not to send again
@@ -45,16 +47,21 @@ func Run(ctx context.Context, cfg Config) error {
 	if len(cfg.Kafka.Brokers) == 0 {
 		return errors.New("generate: no Kafka brokers")
 	}
-	if err := cfg.Kafka.EnsureTopics(ctx, topics.TopicTokenized, topics.TopicGenerated, topics.TopicRejected); err != nil {
+	kcl, err := kafka.NewClient(cfg.Kafka)
+	if err != nil {
 		return err
 	}
-	if err := cfg.Kafka.EnsureCompactedTopic(ctx, topics.TopicShards); err != nil {
+	defer kcl.Close()
+	if err := kcl.Admin().EnsureTopics(ctx, topics.TopicTokenized, topics.TopicGenerated, topics.TopicRejected); err != nil {
+		return err
+	}
+	if err := kcl.Admin().EnsureCompactedTopic(ctx, topics.TopicShards); err != nil {
 		return err
 	}
 
 	// A fatal Controller error (a server refusing the API key) stops the stage as a shutdown does, without
 	// the grace period: nothing in flight can finish.
-	ctl, err := NewController(cfg)
+	ctl, err := admission.NewController(cfg.admission())
 	if err != nil {
 		return err
 	}
@@ -94,20 +101,21 @@ func Run(ctx context.Context, cfg Config) error {
 		cfg:    cfg,
 		log:    cfg.Logger.With("stage", "generate"),
 		ctl:    ctl,
-		gen:    cfg.Kafka.NewProducer(topics.TopicGenerated, kafka.ProducerConfig{}),
-		dead:   cfg.Kafka.NewDeadLetters("generate"),
+		met:    newStageMetrics(cfg.Registerer),
+		gen:    kcl.NewProducer(topics.TopicGenerated, kafka.ProducerConfig{}),
+		dead:   kcl.NewDeadLetters("generate"),
 		shards: newShardsView(cfg.Logger.With("stage", "generate")),
 		work:   work,
 	}
 	followCtx, stopFollow := context.WithCancel(context.WithoutCancel(ctx))
 	followDone := make(chan struct{})
-	go func() { defer close(followDone); s.shards.follow(followCtx, cfg.Kafka) }()
+	go func() { defer close(followDone); s.shards.follow(followCtx, kcl) }()
 	defer func() { stopFollow(); <-followDone }()
 	ctlCtx, stopCtl := context.WithCancel(context.WithoutCancel(ctx))
 	ctlDone := make(chan struct{})
 	go func() { defer close(ctlDone); _ = ctl.Run(ctlCtx) }()
 
-	cons := cfg.Kafka.NewConsumer(topics.TopicTokenized, kafka.ConsumerConfig{
+	cons := kcl.NewConsumer(topics.TopicTokenized, kafka.ConsumerConfig{
 		Group:         cfg.Group,
 		MaxInFlight:   cfg.MaxInFlight,
 		DrainTimeout:  cfg.ShutdownGrace + ackDrainTime,
@@ -124,7 +132,7 @@ func Run(ctx context.Context, cfg Config) error {
 	})
 	// Nothing is fetched before the stage knows what the shards hold.
 	s.shards.wait(ctx, cfg.ShardsWait)
-	s.log.Info("generate stage started", "endpoints", cfg.Endpoints, "policy", cfg.Policy, "group", cfg.Group,
+	s.log.Info("generate stage started", "endpoints", cfg.Endpoints, "policy", ctl.Config().Policy, "group", cfg.Group,
 		"max_in_flight", cfg.MaxInFlight)
 	runErr := cons.Run(ctx, s.handle)
 
@@ -170,7 +178,7 @@ func (s *stage) handle(d *kafka.Delivery) {
 		// A later turn built from a generation made with other settings: a replay of the tokenized topic
 		// with other sampling (or lanes) reads the previous run's continuations too. This run builds its
 		// own later turns from its own replies; the old one belongs to the old run.
-		s.ctl.met.records.WithLabelValues("stale_turn").Inc()
+		s.met.records.WithLabelValues("stale_turn").Inc()
 		s.log.Debug("later turn of a run with other settings skipped", "id", t.ID, "turn", t.Turn, "at", d.Where())
 		d.Done()
 		return
@@ -183,11 +191,11 @@ func (s *stage) handle(d *kafka.Delivery) {
 			Model: t.Model, TokenizerHash: t.TokenizerHash, Thread: t.Thread, InShards: epoch}, "in_shards")
 		return
 	}
-	req := &Request{
-		RID:      RequestID(t.ID, t.Turn),
-		Key:      LengthKey{Dataset: t.Dataset, Lane: lane.Name},
+	req := &admission.Request{
+		RID:      admission.RequestID(t.ID, t.Turn),
+		Key:      admission.LengthKey{Dataset: t.Dataset, Lane: lane.Name},
 		InputIDs: t.InputIDs,
-		Sampling: SamplingParams{
+		Sampling: sglang.SamplingParams{
 			MaxNewTokens: sampling.MaxNewTokens,
 			Temperature:  sampling.Temperature,
 			TopP:         sampling.TopP,
@@ -214,17 +222,17 @@ func (s *stage) handle(d *kafka.Delivery) {
 		defer cancel()
 		defer context.AfterFunc(d.Lost(), cancel)()
 		res, err := s.ctl.Do(ctx, req)
-		var rej *RejectedError
+		var rej *admission.RejectedError
 		switch {
 		case err == nil:
 			g := generation(&t, sampling, res)
 			if t.Thread != nil {
-				s.ctl.met.turns.WithLabelValues(g.StopReason).Inc()
+				s.met.turns.WithLabelValues(g.StopReason).Inc()
 				if g.StopReason != topics.StopContinued && g.StopReason != topics.StopEnd {
 					s.log.Info("conversation ends at this turn", "id", t.ID, "turn", t.Turn, "stop_reason", g.StopReason, "detail", g.StopDetail)
 				}
 			}
-			s.ctl.met.cachedTokens.Add(float64(g.Meta.CachedTokens))
+			s.met.cachedTokens.Add(float64(g.Meta.CachedTokens))
 			s.emit(d, g, "generated")
 		case errors.As(err, &rej):
 			s.log.Info("request rejected", "id", t.ID, "dataset", t.Dataset, "reason", rej.Reason, "at", d.Where())
@@ -240,7 +248,7 @@ func (s *stage) handle(d *kafka.Delivery) {
 }
 
 // generation builds the output record of a finished request.
-func generation(t *topics.Tokenized, sampling topics.Sampling, res *Result) *topics.Generation {
+func generation(t *topics.Tokenized, sampling topics.Sampling, res *admission.Result) *topics.Generation {
 	m := res.Response.MetaInfo
 	g := &topics.Generation{
 		ID: t.ID, Dataset: t.Dataset, Turn: t.Turn, Sampling: sampling, Source: t.Source,
@@ -272,7 +280,7 @@ func (s *stage) emit(d *kafka.Delivery, g *topics.Generation, result string) {
 	s.gen.SendRetrying(s.work, g.ID, g, func(err error) {
 		switch {
 		case err == nil:
-			s.ctl.met.records.WithLabelValues(result).Inc()
+			s.met.records.WithLabelValues(result).Inc()
 			d.Done()
 		case kafka.IsRecordTooLarge(err):
 			s.log.Warn("generation too large for the topic", "id", g.ID, "at", d.Where(), "err", err)
@@ -292,7 +300,7 @@ func (s *stage) reject(d *kafka.Delivery, r *topics.Rejection) {
 			d.Abandon()
 			return
 		}
-		s.ctl.met.records.WithLabelValues("rejected").Inc()
+		s.met.records.WithLabelValues("rejected").Inc()
 		d.Done()
 	})
 }

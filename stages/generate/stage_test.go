@@ -23,7 +23,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/draftflow/draftflow/stages/generate/sim"
+	"github.com/draftflow/draftflow/sglang/sim"
+	"github.com/draftflow/draftflow/stages/generate/internal/admission"
 	"github.com/draftflow/draftflow/topics"
 )
 
@@ -165,15 +166,16 @@ func TestStageEndToEnd(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			kc := startKafka(t)
+			cl := kafkatest.Client(t, kc)
 			_, rec, url := startSim(t, sim.Config{
 				MaxTotalTokens: 20000, ContextLength: 4096, TimeScale: 200, OutputLenMean: 40, Seed: 7,
 				Faults: tc.faults,
 			})
 			ctx := context.Background()
-			if err := kc.EnsureTopics(ctx, topics.All...); err != nil {
+			if err := cl.Admin().EnsureTopics(ctx, topics.All...); err != nil {
 				t.Fatal(err)
 			}
-			p := kc.NewProducer(topics.TopicTokenized, kafka.ProducerConfig{})
+			p := cl.NewProducer(topics.TopicTokenized, kafka.ProducerConfig{})
 			const n = 40
 			sent := map[string]*topics.Tokenized{}
 			for i := range n {
@@ -218,7 +220,7 @@ func TestStageEndToEnd(t *testing.T) {
 				// The output must be exactly what the server delivered for one of this record's attempts.
 				found := false
 				for a := 1; a <= 60 && !found; a++ {
-					if ids, ok := rec.output(AttemptRID(RequestID(g.ID, 0), a)); ok && slices.Equal(ids, g.OutputIDs) {
+					if ids, ok := rec.output(admission.AttemptRID(admission.RequestID(g.ID, 0), a)); ok && slices.Equal(ids, g.OutputIDs) {
 						found = true
 					}
 				}
@@ -269,13 +271,14 @@ func TestStageEndToEnd(t *testing.T) {
 // records uncommitted, so a second run generates them.
 func TestStageShutdownAbandons(t *testing.T) {
 	kc := startKafka(t)
+	cl := kafkatest.Client(t, kc)
 	// Slow: 2000-token outputs at real time never finish during the first run.
 	s, _, url := startSim(t, sim.Config{MaxTotalTokens: 100000, TimeScale: 1, OutputLenMean: 2000, OutputLenDistribution: sim.DistFixed})
 	ctx := context.Background()
-	if err := kc.EnsureTopics(ctx, topics.All...); err != nil {
+	if err := cl.Admin().EnsureTopics(ctx, topics.All...); err != nil {
 		t.Fatal(err)
 	}
-	p := kc.NewProducer(topics.TopicTokenized, kafka.ProducerConfig{})
+	p := cl.NewProducer(topics.TopicTokenized, kafka.ProducerConfig{})
 	for i := range 5 {
 		rec := &topics.Tokenized{ID: fmt.Sprintf("slow-%d", i), InputIDs: prompt(50, i), Sampling: topics.Sampling{MaxNewTokens: 4000}}
 		if err := p.SendSync(ctx, rec.ID, rec); err != nil {

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/draftflow/draftflow/stages/generate/reply"
+	"github.com/draftflow/draftflow/sglang/reply"
 	"github.com/draftflow/draftflow/topics"
 )
 

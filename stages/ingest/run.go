@@ -140,7 +140,12 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}
 		total += st.Size()
 	}
-	if err := cfg.Kafka.EnsureTopics(ctx, topics.TopicPrompts, topics.TopicRejected); err != nil {
+	kcl, err := kafka.NewClient(cfg.Kafka)
+	if err != nil {
+		return Result{}, fmt.Errorf("ingest: %w", err)
+	}
+	defer kcl.Close()
+	if err := kcl.Admin().EnsureTopics(ctx, topics.TopicPrompts, topics.TopicRejected); err != nil {
 		return Result{}, fmt.Errorf("ingest: %w", err)
 	}
 
@@ -163,8 +168,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		defaults: cfg.Defaults,
 		turns:    cfg.Turns,
 		sampling: map[string]topics.Sampling{},
-		prompts:  cfg.Kafka.NewProducer(topics.TopicPrompts, kafka.ProducerConfig{}),
-		dead:     cfg.Kafka.NewDeadLetters(Stage),
+		prompts:  kcl.NewProducer(topics.TopicPrompts, kafka.ProducerConfig{}),
+		dead:     kcl.NewDeadLetters(Stage),
 		met:      newIngestMetrics(cfg.Registerer),
 		ctx:      ctx,
 		slots:    make(chan struct{}, maxInFlight),

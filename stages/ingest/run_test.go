@@ -221,7 +221,7 @@ func TestRunRejectsPromptRefusedByBroker(t *testing.T) {
 	small.MaxMessageBytes = 16 << 10
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := small.EnsureTopics(ctx, topics.TopicPrompts); err != nil {
+	if err := kafkatest.Client(t, small).Admin().EnsureTopics(ctx, topics.TopicPrompts); err != nil {
 		t.Fatal(err)
 	}
 	r := rand.New(rand.NewPCG(3, 4))

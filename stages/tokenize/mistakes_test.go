@@ -35,7 +35,7 @@ func TestStageNamesTemplateErrorsAndWarnsOfIgnoredTools(t *testing.T) {
 	kc := kafkatest.Config(t, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	in := kc.NewProducer(topics.TopicPrompts, kafka.ProducerConfig{})
+	in := kafkatest.Client(t, kc).NewProducer(topics.TopicPrompts, kafka.ProducerConfig{})
 	tools := json.RawMessage(`[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}]`)
 	send := func(p *topics.Prompt) {
 		if err := in.SendSync(ctx, p.ID, p); err != nil {

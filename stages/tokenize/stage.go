@@ -101,7 +101,7 @@ func newStageMetrics(reg prometheus.Registerer) *stageMetrics {
 }
 
 // Run consumes prompts until ctx is cancelled.
-func Run(ctx context.Context, cfg Config) error {
+func Run(ctx context.Context, cfg Config) (err error) {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
@@ -138,10 +138,20 @@ func Run(ctx context.Context, cfg Config) error {
 	log.Info("tokenize starting", "model", name, "hash", m.Hash, "context_length", ctxLen, "workers", workers,
 		"reasoning_parser", parsers.Reasoning, "tool_call_parser", parsers.Tools)
 
-	out := cfg.Kafka.NewProducer(topics.TopicTokenized, kafka.ProducerConfig{})
-	defer out.Close()
-	dead := cfg.Kafka.NewDeadLetters("tokenize")
-	defer dead.Close()
+	kcl, err := kafka.NewClient(cfg.Kafka)
+	if err != nil {
+		return err
+	}
+	defer kcl.Close()
+	out := kcl.NewProducer(topics.TopicTokenized, kafka.ProducerConfig{})
+	dead := kcl.NewDeadLetters("tokenize")
+	// Closing flushes what is in flight: the output first, whose failures may still be dead-lettered. An error
+	// closing them is the stage's when it has none.
+	defer func() {
+		if cerr := errors.Join(out.Close(), dead.Close()); cerr != nil && err == nil {
+			err = fmt.Errorf("tokenize: close producers: %w", cerr)
+		}
+	}()
 
 	// fatal stops the stage when Kafka refuses a write: the delivery stays unfinished and is redelivered later.
 	runCtx, cancel := context.WithCancelCause(ctx)
@@ -232,7 +242,7 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 		}()
 	}
-	in := cfg.Kafka.NewConsumer(topics.TopicPrompts, kafka.ConsumerConfig{Group: group, MaxInFlight: 4096})
+	in := kcl.NewConsumer(topics.TopicPrompts, kafka.ConsumerConfig{Group: group, MaxInFlight: 4096})
 	cfg.Ready.Add("tokenize", func() error {
 		if in.Assigned() == 0 {
 			return errors.New("no partitions of the prompts topic assigned")
@@ -256,7 +266,12 @@ func Run(ctx context.Context, cfg Config) error {
 	if foreign {
 		own := cfg.Kafka
 		own.InputNamespace = ""
-		turns := own.NewConsumer(topics.TopicPrompts, kafka.ConsumerConfig{Group: group + "-turns", MaxInFlight: 4096})
+		ownCl, err := kafka.NewClient(own)
+		if err != nil {
+			return err
+		}
+		defer ownCl.Close()
+		turns := ownCl.NewConsumer(topics.TopicPrompts, kafka.ConsumerConfig{Group: group + "-turns", MaxInFlight: 4096})
 		turnsDone.Add(1)
 		go func() {
 			defer turnsDone.Done()

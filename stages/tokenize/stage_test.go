@@ -59,11 +59,12 @@ func TestLoadModelBundled(t *testing.T) {
 // The stage produces exactly the model's ids, and dead-letters over-long and undecodable prompts with reasons.
 func TestStageTokenizesAndRejects(t *testing.T) {
 	kc := kafkatest.Config(t, 3)
+	cl := kafkatest.Client(t, kc)
 	m := bundledModel(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	in := kc.NewProducer(topics.TopicPrompts, kafka.ProducerConfig{})
+	in := cl.NewProducer(topics.TopicPrompts, kafka.ProducerConfig{})
 	prompts := map[string]*topics.Prompt{}
 	for i := 0; i < 40; i++ {
 		p := &topics.Prompt{ID: fmt.Sprintf("p%d", i), Dataset: "d", Sampling: topics.Sampling{MaxNewTokens: 100},
@@ -90,7 +91,7 @@ func TestStageTokenizesAndRejects(t *testing.T) {
 	var rejected []topics.Rejection
 	check := func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 39 && len(rejected) == 2 }
 	readAll := func(topic string, fn func(*kafka.Delivery)) {
-		c := kc.NewConsumer(topic, kafka.ConsumerConfig{Group: "reader-" + topic})
+		c := cl.NewConsumer(topic, kafka.ConsumerConfig{Group: "reader-" + topic})
 		go c.Run(stageCtx, func(d *kafka.Delivery) { fn(d); d.Done() })
 	}
 	readAll(topics.TopicTokenized, func(d *kafka.Delivery) {
@@ -158,7 +159,7 @@ func TestStageRejectsOversizedRecord(t *testing.T) {
 	m := bundledModel(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	in := big.NewProducer(topics.TopicPrompts, kafka.ProducerConfig{})
+	in := kafkatest.Client(t, big).NewProducer(topics.TopicPrompts, kafka.ProducerConfig{})
 	for _, p := range []*topics.Prompt{
 		{ID: "small", Messages: []topics.Message{{Role: "user", Content: "hi"}}},
 		{ID: "huge", Messages: []topics.Message{{Role: "user", Content: strings.Repeat("lorem ipsum dolor ", 2000)}}},
@@ -186,16 +187,16 @@ func TestStageRejectsRecordRefusedByBroker(t *testing.T) {
 	kc.Namespace += "-small"
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := kc.EnsureTopics(ctx, topics.TopicPrompts); err != nil {
+	if err := kafkatest.Client(t, kc).Admin().EnsureTopics(ctx, topics.TopicPrompts); err != nil {
 		t.Fatal(err)
 	}
 	kc.MaxMessageBytes = 16 << 10 // the other topics are created with max.message.bytes 16 KiB ...
-	if err := kc.EnsureTopics(ctx, topics.All...); err != nil {
+	if err := kafkatest.Client(t, kc).Admin().EnsureTopics(ctx, topics.All...); err != nil {
 		t.Fatal(err)
 	}
 	kc.MaxMessageBytes = 0 // ... and written by a stage whose writers send up to 8 MiB
 	m := bundledModel(t)
-	in := kc.NewProducer(topics.TopicPrompts, kafka.ProducerConfig{})
+	in := kafkatest.Client(t, kc).NewProducer(topics.TopicPrompts, kafka.ProducerConfig{})
 	// Random letters: thousands of tokens whose ids zstd cannot squeeze under 16 KiB.
 	r := rand.New(rand.NewPCG(1, 2))
 	text := make([]byte, 40000)
@@ -229,7 +230,7 @@ func stageOutputs(t *testing.T, ctx, stageCtx context.Context, kc kafka.Config, 
 	t.Helper()
 	got := make(chan string, 2*n)
 	for _, topic := range []string{topics.TopicTokenized, topics.TopicRejected} {
-		c := kc.NewConsumer(topic, kafka.ConsumerConfig{Group: "r-" + topic})
+		c := kafkatest.Client(t, kc).NewConsumer(topic, kafka.ConsumerConfig{Group: "r-" + topic})
 		go c.Run(stageCtx, func(d *kafka.Delivery) {
 			var r topics.Rejection
 			var tk topics.Tokenized

@@ -87,7 +87,12 @@ func run(out, expected string, n, rotate, rowGroup int) error {
 	kc := kafka.Config{Brokers: e.Brokers(), Partitions: 3, Logger: log}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := kc.EnsureTopics(ctx, topics.All...); err != nil {
+	kcl, err := kafka.NewClient(kc)
+	if err != nil {
+		return err
+	}
+	defer kcl.Close()
+	if err := kcl.Admin().EnsureTopics(ctx, topics.All...); err != nil {
 		return err
 	}
 
@@ -95,7 +100,7 @@ func run(out, expected string, n, rotate, rowGroup int) error {
 	for i := 0; i < n; i++ {
 		gens = append(gens, gen(i, 0.6), gen(i, 1.0))
 	}
-	p := kc.NewProducer(topics.TopicGenerated, kafka.ProducerConfig{})
+	p := kcl.NewProducer(topics.TopicGenerated, kafka.ProducerConfig{})
 	var wg sync.WaitGroup
 	var sendErr error
 	var sendMu sync.Mutex

@@ -1,11 +1,11 @@
 // Package bench measures the generate stage's admission policies against the in-process SGLang simulator
-// (stages/generate/sim): `draftflow bench generate`. Each run is a deterministic discrete-event simulation:
+// (sglang/sim): `draftflow bench generate`. Each run is a deterministic discrete-event simulation:
 // the simulated servers' engines run pass by pass on the bench's own clock (sim.NewManual), and the stage's
-// Controller runs on the same clock (generate.Config.Clock), driven through Offer, Finish, Fail, Abandon,
+// Controller runs on the same clock (admission.Config.Clock), driven through Offer, Finish, Fail, Abandon,
 // Probe, Health and Poll: the admission, output-length estimation, routing, health and budget code that
 // Controller.Do and Controller.Run use. Everything the Controller learns travels through the stage's own
-// Client over the simulators' real HTTP handlers, called in-process (simNet): /health and /server_info when a
-// server comes up, /v1/loads and /metrics on every poll, /generate answers with their meta_info. No Kafka: a
+// sglang.Client over the simulators' real HTTP handlers, called in-process (simNet): /health and /server_info
+// when a server comes up, /v1/loads and /metrics on every poll, /generate answers with their meta_info. No Kafka: a
 // backlog of waiting requests is kept deep enough that the policy, not the feed, is the limit. The same seed
 // gives the same figures on a busy or an idle machine.
 //
@@ -53,8 +53,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/draftflow/draftflow/sglang/sim"
 	"github.com/draftflow/draftflow/stages/generate"
-	"github.com/draftflow/draftflow/stages/generate/sim"
+	"github.com/draftflow/draftflow/stages/generate/internal/admission"
 )
 
 // Scenario names.
@@ -77,7 +78,25 @@ const (
 	// processes, each with half the dataset's rows) on the same servers; it also runs one replica on the same
 	// servers and dataset for the comparison (BenchResult.SingleMakespanS). It has no oracle.
 	ScenarioReplicas = "two-replicas"
+	// ScenarioSmallPool and ScenarioSmallPool1K are the live benchmark's dataset (`draftflow bench sglang`'s
+	// defaults) in the simulator: SmallPoolPrompts short chat prompts (16-28 tokens) whose outputs all run to
+	// SmallPoolNewTokens (random weights never emit EOS), on one server with a KV pool of 512 or 1,024 tokens
+	// (six or twelve requests at full length). Finite: the figure is the makespan, against fixed concurrencies
+	// from 4 to 64 (SmallPoolGrid), so the simulator's answer can be set beside the live server's.
+	ScenarioSmallPool   = "small-pool"
+	ScenarioSmallPool1K = "small-pool-1k"
 )
+
+// SmallPoolPrompts and SmallPoolNewTokens size the small-pool scenarios' dataset; SmallPoolGrid is the fixed
+// concurrencies their oracle tries.
+const (
+	SmallPoolPrompts   = 32
+	SmallPoolNewTokens = 64
+)
+
+// SmallPoolGrid is the fixed concurrencies the small-pool scenarios' oracle tries (the live benchmark's 8,
+// 16, 32 and 64, and the points between).
+var SmallPoolGrid = []int{4, 6, 8, 10, 12, 16, 24, 32, 64}
 
 // SharedPeerN is how many requests the other client of ScenarioShared keeps on the server: as many as the
 // reference pool holds at the workload's mean length (159,277 tokens over a mean prompt of 2,560 and a mean
@@ -108,7 +127,7 @@ var ThroughputBudget = generate.BudgetConfig{SafeCompletions: 4, HeadroomOutputs
 // Scenarios and Policies list every scenario and policy, in report order.
 var (
 	Scenarios = []string{ScenarioOneServer, ScenarioFleet, ScenarioShift, ScenarioPartition, ScenarioPartitionOutage,
-		ScenarioShared, ScenarioReplicas}
+		ScenarioShared, ScenarioReplicas, ScenarioSmallPool, ScenarioSmallPool1K}
 	Policies = []string{PolicyFixed150, PolicyFixed64RR, PolicyKVBudget, PolicyKVThroughput, PolicyOracle}
 )
 
@@ -209,6 +228,9 @@ type workload struct {
 	maxNew   int
 	minInput int
 	maxInput int
+	// sharedPrefix is how many leading prompt tokens every request shares (a chat template's header and a
+	// common instruction), which the servers' radix caches hold once; 0: none.
+	sharedPrefix int
 }
 
 type lengthDist struct{ mean, sigma float64 }
@@ -247,6 +269,8 @@ type scenario struct {
 	foreign int
 	// replicas runs the policy as this many clients splitting the dataset (0: one).
 	replicas int
+	// grid is the fixed concurrencies a finite scenario's oracle tries (nil: finiteGrid).
+	grid []int
 }
 
 // outage takes server slot down at at (simulated seconds) for dur.
@@ -268,6 +292,9 @@ func scenarios(opts BenchOptions) map[string]scenario {
 	shift.after = lengthDist{4000, 0.8}
 	// The shift comes after the requests the reference server (~600 output tok/s) finishes in half the run.
 	shift.shiftAt = int64(opts.SimDuration.Seconds() / 2 * referenceTokPerS / shift.before.mean)
+	// Natural lengths far beyond max_new_tokens: every output runs to it, as the live model's do.
+	small := workload{seed: opts.Seed, before: lengthDist{100 * SmallPoolNewTokens, 0.1}, maxNew: SmallPoolNewTokens,
+		minInput: 23, maxInput: 26, sharedPrefix: 8}
 	return map[string]scenario{
 		ScenarioOneServer: {name: ScenarioOneServer, pools: []int{sim.DefaultMaxTotalTokens}, work: base},
 		// The fleet's middle server is the reference pool (~160K), so its oracle sweep is the one-server one.
@@ -283,16 +310,18 @@ func scenarios(opts BenchOptions) map[string]scenario {
 		ScenarioShared: {name: ScenarioShared, pools: []int{sim.DefaultMaxTotalTokens}, work: base, foreign: SharedPeerN},
 		ScenarioReplicas: {name: ScenarioReplicas, pools: []int{80000, sim.DefaultMaxTotalTokens, 320000}, work: base,
 			prompts: opts.Prompts, replicas: Replicas},
+		ScenarioSmallPool:   {name: ScenarioSmallPool, pools: []int{512}, work: small, prompts: SmallPoolPrompts, grid: SmallPoolGrid},
+		ScenarioSmallPool1K: {name: ScenarioSmallPool1K, pools: []int{1024}, work: small, prompts: SmallPoolPrompts, grid: SmallPoolGrid},
 	}
 }
 
 // runSpec is one run: a scenario's servers under one policy.
 type runSpec struct {
 	sc          scenario
-	policy      string // generate.PolicyFixed or generate.PolicyKVBudget
+	policy      string // admission.PolicyFixed or admission.PolicyKVBudget
 	routing     string
 	concurrency int
-	budget      *generate.BudgetConfig // overrides BenchOptions.Budget
+	budget      *admission.BudgetConfig // overrides BenchOptions.Budget
 	// affinity sets each later turn's Request.Prefer to the server that ran the previous turn (sc.conv).
 	affinity bool
 }
@@ -412,8 +441,10 @@ func WriteTable(w io.Writer, results []BenchResult) {
 			conc = strings.Trim(strings.Join(strings.Fields(fmt.Sprint(r.Concurrency)), "/"), "[]")
 		}
 		makespan := "-"
-		if r.MakespanS > 0 {
+		if r.MakespanS >= 100 {
 			makespan = fmt.Sprintf("%.0f", r.MakespanS)
+		} else if r.MakespanS > 0 {
+			makespan = fmt.Sprintf("%.2f", r.MakespanS)
 		}
 		policy := r.Policy
 		if r.Default {
@@ -488,21 +519,21 @@ func (b *bencher) policyResult(ctx context.Context, sc scenario, policy string) 
 	var spec runSpec
 	switch policy {
 	case PolicyFixed150:
-		spec = runSpec{sc: sc, policy: generate.PolicyFixed, routing: generate.RouteHeadroom, concurrency: 150}
+		spec = runSpec{sc: sc, policy: admission.PolicyFixed, routing: admission.RouteHeadroom, concurrency: 150}
 	case PolicyFixed64RR:
-		spec = runSpec{sc: sc, policy: generate.PolicyFixed, routing: generate.RouteRoundRobin, concurrency: 64}
+		spec = runSpec{sc: sc, policy: admission.PolicyFixed, routing: admission.RouteRoundRobin, concurrency: 64}
 	case PolicyKVBudget:
-		spec = runSpec{sc: sc, policy: generate.PolicyKVBudget, routing: generate.RouteHeadroom}
+		spec = runSpec{sc: sc, policy: admission.PolicyKVBudget, routing: admission.RouteHeadroom}
 	case PolicyKVThroughput:
 		budget := b.opts.Budget
 		budget.SafeCompletions, budget.HeadroomOutputs = ThroughputBudget.SafeCompletions, ThroughputBudget.HeadroomOutputs
-		spec = runSpec{sc: sc, policy: generate.PolicyKVBudget, routing: generate.RouteHeadroom, budget: &budget}
+		spec = runSpec{sc: sc, policy: admission.PolicyKVBudget, routing: admission.RouteHeadroom, budget: &budget}
 	case PolicyOracle:
 		switch {
 		case sc.foreign > 0:
 			// On a shared server more in flight always takes more of it: the reference is a fixed client with
 			// as many in flight as the other one, in the policy's place.
-			spec = runSpec{sc: sc, policy: generate.PolicyFixed, routing: generate.RouteHeadroom, concurrency: sc.foreign}
+			spec = runSpec{sc: sc, policy: admission.PolicyFixed, routing: admission.RouteHeadroom, concurrency: sc.foreign}
 		case sc.prompts > 0:
 			return b.finiteOracle(ctx, sc)
 		default:
@@ -524,7 +555,7 @@ func (b *bencher) policyResult(ctx context.Context, sc scenario, policy string) 
 	}
 	r.Policy = policy
 	r.Default = policy == PolicyKVBudget // what `draftflow generate` runs with no policy flags
-	if spec.policy == generate.PolicyFixed {
+	if spec.policy == admission.PolicyFixed {
 		for range sc.pools {
 			r.Concurrency = append(r.Concurrency, spec.concurrency)
 		}
@@ -585,14 +616,18 @@ var finiteGrid = []int{24, 32, 48, 64, 96, 150, 200}
 // finiteOracle is the best fixed policy of a finite scenario: the uniform per-server concurrency (headroom
 // routing, what --policy fixed --concurrency N runs) with the shortest makespan.
 func (b *bencher) finiteOracle(ctx context.Context, sc scenario) (*BenchResult, error) {
-	results := make([]*BenchResult, len(finiteGrid))
-	errs := make([]error, len(finiteGrid))
+	grid := finiteGrid
+	if sc.grid != nil {
+		grid = sc.grid
+	}
+	results := make([]*BenchResult, len(grid))
+	errs := make([]error, len(grid))
 	var wg sync.WaitGroup
-	for i, c := range finiteGrid {
+	for i, c := range grid {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i], errs[i] = b.run(ctx, runSpec{sc: sc, policy: generate.PolicyFixed, routing: generate.RouteHeadroom, concurrency: c})
+			results[i], errs[i] = b.run(ctx, runSpec{sc: sc, policy: admission.PolicyFixed, routing: admission.RouteHeadroom, concurrency: c})
 		}()
 	}
 	wg.Wait()
@@ -601,7 +636,7 @@ func (b *bencher) finiteOracle(ctx context.Context, sc scenario) (*BenchResult, 
 		if errs[i] != nil {
 			return nil, errs[i]
 		}
-		r.Concurrency = []int{finiteGrid[i]}
+		r.Concurrency = []int{grid[i]}
 		if best == nil || r.MakespanS < best.MakespanS {
 			best = r
 		}
@@ -652,7 +687,7 @@ func (b *bencher) sweep(ctx context.Context, sc scenario) (*BenchResult, error) 
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				r, err := b.run(ctx, runSpec{sc: sc, policy: generate.PolicyFixed, routing: generate.RouteHeadroom, concurrency: c})
+				r, err := b.run(ctx, runSpec{sc: sc, policy: admission.PolicyFixed, routing: admission.RouteHeadroom, concurrency: c})
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {
@@ -739,11 +774,16 @@ func quantile(sorted []float64, q float64) float64 {
 	return sorted[min(len(sorted)-1, int(q*float64(len(sorted))))]
 }
 
-// promptIDs builds a distinct prompt per request (no prefix sharing: the radix cache does not help).
-func promptIDs(i int64, n int) []uint32 {
+// promptIDs builds a distinct prompt per request whose first shared tokens are the same in every request
+// (the rest is not shared: the radix cache does not help beyond that prefix).
+func promptIDs(i int64, n, shared int) []uint32 {
 	ids := make([]uint32, n)
 	x := uint32(i)*2654435761 + 1
 	for j := range ids {
+		if j < shared {
+			ids[j] = 150000 + uint32(j)
+			continue
+		}
 		x ^= x << 13
 		x ^= x >> 17
 		x ^= x << 5

@@ -13,8 +13,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/draftflow/draftflow/stages/generate"
-	"github.com/draftflow/draftflow/stages/generate/sim"
+	"github.com/draftflow/draftflow/sglang"
+	"github.com/draftflow/draftflow/sglang/sim"
+	"github.com/draftflow/draftflow/stages/generate/internal/admission"
 )
 
 // Client-side delays of the simulated network, in simulated seconds: from admission to the server's queue,
@@ -77,7 +78,7 @@ type flight struct {
 	c        *client
 	prompt   int64 // the dataset row
 	attempt  int
-	t        *generate.Ticket
+	t        *admission.Ticket
 	srv      int
 	rid      string
 	res      chan attempt // the client goroutine's result
@@ -87,7 +88,7 @@ type flight struct {
 }
 
 type attempt struct {
-	resp *generate.GenerateResponse
+	resp *sglang.GenerateResponse
 	err  error
 }
 
@@ -108,15 +109,15 @@ type slotCounters struct{ gen, retr, prompt, prefill int64 }
 // client polls and probes the servers itself, as separate processes do.
 type client struct {
 	idx     int
-	ctl     *generate.Controller
+	ctl     *admission.Controller
 	reg     *prometheus.Registry
 	policy  string
 	foreign bool // the scenario's other client, not measured as the policy under test
 	// Its dataset rows: base+first, base+first+stride, ... (up to the scenario's prompts when finite).
 	base, first, stride int64
 	offered             int64 // rows offered so far
-	granted             []*generate.Ticket
-	flights             map[*generate.Ticket]*flight
+	granted             []*admission.Ticket
+	flights             map[*admission.Ticket]*flight
 	retries             []*flight // prompts to offer again
 	waiting             int
 	gens                []int  // bring-ups per slot: polls and health checks of older ones are stale
@@ -236,9 +237,9 @@ func (b *bencher) runFull(ctx context.Context, spec runSpec) (*BenchResult, *tur
 	}
 	epoch := time.Unix(0, 0)
 	clock := func() time.Time { return epoch.Add(time.Duration(now * float64(time.Second))) }
-	newClient := func(idx int, policy, routing string, concurrency int, budget generate.BudgetConfig) (*client, error) {
+	newClient := func(idx int, policy, routing string, concurrency int, budget admission.BudgetConfig) (*client, error) {
 		reg := prometheus.NewRegistry()
-		ctl, err := generate.NewController(generate.Config{
+		ctl, err := admission.NewController(admission.Config{
 			Endpoints:   urls,
 			Policy:      policy,
 			Concurrency: concurrency,
@@ -252,7 +253,7 @@ func (b *bencher) runFull(ctx context.Context, spec runSpec) (*BenchResult, *tur
 		if err != nil {
 			return nil, err
 		}
-		return &client{idx: idx, ctl: ctl, reg: reg, policy: policy, first: 1, stride: 1, flights: map[*generate.Ticket]*flight{},
+		return &client{idx: idx, ctl: ctl, reg: reg, policy: policy, first: 1, stride: 1, flights: map[*admission.Ticket]*flight{},
 			gens: make([]int, nslots), probing: make([]bool, nslots), probeWait: make([]float64, nslots)}, nil
 	}
 	budget := opts.Budget
@@ -269,15 +270,15 @@ func (b *bencher) runFull(ctx context.Context, spec runSpec) (*BenchResult, *tur
 		clients = append(clients, c)
 	}
 	if sc.foreign > 0 {
-		c, err := newClient(len(clients), generate.PolicyFixed, generate.RouteHeadroom, sc.foreign, generate.BudgetConfig{})
+		c, err := newClient(len(clients), admission.PolicyFixed, admission.RouteHeadroom, sc.foreign, admission.BudgetConfig{})
 		if err != nil {
 			return nil, nil, err
 		}
 		c.foreign, c.base = true, foreignBase
 		clients = append(clients, c)
 	}
-	pollEvery := generate.DefaultPollInterval.Seconds()
-	healthEvery := generate.DefaultHealthInterval.Seconds()
+	pollEvery := admission.DefaultPollInterval.Seconds()
+	healthEvery := admission.DefaultHealthInterval.Seconds()
 	const probeFirst, probeMax = 0.25, 5.0
 
 	var q eventQueue
@@ -315,20 +316,20 @@ func (b *bencher) runFull(ctx context.Context, spec runSpec) (*BenchResult, *tur
 			}
 		} else {
 			plen, o := sc.work.draw(prompt)
-			ids, out = promptIDs(prompt, plen), o
+			ids, out = promptIDs(prompt, plen, sc.work.sharedPrefix), o
 		}
 		rid := fmt.Sprintf("req-%d", prompt)
 		if attemptNo > 1 {
 			rid = fmt.Sprintf("req-%d~%d", prompt, attemptNo)
 		}
 		c.waiting++
-		t := c.ctl.Offer(&generate.Request{
+		t := c.ctl.Offer(&admission.Request{
 			RID:      rid,
-			Key:      generate.LengthKey{Dataset: "bench", Lane: generate.DefaultLane},
+			Key:      admission.LengthKey{Dataset: "bench", Lane: admission.DefaultLane},
 			InputIDs: ids,
-			Sampling: generate.SamplingParams{MaxNewTokens: sc.work.maxNew, MinNewTokens: min(out-1, sc.work.maxNew)},
+			Sampling: sglang.SamplingParams{MaxNewTokens: sc.work.maxNew, MinNewTokens: min(out-1, sc.work.maxNew)},
 			Prefer:   prefer,
-		}, func(t *generate.Ticket) { c.granted = append(c.granted, t) })
+		}, func(t *admission.Ticket) { c.granted = append(c.granted, t) })
 		c.flights[t] = &flight{c: c, prompt: prompt, attempt: attemptNo, t: t}
 	}
 	refill := func(c *client) {
@@ -527,7 +528,7 @@ func (b *bencher) runFull(ctx context.Context, spec runSpec) (*BenchResult, *tur
 				if a.err == nil {
 					return nil, nil, fmt.Errorf("bench: request %s answered before it was queued", f.rid)
 				}
-				var se *generate.StatusError
+				var se *sglang.StatusError
 				if errors.As(a.err, &se) {
 					return nil, nil, fmt.Errorf("bench: request %s refused: %w", f.rid, a.err)
 				}
@@ -594,7 +595,7 @@ func (b *bencher) runFull(ctx context.Context, spec runSpec) (*BenchResult, *tur
 				break
 			}
 			if err := c.ctl.Probe(ctx, e.srv); err != nil {
-				var ae *generate.AuthError
+				var ae *sglang.AuthError
 				if errors.As(err, &ae) {
 					return nil, nil, err
 				}
@@ -604,7 +605,7 @@ func (b *bencher) runFull(ctx context.Context, spec runSpec) (*BenchResult, *tur
 			}
 			c.probeWait[e.srv] = probeFirst
 			c.gens[e.srv]++
-			if c.policy == generate.PolicyKVBudget {
+			if c.policy == admission.PolicyKVBudget {
 				push(&event{t: now + pollEvery, kind: evPoll, srv: e.srv, gen: c.gens[e.srv], cl: c.idx})
 			}
 			push(&event{t: now + healthEvery, kind: evHealth, srv: e.srv, gen: c.gens[e.srv], cl: c.idx})

@@ -13,8 +13,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/draftflow/draftflow/sglang/sim"
 	"github.com/draftflow/draftflow/stages/generate"
-	"github.com/draftflow/draftflow/stages/generate/sim"
+	"github.com/draftflow/draftflow/stages/generate/internal/admission"
 )
 
 // ScenarioMultiTurn names the multi-turn workload (MultiTurn): conversations whose every assistant turn is
@@ -211,7 +212,7 @@ func MultiTurn(ctx context.Context, opts MultiTurnOptions, w io.Writer) ([]Multi
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r, tf, err := b.runFull(ctx, runSpec{sc: sc, policy: generate.PolicyKVBudget, routing: generate.RouteHeadroom,
+			r, tf, err := b.runFull(ctx, runSpec{sc: sc, policy: admission.PolicyKVBudget, routing: admission.RouteHeadroom,
 				affinity: affinity})
 			if err != nil {
 				errs[i] = err

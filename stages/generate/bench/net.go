@@ -11,7 +11,7 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/draftflow/draftflow/stages/generate/sim"
+	"github.com/draftflow/draftflow/sglang/sim"
 )
 
 // simNet is the benchmark's network: an http.RoundTripper that hands each request of the stage's Client to

@@ -1,4 +1,4 @@
-package generate
+package admission
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+
+	"github.com/draftflow/draftflow/sglang"
 )
 
 // Request is one generation for the Controller to run.
@@ -25,7 +27,7 @@ type Request struct {
 	// InputIDs is the prompt.
 	InputIDs []uint32
 	// Sampling holds the sampling parameters; MaxNewTokens must be set.
-	Sampling SamplingParams
+	Sampling sglang.SamplingParams
 	// Prefer is the URL of the server that generated the previous turn of the request's conversation: the
 	// request goes there when it has room (its prompt prefix is in that server's radix cache), else wherever
 	// routing sends it. Empty: no preference.
@@ -42,7 +44,7 @@ var ErrNotStarted = errors.New("generate: request not started: its record is bei
 // Result is a finished generation.
 type Result struct {
 	// Response is the server's answer, token-exact.
-	Response *GenerateResponse
+	Response *sglang.GenerateResponse
 	// Endpoint is the base URL of the server that produced it.
 	Endpoint string
 	// ServedModel is the model path that server reported, if known.
@@ -56,11 +58,16 @@ type Result struct {
 // Config.RequestTimeout in Config.MaxTimeouts attempts. Reason is the server's message (or what happened),
 // fit for a dead letter.
 type RejectedError struct {
+	// Reason says why, fit for a dead letter.
 	Reason string
-	Err    error
+	// Err is the last attempt's error.
+	Err error
 }
 
+// Error returns the reason.
 func (e *RejectedError) Error() string { return "generate: rejected: " + e.Reason }
+
+// Unwrap returns the last attempt's error.
 func (e *RejectedError) Unwrap() error { return e.Err }
 
 // Server states.
@@ -75,10 +82,10 @@ const (
 type server struct {
 	idx int // position in Config.Endpoints
 	url string
-	cl  *Client
+	cl  *sglang.Client
 
 	state         int
-	cap           Capacity
+	cap           sglang.Capacity
 	fails         int           // consecutive health/connection failures
 	drainedSignal chan struct{} // closed and replaced when the server is drained
 	// eps are the server's admission units: one per data-parallel rank under kv-budget (each rank has its own
@@ -119,7 +126,7 @@ type endpoint struct {
 	haveRetracted bool    // the counter was read before
 	metaRetracts  int     // retractions reported in meta_info since the last feedback tick
 	cooldownUntil time.Time
-	load          Load
+	load          sglang.Load
 	haveLoads     bool // the server answered /v1/loads at least once since it came up
 	// KV gate (kv-budget with load data): the server's used KV tokens predicted from the last poll.
 	gated          bool      // a poll gave load data: the gate applies
@@ -161,6 +168,9 @@ type lease struct {
 	req    *Request
 	start  time.Time // admission
 	charge float64
+	// shared is how many leading prompt tokens the request shared with another request in flight on its
+	// endpoint when it was admitted (kv-budget): the server's radix cache holds them once.
+	shared int
 	pos    int           // index in ep.leases
 	drain  chan struct{} // the server's drainedSignal at admission: closed once it is drained
 }
@@ -181,7 +191,7 @@ type Controller struct {
 
 	mu     sync.Mutex
 	eps    []*endpoint // every server's admission units, in server order (rebuilt as servers come up)
-	fatal  error       // set once: the stage cannot go on (AuthError)
+	fatal  error       // set once: the stage cannot go on (sglang.AuthError)
 	failed chan struct{}
 	lanes  map[string]*lane
 	order  []*lane
@@ -195,8 +205,8 @@ type Controller struct {
 // NewController validates cfg and builds a Controller for cfg.Endpoints. It does no I/O; Run brings the
 // endpoints up.
 func NewController(cfg Config) (*Controller, error) {
-	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	c := &Controller{
@@ -210,7 +220,7 @@ func NewController(cfg Config) (*Controller, error) {
 		failed: make(chan struct{}),
 	}
 	for i, u := range cfg.Endpoints {
-		s := &server{idx: i, url: u, cl: NewClient(u, cfg.HTTPClient, cfg.APIKey), drainedSignal: make(chan struct{})}
+		s := &server{idx: i, url: u, cl: sglang.NewClient(u, cfg.HTTPClient, cfg.APIKey), drainedSignal: make(chan struct{})}
 		s.eps = []*endpoint{{srv: s, rank: -1, name: u}}
 		c.srv = append(c.srv, s)
 		c.eps = append(c.eps, s.eps...)
@@ -275,11 +285,46 @@ func (c *Controller) charge(r *Request) float64 {
 	return float64(len(r.InputIDs) + c.est.Expected(r.Key, r.Sampling.MaxNewTokens))
 }
 
-// fits reports whether ep can take a request of charge now.
-func (c *Controller) fits(ep *endpoint, charge float64, prompt, maxNew int) bool {
+// promptKV is the KV the lease's prompt adds to its endpoint's pool: the prompt less the prefix it shares
+// with another request there.
+func (ls *lease) promptKV() int { return len(ls.req.InputIDs) - ls.shared }
+
+// sharedPrefix is how many leading tokens of ids the kv-budget policy expects ep's radix cache to hold
+// already: the longest prefix ids shares with a request in flight there. SGLang keeps a running request's
+// prompt in its radix cache and computes, and stores, only what a new request does not share with it, so a
+// chat template's header or a common system prompt takes the pool's KV once, not once per request (on a small
+// pool with short prompts, a request in six; issue 22). A request waiting on the server shares too: it
+// reaches the cache before the new one. Under the fixed policy it is 0. c.mu must be held.
+func (c *Controller) sharedPrefix(ep *endpoint, ids []uint32) int {
+	if c.cfg.Policy != PolicyKVBudget || len(ids) == 0 {
+		return 0
+	}
+	best := 0
+	for _, ls := range ep.leases {
+		other := ls.req.InputIDs
+		n := min(len(ids), len(other))
+		if n <= best || other[best] != ids[best] {
+			continue
+		}
+		i := 0
+		for i < n && ids[i] == other[i] {
+			i++
+		}
+		best = max(best, i)
+	}
+	// SGLang computes at least the last prompt token (it needs its logits), so a prompt is never all cached.
+	return min(best, len(ids)-1)
+}
+
+// fits reports whether ep can take a request of charge with prompt ids now (charge counts the whole
+// prompt; the prefix ep's radix cache shares is taken off it here).
+func (c *Controller) fits(ep *endpoint, charge float64, ids []uint32, maxNew int) bool {
 	if !ep.ready() {
 		return false
 	}
+	shared := c.sharedPrefix(ep, ids)
+	charge -= float64(shared)
+	prompt := len(ids) - shared
 	if c.cfg.Policy == PolicyKVBudget && ep.maxRunning > 0 &&
 		ep.inflight >= ep.maxRunning+c.cfg.Budget.MaxServerQueue {
 		return false
@@ -319,7 +364,7 @@ func (c *Controller) holdsShare(ep *endpoint, prompt int) bool {
 	}
 	prompts := prompt
 	for _, ls := range ep.leases {
-		prompts += len(ls.req.InputIDs)
+		prompts += ls.promptKV()
 	}
 	n := float64(len(ep.leases) + 1)
 	return float64(prompts)+n*c.est.RecentMean(recentMeanWindow)/2 <= float64(ep.pool)
@@ -404,13 +449,13 @@ func (c *Controller) predictedUsed(ep *endpoint) float64 {
 // routePreferring is route, except that a request with a preferred server goes to it (its rank with the
 // most room, for a DP server) when one fits and it did not just fail the request. It counts affinity hits
 // and misses.
-func (c *Controller) routePreferring(prefer string, charge float64, prompt, maxNew int, avoid *endpoint) *endpoint {
+func (c *Controller) routePreferring(prefer string, charge float64, ids []uint32, maxNew int, avoid *endpoint) *endpoint {
 	if prefer == "" {
-		return c.route(charge, prompt, maxNew, avoid)
+		return c.route(charge, ids, maxNew, avoid)
 	}
 	var best *endpoint
 	for _, ep := range c.eps {
-		if ep.srv.url != prefer || (avoid != nil && ep.srv == avoid.srv) || !c.fits(ep, charge, prompt, maxNew) {
+		if ep.srv.url != prefer || (avoid != nil && ep.srv == avoid.srv) || !c.fits(ep, charge, ids, maxNew) {
 			continue
 		}
 		if best == nil || ep.budget-ep.used > best.budget-best.used {
@@ -421,14 +466,14 @@ func (c *Controller) routePreferring(prefer string, charge float64, prompt, maxN
 		c.met.affinity.WithLabelValues("hit").Inc()
 		return best
 	}
-	ep := c.route(charge, prompt, maxNew, avoid)
+	ep := c.route(charge, ids, maxNew, avoid)
 	if ep != nil {
 		c.met.affinity.WithLabelValues("miss").Inc()
 	}
 	return ep
 }
 
-func (c *Controller) route(charge float64, prompt, maxNew int, avoid *endpoint) *endpoint {
+func (c *Controller) route(charge float64, ids []uint32, maxNew int, avoid *endpoint) *endpoint {
 	if avoid != nil {
 		others := false
 		for _, ep := range c.eps {
@@ -441,7 +486,7 @@ func (c *Controller) route(charge float64, prompt, maxNew int, avoid *endpoint) 
 	if c.cfg.Routing == RouteRoundRobin {
 		for i := range c.eps {
 			ep := c.eps[(c.rr+i)%len(c.eps)]
-			if (avoid == nil || ep.srv != avoid.srv) && c.fits(ep, charge, prompt, maxNew) {
+			if (avoid == nil || ep.srv != avoid.srv) && c.fits(ep, charge, ids, maxNew) {
 				c.rr = (c.rr + i + 1) % len(c.eps)
 				return ep
 			}
@@ -451,17 +496,18 @@ func (c *Controller) route(charge float64, prompt, maxNew int, avoid *endpoint) 
 	var best *endpoint
 	bestRoom := 0.0
 	for _, ep := range c.eps {
-		if (avoid != nil && ep.srv == avoid.srv) || !c.fits(ep, charge, prompt, maxNew) {
+		if (avoid != nil && ep.srv == avoid.srv) || !c.fits(ep, charge, ids, maxNew) {
 			continue
 		}
+		shared := c.sharedPrefix(ep, ids)
 		room := 1.0
 		switch {
 		case ep.gated:
 			// KV headroom the server is predicted to have, relative to its pool.
 			pool := float64(ep.pool)
-			room = (pool - c.predictedUsed(ep) - float64(prompt)) / pool
+			room = (pool - c.predictedUsed(ep) - float64(len(ids)-shared)) / pool
 		case ep.budget > 0:
-			room = (ep.budget - ep.used - charge) / ep.budget
+			room = (ep.budget - ep.used - charge + float64(shared)) / ep.budget
 		}
 		if best == nil || room > bestRoom {
 			best, bestRoom = ep, room
@@ -508,7 +554,7 @@ func (c *Controller) admit() {
 			}
 			w := l.waiters[0]
 			charge := c.charge(w.req)
-			ep := c.routePreferring(w.req.Prefer, charge, len(w.req.InputIDs), w.req.Sampling.MaxNewTokens, w.avoid)
+			ep := c.routePreferring(w.req.Prefer, charge, w.req.InputIDs, w.req.Sampling.MaxNewTokens, w.avoid)
 			if ep == nil {
 				now := c.now()
 				for _, e := range c.eps {
@@ -520,10 +566,13 @@ func (c *Controller) admit() {
 				continue
 			}
 			l.waiters = l.waiters[1:]
-			w.lease = &lease{ep: ep, lane: l, req: w.req, start: c.now(), charge: charge, drain: ep.srv.drainedSignal}
+			shared := c.sharedPrefix(ep, w.req.InputIDs)
+			charge -= float64(shared)
+			w.lease = &lease{ep: ep, lane: l, req: w.req, start: c.now(), charge: charge, shared: shared,
+				drain: ep.srv.drainedSignal}
 			w.lease.pos = len(ep.leases)
 			ep.leases = append(ep.leases, w.lease)
-			ep.sinceTok += float64(len(w.req.InputIDs))
+			ep.sinceTok += float64(w.lease.promptKV())
 			ep.used += charge
 			ep.inflight++
 			l.used += charge
@@ -597,12 +646,12 @@ func (c *Controller) acquire(ctx context.Context, r *Request, avoid *endpoint) (
 
 // finish ends a lease whose request the server answered: the output length is learnt, the retractions count
 // as feedback, and the charge goes back to the budget.
-func (c *Controller) finish(ls *lease, r *Request, resp *GenerateResponse, took time.Duration) {
+func (c *Controller) finish(ls *lease, r *Request, resp *sglang.GenerateResponse, took time.Duration) {
 	outputTokens := len(resp.OutputIDs)
 	retractions, reported := resp.MetaInfo.RetractionCount()
 	c.est.Observe(r.Key, outputTokens)
 	c.mu.Lock()
-	ls.ep.sinceTok -= float64(len(r.InputIDs) + outputTokens)
+	ls.ep.sinceTok -= float64(ls.promptKV() + outputTokens)
 	if !reported && !ls.ep.srv.metaSilent {
 		ls.ep.srv.metaSilent = true
 		c.log.Info("server reports no per-request retraction counts in meta_info", "endpoint", ls.ep.srv.url)
@@ -659,14 +708,17 @@ type EndpointStatus struct {
 	// Ready is true while it admits requests.
 	Ready bool
 	// Capacity is what the server reported (all of its ranks).
-	Capacity Capacity
+	Capacity sglang.Capacity
 	// Pool is this unit's KV pool in tokens.
-	Pool     int
-	Budget   float64
-	Used     float64
+	Pool int
+	// Budget is the unit's admission budget (kv-budget: tokens; fixed: requests).
+	Budget float64
+	// Used is the budget charge of the requests in flight.
+	Used float64
+	// InFlight counts the requests admitted and not finished.
 	InFlight int
 	// Load is the unit's last /v1/loads figures (its rank's).
-	Load Load
+	Load sglang.Load
 }
 
 // Endpoints returns a snapshot of every admission unit, in server order.
@@ -767,7 +819,7 @@ func (c *Controller) Do(ctx context.Context, r *Request) (*Result, error) {
 			c.finish(ls, r, resp, c.now().Sub(start))
 			return &Result{Response: resp, Endpoint: ep.srv.url, ServedModel: served, Attempts: attempts}, nil
 		}
-		var ae *AuthError
+		var ae *sglang.AuthError
 		if errors.As(err, &ae) {
 			// No retry can cure a refused key: stop the stage (the record is redelivered after the fix).
 			c.release(ls, 0)
@@ -848,8 +900,8 @@ var ridEscaper = strings.NewReplacer("%", "%25", ";", "%3B")
 func AttemptRID(base string, n int) string { return base + "." + strconv.Itoa(n) + ";" }
 
 // generateRequest is the /generate body of one attempt of r on ep: pinned to ep's DP rank when ep is one.
-func (c *Controller) generateRequest(ep *endpoint, r *Request, rid string) *GenerateRequest {
-	g := &GenerateRequest{InputIDs: r.InputIDs, RID: rid, SamplingParams: r.Sampling}
+func (c *Controller) generateRequest(ep *endpoint, r *Request, rid string) *sglang.GenerateRequest {
+	g := &sglang.GenerateRequest{InputIDs: r.InputIDs, RID: rid, SamplingParams: r.Sampling}
 	if ep.rank >= 0 {
 		rank := ep.rank
 		g.RoutedDPRank = &rank
@@ -915,9 +967,9 @@ const (
 
 // classify maps an attempt's error to what to do about it, with the reason to record.
 func classify(err error) (int, string) {
-	var se *StatusError
-	var ab *AbortedError
-	var ir *InvalidResponseError
+	var se *sglang.StatusError
+	var ab *sglang.AbortedError
+	var ir *sglang.InvalidResponseError
 	switch {
 	case errors.As(err, &se):
 		switch {
@@ -958,3 +1010,6 @@ func classify(err error) (int, string) {
 	}
 	return outcomeConnection, err.Error()
 }
+
+// Config returns the Controller's configuration, defaults applied.
+func (c *Controller) Config() Config { return c.cfg }

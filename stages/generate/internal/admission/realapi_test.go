@@ -1,20 +1,19 @@
-package generate
+package admission
 
 import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/draftflow/draftflow/sglang"
 )
 
 // Regression tests for what the released SGLang server (0.5.23) answers and the simulator once did not:
@@ -166,10 +165,10 @@ func TestAPIKeyMissingIsFatal(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatal("Run kept retrying a server that refuses the API key")
 			}
-			var ae *AuthError
+			var ae *sglang.AuthError
 			if !errors.As(err, &ae) || ae.Code != 401 || !strings.Contains(err.Error(), f.srv.URL) ||
 				!strings.Contains(err.Error(), "--sglang-api-key-file") {
-				t.Fatalf("Run: %v; want an AuthError naming %s and how to set a key", err, f.srv.URL)
+				t.Fatalf("Run: %v; want an sglang.AuthError naming %s and how to set a key", err, f.srv.URL)
 			}
 			select {
 			case <-c.Fatal():
@@ -184,27 +183,15 @@ func TestAPIKeyMissingIsFatal(t *testing.T) {
 	}
 }
 
-// With the key (from a file or the environment) every call carries it as a bearer token, and the key never
-// appears in logs or in a printed Config.
+// With the key every call carries it as a bearer token, and the key never appears in logs or in a printed
+// Config.
 func TestAPIKeySentNeverLogged(t *testing.T) {
 	const key = "s3cret-key-1234"
 	f := newFake(t, 10000)
 	f.apiKey = key
 	f.release(5)
-	path := filepath.Join(t.TempDir(), "key")
-	if err := os.WriteFile(path, []byte(key+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var cfg Config
-	fs := flag.NewFlagSet("generate", flag.ContinueOnError)
-	t.Setenv(APIKeyEnv, "from-env")
-	cfg.RegisterFlags(fs)
-	if cfg.APIKey != "from-env" {
-		t.Fatalf("APIKey %q from the environment", string(cfg.APIKey))
-	}
-	if err := fs.Parse([]string{"--sglang", f.srv.URL, "--sglang-api-key-file", path, "--policy", "fixed"}); err != nil {
-		t.Fatal(err)
-	}
+	// The key as the stage's flags read it (generate's TestAPIKeyFlags).
+	cfg := Config{Endpoints: []string{f.srv.URL}, APIKey: key, Policy: PolicyFixed}
 	var logs bytes.Buffer
 	var mu sync.Mutex
 	cfg.Logger = slog.New(slog.NewJSONHandler(lockedWriter{&mu, &logs}, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -232,7 +219,7 @@ func TestAPIKeySentNeverLogged(t *testing.T) {
 	f.apiKey = "rotated"
 	f.mu.Unlock()
 	_, err = c.Do(context.Background(), req("k2", 5, 5))
-	var ae *AuthError
+	var ae *sglang.AuthError
 	if !errors.As(err, &ae) || !ae.KeySet {
 		t.Fatalf("Do with a refused key: %v", err)
 	}

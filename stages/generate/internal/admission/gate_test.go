@@ -1,11 +1,14 @@
-package generate
+package admission
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/draftflow/draftflow/sglang"
 )
 
 // virtualController builds a Controller driven through the synchronous API (Offer, Finish, Feedback) on a
@@ -21,7 +24,7 @@ func virtualController(t *testing.T, cfg Config, pool int) (*Controller, *time.T
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.EndpointUp(0, Capacity{MaxTotalTokens: pool, MaxRunningRequests: 1000})
+	c.EndpointUp(0, sglang.Capacity{MaxTotalTokens: pool, MaxRunningRequests: 1000})
 	return c, &now
 }
 
@@ -74,8 +77,8 @@ func TestKVGate(t *testing.T) {
 		}
 	}
 	// Ten running at 20 tok/s each.
-	load := func(used int) Load {
-		return Load{Running: 10, UsedTokens: used, MaxTokens: pool, TokenUsage: float64(used) / pool, GenThroughput: 200}
+	load := func(used int) sglang.Load {
+		return sglang.Load{Running: 10, UsedTokens: used, MaxTokens: pool, TokenUsage: float64(used) / pool, GenThroughput: 200}
 	}
 	// Usage over the target: nothing goes.
 	feedback(c, 0, load(97000), 0, true)
@@ -129,7 +132,7 @@ func TestRechargeByAge(t *testing.T) {
 	if tk.Endpoint() != 0 {
 		t.Fatal("not admitted")
 	}
-	load := Load{Running: 1, UsedTokens: 2000, MaxTokens: 100000, TokenUsage: 0.02, GenThroughput: 20}
+	load := sglang.Load{Running: 1, UsedTokens: 2000, MaxTokens: 100000, TokenUsage: 0.02, GenThroughput: 20}
 	feedback(c, 0, load, 0, true)
 	young := c.Endpoints()[0].Used
 	if want := float64(1000 + c.Estimator().Expected(LengthKey{Dataset: "d", Lane: DefaultLane}, 4000)); young != want {
@@ -155,15 +158,15 @@ func TestRechargeByAge(t *testing.T) {
 }
 
 // feedback applies one poll's figures to admission unit i, as Controller.poll does after its HTTP reads.
-func feedback(c *Controller, i int, load Load, retracted float64, have bool) {
+func feedback(c *Controller, i int, load sglang.Load, retracted float64, have bool) {
 	c.adjust(c.eps[i], load, true, retracted, have)
 }
 
 // answer is a /generate answer with n output tokens and no retractions.
-func answer(n int) *GenerateResponse {
+func answer(n int) *sglang.GenerateResponse {
 	zero := 0
-	return &GenerateResponse{OutputIDs: make([]uint32, n), MetaInfo: MetaInfo{NumRetractions: &zero,
-		FinishReason: &FinishReason{Type: "length", Length: n}}}
+	return &sglang.GenerateResponse{OutputIDs: make([]uint32, n), MetaInfo: sglang.MetaInfo{NumRetractions: &zero,
+		FinishReason: &sglang.FinishReason{Type: "length", Length: n}}}
 }
 
 // TestSharedServer checks the KV gate on a server another client keeps full (holdsShare): the requests the
@@ -185,13 +188,13 @@ func TestSharedServer(t *testing.T) {
 		t.Fatalf("%d in flight before any poll, want 4", inflight())
 	}
 	// Alone on a full server (its 4 requests are all the server has): the gate holds the rest back.
-	feedback(c, 0, Load{Running: 4, UsedTokens: 97000, MaxTokens: pool, TokenUsage: 0.97, GenThroughput: 100}, 0, true)
+	feedback(c, 0, sglang.Load{Running: 4, UsedTokens: 97000, MaxTokens: pool, TokenUsage: 0.97, GenThroughput: 100}, 0, true)
 	offer(100)
 	if inflight() != 4 {
 		t.Fatalf("%d in flight on a full server with no other client, want 4", inflight())
 	}
 	// Another client keeps 20 requests on the same full server: this Controller keeps 19.
-	feedback(c, 0, Load{Running: 16, Waiting: 8, UsedTokens: 97000, MaxTokens: pool, TokenUsage: 0.97, GenThroughput: 100}, 0, true)
+	feedback(c, 0, sglang.Load{Running: 16, Waiting: 8, UsedTokens: 97000, MaxTokens: pool, TokenUsage: 0.97, GenThroughput: 100}, 0, true)
 	if inflight() != 19 {
 		t.Fatalf("%d in flight beside another client's 20, want 19", inflight())
 	}
@@ -200,9 +203,48 @@ func TestSharedServer(t *testing.T) {
 		t.Fatalf("draftflow_generate_server_other_requests %v (%v), want 20", m.GetGauge().GetValue(), err)
 	}
 	// Against many more, at most as many as the pool holds at the mean prompt and half the mean output.
-	feedback(c, 0, Load{Running: 40, Waiting: 200, UsedTokens: 97000, MaxTokens: pool, TokenUsage: 0.97, GenThroughput: 100}, 0, true)
+	feedback(c, 0, sglang.Load{Running: 40, Waiting: 200, UsedTokens: 97000, MaxTokens: pool, TokenUsage: 0.97, GenThroughput: 100}, 0, true)
 	want := int(pool / (1000 + c.Estimator().RecentMean(recentMeanWindow)/2))
 	if inflight() != want {
 		t.Fatalf("%d in flight beside another client's %d, want the %d the pool holds", inflight(), 240-19, want)
+	}
+}
+
+// TestKVBudgetSharedPrefix: requests whose prompts share a prefix with one in flight on an endpoint are
+// charged only what the server's radix cache does not already hold (issue 22: on a 512-token pool, a chat
+// template's 8-token header shared by 24-token prompts is a request in six). The fixed policy is unchanged.
+func TestKVBudgetSharedPrefix(t *testing.T) {
+	const pool = 1000
+	for _, tc := range []struct {
+		name          string
+		policy        string
+		shared        int
+		wantAdmitted  int
+		wantFirstLast [2]float64
+	}{
+		// Alone each costs 300 + 100: two fit in 1,000.
+		{"distinct prompts", PolicyKVBudget, 0, 2, [2]float64{400, 400}},
+		// The first costs 400, every later one 50 + 100: 400 + 4*150 = 1,000.
+		{"shared prefix", PolicyKVBudget, 250, 5, [2]float64{400, 150}},
+		{"fixed policy", PolicyFixed, 250, 3, [2]float64{1, 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, _ := virtualController(t, Config{Policy: tc.policy, Concurrency: 3}, pool)
+			teach(c, 50, 100, 100)
+			var admitted []*Ticket
+			for i := range 8 {
+				tk := c.Offer(sharedReq(fmt.Sprint("r", i), 300, tc.shared, 100), nil)
+				if tk.Endpoint() == 0 {
+					admitted = append(admitted, tk)
+				}
+			}
+			if len(admitted) != tc.wantAdmitted {
+				t.Fatalf("admitted %d, want %d", len(admitted), tc.wantAdmitted)
+			}
+			first, last := admitted[0].w.lease.charge, admitted[len(admitted)-1].w.lease.charge
+			if first != tc.wantFirstLast[0] || last != tc.wantFirstLast[1] {
+				t.Fatalf("charges first %v last %v, want %v", first, last, tc.wantFirstLast)
+			}
+		})
 	}
 }

@@ -1,16 +1,18 @@
-package generate
+package admission
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/draftflow/draftflow/sglang"
 )
 
 // Ticket is a request offered with Offer. Offer, Finish, Fail, Probe, Health and Poll are the Controller's
 // admission, routing, health and budget logic without its goroutines and timers, for a caller that sends
 // requests itself on its own clock (Config.Clock): the benchmark's discrete-event simulation drives every
-// policy this way, through the same Client (HTTP, parsing, feedback) Do and Run use. A Ticket belongs to one
+// policy this way, through the same sglang.Client (HTTP, parsing, feedback) Do and Run use. A Ticket belongs to one
 // goroutine: finish it from the goroutine that offered it (or synchronise).
 type Ticket struct {
 	// Request is the offered request.
@@ -47,17 +49,17 @@ func (t *Ticket) Endpoint() int {
 
 // GenerateRequest is the /generate body the stage sends for an admitted ticket (its first attempt): the
 // prompt, the sampling parameters and, on a server with data-parallel ranks, the rank it was admitted to.
-func (c *Controller) GenerateRequest(t *Ticket) *GenerateRequest {
+func (c *Controller) GenerateRequest(t *Ticket) *sglang.GenerateRequest {
 	return c.generateRequest(t.w.lease.ep, t.Request, AttemptRID(t.Request.RID, 1))
 }
 
 // Client returns the client of server i (in Config.Endpoints).
-func (c *Controller) Client(i int) *Client { return c.srv[i].cl }
+func (c *Controller) Client(i int) *sglang.Client { return c.srv[i].cl }
 
 // Finish reports the server's answer to an admitted ticket: the completion length is learnt, the
 // retractions meta_info reported count as feedback, the charge returns to the budget and waiting requests
 // that now fit are admitted. took is the request's latency, for the metrics.
-func (c *Controller) Finish(t *Ticket, resp *GenerateResponse, took time.Duration) error {
+func (c *Controller) Finish(t *Ticket, resp *sglang.GenerateResponse, took time.Duration) error {
 	if err := c.settle(t); err != nil {
 		return err
 	}
@@ -90,7 +92,7 @@ func (c *Controller) settle(t *Ticket) error {
 
 // EndpointUp makes server i admit requests with fresh budgets for info, as Run does once the server
 // answered its health check and capacity read.
-func (c *Controller) EndpointUp(i int, info Capacity) {
+func (c *Controller) EndpointUp(i int, info sglang.Capacity) {
 	c.bringUp(c.srv[i], info)
 }
 

@@ -715,8 +715,9 @@ func (e *engine) releaseKV(r *request, insert bool) {
 	r.node, r.kvLen, r.prefixLen = nil, 0, 0
 }
 
-// cacheUnfinished is SGLang cache_unfinished_req for a chunked request: the
-// computed chunk moves into the tree and the request locks it as its prefix.
+// cacheUnfinished is SGLang checkpoint_kv_cache (cache_unfinished_req before
+// 0.5) for a chunked request or one whose prefill completed: the computed
+// tokens move into the tree and the request locks them as its prefix.
 func (e *engine) cacheUnfinished(r *request) {
 	seq := r.fill(r.kvLen)
 	e.tree.insert(seq)
@@ -751,6 +752,12 @@ func (e *engine) complete(b *batch) {
 			if e.emit(r) {
 				continue
 			}
+			// checkpoint_kv_cache (mem_cache/common.py, from the prefill branch of
+			// managers/scheduler_components/batch_result_processor.py): an unfinished
+			// request's computed prompt goes into the tree, locked as its prefix, so
+			// the next requests sharing it (a chat template's header, a system
+			// prompt) match it while it still runs.
+			e.cacheUnfinished(r)
 			e.running = append(e.running, r)
 		}
 		// Newer SGLang resets batch_is_full after merging a prefill batch.

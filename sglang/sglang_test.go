@@ -1,15 +1,10 @@
-package generate
+package sglang
 
 import (
-	"errors"
-	"flag"
-	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 )
 
 func TestParseGenerateResponse(t *testing.T) {
@@ -110,7 +105,7 @@ func TestParseIntrospection(t *testing.T) {
 
 	x, err := parseRetracted([]byte("# TYPE sglang:num_retracted_requests_total counter\n" +
 		"sglang:num_retracted_requests_total{model_name=\"a\",dp_rank=\"0\"} 3\nsglang:num_retracted_requests_total{model_name=\"a\",dp_rank=\"1\"} 4\n"))
-	if err != nil || !x.Supported || x.Total != 7 || x.of(1) != 4 || x.of(-1) != 7 {
+	if err != nil || !x.Supported || x.Total != 7 || x.ForRank(1) != 4 || x.ForRank(-1) != 7 {
 		t.Fatalf("retracted %+v %v", x, err)
 	}
 	// The labelled counter has no sample before the first retraction: a server exporting SGLang metrics
@@ -125,7 +120,7 @@ func TestParseIntrospection(t *testing.T) {
 	}
 }
 
-func TestErrorMessageAndClassify(t *testing.T) {
+func TestErrorMessage(t *testing.T) {
 	for body, want := range map[string]string{
 		`{"error":{"message":"too long"}}`:                                     "too long",
 		`{"object":"error","message":"The request queue is full.","code":503}`: "The request queue is full.",
@@ -135,87 +130,6 @@ func TestErrorMessageAndClassify(t *testing.T) {
 	} {
 		if got := errorMessage([]byte(body)); got != want {
 			t.Errorf("errorMessage(%q) = %q, want %q", body, got, want)
-		}
-	}
-	for _, tc := range []struct {
-		err  error
-		kind int
-	}{
-		{&StatusError{Code: 400, Message: "x"}, outcomeReject},
-		{&StatusError{Code: 400, Message: "Duplicate request ID: a"}, outcomeBusy},
-		{&StatusError{Code: 503}, outcomeBusy},
-		{&StatusError{Code: 500}, outcomeServerError},
-		{&StatusError{Code: 404}, outcomeMisconfigured},
-		{&AbortedError{Message: "oom", StatusCode: 500}, outcomeServerError},
-		{&AbortedError{Message: "bad", StatusCode: 400}, outcomeReject},
-		{&AbortedError{Message: "bad", StatusCode: 422}, outcomeReject},
-		{&AbortedError{Message: "queue timeout", StatusCode: 503}, outcomeBusy},
-		{&AbortedError{Message: "Abort all requests"}, outcomeBusy}, // abort_all, pause_generation, weight update
-		{&AbortedError{Message: "Abort before prefill"}, outcomeBusy},
-		{&InvalidResponseError{Reason: "x"}, outcomeReject},
-		{errors.New("connection reset by peer"), outcomeConnection},
-	} {
-		if k, _ := classify(tc.err); k != tc.kind {
-			t.Errorf("classify(%v) = %d, want %d", tc.err, k, tc.kind)
-		}
-	}
-}
-
-func TestRequestIDsArePrefixFree(t *testing.T) {
-	rids := []string{AttemptRID(RequestID("a1", 0), 1), AttemptRID(RequestID("a1", 0), 10), AttemptRID(RequestID("a10", 0), 1),
-		AttemptRID(RequestID("a1", 1), 1), AttemptRID(RequestID("a1", 10), 1),
-		// Ids holding the separators themselves: "x"'s first attempt must not be a prefix of these.
-		AttemptRID(RequestID("x#0.1;y", 0), 1), AttemptRID(RequestID("x#0.1;", 0), 1), AttemptRID(RequestID("x", 0), 1),
-		AttemptRID(RequestID("x%3B", 0), 1), AttemptRID(RequestID("x;", 0), 1)}
-	for i, a := range rids {
-		for j, b := range rids {
-			if i != j && strings.HasPrefix(b, a) {
-				t.Errorf("rid %q is a prefix of %q", a, b)
-			}
-		}
-	}
-}
-
-func TestFlagsAndLanes(t *testing.T) {
-	dir := t.TempDir()
-	file := filepath.Join(dir, "eps")
-	if err := os.WriteFile(file, []byte("# fleet\nhttp://b:30000/\n\nhttp://c:30000 # big\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var c Config
-	fs := flag.NewFlagSet("generate", flag.ContinueOnError)
-	c.RegisterFlags(fs)
-	err := fs.Parse([]string{"--sglang", "http://a:30000", "--sglang-file", file, "--policy", "fixed", "--concurrency", "150",
-		"--lane", "short,max_new_tokens=10240,share=0.75", "--lane", "long,max-new-tokens=16384,datasets=books|papers",
-		"--request-timeout", "10m", "--max-timeouts", "5", "--max-new-tokens", "2048"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []string{"http://a:30000", "http://b:30000", "http://c:30000"}
-	if !reflect.DeepEqual(c.Endpoints, want) || c.Policy != PolicyFixed || c.Concurrency != 150 ||
-		c.RequestTimeout != 10*time.Minute || c.MaxTimeouts != 5 || c.DefaultMaxNewTokens != 2048 || len(c.Lanes) != 2 {
-		t.Fatalf("config %+v", c)
-	}
-	if got := c.Lanes[1].String(); got != "long,max_new_tokens=16384,datasets=books|papers" {
-		t.Fatalf("lane %q", got)
-	}
-	if err := c.withDefaults().validate(); err != nil {
-		t.Fatal(err)
-	}
-	for _, bad := range []string{"", "x,share=2", "x,max_new_tokens=-1", "x,color=red", "x,share"} {
-		if _, err := ParseLane(bad); err == nil {
-			t.Errorf("lane %q accepted", bad)
-		}
-	}
-	for _, bad := range []Config{
-		{},
-		{Endpoints: []string{"a:1"}},
-		{Endpoints: []string{"http://a:1", "http://a:1"}},
-		{Endpoints: []string{"http://a:1"}, Policy: "magic"},
-		{Endpoints: []string{"http://a:1"}, Lanes: []Lane{{Name: "x", Share: 0.7}, {Name: "y", Share: 0.7}}},
-	} {
-		if err := bad.withDefaults().validate(); err == nil {
-			t.Errorf("config %+v accepted", bad)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package generate
+package sglang
 
 import (
 	"bytes"
@@ -55,15 +55,22 @@ func (c *Client) URL() string { return c.base }
 // SamplingParams are the sampling_params of a /generate request. Zero optional fields are omitted so the
 // server's (model's) defaults apply.
 type SamplingParams struct {
-	MaxNewTokens int      `json:"max_new_tokens"`
-	Temperature  *float64 `json:"temperature,omitempty"`
-	TopP         float64  `json:"top_p,omitempty"`
-	TopK         int      `json:"top_k,omitempty"`
-	MinP         float64  `json:"min_p,omitempty"`
-	SamplingSeed *int64   `json:"sampling_seed,omitempty"`
-	StopTokenIDs []int    `json:"stop_token_ids,omitempty"`
-	MinNewTokens int      `json:"min_new_tokens,omitempty"`
-	IgnoreEOS    bool     `json:"ignore_eos,omitempty"`
+	// MaxNewTokens bounds the output (SGLang's default, 128, is never relied on: it is always sent).
+	MaxNewTokens int `json:"max_new_tokens"`
+	// Temperature, TopP, TopK and MinP shape sampling (a nil Temperature and zero others: the model's
+	// defaults); a temperature under 1e-6 is greedy.
+	Temperature *float64 `json:"temperature,omitempty"`
+	TopP        float64  `json:"top_p,omitempty"`
+	TopK        int      `json:"top_k,omitempty"`
+	MinP        float64  `json:"min_p,omitempty"`
+	// SamplingSeed makes sampling reproducible on one server.
+	SamplingSeed *int64 `json:"sampling_seed,omitempty"`
+	// StopTokenIDs end the output when generated (besides the model's EOS).
+	StopTokenIDs []int `json:"stop_token_ids,omitempty"`
+	// MinNewTokens and IgnoreEOS keep the server from stopping early (the simulator's benchmarks pin
+	// output lengths with them).
+	MinNewTokens int  `json:"min_new_tokens,omitempty"`
+	IgnoreEOS    bool `json:"ignore_eos,omitempty"`
 	// SkipSpecialTokens, when set, says whether the response's text leaves special tokens out (SGLang's
 	// default: true).
 	SkipSpecialTokens *bool `json:"skip_special_tokens,omitempty"`
@@ -71,38 +78,59 @@ type SamplingParams struct {
 
 // GenerateRequest is the body of POST /generate for one prompt.
 type GenerateRequest struct {
-	InputIDs       []uint32       `json:"input_ids"`
-	RID            string         `json:"rid,omitempty"`
+	// InputIDs is the prompt, token ids.
+	InputIDs []uint32 `json:"input_ids"`
+	// RID is the request id (/abort_request matches rids by prefix: keep them prefix-free).
+	RID string `json:"rid,omitempty"`
+	// SamplingParams are the request's sampling_params.
 	SamplingParams SamplingParams `json:"sampling_params"`
 	// RoutedDPRank pins the request to one data-parallel rank of a server started with --dp-size > 1
 	// (GenerateReqInput.routed_dp_rank, io_struct.py); nil lets the server's balancer choose.
 	RoutedDPRank *int `json:"routed_dp_rank,omitempty"`
 }
 
+// The forms of meta_info.finish_reason's type.
+const (
+	// FinishStop: a stop token or string matched (FinishReason.Matched says which).
+	FinishStop = "stop"
+	// FinishLength: the output reached max_new_tokens (FinishReason.Length).
+	FinishLength = "length"
+	// FinishAbort: the server ended the request (FinishReason.Message, StatusCode); never a usable answer.
+	FinishAbort = "abort"
+)
+
 // FinishReason is meta_info.finish_reason.
 type FinishReason struct {
-	// Type is "stop", "length" or "abort".
+	// Type is FinishStop, FinishLength or FinishAbort.
 	Type string `json:"type"`
 	// Matched is the stop token id or string (stop only).
 	Matched json.RawMessage `json:"matched,omitempty"`
 	// Length is the output length (length only).
 	Length int `json:"length,omitempty"`
 	// Message and StatusCode explain an abort.
-	Message    string `json:"message,omitempty"`
-	StatusCode int    `json:"status_code,omitempty"`
+	Message string `json:"message,omitempty"`
+	// StatusCode is the abort's HTTP-like status (0: null).
+	StatusCode int `json:"status_code,omitempty"`
 }
 
-// MetaInfo is the part of SGLang's meta_info the stage keeps.
+// MetaInfo is the part of SGLang's meta_info the client keeps.
 type MetaInfo struct {
-	ID               string        `json:"id"`
-	FinishReason     *FinishReason `json:"finish_reason"`
-	PromptTokens     int           `json:"prompt_tokens"`
-	CompletionTokens int           `json:"completion_tokens"`
-	CachedTokens     int           `json:"cached_tokens"`
-	E2ELatency       float64       `json:"e2e_latency"`
+	// ID is the request's rid.
+	ID string `json:"id"`
+	// FinishReason says why the generation ended (null on intermediate stream chunks).
+	FinishReason *FinishReason `json:"finish_reason"`
+	// PromptTokens counts the prompt.
+	PromptTokens int `json:"prompt_tokens"`
+	// CompletionTokens counts the output.
+	CompletionTokens int `json:"completion_tokens"`
+	// CachedTokens is the part of the prompt the radix (prefix) cache held.
+	CachedTokens int `json:"cached_tokens"`
+	// E2ELatency is the request's latency on the server, in seconds.
+	E2ELatency float64 `json:"e2e_latency"`
 	// NumRetractions (SGLang 0.5.23, tokenizer_manager.py) and TotalRetractions (some 2026 builds) both
 	// count retractions; older releases report neither.
-	NumRetractions   *int `json:"num_retractions,omitempty"`
+	NumRetractions *int `json:"num_retractions,omitempty"`
+	// TotalRetractions is NumRetractions' other spelling.
 	TotalRetractions *int `json:"total_retractions,omitempty"`
 	// DPRank is the data-parallel rank that ran the request, when the server reports it.
 	DPRank *int `json:"dp_rank,omitempty"`
@@ -129,9 +157,11 @@ func (m *MetaInfo) RetractionCount() (int, bool) {
 // GenerateResponse is the answer of POST /generate for one prompt.
 type GenerateResponse struct {
 	// Text is the detokenized output (a matched stop token left out, as SGLang's detokenizer trims it).
-	Text      string   `json:"text"`
+	Text string `json:"text"`
+	// OutputIDs are the generated token ids, token-exact.
 	OutputIDs []uint32 `json:"output_ids"`
-	MetaInfo  MetaInfo `json:"meta_info"`
+	// MetaInfo is the server's account of the request.
+	MetaInfo MetaInfo `json:"meta_info"`
 }
 
 // StatusError is a non-200 HTTP answer.
@@ -142,13 +172,14 @@ type StatusError struct {
 	Message string
 }
 
+// Error names the status and the server's message.
 func (e *StatusError) Error() string {
 	return fmt.Sprintf("sglang: HTTP %d: %s", e.Code, e.Message)
 }
 
-// AuthError is a server refusing the stage's credentials (HTTP 401 or 403): a server started with --api-key
+// AuthError is a server refusing the client's credentials (HTTP 401 or 403): a server started with --api-key
 // and no key, or a wrong one, configured (--sglang-api-key-file, DRAFTFLOW_SGLANG_API_KEY). Retrying cannot
-// help; the stage stops with this error.
+// help; the generate stage stops with this error.
 type AuthError struct {
 	// Endpoint is the server's base URL.
 	Endpoint string
@@ -160,6 +191,7 @@ type AuthError struct {
 	KeySet bool
 }
 
+// Error names the server and status and says whether a key was sent, never the key.
 func (e *AuthError) Error() string {
 	hint := "no API key is configured: set --sglang-api-key-file or DRAFTFLOW_SGLANG_API_KEY"
 	if e.KeySet {
@@ -168,17 +200,26 @@ func (e *AuthError) Error() string {
 	return fmt.Sprintf("sglang %s: HTTP %d %s: %s", e.Endpoint, e.Code, e.Message, hint)
 }
 
-// InvalidResponseError is a complete answer the stage cannot use: not JSON, no output_ids, no finish reason.
-type InvalidResponseError struct{ Reason string }
+// InvalidResponseError is a complete answer the client cannot use: not JSON, no output_ids, no finish reason,
+// an introspection answer without a field it needs or with one of the wrong type.
+type InvalidResponseError struct {
+	// Reason says what is wrong, naming the endpoint and route (and the field).
+	Reason string
+}
 
+// Error returns the reason.
 func (e *InvalidResponseError) Error() string { return "sglang: invalid response: " + e.Reason }
 
 // AbortedError is a request the server ended with finish_reason abort.
 type AbortedError struct {
-	Message    string
+	// Message is the abort's message.
+	Message string
+	// StatusCode is the abort's status_code: 0 (null) for an abort that is not the request's fault
+	// (abort_all, pause_generation, a weight update), else an HTTP status.
 	StatusCode int
 }
 
+// Error names the status, when there is one, and the message.
 func (e *AbortedError) Error() string {
 	if e.StatusCode != 0 {
 		return fmt.Sprintf("sglang: request aborted (status %d): %s", e.StatusCode, e.Message)
@@ -220,13 +261,13 @@ func parseGenerateResponse(data []byte) (*GenerateResponse, error) {
 		return nil, &InvalidResponseError{Reason: err.Error()}
 	}
 	fr := resp.MetaInfo.FinishReason
-	if fr != nil && fr.Type == "abort" {
+	if fr != nil && fr.Type == FinishAbort {
 		return nil, &AbortedError{Message: fr.Message, StatusCode: fr.StatusCode}
 	}
 	if resp.OutputIDs == nil {
 		return nil, &InvalidResponseError{Reason: "no output_ids"}
 	}
-	if fr == nil || (fr.Type != "stop" && fr.Type != "length") {
+	if fr == nil || (fr.Type != FinishStop && fr.Type != FinishLength) {
 		return nil, &InvalidResponseError{Reason: "missing or unknown finish_reason"}
 	}
 	out := &resp.GenerateResponse

@@ -1,4 +1,4 @@
-package generate
+package admission
 
 import (
 	"slices"
@@ -7,8 +7,10 @@ import (
 
 // LengthKey names a population of requests whose output lengths are learnt together.
 type LengthKey struct {
+	// Dataset is the records' dataset.
 	Dataset string
-	Lane    string
+	// Lane is the requests' lane.
+	Lane string
 }
 
 // minLengthSamples is how many completions a key needs before its own quantile is trusted; below it the

@@ -1,4 +1,4 @@
-package generate
+package admission
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/draftflow/draftflow/sglang"
 )
 
 // Budget adaptation constants of the kv-budget policy.
@@ -87,7 +89,7 @@ func (c *Controller) probe(ctx context.Context, s *server) bool {
 				"context_length", info.ContextLength, "version", info.Version, "policy", c.cfg.Policy)
 			return true
 		}
-		var ae *AuthError
+		var ae *sglang.AuthError
 		if errors.As(err, &ae) {
 			c.fail(err)
 			return false
@@ -123,9 +125,9 @@ const unreadyWarnEvery = time.Minute
 // answered reports whether err came with an answer from the server (an HTTP status, an unusable body): it
 // is running, if not ready. Anything else (refused, unreachable, timed out) is no answer.
 func answered(err error) bool {
-	var se *StatusError
-	var ie *InvalidResponseError
-	var ae *AuthError
+	var se *sglang.StatusError
+	var ie *sglang.InvalidResponseError
+	var ae *sglang.AuthError
 	return errors.As(err, &se) || errors.As(err, &ie) || errors.As(err, &ae)
 }
 
@@ -150,7 +152,7 @@ func (c *Controller) unreachable(now time.Time, last error) error {
 // data-parallel ranks gets one admission unit per rank (each rank has its own KV pool, and a budget summed
 // over ranks would let one rank retract while the sum shows headroom); requests are pinned to their unit's
 // rank with routed_dp_rank.
-func (c *Controller) bringUp(s *server, info Capacity) {
+func (c *Controller) bringUp(s *server, info sglang.Capacity) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s.cap = info
@@ -178,7 +180,7 @@ func (c *Controller) bringUp(s *server, info Capacity) {
 			ep.name = s.url + "?dp_rank=" + strconv.Itoa(u.rank)
 		}
 		ep.haveRetracted, ep.metaRetracts, ep.cooldownUntil = false, 0, time.Time{}
-		ep.gated, ep.haveLoads, ep.load, ep.sinceTok, ep.others = false, false, Load{}, 0, 0
+		ep.gated, ep.haveLoads, ep.load, ep.sinceTok, ep.others = false, false, sglang.Load{}, 0, 0
 		if c.cfg.Policy == PolicyFixed {
 			ep.budget = float64(c.cfg.Concurrency)
 		} else {
@@ -197,17 +199,17 @@ func (c *Controller) bringUp(s *server, info Capacity) {
 
 // readCapacity checks health and reads the server's capacity. Under the fixed policy a server without
 // /server_info is still usable (but one refusing the API key is not).
-func (c *Controller) readCapacity(ctx context.Context, s *server) (Capacity, error) {
+func (c *Controller) readCapacity(ctx context.Context, s *server) (sglang.Capacity, error) {
 	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := s.cl.Health(hctx); err != nil {
-		return Capacity{}, err
+		return sglang.Capacity{}, err
 	}
 	info, err := s.cl.ServerInfo(hctx)
-	var ae *AuthError
+	var ae *sglang.AuthError
 	if err != nil && c.cfg.Policy == PolicyFixed && !errors.As(err, &ae) {
 		c.log.Debug("no server info; fixed policy goes on without it", "endpoint", s.url, "err", err)
-		return Capacity{}, nil
+		return sglang.Capacity{}, nil
 	}
 	return info, err
 }
@@ -249,7 +251,7 @@ func (c *Controller) watch(ctx context.Context, s *server) {
 			if ctx.Err() != nil {
 				return
 			}
-			var ae *AuthError
+			var ae *sglang.AuthError
 			if errors.As(err, &ae) {
 				c.fail(err)
 				return
@@ -266,39 +268,39 @@ func (c *Controller) watch(ctx context.Context, s *server) {
 // requests in flight were lost with it; they are retried) and restarted is true. A server without
 // /v1/loads (releases before it) or without metrics is polled for what it has.
 func (c *Controller) poll(ctx context.Context, s *server) (restarted bool, err error) {
-	var load Load
+	var load sglang.Load
 	var lerr error
 	if !s.noLoads {
 		load, lerr = s.cl.Loads(ctx)
-		if isNotFound(lerr) {
+		if sglang.IsNotFound(lerr) {
 			c.log.Warn("server has no /v1/loads (an SGLang release before it): budgets stay within the KV pool "+
 				"and adapt from retractions only", "endpoint", s.url)
 			s.noLoads = true
 		} else if lerr != nil {
-			var ir *InvalidResponseError
+			var ir *sglang.InvalidResponseError
 			if errors.As(lerr, &ir) {
 				c.log.Warn("unusable /v1/loads answer; this poll is skipped", "endpoint", s.url, "err", lerr)
 			}
 		}
 	}
-	var x Retracted
+	var x sglang.Retracted
 	var merr error
 	if !s.noMetrics {
 		x, merr = s.cl.RetractedTotal(ctx)
 		switch {
-		case isNotFound(merr) || (merr == nil && !x.Supported):
+		case sglang.IsNotFound(merr) || (merr == nil && !x.Supported):
 			c.log.Info("server exports no SGLang metrics (--enable-metrics); retractions are read from meta_info",
 				"endpoint", s.url)
 			s.noMetrics = true
 		case merr != nil:
-			var ir *InvalidResponseError
+			var ir *sglang.InvalidResponseError
 			if errors.As(merr, &ir) {
 				c.log.Warn("unusable /metrics answer; this poll is skipped", "endpoint", s.url, "err", merr)
 			}
 		}
 	}
 	for _, e := range []error{lerr, merr} {
-		var ae *AuthError
+		var ae *sglang.AuthError
 		if errors.As(e, &ae) {
 			return false, e
 		}
@@ -319,7 +321,7 @@ func (c *Controller) poll(ctx context.Context, s *server) (restarted bool, err e
 	}
 	if suspect {
 		info, err := s.cl.ServerInfo(ctx)
-		var ae *AuthError
+		var ae *sglang.AuthError
 		switch {
 		case errors.As(err, &ae):
 			return false, err
@@ -348,7 +350,7 @@ func (c *Controller) poll(ctx context.Context, s *server) (restarted bool, err e
 	gauge := haveRetracted && !x.HasCounter && x.Recent > 0 && x.Recent != s.lastRecent
 	s.lastRecent = x.Recent
 	for _, ep := range eps {
-		l, ok := load.rank(ep.rank)
+		l, ok := load.ForRank(ep.rank)
 		if gauge {
 			// No counter sample, but the gauge saw retractions: a release without the counter (0.5.4), or
 			// the counter's first samples not scraped yet. Count them through meta_info's path.
@@ -358,13 +360,13 @@ func (c *Controller) poll(ctx context.Context, s *server) (restarted bool, err e
 			c.adjust(ep, l, haveLoad && ok, 0, false)
 			continue
 		}
-		c.adjust(ep, l, haveLoad && ok, x.of(ep.rank), haveRetracted)
+		c.adjust(ep, l, haveLoad && ok, x.ForRank(ep.rank), haveRetracted)
 	}
 	return false, nil
 }
 
 // sameRanks reports whether a load poll shows the KV pools the capacity read reported.
-func sameRanks(l Load, capa Capacity) bool {
+func sameRanks(l sglang.Load, capa sglang.Capacity) bool {
 	if len(l.Ranks) != len(capa.Ranks) {
 		return l.MaxTokens == capa.MaxTotalTokens
 	}
@@ -379,7 +381,7 @@ func sameRanks(l Load, capa Capacity) bool {
 // restartedSince reports whether a server whose capacity read was before answers now as a restarted one:
 // its startup_time changed (it changes on every start). A server that reports no startup_time (older
 // releases) has restarted when its pools changed.
-func restartedSince(before, now Capacity) bool {
+func restartedSince(before, now sglang.Capacity) bool {
 	if before.StartupTime != "" || now.StartupTime != "" {
 		return before.StartupTime != now.StartupTime
 	}
@@ -406,7 +408,7 @@ func (c *Controller) recharge(ep *endpoint, now time.Time, rate float64) {
 	}
 	for _, ls := range ep.leases {
 		produced := int(rate * now.Sub(ls.start).Seconds())
-		charge := float64(len(ls.req.InputIDs) + c.est.ExpectedAfter(ls.req.Key, produced, ls.req.Sampling.MaxNewTokens))
+		charge := float64(ls.promptKV() + c.est.ExpectedAfter(ls.req.Key, produced, ls.req.Sampling.MaxNewTokens))
 		ep.used += charge - ls.charge
 		ls.lane.used += charge - ls.charge
 		ls.charge = charge
@@ -415,7 +417,7 @@ func (c *Controller) recharge(ep *endpoint, now time.Time, rate float64) {
 
 // adjust applies one poll's feedback to ep's budget: load is ep's own (its rank's) /v1/loads figures, and
 // retractedTotal the server's retraction counter for ep's rank.
-func (c *Controller) adjust(ep *endpoint, load Load, haveLoad bool, retractedTotal float64, haveRetracted bool) {
+func (c *Controller) adjust(ep *endpoint, load sglang.Load, haveLoad bool, retractedTotal float64, haveRetracted bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !ep.ready() {
@@ -468,7 +470,7 @@ func (c *Controller) adjust(ep *endpoint, load Load, haveLoad bool, retractedTot
 		// Requests waiting on the server hold no KV yet, but will: count them at the mean prompt in flight.
 		prompts := 0
 		for _, ls := range ep.leases {
-			prompts += len(ls.req.InputIDs)
+			prompts += ls.promptKV()
 		}
 		queued := 0.0
 		if len(ep.leases) > 0 {

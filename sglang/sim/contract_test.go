@@ -25,7 +25,7 @@
 // To move the pin to another SGLang release: set PIN (or LEGACY) in
 // testdata/contract/extract.py and contractPin below, run
 //
-//	go test ./stages/generate/sim -run TestContractSGLang -v
+//	go test ./sglang/sim -run TestContractSGLang -v
 //
 // fix extract.py where it reports DRIFT (read the new source where the message
 // points), then the simulator where a subtest fails, and rename

@@ -1,4 +1,4 @@
-package generate
+package sglang
 
 import (
 	"bytes"
@@ -21,7 +21,7 @@ import (
 // managers/load_snapshot.py LoadSnapshot, observability/metrics_collector.py), which the simulator's
 // contract test pins; older 0.5.x releases answer /get_server_info only and have no /v1/loads.
 //
-// Every field the stage relies on is checked: a missing required field or a value of the wrong type is an
+// Every field the client relies on is checked: a missing required field or a value of the wrong type is an
 // *InvalidResponseError naming the endpoint and the field, never a silent zero. Fields the real server
 // reports as null unless set on its command line (max_running_requests, context_length) read as "unknown",
 // and the per-rank figures of internal_states take their place.
@@ -61,7 +61,7 @@ type Capacity struct {
 func (c *Client) ServerInfo(ctx context.Context) (Capacity, error) {
 	path := "/server_info"
 	data, err := c.do(ctx, http.MethodGet, path, nil)
-	if isNotFound(err) {
+	if IsNotFound(err) {
 		path = "/get_server_info"
 		data, err = c.do(ctx, http.MethodGet, path, nil)
 	}
@@ -322,9 +322,12 @@ func parseServerInfo(data []byte) (Capacity, error) {
 // (TokenUsage is the worst rank's); Ranks has each rank's own.
 type Load struct {
 	// Rank is the rank's dp_rank (per-rank entries only).
-	Rank       int
-	Running    int
-	Waiting    int
+	Rank int
+	// Running is num_running_reqs: requests in the running batch.
+	Running int
+	// Waiting is num_waiting_reqs: requests in the server's queue.
+	Waiting int
+	// UsedTokens is num_used_tokens: KV tokens held by requests.
 	UsedTokens int
 	// MaxTokens is the KV pool (max_total_num_tokens, else memory.token_capacity). It is never
 	// num_total_tokens, which adds the tokens of waiting requests to the used ones and exceeds the pool
@@ -428,8 +431,9 @@ func parseLoads(data []byte) (Load, error) {
 	return l, nil
 }
 
-// rank returns the load of DP rank r, or l itself when it is the only rank.
-func (l Load) rank(r int) (Load, bool) {
+// ForRank returns the load of DP rank r (r < 0: l itself, the whole server), or l itself when it is the
+// only rank; false when the poll has no such rank.
+func (l Load) ForRank(r int) (Load, bool) {
 	if r < 0 {
 		return l, true
 	}
@@ -443,6 +447,20 @@ func (l Load) rank(r int) (Load, bool) {
 	}
 	return Load{}, false
 }
+
+// Names of the /metrics series the client reads (SGLang 0.5.23, observability/metrics_collector.py; exported
+// only by a server started with --enable-metrics).
+const (
+	// MetricPrefix starts the name of every SGLang series: a /metrics answer with none is a server without
+	// --enable-metrics.
+	MetricPrefix = "sglang:"
+	// MetricRetractedTotal is the cumulative retraction counter, labelled (dp_rank among others): it has no
+	// sample until the first retraction.
+	MetricRetractedTotal = "sglang:num_retracted_requests_total"
+	// MetricRetractedRecent is the gauge of retractions in the scheduler's last logging interval, the only
+	// retraction series of releases before the counter (0.5.4).
+	MetricRetractedRecent = "sglang:num_retracted_reqs"
+)
 
 // Retracted is the server's cumulative retraction counter, sglang:num_retracted_requests_total.
 type Retracted struct {
@@ -461,8 +479,8 @@ type Retracted struct {
 	HasCounter bool
 }
 
-// of returns the counter of DP rank r (the total when the series have no rank or r < 0).
-func (x Retracted) of(r int) float64 {
+// ForRank returns the counter of DP rank r (the total when the series have no rank or r < 0).
+func (x Retracted) ForRank(r int) float64 {
 	if r < 0 || len(x.PerRank) == 0 {
 		return x.Total
 	}
@@ -492,12 +510,12 @@ func parseRetracted(data []byte) (Retracted, error) {
 	}
 	var x Retracted
 	for name := range fams {
-		if strings.HasPrefix(name, "sglang:") {
+		if strings.HasPrefix(name, MetricPrefix) {
 			x.Supported = true
 			break
 		}
 	}
-	if g, ok := fams["sglang:num_retracted_reqs"]; ok {
+	if g, ok := fams[MetricRetractedRecent]; ok {
 		for _, m := range g.GetMetric() {
 			switch {
 			case m.GetGauge() != nil:
@@ -507,7 +525,7 @@ func parseRetracted(data []byte) (Retracted, error) {
 			}
 		}
 	}
-	f, ok := fams["sglang:num_retracted_requests_total"]
+	f, ok := fams[MetricRetractedTotal]
 	if !ok {
 		return x, nil
 	}
@@ -535,7 +553,9 @@ func parseRetracted(data []byte) (Retracted, error) {
 	return x, nil
 }
 
-func isNotFound(err error) bool {
+// IsNotFound reports whether err is an answer saying the server has no such route (HTTP 404 or 405): a
+// release before the route.
+func IsNotFound(err error) bool {
 	var se *StatusError
 	return errors.As(err, &se) && (se.Code == http.StatusNotFound || se.Code == http.StatusMethodNotAllowed)
 }

@@ -1,4 +1,4 @@
-package generate
+package admission
 
 import (
 	"context"
@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/draftflow/draftflow/sglang"
 )
 
 // fakeServer is a scriptable SGLang: /generate waits on the gate unless a scripted answer says otherwise.
@@ -125,7 +127,7 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.mu.Unlock()
 	case "/abort_request": // recorded above
 	case "/generate":
-		var req GenerateRequest
+		var req sglang.GenerateRequest
 		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 			f.t.Errorf("bad request body: %v", err)
 		}
@@ -215,8 +217,30 @@ func newTestController(t *testing.T, cfg Config) *Controller {
 }
 
 func req(rid string, prompt, maxNew int) *Request {
-	return &Request{RID: rid, Key: LengthKey{Dataset: "d", Lane: DefaultLane}, InputIDs: make([]uint32, prompt),
-		Sampling: SamplingParams{MaxNewTokens: maxNew}}
+	// Every prompt starts with a token of its own, so no two share a prefix (see sharedReq).
+	ids := make([]uint32, prompt)
+	if prompt > 0 {
+		ids[0] = uint32(reqSeq.Add(1))
+	}
+	return &Request{RID: rid, Key: LengthKey{Dataset: "d", Lane: DefaultLane}, InputIDs: ids,
+		Sampling: sglang.SamplingParams{MaxNewTokens: maxNew}}
+}
+
+// reqSeq numbers the prompts req builds.
+var reqSeq atomic.Uint32
+
+// sharedReq is req with the first shared tokens of its prompt the same in every sharedReq (a chat template's
+// header, a system prompt) and the rest its own.
+func sharedReq(rid string, prompt, shared, maxNew int) *Request {
+	r := req(rid, prompt, maxNew)
+	own := r.InputIDs[0]
+	for j := range shared {
+		r.InputIDs[j] = 1_000_000 + uint32(j)
+	}
+	if shared < prompt {
+		r.InputIDs[shared] = own
+	}
+	return r
 }
 
 // doAsync runs Do in the background and returns a channel with its error.
@@ -427,7 +451,7 @@ func TestBudgetFeedback(t *testing.T) {
 	if b0 != 100000 {
 		t.Fatalf("initial budget %g, want the pool", b0)
 	}
-	load := Load{TokenUsage: 0.5, MaxTokens: 100000}
+	load := sglang.Load{TokenUsage: 0.5, MaxTokens: 100000}
 
 	// Below target but the budget does not bind: no growth.
 	c.adjust(ep, load, true, 0, true)
@@ -455,20 +479,20 @@ func TestBudgetFeedback(t *testing.T) {
 	// A growing server queue of its own requests shrinks it.
 	setInflight := func(n int) { c.mu.Lock(); ep.inflight = n; c.mu.Unlock() }
 	setInflight(50)
-	c.adjust(ep, Load{TokenUsage: 0.5, Waiting: 50, MaxTokens: 100000}, true, 3, true)
+	c.adjust(ep, sglang.Load{TokenUsage: 0.5, Waiting: 50, MaxTokens: 100000}, true, 3, true)
 	if b := budget(); b != b2*queueCut {
 		t.Fatalf("budget %g with a long server queue, want %g", b, b2*queueCut)
 	}
 	// Another client's queue does not: it is not this budget admitting more than the server runs.
 	setInflight(0)
 	b2 = budget()
-	c.adjust(ep, Load{TokenUsage: 0.5, Waiting: 50, MaxTokens: 100000}, true, 3, true)
+	c.adjust(ep, sglang.Load{TokenUsage: 0.5, Waiting: 50, MaxTokens: 100000}, true, 3, true)
 	if b := budget(); b != b2 {
 		t.Fatalf("budget %g with another client's queue on the server, want %g", b, b2)
 	}
 	// Usage over target does not cut the budget (the KV gate holds admissions instead; see gate_test.go).
 	b3 := budget()
-	c.adjust(ep, Load{TokenUsage: 0.99, MaxTokens: 100000}, true, 3, true)
+	c.adjust(ep, sglang.Load{TokenUsage: 0.99, MaxTokens: 100000}, true, 3, true)
 	if b := budget(); b != b3 {
 		t.Fatalf("budget %g changed at 99%% usage, want %g", b, b3)
 	}

@@ -389,6 +389,45 @@ func TestCachedTokens(t *testing.T) {
 	}
 }
 
+// TestRunningPromptShared: once a request's prefill completes its prompt is in
+// the tree (checkpoint_kv_cache), locked while it runs, so a request arriving
+// while it decodes matches the shared prefix and the pool holds it once.
+// Issue 22: the live server ran six 24-token chat prompts sharing an 8-token
+// header in 512 tokens, where the simulator ran five.
+func TestRunningPromptShared(t *testing.T) {
+	e := testEngine(t, Config{})
+	rng := rand.New(rand.NewPCG(12, 13))
+	header := distinctPrompt(rng, 100)
+	a := newTestReq(e, "a", append(append([]int32{}, header...), distinctPrompt(rng, 50)...), 50, 50, true)
+	e.submit(a)
+	if b := e.step(); b == nil || !b.prefill {
+		t.Fatal("no prefill")
+	}
+	e.step() // a decodes
+	if e.tree.size < 150 || e.tree.evictable() != 0 {
+		t.Fatalf("running prompt not in the tree, locked: size %d evictable %d", e.tree.size, e.tree.evictable())
+	}
+	used := e.usedTokens()
+	b := newTestReq(e, "b", append(append([]int32{}, header...), distinctPrompt(rng, 30)...), 50, 50, true)
+	e.submit(b)
+	if bt := e.step(); bt == nil || !bt.prefill || bt.extend[0] != 30 {
+		t.Fatalf("b's prefill computed %v tokens, want 30 (its header is a's)", bt.extend)
+	}
+	checkAccounting(t, e)
+	if b.cachedTokens != 100 {
+		t.Fatalf("b cached %d, want 100", b.cachedTokens)
+	}
+	if got := e.usedTokens() - used; got != 30 {
+		t.Fatalf("b's prefill added %d tokens to the pool, want its own 30", got)
+	}
+	for e.step() != nil {
+		checkAccounting(t, e)
+	}
+	if len(a.output) != 50 || len(b.output) != 50 || e.usedTokens() != 0 {
+		t.Fatalf("outputs %d %d, used %d", len(a.output), len(b.output), e.usedTokens())
+	}
+}
+
 // TestEvictionUnderPressure: cached prefixes are evicted LRU to make room.
 func TestEvictionUnderPressure(t *testing.T) {
 	e := testEngine(t, Config{MaxTotalTokens: 3000})

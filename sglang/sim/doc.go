@@ -160,7 +160,11 @@
 //     (The project note's "longest output first" is the sort key, not the
 //     pop order; the code above is what SGLang runs.)
 //   - The radix cache holds finished requests' KV (input + output but the
-//     last token) and completed chunks of a chunked prompt. Unlocked entries
+//     last token), completed chunks of a chunked prompt, and the computed
+//     prompt of every running request once its prefill completes
+//     (checkpoint_kv_cache), locked while it runs: requests that share a
+//     prefix with a running one (a chat template's header, a system prompt)
+//     hold that prefix's KV once. Unlocked entries
 //     count as free for admission and token_usage and are evicted LRU, leaves
 //     first, when an allocation needs room. A prefix match is reported as
 //     meta_info.cached_tokens (at least one token is always computed).

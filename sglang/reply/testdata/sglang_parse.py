@@ -4,7 +4,7 @@
 Usage: sglang_parse.py --cache DIR < corpus.json > results.json
 
 Fetches sglang==PIN into DIR/sglang-PIN with `pip download --no-deps` (once;
-the same wheel and directory as stages/generate/sim/testdata/contract/
+the same wheel and directory as sglang/sim/testdata/contract/
 extract.py) and imports the parser modules straight from the wheel (a zip) by
 zipimport. Importing `sglang` itself needs CUDA builds, so the packages are
 created empty and the few heavy or unrelated modules the parser files import

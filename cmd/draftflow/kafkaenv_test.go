@@ -1,0 +1,98 @@
+package main
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/draftflow/draftflow/kafka"
+	"github.com/draftflow/draftflow/stages/generate"
+)
+
+const envTestPassword = "hunter2-very-secret"
+
+// TestSecurityFlagsAndEnv: flags win over DRAFTFLOW_KAFKA_* variables, which are the defaults.
+func TestSecurityFlagsAndEnv(t *testing.T) {
+	t.Setenv(envSASLMechanism, "SCRAM-SHA-256")
+	t.Setenv(envSASLUsername, "from-env")
+	t.Setenv(envSASLPassword, envTestPassword)
+	t.Setenv(envTLSCAFile, "/env/ca.pem")
+	var s kafka.Security
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	registerSecurityFlags(fs, &s)
+	if err := fs.Parse([]string{"--kafka-sasl-username", "from-flag", "--kafka-tls-server-name", "kafka.internal"}); err != nil {
+		t.Fatal(err)
+	}
+	if s.SASL.Mechanism != "SCRAM-SHA-256" || s.SASL.Username != "from-flag" || s.SASL.Password.Reveal() != envTestPassword ||
+		s.TLS.CAFile != "/env/ca.pem" || s.TLS.ServerName != "kafka.internal" {
+		t.Errorf("got %+v", s)
+	}
+	if fs.Lookup("kafka-sasl-password") != nil {
+		t.Error("a password flag would put the password on the command line")
+	}
+}
+
+// TestSecurityEnvBooleans: a malformed boolean variable is an error naming it; a well-formed one is the flag's
+// default.
+func TestSecurityEnvBooleans(t *testing.T) {
+	t.Setenv(envTLS, "maybe")
+	if err := checkSecurity(kafka.Security{}); err == nil || !strings.Contains(err.Error(), envTLS+`="maybe" is not a boolean`) {
+		t.Errorf("checkSecurity with %s=maybe: %v", envTLS, err)
+	}
+	t.Setenv(envTLS, "true")
+	var s kafka.Security
+	registerSecurityFlags(flag.NewFlagSet("t", flag.ContinueOnError), &s)
+	if !s.TLS.Enabled {
+		t.Errorf("%s=true did not turn TLS on", envTLS)
+	}
+}
+
+// TestBrokersFromEnv: --brokers wins; without it DRAFTFLOW_BROKERS is the list.
+func TestBrokersFromEnv(t *testing.T) {
+	t.Setenv(envBrokers, " a:1, b:2 ,")
+	if got := parseBrokers(""); !reflect.DeepEqual(got, []string{"a:1", "b:2"}) {
+		t.Errorf("from %s: %v", envBrokers, got)
+	}
+	if got := parseBrokers("c:3"); !reflect.DeepEqual(got, []string{"c:3"}) {
+		t.Errorf("--brokers c:3: %v", got)
+	}
+	t.Setenv(envBrokers, "")
+	if got := parseBrokers(""); got != nil {
+		t.Errorf("neither set: %v", got)
+	}
+}
+
+// TestAPIKeyFromEnv: DRAFTFLOW_SGLANG_API_KEY is generate's API key unless --sglang-api-key-file names one, and the
+// flag's help says so.
+func TestAPIKeyFromEnv(t *testing.T) {
+	t.Setenv(envSGLangAPIKey, " from-env \n")
+	var cfg generate.Config
+	fs := flag.NewFlagSet("generate", flag.ContinueOnError)
+	registerGenerateFlags(fs, &cfg)
+	if cfg.APIKey != "from-env" {
+		t.Fatalf("APIKey %q from the environment", string(cfg.APIKey))
+	}
+	if f := fs.Lookup("sglang-api-key-file"); f == nil || !strings.HasSuffix(f.Usage, "(else $"+envSGLangAPIKey+")") {
+		t.Errorf("--sglang-api-key-file help does not name %s: %+v", envSGLangAPIKey, f)
+	}
+	path := filepath.Join(t.TempDir(), "key")
+	if err := os.WriteFile(path, []byte("from-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.Parse([]string{"--sglang-api-key-file", path}); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.APIKey != "from-file" {
+		t.Errorf("APIKey %q, want the file's", string(cfg.APIKey))
+	}
+	// The merged flag sets of `draftflow generate` and `draftflow run` keep the help.
+	gfs := newFlagSet("generate")
+	var g generate.Config
+	mergeFlags(gfs, "generate", func(fs *flag.FlagSet) { registerGenerateFlags(fs, &g) })
+	if f := gfs.Lookup("sglang-api-key-file"); f == nil || !strings.Contains(f.Usage, envSGLangAPIKey) {
+		t.Errorf("merged --sglang-api-key-file help: %+v", f)
+	}
+}
