@@ -24,6 +24,7 @@ deps: deps-go deps-python
 
 deps-go:
 	$(GO) mod download
+	cd deploy && $(GO) mod download
 
 # Reference implementations and real readers the tests compare against (pinned), and the trainers' wheels
 # (SpecForge, speculators) whose own loading code the tests run: downloaded, not installed (requirements-trainers.txt).
@@ -37,11 +38,14 @@ test: deps vet test-go test-python
 
 vet:
 	$(GO) vet ./...
+	cd deploy && $(GO) vet ./...
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 
+# deploy/ is a module of its own (its test's compose and YAML loaders stay out of the main go.mod).
 test-go:
 	$(GO) test $(GOTEST_FLAGS) ./...
+	cd deploy && $(GO) test $(GOTEST_FLAGS) ./...
 
 test-python:
 	PYTHONPATH=python $(PYTHON) -m pytest -q -p no:cacheprovider python/tests

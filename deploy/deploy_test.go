@@ -50,7 +50,8 @@ func binary(t *testing.T) string {
 			return
 		}
 		binPath = filepath.Join(dir, "draftflow")
-		cmd := exec.Command("go", "build", "-trimpath", "-o", binPath, "../cmd/draftflow")
+		cmd := exec.Command("go", "build", "-trimpath", "-o", binPath, "./cmd/draftflow")
+		cmd.Dir = ".." // the main module, of which this test module is not part
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = errors.New(string(out))

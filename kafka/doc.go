@@ -13,7 +13,7 @@
 //     members (DescribeGroup), start offsets; offsets for a time and group resets for replay (replay.go); what
 //     retention may cost a group (retention.go: RetentionRisk);
 //   - Security (security.go): TLS and SASL (PLAIN, SCRAM-SHA-256/512) for every connection a Client opens, the
-//     redacting Secret, and AuthError, which makes refused credentials a prompt, clear error (Client.Ping);
+//     password held as a redacting secret.Value, and AuthError, which makes refused credentials a prompt, clear error (Client.Ping);
 //   - Producer (producer.go): asynchronous, acknowledged writes whose done callback marks the input finished;
 //     Close returns once every callback has run;
 //   - Consumer (consumer.go): a consumer-group member that hands out Deliveries (with Revoking and Lost, the

@@ -5,9 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
-	"strconv"
 	"strings"
 
 	kafkago "github.com/segmentio/kafka-go"
@@ -18,6 +16,8 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/draftflow/draftflow/secret"
 )
 
 // Security says how a client proves who it is and protects its connections: TLS and SASL. The zero value is a
@@ -53,8 +53,8 @@ type SASL struct {
 	Mechanism string
 	// Username is the SASL user.
 	Username string
-	// Password is the user's password. It never appears in logs, errors or printed configs (see Secret).
-	Password Secret
+	// Password is the user's password. It never appears in logs, errors or printed configs (see secret.Value).
+	Password secret.Value
 	// PasswordFile, when Password is empty, is a file whose content (trailing newline removed) is the password.
 	// It is read each time a consumer group, reader or producer is built; the admin requests of a Client share
 	// one connection pool, built with the password read when the Client was made.
@@ -67,42 +67,6 @@ const (
 	MechanismSCRAMSHA256 = "SCRAM-SHA-256"
 	MechanismSCRAMSHA512 = "SCRAM-SHA-512"
 )
-
-// Secret is a credential. It prints (every fmt verb), logs (log/slog) and marshals (JSON, text) as
-// "[redacted]", or "" when empty, so a config holding it can be logged whole. Reveal returns the value.
-type Secret struct{ value string }
-
-// NewSecret wraps a credential.
-func NewSecret(s string) Secret { return Secret{value: s} }
-
-// Reveal returns the credential itself: only for handing it to the client library.
-func (s Secret) Reveal() string { return s.value }
-
-// IsZero reports whether the secret is empty.
-func (s Secret) IsZero() bool { return s.value == "" }
-
-// String redacts the secret.
-func (s Secret) String() string {
-	if s.value == "" {
-		return ""
-	}
-	return "[redacted]"
-}
-
-// Format redacts the secret under every fmt verb (%v, %+v, %#v, %s, %q, %x, %d ...).
-func (s Secret) Format(f fmt.State, verb rune) {
-	if verb == 'q' || (verb == 'v' && f.Flag('#')) {
-		fmt.Fprint(f, strconv.Quote(s.String()))
-		return
-	}
-	fmt.Fprint(f, s.String())
-}
-
-// LogValue redacts the secret in log/slog output.
-func (s Secret) LogValue() slog.Value { return slog.StringValue(s.String()) }
-
-// MarshalText redacts the secret in JSON and text encodings.
-func (s Secret) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
 // tlsOn reports whether connections use TLS.
 func (t TLS) tlsOn() bool {
@@ -124,19 +88,19 @@ func (s SASL) mechanism() (string, error) {
 }
 
 // password returns the password, read from PasswordFile when Password is empty.
-func (s SASL) password() (Secret, error) {
+func (s SASL) password() (secret.Value, error) {
 	if !s.Password.IsZero() || s.PasswordFile == "" {
 		return s.Password, nil
 	}
 	b, err := os.ReadFile(s.PasswordFile)
 	if err != nil {
-		return Secret{}, fmt.Errorf("kafka: SASL password file: %w", err)
+		return secret.Value{}, fmt.Errorf("kafka: SASL password file: %w", err)
 	}
 	p := strings.TrimRight(string(b), "\r\n")
 	if p == "" {
-		return Secret{}, fmt.Errorf("kafka: SASL password file %s is empty", s.PasswordFile)
+		return secret.Value{}, fmt.Errorf("kafka: SASL password file %s is empty", s.PasswordFile)
 	}
-	return NewSecret(p), nil
+	return secret.New(p), nil
 }
 
 // Validate checks the settings and reads every file they name (CA, client certificate and key, password), so
@@ -174,7 +138,7 @@ type resolved struct {
 	tls       *tls.Config // nil: plaintext
 	mechanism string      // "" : no SASL
 	user      string
-	password  Secret
+	password  secret.Value
 }
 
 // resolve reads the files Security names and checks the combination.

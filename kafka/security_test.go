@@ -17,6 +17,7 @@ import (
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/kafka/embedded"
 	"github.com/draftflow/draftflow/kafka/kafkatest"
+	"github.com/draftflow/draftflow/secret"
 	"github.com/draftflow/draftflow/topics"
 )
 
@@ -25,7 +26,7 @@ const testPassword = "hunter2-very-secret"
 // TestSecretNeverPrinted: a Config holding a password prints, logs and marshals without it.
 func TestSecretNeverPrinted(t *testing.T) {
 	cfg := kafka.Config{Brokers: []string{"b:9093"}, Security: kafka.Security{
-		SASL: kafka.SASL{Mechanism: "SCRAM-SHA-512", Username: "alice", Password: kafka.NewSecret(testPassword)},
+		SASL: kafka.SASL{Mechanism: "SCRAM-SHA-512", Username: "alice", Password: secret.New(testPassword)},
 	}}
 	var outs []string
 	for _, verb := range []string{"%v", "%+v", "%#v", "%s", "%q", "%x", "%X", "%d", "%T"} {
@@ -125,12 +126,12 @@ func TestKafkaSASLEmbedded(t *testing.T) {
 	for _, mech := range []string{kafka.MechanismPlain, kafka.MechanismSCRAMSHA256, kafka.MechanismSCRAMSHA512} {
 		t.Run(mech, func(t *testing.T) {
 			sec := kafka.Security{TLS: kafka.TLS{CAFile: pki.CAFile},
-				SASL: kafka.SASL{Mechanism: mech, Username: "alice", Password: kafka.NewSecret(testPassword)}}
+				SASL: kafka.SASL{Mechanism: mech, Username: "alice", Password: secret.New(testPassword)}}
 			cfg := kafka.Config{Brokers: brokers, Partitions: 2, Namespace: "sec-" + strings.ToLower(mech), Security: sec}
 			roundTrip(t, cfg)
 
 			bad := cfg
-			bad.Security.SASL.Password = kafka.NewSecret("wrong-" + testPassword)
+			bad.Security.SASL.Password = secret.New("wrong-" + testPassword)
 			checkAuthFails(t, bad, mech)
 		})
 	}
@@ -141,7 +142,7 @@ func TestKafkaSASLEmbedded(t *testing.T) {
 func TestKafkaMutualTLSEmbedded(t *testing.T) {
 	pki, brokers := secureCluster(t, true)
 	sec := kafka.Security{TLS: kafka.TLS{CAFile: pki.CAFile, CertFile: pki.ClientCertFile, KeyFile: pki.ClientKeyFile},
-		SASL: kafka.SASL{Mechanism: kafka.MechanismSCRAMSHA256, Username: "alice", Password: kafka.NewSecret(testPassword)}}
+		SASL: kafka.SASL{Mechanism: kafka.MechanismSCRAMSHA256, Username: "alice", Password: secret.New(testPassword)}}
 	roundTrip(t, kafka.Config{Brokers: brokers, Partitions: 2, Namespace: "mtls", Security: sec})
 
 	// A CA that did not sign the broker's certificate: a TLS AuthError, at once.
@@ -239,7 +240,7 @@ func TestKafkaSASLReal(t *testing.T) {
 			roundTrip(t, cfg)
 			bad := cfg
 			bad.Security.SASL.PasswordFile = ""
-			bad.Security.SASL.Password = kafka.NewSecret(testPassword)
+			bad.Security.SASL.Password = secret.New(testPassword)
 			bad.Security.SASL.Username = b.Username
 			checkAuthFailsUser(t, bad, mech, b.Username)
 		})
@@ -250,7 +251,7 @@ func TestKafkaSASLReal(t *testing.T) {
 // accepts a certificate without its CA, only when asked.
 func TestKafkaTLSServerNameEmbedded(t *testing.T) {
 	pki, brokers := secureCluster(t, false)
-	sasl := kafka.SASL{Mechanism: kafka.MechanismSCRAMSHA512, Username: "alice", Password: kafka.NewSecret(testPassword)}
+	sasl := kafka.SASL{Mechanism: kafka.MechanismSCRAMSHA512, Username: "alice", Password: secret.New(testPassword)}
 	ok := kafka.Config{Brokers: brokers, Namespace: "sni", Security: kafka.Security{TLS: kafka.TLS{CAFile: pki.CAFile, ServerName: "localhost"}, SASL: sasl}}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -20,6 +20,7 @@ func get(t *testing.T, h http.Handler, path string) (int, string) {
 }
 
 func TestHandlerServesMetricsHealthAndReadiness(t *testing.T) {
+	t.Parallel()
 	reg := NewRegistry()
 	c := Register(reg, prometheus.NewCounter(prometheus.CounterOpts{Name: "draftflow_test_total", Help: "h"}))
 	// A second registration of the same series returns the first collector: stages and runs share series.

@@ -7,47 +7,27 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
-	"strconv"
 	"strings"
+
+	"github.com/draftflow/draftflow/secret"
 )
 
 // Client speaks SGLang's native HTTP API to one server.
 type Client struct {
 	base   string
 	hc     *http.Client
-	apiKey Secret
+	apiKey secret.Value
 }
 
 // NewClient returns a client of the server at base (e.g. "http://host:30000"). A non-empty apiKey is sent
 // as "Authorization: Bearer <key>" on every call, as servers started with --api-key require.
-func NewClient(base string, hc *http.Client, apiKey Secret) *Client {
+func NewClient(base string, hc *http.Client, apiKey secret.Value) *Client {
 	if hc == nil {
 		hc = http.DefaultClient
 	}
 	return &Client{base: strings.TrimRight(base, "/"), hc: hc, apiKey: apiKey}
 }
-
-// Secret is a credential: it prints, logs and marshals as "[redacted]" so it is never echoed.
-type Secret string
-
-// String redacts the secret.
-func (s Secret) String() string {
-	if s == "" {
-		return ""
-	}
-	return "[redacted]"
-}
-
-// LogValue redacts the secret in log/slog output.
-func (s Secret) LogValue() slog.Value { return slog.StringValue(s.String()) }
-
-// MarshalText redacts the secret in JSON and text encodings.
-func (s Secret) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
-
-// GoString redacts the secret under %#v.
-func (s Secret) GoString() string { return strconv.Quote(s.String()) }
 
 // URL returns the server's base URL.
 func (c *Client) URL() string { return c.base }
@@ -302,8 +282,8 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte) ([]by
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	if c.apiKey != "" {
-		req.Header.Set("Authorization", "Bearer "+string(c.apiKey))
+	if !c.apiKey.IsZero() {
+		req.Header.Set("Authorization", "Bearer "+c.apiKey.Reveal())
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
@@ -315,7 +295,7 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte) ([]by
 		return nil, fmt.Errorf("sglang: read %s answer: %w", path, err)
 	}
 	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
-		return nil, &AuthError{Endpoint: c.base, Code: resp.StatusCode, Message: errorMessage(data), KeySet: c.apiKey != ""}
+		return nil, &AuthError{Endpoint: c.base, Code: resp.StatusCode, Message: errorMessage(data), KeySet: !c.apiKey.IsZero()}
 	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, &StatusError{Code: resp.StatusCode, Message: errorMessage(data)}

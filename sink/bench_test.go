@@ -264,6 +264,7 @@ func benchFlush(b *testing.B, n int) {
 // with Parquet's int32 encodings (BenchmarkTokenBounds; README, Performance); this test keeps the sink
 // from regressing past parity and logs both ratios.
 func TestShardVsJSONLZstd(t *testing.T) {
+	t.Parallel()
 	for _, set := range benchSets {
 		rows := set.rows(64)
 		var pq, js bytes.Buffer
@@ -284,6 +285,7 @@ func TestShardVsJSONLZstd(t *testing.T) {
 // TestZstdLevels checks that Config.ZstdLevel reaches the shard: every level reads back token-exact, and higher
 // levels write fewer bytes on text-like ids.
 func TestZstdLevels(t *testing.T) {
+	t.Parallel()
 	rows := textRows(32)
 	prev := int64(-1)
 	for _, level := range []int{11, 7, 0, 1} { // increasing size

@@ -101,7 +101,8 @@ func TestSinkSendsNextTurns(t *testing.T) {
 	dir := t.TempDir()
 	gens := mkTurns(0, 90)
 	produceGens(t, kc, gens)
-	sr := startSink(t, baseConfig(kc, dir))
+	cfg := baseConfig(kc, dir)
+	sr := startSink(t, cfg)
 	var ended []string
 	for _, g := range gens {
 		if g.StopReason != topics.StopContinued {
@@ -110,9 +111,17 @@ func TestSinkSendsNextTurns(t *testing.T) {
 	}
 	sr.waitFor(t, "ended conversations durable", allDurable(ended))
 	// Duplicates of a continued turn send nothing again (the next turn is on this topic already) and are not
-	// reported as conversations present.
+	// reported as conversations present. The checks below hold only once the sink has handled them.
 	produceGens(t, kc, gens[:12])
-	time.Sleep(3 * testIdleFlush)
+	waitConsumed(t, kc, cfg.Group)
+	sr.waitFor(t, "the ended conversations among the duplicates reported present", func(_, dups map[string]int) bool {
+		for _, g := range gens[:12] {
+			if g.StopReason != topics.StopContinued && dups[g.ID] == 0 {
+				return false
+			}
+		}
+		return true
+	})
 	if err := sr.stop(t); err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +208,7 @@ func TestSinkNextTurnsSurviveKills(t *testing.T) {
 		}
 		return true
 	})
-	time.Sleep(3 * testIdleFlush)
+	waitConsumed(t, kc, cfg.Group)
 	if err := sr.stop(t); err != nil {
 		t.Fatal(err)
 	}
@@ -242,9 +251,10 @@ func TestSinkSendsNextTurnsAgainForANewBroker(t *testing.T) {
 	gens := mkTurns(0, 30)
 	kc := broker()
 	produceGens(t, kc, gens)
-	sr := startSink(t, baseConfig(kc, dir))
+	cfg := baseConfig(kc, dir)
+	sr := startSink(t, cfg)
 	sr.waitFor(t, "first broker's rows durable", func(d, _ map[string]int) bool { return len(readRowsQuiet(dir)) == len(gens) })
-	time.Sleep(2 * testIdleFlush)
+	waitConsumed(t, kc, cfg.Group)
 	if err := sr.stop(t); err != nil {
 		t.Fatal(err)
 	}
@@ -257,17 +267,9 @@ func TestSinkSendsNextTurnsAgainForANewBroker(t *testing.T) {
 	}
 	produceGens(t, kc, replay)
 	sr = startSink(t, baseConfig(kc, dir))
-	continued := 0
-	for _, g := range gens {
-		if g.StopReason == topics.StopContinued {
-			continued++
-		}
-	}
-	deadline := time.Now().Add(60 * time.Second)
-	for kafkatest.Size(t, kc, topics.TopicPrompts) < continued && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
-	time.Sleep(2 * testIdleFlush)
+	// Every replayed copy handled: each continued one has sent its next turn (acknowledged before its offset is
+	// committed), and one that sent a wrong or second copy has done so too.
+	waitConsumed(t, kc, cfg.Group)
 	if err := sr.stop(t); err != nil {
 		t.Fatal(err)
 	}
@@ -360,7 +362,7 @@ func TestJournalKeepsSentNextTurns(t *testing.T) {
 		}
 	}
 	sr.waitFor(t, "ended conversations durable", allDurable(ended))
-	time.Sleep(3 * testIdleFlush)
+	waitConsumed(t, kc, cfg.Group)
 	if err := sr.stop(t); err != nil {
 		t.Fatal(err)
 	}

@@ -165,6 +165,39 @@ func (sr *sinkRun) stop(t testing.TB) error {
 	}
 }
 
+// waitConsumed waits until group has committed every record now on the generated topic: the sink handled
+// each to its end (buffered durably or written, or dropped as a duplicate, its next turn sent where one was
+// due), since an offset is committed only then. It fails the test after a minute, saying how far it got.
+func waitConsumed(t testing.TB, kc kafka.Config, group string) {
+	t.Helper()
+	ctx := context.Background()
+	admin := kafkatest.Client(t, kc).Admin()
+	end, err := admin.EndOffsets(ctx, topics.TopicGenerated)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		committed, err := admin.CommittedOffsets(ctx, group, topics.TopicGenerated)
+		if err != nil {
+			t.Fatal(err)
+		}
+		behind := 0
+		for p, e := range end {
+			if committed[p] < e {
+				behind++
+			}
+		}
+		if behind == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("group %s has not committed the generated topic's end after a minute: committed %v, end %v", group, committed, end)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // readRows reads every row of every run under dir (by manifest) into copies keyed by run dir name.
 func readRows(t testing.TB, dir string) map[string][]ShardRow {
 	t.Helper()

@@ -179,6 +179,7 @@ func referenceRun(t testing.TB, dir string, cfg Config, gens []*topics.Generatio
 // (a flush after 2 s without records, or 10 minutes after a partition's oldest row) makes a shard of nearly
 // every row.
 func TestShardCountAtReferenceRate(t *testing.T) {
+	t.Parallel()
 	gens := mkGens(0, 14700, 0.7)
 	dir := t.TempDir()
 	// Journal fsyncs every 5 simulated minutes instead of every second, to spare the test machine 14,700
@@ -221,6 +222,7 @@ func TestShardCountAtReferenceRate(t *testing.T) {
 // way every row ends in the shards exactly once, none of the journal's rows is missing, and nothing is left in
 // the journal after a clean stop.
 func TestJournalRecoveryAtEveryCrashPoint(t *testing.T) {
+	t.Parallel()
 	steps := []string{"killed", "torn-tail", "shard-written", "shards-synced", "checkpoint-written", "shard-renamed",
 		"manifest-written", "counts-written", "index-written"}
 	for _, restart := range []string{"same-topic", "new-topic"} {
@@ -258,9 +260,9 @@ func TestJournalRecoveryAtEveryCrashPoint(t *testing.T) {
 						t.Fatal(err)
 					}
 				default:
-					crashPoint = func(s string) bool { return s == step }
+					ss.s.st.crashAt = func(s string) bool { return s == step }
 					err := ss.flushPart(0)
-					crashPoint = nil
+					ss.s.st.crashAt = nil
 					if err != errCrashed {
 						t.Fatalf("flush returned %v, want the simulated crash", err)
 					}

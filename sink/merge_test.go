@@ -16,6 +16,7 @@ import (
 // with the loss mask on each regenerated span; one whose history was rewritten, one with a missing turn and a
 // single turn keep their rows, each with its reason in the report.
 func TestMergeTurns(t *testing.T) {
+	t.Parallel()
 	dir, out := t.TempDir(), t.TempDir()
 	run := RunInfo{Model: "m", TokenizerHash: "h"}
 	rd := filepath.Join(dir, run.DirName())

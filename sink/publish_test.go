@@ -81,9 +81,10 @@ func TestSinkPublishesShardsAndResumesFromThem(t *testing.T) {
 	gens := mkTurns(0, 30)
 	kc := freshBroker(t, "pub1")
 	produceGens(t, kc, gens)
-	sr := startSink(t, baseConfig(kc, dir))
+	cfg := baseConfig(kc, dir)
+	sr := startSink(t, cfg)
 	sr.waitFor(t, "rows durable", func(d, _ map[string]int) bool { return len(readRowsQuiet(dir)) == len(gens) })
-	time.Sleep(2 * testIdleFlush)
+	waitConsumed(t, kc, cfg.Group)
 	if err := sr.stop(t); err != nil {
 		t.Fatal(err)
 	}
@@ -150,11 +151,8 @@ func TestSinkPublishesShardsAndResumesFromThem(t *testing.T) {
 	if rej[0].ID != stray.ID || rej[0].Class != "not_in_shards" || !strings.Contains(rej[0].Reason, "replay the generate stage") {
 		t.Fatalf("rejection %+v, want %s as not_in_shards", rej[0], stray.ID)
 	}
-	deadline = time.Now().Add(60 * time.Second)
-	for kafkatest.Size(t, kc, topics.TopicPrompts) < continued && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
-	time.Sleep(2 * testIdleFlush)
+	// Every marker handled: the next turns sent (acknowledged before an offset is committed), the stray rejected.
+	waitConsumed(t, kc, cfg.Group)
 	if err := sr.stop(t); err != nil {
 		t.Fatal(err)
 	}

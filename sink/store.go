@@ -75,6 +75,11 @@ type store struct {
 	zstd      int                  // zstd level of new shards (0: default)
 	modelPath string               // Config.ModelPath
 	runs      map[string]*runState // by fingerprint
+
+	// crashAt, when set, is asked at each named step of commitFlush; true makes commitFlush stop right
+	// there, leaving the directory exactly as a crash at that instant would. Only the package's crash
+	// tests set it; nil in every store the sink opens.
+	crashAt func(step string) bool
 }
 
 // logID is the short form of a topic ID used in names and the checkpoint: 12 hex digits.
@@ -357,14 +362,11 @@ func (s *store) run(info RunInfo) *runState {
 	return rs
 }
 
-// crashPoint, when set (by tests only), is called at each step of commitFlush; returning true makes
-// commitFlush stop right there, leaving the directory exactly as a crash at that instant would.
-var crashPoint func(step string) bool
-
-// errCrashed is what commitFlush returns when crashPoint stopped it.
+// errCrashed is what commitFlush returns when store.crashAt stopped it.
 var errCrashed = errors.New("sink: simulated crash")
 
-func crashed(step string) bool { return crashPoint != nil && crashPoint(step) }
+// crashed reports whether the store's crashAt hook stops commitFlush at step.
+func (s *store) crashed(step string) bool { return s.crashAt != nil && s.crashAt(step) }
 
 // runRows are the rows of one run in a flush.
 type runRows struct {
@@ -436,7 +438,7 @@ func (s *store) commitFlushKey(k cpKey, first, last int64, groups []runRows, row
 			return nil, fmt.Errorf("sink: write %s: %w", tmp, err)
 		}
 		entry.File = name
-		if crashed("shard-written") {
+		if s.crashed("shard-written") {
 			return nil, errCrashed
 		}
 		var ids []string
@@ -458,7 +460,7 @@ func (s *store) commitFlushKey(k cpKey, first, last int64, groups []runRows, row
 			return nil, err
 		}
 	}
-	if crashed("shards-synced") {
+	if s.crashed("shards-synced") {
 		return nil, errCrashed
 	}
 	// Commit point.
@@ -485,14 +487,14 @@ func (s *store) commitFlushKey(k cpKey, first, last int64, groups []runRows, row
 		return nil, fmt.Errorf("sink: write checkpoint: %w", err)
 	}
 	// Committed: from here on a failure is repaired by the roll-forward on the next start.
-	if crashed("checkpoint-written") {
+	if s.crashed("checkpoint-written") {
 		return nil, errCrashed
 	}
 	for _, c := range out {
 		if err := os.Rename(filepath.Join(c.run.dir, tmpPrefix+name), filepath.Join(c.run.dir, name)); err != nil {
 			return nil, fmt.Errorf("sink: publish shard: %w", err)
 		}
-		if crashed("shard-renamed") {
+		if s.crashed("shard-renamed") {
 			return nil, errCrashed
 		}
 	}
@@ -509,20 +511,20 @@ func (s *store) commitFlushKey(k cpKey, first, last int64, groups []runRows, row
 		if err := writeManifest(c.run.dir, &c.run.manifest); err != nil {
 			return nil, fmt.Errorf("sink: write manifest: %w", err)
 		}
-		if crashed("manifest-written") {
+		if s.crashed("manifest-written") {
 			return nil, errCrashed
 		}
 		c.run.counts.addTable(c.counts)
 		if err := writeRunCounts(c.run.dir, &c.run.manifest, c.run.counts); err != nil {
 			return nil, fmt.Errorf("sink: write token counts: %w", err)
 		}
-		if crashed("counts-written") {
+		if s.crashed("counts-written") {
 			return nil, errCrashed
 		}
 		if err := c.run.index.add(c.keys, coverOf(&c.run.manifest, len(c.run.manifest.Shards))); err != nil {
 			return nil, fmt.Errorf("sink: update id index: %w", err)
 		}
-		if crashed("index-written") {
+		if s.crashed("index-written") {
 			return nil, errCrashed
 		}
 	}

@@ -77,6 +77,7 @@ func interleaved(base, n int) ([]*mixedGen, []*topics.Generation, []*topics.Gene
 }
 
 func TestRecoveryAtEveryCrashPoint(t *testing.T) {
+	t.Parallel()
 	steps := []string{"shard-written", "shards-synced", "checkpoint-written", "shard-renamed", "manifest-written", "counts-written", "index-written"}
 	for _, step := range steps {
 		t.Run(step, func(t *testing.T) {
@@ -91,9 +92,9 @@ func TestRecoveryAtEveryCrashPoint(t *testing.T) {
 				t.Fatal(err)
 			}
 			second, a2, b2 := interleaved(10, 10)
-			crashPoint = func(s string) bool { return s == step }
+			st.crashAt = func(s string) bool { return s == step }
 			err = flushGens(st, 10, second)
-			crashPoint = nil
+			st.crashAt = nil
 			if err != errCrashed {
 				t.Fatalf("flush returned %v, want the simulated crash", err)
 			}
@@ -145,6 +146,7 @@ func assertNoTemps(t *testing.T, dir string) {
 }
 
 func TestTornTempFilesCleaned(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ctx := context.Background()
 	st, err := openStore(ctx, dir, quietLogger())
@@ -179,6 +181,7 @@ func TestTornTempFilesCleaned(t *testing.T) {
 }
 
 func TestRecoverWithoutCheckpointUsesShardNames(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ctx := context.Background()
 	st, err := openStore(ctx, dir, quietLogger())
@@ -211,6 +214,7 @@ func TestRecoverWithoutCheckpointUsesShardNames(t *testing.T) {
 }
 
 func TestInspectCatchesCorruption(t *testing.T) {
+	t.Parallel()
 	newDir := func(t *testing.T) (string, *runState) {
 		dir := t.TempDir()
 		st, err := openStore(context.Background(), dir, quietLogger())
@@ -321,6 +325,7 @@ func expectProblem(t *testing.T, dir, want string) {
 // TestTokenCountsRecovered: a run's token counts that are missing, lag behind the manifest or name a shard it
 // no longer lists are recounted from the rows on start, and readers count past them meanwhile.
 func TestTokenCountsRecovered(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	for _, damage := range []string{"missing", "lagging", "foreign", "torn"} {
 		t.Run(damage, func(t *testing.T) {
@@ -410,6 +415,7 @@ func checkIndexes(t *testing.T, st *store, wantRows int) {
 // and the index update), is corrupt, torn or covers shards the manifest does not list is brought up to the
 // manifest on start, and the redelivered records are still found to be duplicates.
 func TestIDIndexRecovered(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	for _, damage := range []string{"missing", "lagging", "garbage", "torn", "page-overwritten", "foreign", "empty",
 		"half-added", "adding-unlisted"} {
@@ -506,6 +512,7 @@ func TestIDIndexRecovered(t *testing.T) {
 // TestIDIndexAddsInChunks: a flush larger than indexChunk goes in several transactions, and only the last
 // records the cover and clears the shard being added.
 func TestIDIndexAddsInChunks(t *testing.T) {
+	t.Parallel()
 	m := &Manifest{Shards: []ManifestShard{{File: "a.parquet", Rows: 2*indexChunk + 5}}}
 	x, err := openIndex(context.Background(), t.TempDir(), &Manifest{}, quietLogger())
 	if err != nil {

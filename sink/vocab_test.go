@@ -38,6 +38,7 @@ func readNpy1D(b []byte) (descr string, n int, data []byte, err error) {
 }
 
 func TestNpyMatchesNumpySave(t *testing.T) {
+	t.Parallel()
 	// np.save(f, np.array([1, -2, 3], dtype=np.int64)): 128 bytes, header padded to 118 (10 + 118 = 128).
 	b := npyInt64([]int64{1, -2, 3})
 	want := "\x93NUMPY\x01\x00v\x00{'descr': '<i8', 'fortran_order': False, 'shape': (3,), }" + strings.Repeat(" ", 60) + "\n"
@@ -61,6 +62,7 @@ func TestNpyMatchesNumpySave(t *testing.T) {
 }
 
 func TestVocabSelection(t *testing.T) {
+	t.Parallel()
 	v := &Vocabulary{Info: VocabInfo{DraftVocabSize: 4, TargetVocabSize: 10},
 		Counts: []TokenCount{{1, 5}, {3, 2}, {4, 7}, {6, 2}, {8, 2}, {9, 1}}}
 	v.choose()
@@ -85,6 +87,7 @@ func TestVocabSelection(t *testing.T) {
 }
 
 func TestCountTable(t *testing.T) {
+	t.Parallel()
 	rows := []*row{{id: "a", prompt: []uint32{9, 9}, output: []uint32{5, 1, 5}}, {id: "b", prompt: []uint32{1}, output: []uint32{7, 5}}}
 	acc := &countTable{}
 	acc.addOutputs(rows)
@@ -100,6 +103,7 @@ func TestCountTable(t *testing.T) {
 }
 
 func TestLimits(t *testing.T) {
+	t.Parallel()
 	r := &ShardRow{ID: "x", InputIDs: []int32{1, 2, 3, 4, 5, 6}, LossMask: []uint8{0, 0, 0, 1, 1, 1}, PromptLen: 3, CompletionLen: 3}
 	for _, tc := range []struct {
 		l    Limits
@@ -169,6 +173,7 @@ func twoRunDir(t *testing.T, otherModel bool) (string, []*topics.Generation, []*
 }
 
 func TestSelectRuns(t *testing.T) {
+	t.Parallel()
 	dir, a, b := twoRunDir(t, true)
 	ra, rb := RunOf(a[0]).DirName(), RunOf(b[0]).DirName()
 	if _, err := SelectRuns(dir, nil); err == nil || !strings.Contains(err.Error(), "--run") || !strings.Contains(err.Error(), ra) {
@@ -199,6 +204,7 @@ func TestSelectRuns(t *testing.T) {
 }
 
 func TestExportOneRunWithLimits(t *testing.T) {
+	t.Parallel()
 	dir, a, _ := twoRunDir(t, false)
 	ra := RunOf(a[0]).DirName()
 	if _, err := Export(dir, ExportOptions{Format: FormatSpecForge}, &bytes.Buffer{}); err == nil {
@@ -266,6 +272,7 @@ func TestExportOneRunWithLimits(t *testing.T) {
 }
 
 func TestVocabFromSinkAndRows(t *testing.T) {
+	t.Parallel()
 	dir, a, b := twoRunDir(t, false)
 	ra := RunOf(a[0]).DirName()
 	v, err := Vocab(dir, VocabOptions{Runs: []string{ra}, DraftVocabSize: 32, TargetVocabSize: 151_000})
@@ -359,6 +366,7 @@ func TestVocabFromSinkAndRows(t *testing.T) {
 }
 
 func TestTargetVocabSize(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"vocab_size": 151936, "hidden_size": 8}`), 0o644)
 	if n, err := TargetVocabSize(dir); err != nil || n != 151936 {

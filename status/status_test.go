@@ -19,6 +19,7 @@ import (
 
 // A process's figures are read from its registry: counters by stage, generate's endpoints by label.
 func TestFiguresFromRegistry(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	records := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "draftflow_generate_records_total"}, []string{"result"})
 	out := prometheus.NewCounterVec(prometheus.CounterOpts{Name: mOutputTokens}, []string{"endpoint"})
@@ -52,6 +53,7 @@ func TestFiguresFromRegistry(t *testing.T) {
 
 // Published rates are differences over the window, per stage and per endpoint.
 func TestRatesOverWindow(t *testing.T) {
+	t.Parallel()
 	t0 := time.Unix(1000, 0)
 	var hist []sample
 	for i := 0; i <= 30; i++ {
@@ -71,6 +73,7 @@ func TestRatesOverWindow(t *testing.T) {
 }
 
 func TestReasonClass(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		r    topics.Rejection
 		want string
@@ -86,6 +89,7 @@ func TestReasonClass(t *testing.T) {
 }
 
 func TestRenderShowsStagesEndpointsAndWarnings(t *testing.T) {
+	t.Parallel()
 	eta := 90.0
 	r := &Report{Time: time.Unix(0, 0).UTC(), Stages: []StageReport{{Stage: "generate", Group: "g", Topic: "tokenized",
 		Committed: 10, End: 100, Lag: 90, RecordsPerSecond: 1, ETASeconds: &eta,

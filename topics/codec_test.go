@@ -33,6 +33,7 @@ func sampleRecords() []any {
 }
 
 func TestRoundTrip(t *testing.T) {
+	t.Parallel()
 	for _, rec := range sampleRecords() {
 		data, err := Marshal(rec)
 		if err != nil {
@@ -69,6 +70,7 @@ func normalise(v any) {
 
 // The wire layout is a contract: pin it byte for byte.
 func TestWireLayout(t *testing.T) {
+	t.Parallel()
 	data, err := Marshal(&Tokenized{ID: "x", InputIDs: []uint32{1, 0x01020304}})
 	if err != nil {
 		t.Fatal(err)
@@ -87,6 +89,7 @@ func TestWireLayout(t *testing.T) {
 }
 
 func TestTokensAreCompact(t *testing.T) {
+	t.Parallel()
 	ids := make([]uint32, 32768)
 	for i := range ids {
 		ids[i] = uint32(i * 7919 % 200000)
@@ -101,6 +104,7 @@ func TestTokensAreCompact(t *testing.T) {
 }
 
 func TestDecodeErrors(t *testing.T) {
+	t.Parallel()
 	good, _ := Marshal(&Generation{ID: "g", PromptIDs: []uint32{1}, OutputIDs: []uint32{2}})
 	cases := map[string]struct {
 		data []byte
@@ -132,6 +136,7 @@ func TestDecodeErrors(t *testing.T) {
 }
 
 func TestRejectionPayloadTruncated(t *testing.T) {
+	t.Parallel()
 	big := bytes.Repeat([]byte("x"), MaxRejectedPayload+100)
 	r := &Rejection{Stage: "ingest", Reason: "line too long", Payload: big}
 	data, err := Marshal(r)

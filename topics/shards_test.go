@@ -9,6 +9,7 @@ import (
 // The fingerprint names the run directories already on disk: it must not change. The value was computed by
 // the sink's RunOf before the computation moved here.
 func TestRunFingerprintStable(t *testing.T) {
+	t.Parallel()
 	temp, seed := 0.7, int64(3)
 	s := Sampling{MaxNewTokens: 512, Temperature: &temp, TopP: 0.9, Seed: &seed, StopTokenIDs: []int{1, 2}, Lane: "long",
 		TemplateKwargs: map[string]any{"enable_thinking": false, "b": 1}}
@@ -28,6 +29,7 @@ func TestRunFingerprintStable(t *testing.T) {
 }
 
 func TestShardKey(t *testing.T) {
+	t.Parallel()
 	run := RunFingerprint("m", "h", Sampling{})
 	a := ShardKey(run, "conv/1", 2)
 	if a != run[:16]+"/2/conv/1" {
@@ -39,6 +41,7 @@ func TestShardKey(t *testing.T) {
 }
 
 func TestShardsRecordsRoundTrip(t *testing.T) {
+	t.Parallel()
 	e := &ShardsEpoch{Epoch: "e1", State: EpochComplete, Dir: "d1", Path: "/out", Turns: 443, Time: time.Unix(1700000000, 0).UTC()}
 	b, err := Marshal(e)
 	if err != nil {

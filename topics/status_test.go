@@ -20,6 +20,7 @@ func sampleStatus() *Status {
 
 // The status record is part of the contract: kind 5, the JSON header only (no token arrays).
 func TestStatusWireLayout(t *testing.T) {
+	t.Parallel()
 	s := sampleStatus()
 	data, err := Marshal(s)
 	if err != nil {
@@ -60,6 +61,7 @@ func TestStatusWireLayout(t *testing.T) {
 }
 
 func TestStatusKey(t *testing.T) {
+	t.Parallel()
 	if k := StatusKey("sink", "sink-0-7"); k != "sink/sink-0-7" {
 		t.Fatalf("key %q", k)
 	}
@@ -67,6 +69,7 @@ func TestStatusKey(t *testing.T) {
 
 // A rejection's class is a JSON header field: old records without it still decode.
 func TestRejectionClass(t *testing.T) {
+	t.Parallel()
 	data := mustMarshal(t, &Rejection{ID: "a", Stage: "tokenize", Reason: "prompt a is 9 tokens ...", Class: "too_long"})
 	if !bytes.Contains(data, []byte(`"class":"too_long"`)) {
 		t.Fatalf("no class in %s", data)

@@ -11,6 +11,7 @@ import (
 func msg(role, content string) Message { return Message{Role: role, Content: content} }
 
 func TestNextBuildsTheFollowingTurn(t *testing.T) {
+	t.Parallel()
 	call := json.RawMessage(`[{"id":"c1","type":"function","function":{"name":"f","arguments":{"x":1}}}]`)
 	original := Message{Role: "assistant", ToolCalls: call}
 	result := Message{Role: "tool", Content: "42", ToolCallID: "c1"}
@@ -64,6 +65,7 @@ func TestNextBuildsTheFollowingTurn(t *testing.T) {
 }
 
 func TestNextOnlyWhenContinued(t *testing.T) {
+	t.Parallel()
 	th := &Thread{Messages: []Message{msg("user", "q")}, Rest: []Message{msg("assistant", "a"), msg("user", "q2")}}
 	for _, r := range []string{"", StopEnd, StopToolDivergence, StopLength, StopParseError} {
 		g := Generation{ID: "c", StopReason: r, Thread: th, Reply: &Message{Role: "assistant"}}
@@ -87,6 +89,7 @@ func TestNextOnlyWhenContinued(t *testing.T) {
 }
 
 func TestThreadFieldsRoundTrip(t *testing.T) {
+	t.Parallel()
 	th := &Thread{Messages: []Message{msg("user", "q")}, Tools: json.RawMessage(`[]`),
 		Rest: []Message{msg("assistant", "a"), msg("user", "q2")}}
 	tk := Tokenized{ID: "x", Turn: 1, InputIDs: []uint32{1, 2}, Thread: th, Endpoint: "e",
@@ -164,6 +167,7 @@ func FuzzNext(f *testing.F) {
 // A model that writes its own call ids keeps them in the next turn's history, and the source's tool results
 // are pointed at them; ids the source gives twice, or a reply without ids, leave the results as they were.
 func TestNextRelinksToolResultsToTheReplysCallIDs(t *testing.T) {
+	t.Parallel()
 	source := Message{Role: "assistant", ToolCalls: json.RawMessage(`[{"id":"c1","function":{"name":"f"}},{"id":7,"function":{"name":"g"}}]`)}
 	between := []Message{{Role: "tool", Content: "r1", ToolCallID: "c1"}, {Role: "tool", Content: "r2", ToolCallID: "7"},
 		{Role: "tool", Content: "other", ToolCallID: "c9"}, msg("user", "ok?")}

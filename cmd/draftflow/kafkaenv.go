@@ -3,12 +3,12 @@ package main
 import (
 	"flag"
 	"fmt"
-	"github.com/draftflow/draftflow/sglang"
 	"os"
 	"strconv"
 	"strings"
 
 	"github.com/draftflow/draftflow/kafka"
+	"github.com/draftflow/draftflow/secret"
 	"github.com/draftflow/draftflow/stages/generate"
 )
 
@@ -71,7 +71,7 @@ func securityFromEnv(s *kafka.Security) {
 	envString(&s.SASL.Username, envSASLUsername)
 	envString(&s.SASL.PasswordFile, envSASLPasswordFile)
 	if v := os.Getenv(envSASLPassword); v != "" && s.SASL.Password.IsZero() {
-		s.SASL.Password = kafka.NewSecret(v)
+		s.SASL.Password = secret.New(v)
 	}
 }
 
@@ -109,8 +109,8 @@ func envBool(name string, def bool) bool {
 // registerGenerateFlags registers generate's flags on fs into cfg, the API key defaulting to
 // DRAFTFLOW_SGLANG_API_KEY (--sglang-api-key-file wins over it).
 func registerGenerateFlags(fs *flag.FlagSet, cfg *generate.Config) {
-	if key := strings.TrimSpace(os.Getenv(envSGLangAPIKey)); key != "" && cfg.APIKey == "" {
-		cfg.APIKey = sglang.Secret(key)
+	if key := strings.TrimSpace(os.Getenv(envSGLangAPIKey)); key != "" && cfg.APIKey.IsZero() {
+		cfg.APIKey = secret.New(key)
 	}
 	cfg.RegisterFlags(fs)
 	if f := fs.Lookup("sglang-api-key-file"); f != nil {

@@ -72,8 +72,8 @@ func TestAPIKeyFromEnv(t *testing.T) {
 	var cfg generate.Config
 	fs := flag.NewFlagSet("generate", flag.ContinueOnError)
 	registerGenerateFlags(fs, &cfg)
-	if cfg.APIKey != "from-env" {
-		t.Fatalf("APIKey %q from the environment", string(cfg.APIKey))
+	if cfg.APIKey.Reveal() != "from-env" {
+		t.Fatalf("APIKey %q from the environment", cfg.APIKey.Reveal())
 	}
 	if f := fs.Lookup("sglang-api-key-file"); f == nil || !strings.HasSuffix(f.Usage, "(else $"+envSGLangAPIKey+")") {
 		t.Errorf("--sglang-api-key-file help does not name %s: %+v", envSGLangAPIKey, f)
@@ -85,8 +85,8 @@ func TestAPIKeyFromEnv(t *testing.T) {
 	if err := fs.Parse([]string{"--sglang-api-key-file", path}); err != nil {
 		t.Fatal(err)
 	}
-	if cfg.APIKey != "from-file" {
-		t.Errorf("APIKey %q, want the file's", string(cfg.APIKey))
+	if cfg.APIKey.Reveal() != "from-file" {
+		t.Errorf("APIKey %q, want the file's", cfg.APIKey.Reveal())
 	}
 	// The merged flag sets of `draftflow generate` and `draftflow run` keep the help.
 	gfs := newFlagSet("generate")

@@ -158,6 +158,10 @@ type common struct {
 
 	reg   *prometheus.Registry // the process's metrics (setup)
 	ready *metrics.Readiness   // the process's readiness checks (setup)
+
+	// served, when not nil, is told the address the process's HTTP server listens on once it does
+	// (--metrics-addr may name port 0).
+	served func(addr string)
 }
 
 func (c *common) register(fs *flag.FlagSet, metricsDefault string) {
@@ -241,13 +245,12 @@ func (c *common) setup(ctx context.Context, expect ...string) (kafka.Config, *sl
 		if err != nil {
 			return kc, log, err
 		}
-		serving(addr)
+		if c.served != nil {
+			c.served(addr)
+		}
 	}
 	return kc, log, nil
 }
-
-// serving is told the address the process's HTTP server listens on (a test passes port 0 and reads it here).
-var serving = func(addr string) {}
 
 // requireBrokers returns an error naming the flag when a stage runs without brokers.
 func requireBrokers(cfg kafka.Config) error {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/draftflow/draftflow/kafka/kafkatest"
+	"github.com/draftflow/draftflow/sglang"
 	"github.com/draftflow/draftflow/sink"
 	"github.com/draftflow/draftflow/stages/tokenize/tokenizer/bundled"
 )
@@ -168,4 +170,26 @@ func TestVocabFindsTheRunsModel(t *testing.T) {
 	if err := cmdVocab(context.Background(), []string{rc.Sink.Dir, "--draft-vocab-size", "16"}); err != nil {
 		t.Fatalf("vocab of an older bundled run: %v", err)
 	}
+}
+
+// A stage that fails stops the run with its error: here generate, refused by a server that wants an API key
+// the run does not have (else the run would end at its timeout, with a timeout error).
+func TestRunStopsOnAFailedStage(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.jsonl")
+	os.WriteFile(in, []byte(`{"messages": [{"role": "user", "content": "hi"}]}`+"\n"), 0o644)
+	var rc runConfig
+	rc.Kafka = kafkatest.Config(t, 2)
+	rc.Ingest.Inputs = []string{in}
+	rc.Sink.Dir = filepath.Join(dir, "out")
+	rc.Sim.Instant = true
+	rc.Sim.APIKey = "the-server-wants-this"
+	rc.Timeout = 2 * time.Minute
+	start := time.Now()
+	_, err := runPipeline(context.Background(), rc)
+	var auth *sglang.AuthError
+	if !errors.As(err, &auth) || !strings.HasPrefix(err.Error(), "generate: ") {
+		t.Fatalf("run against a server refusing the key: %v", err)
+	}
+	t.Logf("stopped after %v: %v", time.Since(start).Round(time.Millisecond), err)
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/draftflow/draftflow/kafka/embedded"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/draftflow/draftflow/internal/idset"
 	"github.com/draftflow/draftflow/internal/progress"
@@ -381,23 +382,30 @@ func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
 		return nil, err
 	}
 	defer tr.close()
-	stageCtx, stopStages := context.WithCancel(ctx)
+	// The stages run in a group: the first to fail stops the others (stageCtx ends) and is the group's error.
+	// stopStages stops them all without an error.
+	runCtx, stopStages := context.WithCancel(ctx)
 	defer stopStages()
-	errc := make(chan error, 4)
-	var wg sync.WaitGroup
+	stages, stageCtx := errgroup.WithContext(runCtx)
 	startStage := func(name string, run func(context.Context) error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		stages.Go(func() error {
 			// Errors after the stop count too: a failed final flush must not pass for success.
 			if err := run(stageCtx); err != nil && !errors.Is(err, context.Canceled) {
-				errc <- fmt.Errorf("%s: %w", name, err)
+				return fmt.Errorf("%s: %w", name, err)
 			}
-		}()
+			return nil
+		})
+	}
+	// stageFailed is the error of the stage that failed, once stageCtx has ended and ctx has not.
+	stageFailed := func() error {
+		if err := stages.Wait(); err != nil {
+			return err
+		}
+		return errors.New("a stage stopped without an error") // only ctx or stopStages end stageCtx otherwise
 	}
 	// However this function returns, the stages stop and are waited for before the broker, the simulator
 	// and the model directory go away.
-	defer func() { stopStages(); wg.Wait() }()
+	defer func() { stopStages(); _ = stages.Wait() }()
 	tk := rc.Tokenize
 	tk.Kafka, tk.Logger, tk.Model = kc, log, model
 	startStage("tokenize", func(ctx context.Context) error { return tokenize.Run(ctx, tk) })
@@ -429,10 +437,11 @@ func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
 	// of those turns to a server again.
 	select {
 	case <-seeded:
-	case err := <-errc:
-		return nil, err
-	case <-ctx.Done():
-		return nil, fmt.Errorf("waiting for the sink to start: %w", ctx.Err())
+	case <-stageCtx.Done():
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("waiting for the sink to start: %w", ctx.Err())
+		}
+		return nil, stageFailed()
 	}
 	gen := rc.Generate
 	gen.Kafka, gen.Logger = kc, log
@@ -485,11 +494,12 @@ wait:
 		select {
 		case <-tr.changed:
 		case <-ticker.C:
-		case err := <-errc:
-			runErr = err
-			break wait
-		case <-ctx.Done():
-			runErr = fmt.Errorf("stopped before every prompt reached the shards: %w", ctx.Err())
+		case <-stageCtx.Done():
+			if ctx.Err() != nil {
+				runErr = fmt.Errorf("stopped before every prompt reached the shards: %w", ctx.Err())
+			} else {
+				runErr = stageFailed()
+			}
 			break wait
 		}
 	}
@@ -497,11 +507,11 @@ wait:
 		bar.Clear() // the summary follows
 	}
 	// Ingest's rejections are acknowledged; wait (briefly) until they are read too, so the file holds them all.
-	for deadline := time.Now().Add(30 * time.Second); rejs.read(ingest.Stage) < ires.Rejected && time.Now().Before(deadline) && ctx.Err() == nil; {
+	for deadline := time.Now().Add(30 * time.Second); rejs.read(ingest.Stage) < ires.Rejected && time.Now().Before(deadline) && stageCtx.Err() == nil; {
 		time.Sleep(20 * time.Millisecond)
 	}
 	stopStages()
-	wg.Wait()
+	stagesErr := stages.Wait()
 	// The dead-letter reader's group was this run's alone: leave no trace of it on the broker.
 	dctx, dcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	if err := kcl.Admin().DeleteGroup(dctx, rejectedGroup); err != nil {
@@ -509,10 +519,7 @@ wait:
 	}
 	dcancel()
 	if runErr == nil {
-		select {
-		case runErr = <-errc:
-		default:
-		}
+		runErr = stagesErr
 	}
 
 	res := &runResult{Prompts: expected, IngestRejected: ires.Rejected, Dir: rc.Sink.Dir}

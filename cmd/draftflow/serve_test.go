@@ -16,13 +16,11 @@ import (
 func TestStageServesMetricsAndReadiness(t *testing.T) {
 	kc := kafkatest.Config(t, 2)
 	served := make(chan string, 1)
-	serving = func(addr string) { served <- addr }
-	defer func() { serving = func(string) {} }()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- cmdSink(ctx, []string{"--brokers", strings.Join(kc.Brokers, ","), "--namespace", kc.Namespace,
-			"--out", t.TempDir(), "--metrics-addr", "127.0.0.1:0", "--log-level", "warn"})
+		done <- runSinkCommand(ctx, []string{"--brokers", strings.Join(kc.Brokers, ","), "--namespace", kc.Namespace,
+			"--out", t.TempDir(), "--metrics-addr", "127.0.0.1:0", "--log-level", "warn"}, func(addr string) { served <- addr })
 	}()
 	defer func() {
 		cancel()

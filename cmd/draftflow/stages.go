@@ -60,7 +60,7 @@ func cmdIngest(ctx context.Context, args []string) error {
 	cfg.Logger = kc.Logger
 	cfg.Registerer = c.reg
 	if *progress {
-		cfg.Progress = stderr()
+		cfg.Progress = &ingestBar{w: stderr()}
 	}
 	res, err := ingest.Run(ctx, cfg)
 	stopStatus()
@@ -140,9 +140,13 @@ func cmdGenerate(ctx context.Context, args []string) error {
 	return generate.Run(ctx, cfg)
 }
 
-func cmdSink(ctx context.Context, args []string) error {
+func cmdSink(ctx context.Context, args []string) error { return runSinkCommand(ctx, args, nil) }
+
+// runSinkCommand is `draftflow sink args`; served, when not nil, is told the address the metrics
+// server listens on.
+func runSinkCommand(ctx context.Context, args []string, served func(addr string)) error {
 	fs := newFlagSet("sink")
-	var c common
+	c := common{served: served}
 	c.register(fs, ":9090")
 	var cfg sink.Config
 	registerSinkFlags(fs, &cfg)
@@ -192,6 +196,26 @@ func registerSinkFlags(fs *flag.FlagSet, cfg *sink.Config) {
 	fs.DurationVar(&cfg.JournalSync, "journal-sync", cfg.JournalSync, "fsync the journal of buffered rows this often: what a machine crash can lose (0: 1s)")
 	fs.IntVar(&cfg.ZstdLevel, "zstd-level", cfg.ZstdLevel, "zstd level of the shards: 1, 3, 7 or 11 (0: zstd's default, 3; higher writes fewer bytes, slower)")
 	fs.StringVar(&cfg.Group, "group", cfg.Group, "consumer group (default draftflow-sink)")
+}
+
+// ingestBar draws an ingest run's progress (input bytes read, rate and ETA) as a progress bar on w.
+type ingestBar struct {
+	w   io.Writer
+	bar *progress.Bar
+}
+
+func (b *ingestBar) Begin(total int64) {
+	b.bar = progress.New(b.w, "ingest", total, progress.Options{Bytes: true})
+}
+
+func (b *ingestBar) Read(n int64) { b.bar.Add(n) }
+
+func (b *ingestBar) End(ok bool) {
+	if ok {
+		b.bar.Finish()
+	} else {
+		b.bar.Clear()
+	}
 }
 
 // console is the process's stderr, shared by log lines and progress lines.

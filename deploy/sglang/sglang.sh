@@ -64,7 +64,7 @@ cmd_model() {
   esac
   venv_ok || die "no complete venv at $VENV: run sglang.sh install"
   local tokdir
-  tokdir="$(bash "$REPO/stages/tokenize/chattemplate/testdata/fetch.sh" "$tok" | tail -n1)"
+  tokdir="$(bash "$REPO/internal/testassets/fetch.sh" "$tok" | tail -n1)"
   local sum
   sum="$( (cat "$HERE/make_model.py" "$tokdir"/*.json; echo "$family $dtype $seed") | sha256sum | cut -c1-10)"
   local out="$CACHE/sglang-models/$family-$dtype-s$seed-$sum"

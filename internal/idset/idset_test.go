@@ -8,6 +8,7 @@ import (
 )
 
 func TestSetAcrossWriteOuts(t *testing.T) {
+	t.Parallel()
 	s, err := New(t.TempDir())
 	if err != nil {
 		t.Fatal(err)

@@ -30,6 +30,7 @@ import (
 	"github.com/apache/arrow/go/v17/parquet/file"
 	"github.com/apache/arrow/go/v17/parquet/pqarrow"
 
+	"github.com/draftflow/draftflow/internal/testassets"
 	"github.com/draftflow/draftflow/sink"
 )
 
@@ -121,10 +122,7 @@ func need(t *testing.T) {
 		modelDir = lastLine(out)
 	})
 	if assetsErr != "" {
-		if os.Getenv("DRAFTFLOW_REQUIRE_ASSETS") != "" {
-			t.Fatalf("test asset unavailable: %s", assetsErr)
-		}
-		t.Skipf("test asset unavailable (set DRAFTFLOW_REQUIRE_ASSETS=1 to fail instead): %s", assetsErr)
+		testassets.Unavailable(t, "%s", assetsErr)
 	}
 }
 

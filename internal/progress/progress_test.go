@@ -16,6 +16,7 @@ func (c *fakeClock) advance(d time.Duration) { c.t = c.t.Add(d) }
 // TestTerminalLogsDoNotTearTheBar: on a terminal, a log line written while the progress line is shown goes
 // on a line of its own (the progress line is erased first) and the progress line comes back below it.
 func TestTerminalLogsDoNotTearTheBar(t *testing.T) {
+	t.Parallel()
 	var out bytes.Buffer
 	con := NewTerminal(&out)
 	log := slog.New(slog.NewTextHandler(con, nil))
@@ -48,6 +49,7 @@ func TestTerminalLogsDoNotTearTheBar(t *testing.T) {
 // TestPlainProgressEveryFewSeconds: off a terminal, progress is a plain line (no carriage return) at most
 // every Every, and Finish writes a last line.
 func TestPlainProgressEveryFewSeconds(t *testing.T) {
+	t.Parallel()
 	var out bytes.Buffer
 	clock := &fakeClock{t: time.Unix(0, 0)}
 	bar := New(&out, "prompts", 1000, Options{Unit: "prompts", Every: 5 * time.Second, Now: clock.now})
@@ -74,6 +76,7 @@ func TestPlainProgressEveryFewSeconds(t *testing.T) {
 
 // TestNoRateBeforeThereIsOne: before the first item, the line shows no rate and no ETA (not "0 prompts/hr").
 func TestNoRateBeforeThereIsOne(t *testing.T) {
+	t.Parallel()
 	var out bytes.Buffer
 	clock := &fakeClock{t: time.Unix(0, 0)}
 	bar := New(&out, "prompts", 1000, Options{Unit: "prompts", Now: clock.now})

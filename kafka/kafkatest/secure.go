@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/draftflow/draftflow/internal/testassets"
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/kafka/embedded"
 )
@@ -150,7 +151,7 @@ func RealSASL(t testing.TB) SASLBroker {
 	}
 	msg := "no secured Kafka broker: set DRAFTFLOW_TEST_SASL_BROKERS, _CA_FILE, _USERNAME and _PASSWORD_FILE " +
 		"(`KAFKA_SASL_SSL=1 deploy/kafka/kafka.sh up`, then `export $(deploy/kafka/kafka.sh env)`; make test-integration does both)"
-	if Real() && os.Getenv("DRAFTFLOW_REQUIRE_ASSETS") != "" {
+	if Real() && testassets.Required() {
 		t.Fatal(msg + " (DRAFTFLOW_REQUIRE_ASSETS is set)")
 	}
 	t.Skip(msg)

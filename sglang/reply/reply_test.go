@@ -11,6 +11,7 @@ import (
 func call(name, args string) Call { return Call{Name: name, Arguments: json.RawMessage(args)} }
 
 func TestSameCalls(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		a, b []Call
@@ -48,6 +49,7 @@ func TestSameCalls(t *testing.T) {
 }
 
 func TestCallsOf(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, in string
 		want     []Call
@@ -97,6 +99,7 @@ func TestCallsOf(t *testing.T) {
 }
 
 func TestMessageShape(t *testing.T) {
+	t.Parallel()
 	r := Reply{Reasoning: "think", Content: "ok", Calls: []Call{call("f", `{"a":1}`), call("g", `{}`), {Name: "h", Arguments: json.RawMessage(`{}`), ID: "functions.h:2"}}}
 	m := r.Message([]string{"id0"})
 	if m.Role != "assistant" || m.Content != "ok" || m.ReasoningContent != "think" {
@@ -141,6 +144,7 @@ func TestMessageShape(t *testing.T) {
 }
 
 func TestKnown(t *testing.T) {
+	t.Parallel()
 	if err := Known("", ""); err != nil {
 		t.Error(err)
 	}
@@ -164,6 +168,7 @@ func TestKnown(t *testing.T) {
 }
 
 func TestParseExamples(t *testing.T) {
+	t.Parallel()
 	r, err := Parse("<think>\nweather?\n</think>\n\nChecking.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
 		Options{Reasoning: "qwen3", Tools: "qwen25"})
 	if err != nil {
@@ -238,6 +243,7 @@ func FuzzParse(f *testing.F) {
 }
 
 func TestSameCallsHugeExponent(t *testing.T) {
+	t.Parallel()
 	if SameCalls([]Call{call("f", `{"n":1e999999999}`)}, []Call{call("f", `{"n":1e999999998}`)}) {
 		t.Error("huge exponents compared equal")
 	}

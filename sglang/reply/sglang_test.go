@@ -25,6 +25,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/draftflow/draftflow/internal/testassets"
 )
 
 // sglangPin must match PIN in testdata/sglang_parse.py.
@@ -188,48 +190,29 @@ type sglangResult struct {
 	Exception string `json:"exception"`
 }
 
-func needAsset(t testing.TB, format string, args ...any) {
-	t.Helper()
-	msg := fmt.Sprintf(format, args...)
-	if os.Getenv("DRAFTFLOW_REQUIRE_ASSETS") != "" {
-		t.Fatalf("required test asset unavailable: %s", msg)
-	}
-	t.Skipf("test asset unavailable (set DRAFTFLOW_REQUIRE_ASSETS=1 to fail instead): %s", msg)
-}
-
-// cacheDir is where the sim contract test keeps the SGLang wheels.
-func cacheDir() string {
-	root := os.Getenv("DRAFTFLOW_CACHE")
-	if root == "" {
-		if home, err := os.UserHomeDir(); err == nil {
-			root = filepath.Join(home, ".cache", "draftflow")
-		} else {
-			root = filepath.Join(os.TempDir(), "draftflow-cache")
-		}
-	}
-	return filepath.Join(root, "sglang")
-}
+// wheelCache is where the sim contract test keeps the SGLang wheels, which sglang_parse.py shares.
+func wheelCache() string { return filepath.Join(testassets.CacheDir(), "sglang") }
 
 func runSGLang(t *testing.T, cases []corpusCase) map[string]sglangResult {
 	t.Helper()
 	py, err := exec.LookPath("python3")
 	if err != nil {
-		needAsset(t, "python3 not found: %v", err)
+		testassets.Unavailable(t, "python3 not found: %v", err)
 	}
 	in, err := json.Marshal(cases)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(py, filepath.Join("testdata", "sglang_parse.py"), "--cache", cacheDir())
+	cmd := exec.Command(py, filepath.Join("testdata", "sglang_parse.py"), "--cache", wheelCache())
 	var stdout, stderr bytes.Buffer
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = bytes.NewReader(in), &stdout, &stderr
 	err = cmd.Run()
 	var exit *exec.ExitError
 	switch {
 	case errors.As(err, &exit) && exit.ExitCode() == 2:
-		needAsset(t, "%s", strings.TrimSpace(stderr.String()))
+		testassets.Unavailable(t, "%s", strings.TrimSpace(stderr.String()))
 	case err != nil && strings.Contains(stderr.String(), "ModuleNotFoundError"):
-		needAsset(t, "sglang_parse.py needs a Python package (pip install -r requirements-test.txt): %s", strings.TrimSpace(stderr.String()))
+		testassets.Unavailable(t, "sglang_parse.py needs a Python package (pip install -r requirements-test.txt): %s", strings.TrimSpace(stderr.String()))
 	case err != nil:
 		t.Fatalf("sglang_parse.py: %v\n%s", err, stderr.String())
 	}

@@ -56,6 +56,7 @@ var loadCoreKeys = []string{"cache_hit_rate", "decode_moments", "dp_rank", "gen_
 	"total_prefill_busy_us", "total_prefill_uncached_tokens", "utilization"}
 
 func TestServerInfoShape(t *testing.T) {
+	t.Parallel()
 	graphKeys := []string{"decode", "draft_decode", "draft_extend", "draft_prefill", "prefill", "target_verify"}
 	cases := []struct {
 		name string
@@ -161,6 +162,7 @@ func getObjectAuth(t *testing.T, url, path, key string) map[string]any {
 // TestStartupTimeRestarts: startup_time differs between seeds and changes on
 // every simulated restart.
 func TestStartupTimeRestarts(t *testing.T) {
+	t.Parallel()
 	startup := func(url string) string {
 		b, _ := json.Marshal(getObject(t, url, "/server_info")["startup_time"])
 		return string(b)
@@ -194,6 +196,7 @@ func TestStartupTimeRestarts(t *testing.T) {
 }
 
 func TestLoadsShapeAndQuery(t *testing.T) {
+	t.Parallel()
 	s, ts := newTestServer(t, Config{Instant: true, DPSize: 2, MaxTotalTokens: 4000})
 	for i := 0; i < 4; i++ {
 		generate(t, ts.URL, map[string]any{"input_ids": []int{1, 2, 3, i}, "sampling_params": map[string]any{"max_new_tokens": 50, "ignore_eos": true}})
@@ -285,6 +288,7 @@ func TestLoadsShapeAndQuery(t *testing.T) {
 // every waiting request (load_inquirer.get_loads), past the pool when the
 // queue backs up; the waiting queue is per rank.
 func TestLoadsNumTotalTokens(t *testing.T) {
+	t.Parallel()
 	for _, dp := range []int{1, 2} {
 		s, ts := newTestServer(t, Config{Instant: true, DPSize: dp, MaxTotalTokens: 2500, DisableRadixCache: true})
 		call(t, ts.URL, http.MethodPost, "/pause_generation", "", map[string]any{})
@@ -323,6 +327,7 @@ func TestLoadsNumTotalTokens(t *testing.T) {
 }
 
 func TestAPIKey(t *testing.T) {
+	t.Parallel()
 	type tc struct {
 		method, path, auth string
 		status             int
@@ -380,6 +385,7 @@ func TestAPIKey(t *testing.T) {
 }
 
 func TestRoutesPerRelease(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		method, path string
 		new, old     int // status in 0.5.23, in 0.5.4
@@ -424,6 +430,7 @@ func TestRoutesPerRelease(t *testing.T) {
 
 // TestReady: /ready answers 503 while paused (or down); /health stays 200.
 func TestReady(t *testing.T) {
+	t.Parallel()
 	_, ts := newTestServer(t, Config{Instant: true})
 	status := func(p string) int { c, _ := call(t, ts.URL, http.MethodGet, p, "", nil); return c }
 	if status("/ready") != 200 {
@@ -444,6 +451,7 @@ func TestReady(t *testing.T) {
 
 // TestMetaInfoKeys: the keys of a finished answer per release.
 func TestMetaInfoKeys(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		rel  string
 		dp   int
@@ -473,6 +481,7 @@ func TestMetaInfoKeys(t *testing.T) {
 // TestRoutedDPRank: routed_dp_rank (or data_parallel_rank) pins the rank; out
 // of range is the tokenizer manager's 400.
 func TestRoutedDPRank(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		rel    string
 		dp     int
@@ -526,6 +535,7 @@ func TestRoutedDPRank(t *testing.T) {
 // TestDPRanksHavePools: each rank has its own pool of MaxTotalTokens and its
 // own queue; dispatch is round robin.
 func TestDPRanksHavePools(t *testing.T) {
+	t.Parallel()
 	s, ts := newTestServer(t, Config{Instant: true, DPSize: 3, MaxTotalTokens: 5000})
 	call(t, ts.URL, http.MethodPost, "/pause_generation", "", map[string]any{})
 	var wg sync.WaitGroup
@@ -568,6 +578,7 @@ func TestDPRanksHavePools(t *testing.T) {
 // sglang:num_retracted_reqs always does. The counter's total matches the sum
 // of meta_info.num_retractions.
 func TestRetractionMetrics(t *testing.T) {
+	t.Parallel()
 	for _, rel := range []string{Release0523, Release054} {
 		s, ts := newTestServer(t, Config{Instant: true, Release: rel, MaxTotalTokens: 1000, ScheduleConservativeness: 0.1, DisableRadixCache: true})
 		metrics := func() string { _, b := call(t, ts.URL, http.MethodGet, "/metrics", "", nil); return string(b) }
@@ -634,6 +645,7 @@ func TestRetractionMetrics(t *testing.T) {
 
 // TestMetricLabels: scheduler series carry dp_rank with DP; 0.5.4's label sets.
 func TestMetricLabels(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		rel, want string
 		dp        int
@@ -654,6 +666,7 @@ func TestMetricLabels(t *testing.T) {
 }
 
 func TestNewFlags(t *testing.T) {
+	t.Parallel()
 	var c Config
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
 	c.RegisterFlags(fs)

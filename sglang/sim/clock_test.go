@@ -11,18 +11,39 @@ import (
 // engine sat idle (its clock frozen) while wall time went by, and a request
 // arriving then took the stale clock as its arrival, so a 2-token request
 // reported the whole gap as its e2e_latency (322 s in the report).
+//
+// The test waits until the gap has happened on the simulated clock, then
+// bounds each request's e2e_latency by the wall time its call took, scaled:
+// a request cannot be in the server longer than that, however slow the
+// machine, while one stamped before the gap reports the gap.
 func TestArrivalAfterIdleGap(t *testing.T) {
+	t.Parallel()
+	const scale, gap = 200, 200.0 // the gap: 200 simulated seconds, 1 s of wall time
 	for _, dp := range []int{1, 2} {
-		s, ts := newTestServer(t, Config{TimeScale: 200, DPSize: dp})
+		s, ts := newTestServer(t, Config{TimeScale: scale, DPSize: dp})
 		body := map[string]any{"input_ids": []int{1, 2, 3}, "sampling_params": map[string]any{"max_new_tokens": 2, "ignore_eos": true}}
-		generate(t, ts.URL, body)
-		time.Sleep(400 * time.Millisecond) // 80 simulated seconds of idleness
+		for i := 0; i < dp; i++ {
+			generate(t, ts.URL, body)
+		}
+		s.mu.Lock()
+		idle := 0.0 // where the ranks' clocks stopped
+		for _, e := range s.ranks {
+			idle = max(idle, e.now)
+		}
+		s.mu.Unlock()
+		waitSimTime(t, s, idle+gap)
 		before := s.Stats().SimTime.Seconds()
 		for i := 0; i < dp; i++ { // one request per rank (round robin)
+			start := time.Now()
 			g := generate(t, ts.URL, body)
-			// a prefill and two decode steps are ~0.08 s; the gap is 80 s
-			if g.MetaInfo.E2ELatency > 5 {
-				t.Fatalf("dp %d: e2e_latency %.2f s for a 2-token request after an idle gap", dp, g.MetaInfo.E2ELatency)
+			bound := time.Since(start).Seconds() * scale
+			if bound >= gap {
+				t.Fatalf("dp %d: one call took %v of wall time (%.0f simulated seconds), as long as the gap: this machine cannot tell them apart",
+					dp, time.Since(start), bound)
+			}
+			if g.MetaInfo.E2ELatency > bound+1e-6 {
+				t.Fatalf("dp %d: e2e_latency %.2f s for a 2-token request after a %.0f s idle gap; its call lasted %.3f simulated seconds",
+					dp, g.MetaInfo.E2ELatency, gap, bound)
 			}
 		}
 		// ... and it ran then, not at the rank's stale clock
@@ -33,15 +54,25 @@ func TestArrivalAfterIdleGap(t *testing.T) {
 			}
 		}
 		s.mu.Unlock()
-		if st := s.Stats(); st.SimTime < 60*time.Second {
-			t.Fatalf("dp %d: simulated clock %v after an 80 s gap", dp, st.SimTime)
+	}
+}
+
+// waitSimTime waits until the server's simulated clock reaches at (seconds), failing after a minute.
+func waitSimTime(t *testing.T, s *Server, at float64) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for s.Stats().SimTime.Seconds() < at {
+		if time.Now().After(deadline) {
+			t.Fatalf("simulated clock at %v after a minute, waiting for %.0f s", s.Stats().SimTime, at)
 		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
 // TestManualSubmitDuringPass: a request submitted while a forward pass is in
 // progress arrives when it was submitted, not when the pass started.
 func TestManualSubmitDuringPass(t *testing.T) {
+	t.Parallel()
 	s, err := NewManual(Config{MaxTotalTokens: 4000})
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 )
 
 func TestConfigDefaults(t *testing.T) {
+	t.Parallel()
 	c := Config{}.withDefaults()
 	// max_running_requests as SGLang 0.5.23 derives it: min(clamp(159277/262144*512, 2048, 4096), 159277/2)
 	if c.MaxTotalTokens != 159277 || c.MaxRunningRequests != 2048 || c.DPSize != 1 || c.Release != Release0523 || c.ChunkedPrefillSize != 8192 ||
@@ -30,6 +31,7 @@ func TestConfigDefaults(t *testing.T) {
 }
 
 func TestRegisterFlags(t *testing.T) {
+	t.Parallel()
 	var c Config
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
 	c.RegisterFlags(fs)
@@ -54,6 +56,7 @@ func TestRegisterFlags(t *testing.T) {
 }
 
 func TestListenAndServe(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -44,7 +44,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
@@ -55,6 +54,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/draftflow/draftflow/internal/testassets"
 )
 
 // contractPin is the SGLang release the simulator is pinned to; it must match
@@ -187,36 +188,15 @@ type contractFacts struct {
 	} `json:"legacy"`
 }
 
-// contractNeedAsset skips when something outside the repository is missing
-// (python3, pip, the network), and fails instead under DRAFTFLOW_REQUIRE_ASSETS.
-func contractNeedAsset(t testing.TB, format string, args ...any) {
-	t.Helper()
-	msg := fmt.Sprintf(format, args...)
-	if os.Getenv("DRAFTFLOW_REQUIRE_ASSETS") != "" {
-		t.Fatalf("required test asset unavailable: %s", msg)
-	}
-	t.Skipf("test asset unavailable (set DRAFTFLOW_REQUIRE_ASSETS=1 to fail instead): %s", msg)
-}
-
-func contractCacheDir() string {
-	root := os.Getenv("DRAFTFLOW_CACHE")
-	if root == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			root = filepath.Join(os.TempDir(), "draftflow-cache")
-		} else {
-			root = filepath.Join(home, ".cache", "draftflow")
-		}
-	}
-	return filepath.Join(root, "sglang")
-}
+// contractCacheDir is where extract.py keeps the SGLang wheels.
+func contractCacheDir() string { return filepath.Join(testassets.CacheDir(), "sglang") }
 
 // loadContractFacts runs the extractor (cached: a few hundred ms warm).
 func loadContractFacts(t *testing.T) *contractFacts {
 	t.Helper()
 	py, err := exec.LookPath("python3")
 	if err != nil {
-		contractNeedAsset(t, "python3 not found: %v", err)
+		testassets.Unavailable(t, "python3 not found: %v", err)
 	}
 	cmd := exec.Command(py, filepath.Join("testdata", "contract", "extract.py"), "--cache", contractCacheDir())
 	var stdout, stderr bytes.Buffer
@@ -225,7 +205,7 @@ func loadContractFacts(t *testing.T) *contractFacts {
 	var exit *exec.ExitError
 	switch {
 	case errors.As(err, &exit) && exit.ExitCode() == 2:
-		contractNeedAsset(t, "%s", strings.TrimSpace(stderr.String()))
+		testassets.Unavailable(t, "%s", strings.TrimSpace(stderr.String()))
 	case err != nil:
 		t.Fatalf("extract.py: %v\n%s", err, stderr.String())
 	}

@@ -122,6 +122,7 @@ func expectedPlateau(pool, prompt, maxNew, chunk, maxRunning int, ratio float64)
 // concurrent requests of ~1K prompt tokens with max_new_tokens 10240 (the
 // short lane) into a 159,277-token pool run ~35-40 at once and queue the rest.
 func TestReferenceRunAdmission(t *testing.T) {
+	t.Parallel()
 	e := testEngine(t, Config{Seed: 7})
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := 0; i < 150; i++ {
@@ -153,6 +154,7 @@ func TestReferenceRunAdmission(t *testing.T) {
 }
 
 func TestNewTokenRatioDecayAndReset(t *testing.T) {
+	t.Parallel()
 	e := testEngine(t, Config{ScheduleConservativeness: 1.2})
 	if math.Abs(e.initRatio-0.84) > 1e-12 || math.Abs(e.minRatio-0.84*0.14) > 1e-12 {
 		t.Fatalf("init %v min %v", e.initRatio, e.minRatio)
@@ -188,6 +190,7 @@ func TestNewTokenRatioDecayAndReset(t *testing.T) {
 // TestRetractionOrder pins retract_decode's order: fewest output tokens
 // first, ties broken by the longest input, and the ratio re-estimate.
 func TestRetractionOrder(t *testing.T) {
+	t.Parallel()
 	e := testEngine(t, Config{MaxTotalTokens: 100})
 	mk := func(rid string, in, out, maxNew int) *request {
 		r := newTestReq(e, rid, make([]int32, in), maxNew, 1000, true)
@@ -238,6 +241,7 @@ func rids(rs []*request) string {
 // ratio admits more than fits, a decode step cannot allocate, the youngest
 // request is retracted and later re-prefills input + output.
 func TestRetractionUnderPressure(t *testing.T) {
+	t.Parallel()
 	e := testEngine(t, Config{MaxTotalTokens: 1000, ScheduleConservativeness: 0.1})
 	rng := rand.New(rand.NewPCG(3, 4))
 	var reqs []*request
@@ -311,6 +315,7 @@ func TestRetractionUnderPressure(t *testing.T) {
 }
 
 func TestChunkedPrefill(t *testing.T) {
+	t.Parallel()
 	e := testEngine(t, Config{ChunkedPrefillSize: 8192})
 	rng := rand.New(rand.NewPCG(5, 6))
 	r := newTestReq(e, "long", distinctPrompt(rng, 20000), 10, 10, true)
@@ -338,6 +343,7 @@ func TestChunkedPrefill(t *testing.T) {
 }
 
 func TestChunkedPrefillWithoutRadixCache(t *testing.T) {
+	t.Parallel()
 	e := testEngine(t, Config{ChunkedPrefillSize: 4096, DisableRadixCache: true})
 	r := newTestReq(e, "long", make([]int32, 10000), 5, 5, true)
 	e.submit(r)
@@ -355,6 +361,7 @@ func TestChunkedPrefillWithoutRadixCache(t *testing.T) {
 // TestCachedTokens: a finished request's sequence is cached and a later
 // request sharing its prefix reports it as cached_tokens.
 func TestCachedTokens(t *testing.T) {
+	t.Parallel()
 	e := testEngine(t, Config{})
 	rng := rand.New(rand.NewPCG(8, 9))
 	prompt := distinctPrompt(rng, 500)
@@ -430,6 +437,7 @@ func TestRunningPromptShared(t *testing.T) {
 
 // TestEvictionUnderPressure: cached prefixes are evicted LRU to make room.
 func TestEvictionUnderPressure(t *testing.T) {
+	t.Parallel()
 	e := testEngine(t, Config{MaxTotalTokens: 3000})
 	rng := rand.New(rand.NewPCG(10, 11))
 	for i := 0; i < 20; i++ {
@@ -448,6 +456,7 @@ func TestEvictionUnderPressure(t *testing.T) {
 }
 
 func TestMaxRunningRequests(t *testing.T) {
+	t.Parallel()
 	e := testEngine(t, Config{MaxRunningRequests: 3})
 	for i := 0; i < 10; i++ {
 		e.submit(newTestReq(e, fmt.Sprint(i), []int32{int32(i), 5, 6}, 50, 50, true))
@@ -464,6 +473,7 @@ func TestMaxRunningRequests(t *testing.T) {
 }
 
 func TestQueueLimitAndOverlongInput(t *testing.T) {
+	t.Parallel()
 	e := testEngine(t, Config{MaxQueuedRequests: 2, MaxTotalTokens: 1000})
 	var got []*request
 	for i := 0; i < 3; i++ {
@@ -482,6 +492,7 @@ func TestQueueLimitAndOverlongInput(t *testing.T) {
 }
 
 func TestFinishReasons(t *testing.T) {
+	t.Parallel()
 	e := testEngine(t, Config{})
 	stop := newTestReq(e, "s", []int32{1, 2}, 100, 7, false)
 	length := newTestReq(e, "l", []int32{1, 3}, 5, 7, false)
@@ -506,6 +517,7 @@ func TestFinishReasons(t *testing.T) {
 }
 
 func TestAbortPrefix(t *testing.T) {
+	t.Parallel()
 	e := testEngine(t, Config{})
 	for _, rid := range []string{"job-1", "job-12", "other"} {
 		e.submit(newTestReq(e, rid, []int32{1, 2, 3}, 100, 100, true))
@@ -527,6 +539,7 @@ func TestAbortPrefix(t *testing.T) {
 }
 
 func TestCrashWipesState(t *testing.T) {
+	t.Parallel()
 	e := testEngine(t, Config{Faults: Faults{CrashEvery: 1e9}})
 	r := newTestReq(e, "x", []int32{1, 2, 3}, 100, 100, true)
 	e.submit(r)

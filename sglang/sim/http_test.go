@@ -61,6 +61,7 @@ func generate(t *testing.T, url string, body any) GenerateResponse {
 }
 
 func TestGenerateSingle(t *testing.T) {
+	t.Parallel()
 	_, ts := newTestServer(t, Config{Instant: true, Seed: 3, OutputLenMean: 50})
 	g := generate(t, ts.URL, map[string]any{
 		"input_ids": []int{1, 2, 3, 4},
@@ -111,6 +112,7 @@ func TestGenerateSingle(t *testing.T) {
 }
 
 func TestGenerateBatchAndText(t *testing.T) {
+	t.Parallel()
 	_, ts := newTestServer(t, Config{Instant: true, OutputLenMean: 20})
 	resp, data := post(t, ts.URL+"/generate", map[string]any{
 		"input_ids":       [][]int{{1, 2}, {3, 4, 5}},
@@ -137,6 +139,7 @@ func TestGenerateBatchAndText(t *testing.T) {
 }
 
 func TestGenerateErrors(t *testing.T) {
+	t.Parallel()
 	_, ts := newTestServer(t, Config{Instant: true, ContextLength: 100, MaxQueuedRequests: 1, MaxRunningRequests: 1})
 	cases := []struct {
 		body   any
@@ -166,6 +169,7 @@ func TestGenerateErrors(t *testing.T) {
 }
 
 func TestGenerateStream(t *testing.T) {
+	t.Parallel()
 	_, ts := newTestServer(t, Config{Instant: true})
 	b, _ := json.Marshal(map[string]any{"input_ids": []int{1, 2, 3}, "stream": true, "rid": "s1",
 		"sampling_params": map[string]any{"max_new_tokens": 30, "ignore_eos": true}})
@@ -227,6 +231,7 @@ func TestGenerateStream(t *testing.T) {
 }
 
 func TestIntrospection(t *testing.T) {
+	t.Parallel()
 	_, ts := newTestServer(t, Config{Instant: true})
 	generate(t, ts.URL, map[string]any{"input_ids": []int{1, 2, 3}, "sampling_params": map[string]any{"max_new_tokens": 50, "ignore_eos": true}})
 	get := func(path string) (int, []byte) {
@@ -290,6 +295,7 @@ func TestIntrospection(t *testing.T) {
 }
 
 func TestAbortRequestHTTP(t *testing.T) {
+	t.Parallel()
 	s, ts := newTestServer(t, Config{TimeScale: 1}) // real time: the request runs for minutes
 	var wg sync.WaitGroup
 	var g GenerateResponse
@@ -320,6 +326,7 @@ func TestAbortRequestHTTP(t *testing.T) {
 }
 
 func TestClientDisconnectAborts(t *testing.T) {
+	t.Parallel()
 	s, ts := newTestServer(t, Config{TimeScale: 1})
 	b, _ := json.Marshal(map[string]any{"input_ids": []int{1, 2, 3}, "sampling_params": map[string]any{"max_new_tokens": 100000, "ignore_eos": true}})
 	req, _ := http.NewRequest("POST", ts.URL+"/generate", bytes.NewReader(b))
@@ -341,6 +348,7 @@ func TestClientDisconnectAborts(t *testing.T) {
 }
 
 func TestFaultInjection(t *testing.T) {
+	t.Parallel()
 	outcomes := func(f Faults) []int {
 		_, ts := newTestServer(t, Config{Instant: true, Seed: 42, Faults: f, OutputLenMean: 5})
 		var got []int
@@ -390,6 +398,7 @@ func slices_contains(s []bool, v bool) bool {
 }
 
 func TestCrashCycleHTTP(t *testing.T) {
+	t.Parallel()
 	// Crash after 1 ms of simulated time and stay down for an hour.
 	s, ts := newTestServer(t, Config{TimeScale: 1, Faults: Faults{CrashEvery: time.Millisecond, CrashDowntime: time.Hour}})
 	deadline := time.Now().Add(5 * time.Second)
@@ -414,6 +423,7 @@ func TestCrashCycleHTTP(t *testing.T) {
 // TestReferenceRunOverHTTP: 150 concurrent clients of ~1K-token prompts and
 // max_new_tokens 10240 see 35-40 running and the rest queued on /v1/loads.
 func TestReferenceRunOverHTTP(t *testing.T) {
+	t.Parallel()
 	// The engine is paused until all 150 arrived, as in the reference run
 	// where they arrived at once: with staggered arrivals, decode steps in
 	// between decay new_token_ratio and later arrivals are admitted more
@@ -486,6 +496,7 @@ func TestReferenceRunOverHTTP(t *testing.T) {
 // TestCrashCycleInstant: in Instant mode a crash drops the connections in
 // flight and the server comes straight back.
 func TestCrashCycleInstant(t *testing.T) {
+	t.Parallel()
 	s, ts := newTestServer(t, Config{Instant: true, Seed: 1, Faults: Faults{CrashEvery: time.Minute}})
 	var ok, reset int
 	for i := 0; i < 6; i++ {

@@ -80,6 +80,7 @@ func drive(s *Server, now float64) map[string]float64 {
 }
 
 func TestManualHTTPGenerate(t *testing.T) {
+	t.Parallel()
 	s, err := NewManual(Config{MaxTotalTokens: 4000, Seed: 3})
 	if err != nil {
 		t.Fatal(err)
@@ -133,6 +134,7 @@ func TestManualHTTPGenerate(t *testing.T) {
 
 // TestManualHTTPHookOnErrors: the hook fires (once) when the call ends early.
 func TestManualHTTPHookOnErrors(t *testing.T) {
+	t.Parallel()
 	s, err := NewManual(Config{MaxTotalTokens: 4000, ContextLength: 100, APIKey: "k"})
 	if err != nil {
 		t.Fatal(err)
@@ -159,6 +161,7 @@ func TestManualHTTPHookOnErrors(t *testing.T) {
 // TestManualHTTPAbort: an /abort_request during a pass takes effect when the
 // pass ends; a waiting request is aborted at once.
 func TestManualHTTPAbort(t *testing.T) {
+	t.Parallel()
 	for _, rel := range []string{Release0523, Release054} {
 		s, err := NewManual(Config{MaxTotalTokens: 4000, Release: rel})
 		if err != nil {
@@ -227,6 +230,7 @@ func TestManualHTTPAbort(t *testing.T) {
 // TestManualDP: a manual-mode server with two ranks dispatches round robin or
 // as routed, runs the ranks' passes on one clock, and is deterministic.
 func TestManualDP(t *testing.T) {
+	t.Parallel()
 	run := func() ([]Finished, Stats) {
 		s, err := NewManual(Config{MaxTotalTokens: 3000, DPSize: 2, OutputLenMean: 200, Seed: 9})
 		if err != nil {

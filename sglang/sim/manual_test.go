@@ -43,6 +43,7 @@ func runManual(t *testing.T) ([]Finished, Stats) {
 }
 
 func TestManualModeIsDeterministic(t *testing.T) {
+	t.Parallel()
 	a, sa := runManual(t)
 	b, sb := runManual(t)
 	if !reflect.DeepEqual(a, b) || sa != sb {
@@ -66,6 +67,7 @@ func TestManualModeIsDeterministic(t *testing.T) {
 }
 
 func TestManualModeValidates(t *testing.T) {
+	t.Parallel()
 	s, err := NewManual(Config{ContextLength: 1000})
 	if err != nil {
 		t.Fatal(err)

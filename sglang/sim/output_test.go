@@ -8,6 +8,7 @@ import (
 )
 
 func TestOutputLengthDistribution(t *testing.T) {
+	t.Parallel()
 	cfg := Config{}.withDefaults()
 	rng := rand.New(rand.NewPCG(1, 1))
 	var sum float64
@@ -36,6 +37,7 @@ func TestOutputLengthDistribution(t *testing.T) {
 }
 
 func TestOutputPatterns(t *testing.T) {
+	t.Parallel()
 	cfg := Config{
 		OutputLenDistribution: DistFixed, OutputLenMean: 200,
 		ReasoningTokenIDs: []int{151667, 151668}, ToolCallTokenIDs: []int{151657, 151658}, ToolCallRate: 1,
@@ -67,6 +69,7 @@ func TestOutputPatterns(t *testing.T) {
 }
 
 func TestPlanSeedDeterminism(t *testing.T) {
+	t.Parallel()
 	in := []int32{1, 2, 3}
 	seed := int64(5)
 	if planSeed(1, "a", nil, true, in) != planSeed(1, "b", nil, true, in) {
@@ -84,6 +87,7 @@ func TestPlanSeedDeterminism(t *testing.T) {
 }
 
 func TestTextRoundTrip(t *testing.T) {
+	t.Parallel()
 	ids := TokenizeText("hi!")
 	if !reflect.DeepEqual(ids, []int32{'h', 'i', '!'}) {
 		t.Fatalf("tokenize %v", ids)

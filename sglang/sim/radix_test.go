@@ -5,6 +5,7 @@ import "testing"
 func ids(v ...int32) []int32 { return v }
 
 func TestRadixMatchInsertSplit(t *testing.T) {
+	t.Parallel()
 	c := newRadixCache(false)
 	if added := c.insert(ids(1, 2, 3, 4, 5)); added != 5 || c.size != 5 {
 		t.Fatalf("added %d size %d", added, c.size)
@@ -37,6 +38,7 @@ func TestRadixMatchInsertSplit(t *testing.T) {
 }
 
 func TestRadixLRU(t *testing.T) {
+	t.Parallel()
 	c := newRadixCache(false)
 	c.insert(ids(1, 1, 1))
 	c.insert(ids(2, 2, 2))
@@ -52,6 +54,7 @@ func TestRadixLRU(t *testing.T) {
 }
 
 func TestRadixDisabled(t *testing.T) {
+	t.Parallel()
 	c := newRadixCache(true)
 	if c.insert(ids(1, 2, 3)) != 0 || c.size != 0 {
 		t.Fatal("disabled cache stored tokens")

@@ -45,6 +45,7 @@ func scriptedBody(rid string, maxNew int) map[string]any {
 }
 
 func TestScriptedReplies(t *testing.T) {
+	t.Parallel()
 	conv := writeConversations(t, scriptRows)
 	const (
 		call0 = "c%251%3Bx#0.1;"
@@ -112,6 +113,7 @@ func TestScriptedReplies(t *testing.T) {
 // A scripted reply streams as SGLang streams it: cumulative chunks that are
 // valid UTF-8 (DeepSeek's markers are multi-byte), ending in the whole text.
 func TestScriptedReplyStream(t *testing.T) {
+	t.Parallel()
 	conv := writeConversations(t, scriptRows)
 	cfg := Config{Instant: true, Conversations: conv, ReplyFormat: ReplyDeepSeekV3}
 	_, ts := newTestServer(t, cfg)
@@ -159,6 +161,7 @@ func TestScriptedReplyStream(t *testing.T) {
 // Requests whose rid names no scripted turn answer as a server without
 // scripting does.
 func TestScriptedUnknownRIDIsRandom(t *testing.T) {
+	t.Parallel()
 	conv := writeConversations(t, scriptRows)
 	_, scripted := newTestServer(t, Config{Instant: true, Conversations: conv, ReplyFormat: ReplyQwen3, Seed: 9})
 	_, plain := newTestServer(t, Config{Instant: true, Seed: 9})
@@ -177,6 +180,7 @@ func TestScriptedUnknownRIDIsRandom(t *testing.T) {
 // Diverges predicts which scripted tool calls diverge; retries decide the
 // same; a diverging call differs from the original in its arguments only.
 func TestScriptedToolDivergence(t *testing.T) {
+	t.Parallel()
 	var rows []string
 	for i := range 40 {
 		rows = append(rows, fmt.Sprintf(`{"id": "row-%d", "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "ok"},`+
@@ -237,6 +241,7 @@ func TestScriptedToolDivergence(t *testing.T) {
 }
 
 func TestParseRID(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		rid  string
 		id   string
@@ -261,6 +266,7 @@ func TestParseRID(t *testing.T) {
 }
 
 func TestConversationsWithoutIDSkipped(t *testing.T) {
+	t.Parallel()
 	scripts, noID, bad, err := loadConversations(writeConversations(t, append(slices.Clone(scriptRows), `{"id": "broken", "messages": [`)))
 	if err != nil {
 		t.Fatal(err)
@@ -285,6 +291,7 @@ func TestConversationsWithoutIDSkipped(t *testing.T) {
 // SGLang's text leaves out the matched stop token (trim_matched_stop) even
 // with skip_special_tokens=false, unless no_stop_trim is set; output_ids keep it.
 func TestTextTrimsMatchedStop(t *testing.T) {
+	t.Parallel()
 	_, ts := newTestServer(t, Config{Instant: true, OutputLenDistribution: DistFixed, OutputLenMean: 8, Seed: 3})
 	for _, noTrim := range []bool{false, true} {
 		body := map[string]any{"input_ids": []int{1, 2}, "rid": "trim", "sampling_params": map[string]any{

@@ -80,6 +80,7 @@ func closedLoop(t testing.TB, e *engine, inFlight, prompt, maxNew int, simSecond
 // hours and checks the figures stay in the reference run's regime: a few
 // dozen running, the rest queued, a nearly full pool, hundreds of tok/s.
 func TestReferenceRunSteadyState(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("long simulation")
 	}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/draftflow/draftflow/kafka"
 	dfmetrics "github.com/draftflow/draftflow/metrics"
-	"github.com/draftflow/draftflow/sglang"
+	"github.com/draftflow/draftflow/secret"
 	"github.com/draftflow/draftflow/stages/generate/internal/admission"
 )
 
@@ -75,7 +75,7 @@ type Config struct {
 	// APIKey is sent as "Authorization: Bearer" to servers started with --api-key (flag
 	// --sglang-api-key-file, environment DRAFTFLOW_SGLANG_API_KEY). A server refusing it (HTTP 401/403)
 	// stops the stage with an error naming the server.
-	APIKey sglang.Secret
+	APIKey secret.Value
 	// Policy is PolicyKVBudget (default) or PolicyFixed.
 	Policy string
 	// Concurrency is the per-endpoint in-flight limit of PolicyFixed (default 64). Under PolicyKVBudget it is
@@ -261,19 +261,19 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 
 // ReadAPIKeyFile reads an API key from a file: its content without surrounding whitespace. Errors never
 // include the content.
-func ReadAPIKeyFile(path string) (sglang.Secret, error) {
+func ReadAPIKeyFile(path string) (secret.Value, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return "", fmt.Errorf("generate: API key file: %w", err)
+		return secret.Value{}, fmt.Errorf("generate: API key file: %w", err)
 	}
 	key := strings.TrimSpace(string(data))
 	if key == "" {
-		return "", fmt.Errorf("generate: API key file %s is empty", path)
+		return secret.Value{}, fmt.Errorf("generate: API key file %s is empty", path)
 	}
 	if strings.ContainsAny(key, "\r\n") {
-		return "", fmt.Errorf("generate: API key file %s holds more than one line", path)
+		return secret.Value{}, fmt.Errorf("generate: API key file %s holds more than one line", path)
 	}
-	return sglang.Secret(key), nil
+	return secret.New(key), nil
 }
 
 // ReadEndpointsFile reads SGLang base URLs, one per line; blank lines and # comments are skipped.

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/draftflow/draftflow/secret"
 )
 
 func TestFlagsAndLanes(t *testing.T) {
@@ -64,14 +66,14 @@ func TestAPIKeyFlags(t *testing.T) {
 	if err := os.WriteFile(path, []byte(key+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{APIKey: "from-env"}
+	cfg := Config{APIKey: secret.New("from-env")}
 	fs := flag.NewFlagSet("generate", flag.ContinueOnError)
 	cfg.RegisterFlags(fs)
 	if err := fs.Parse([]string{"--sglang", "http://a:30000", "--sglang-api-key-file", path, "--policy", "fixed"}); err != nil {
 		t.Fatal(err)
 	}
-	if cfg.APIKey != key {
-		t.Fatalf("APIKey %q from the file", string(cfg.APIKey))
+	if cfg.APIKey.Reveal() != key {
+		t.Fatalf("APIKey %q from the file", cfg.APIKey.Reveal())
 	}
 	if printed := fmt.Sprintf("%v %+v %#v %s", cfg, cfg, cfg, cfg.APIKey); strings.Contains(printed, key) {
 		t.Fatal("the API key was echoed")

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"slices"
@@ -16,7 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/draftflow/draftflow/internal/idset"
-	"github.com/draftflow/draftflow/internal/progress"
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/metrics"
 	"github.com/draftflow/draftflow/topics"
@@ -27,6 +25,18 @@ const Stage = "ingest"
 
 // DefaultMaxInFlight bounds the records Run has sent and Kafka has not yet acknowledged.
 const DefaultMaxInFlight = 4096
+
+// Progress is told how far a run has read its inputs, by bytes of input files. Begin is called once,
+// before the first input is read, End once after the last record is acknowledged; Read is called between
+// them from the goroutine reading the inputs.
+type Progress interface {
+	// Begin gives the total size of the run's inputs in bytes.
+	Begin(totalBytes int64)
+	// Read adds n input bytes consumed since the last call.
+	Read(n int64)
+	// End says the run is over; ok is false when it failed.
+	End(ok bool)
+}
 
 // Config configures Run. Zero values are documented defaults; Kafka.Brokers and Inputs are required.
 type Config struct {
@@ -45,9 +55,9 @@ type Config struct {
 	Turns string
 	// Logger receives the stage's logs (default slog.Default()).
 	Logger *slog.Logger
-	// Progress, when set, receives a progress line (rate and ETA by input bytes read; see internal/progress:
-	// a *progress.Console draws it in place on a terminal); nil means none.
-	Progress io.Writer
+	// Progress, when set, is told how far the run has read its inputs (the command line draws a bar from
+	// it); nil means nobody is.
+	Progress Progress
 	// MaxLineBytes is the longest accepted JSONL line (default DefaultMaxLineBytes).
 	MaxLineBytes int
 	// MaxInFlight bounds records sent but not yet acknowledged (default DefaultMaxInFlight).
@@ -181,11 +191,10 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		reasons:  map[Reason]int{},
 		ignored:  map[string][]string{},
 	}
-	var bar *progress.Bar
 	readBytes := func(n int64) { r.met.bytesRead.Add(float64(n)) }
-	if cfg.Progress != nil {
-		bar = progress.New(cfg.Progress, "ingest", total, progress.Options{Bytes: true})
-		readBytes = func(n int64) { r.met.bytesRead.Add(float64(n)); bar.Add(n) }
+	if p := cfg.Progress; p != nil {
+		p.Begin(total)
+		readBytes = func(n int64) { r.met.bytesRead.Add(float64(n)); p.Read(n) }
 	}
 
 	start := time.Now()
@@ -218,12 +227,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		runErr = fmt.Errorf("ingest: flush rejected: %w", err)
 	}
 	r.acks.Wait()
-	if bar != nil {
-		if runErr == nil {
-			bar.Finish()
-		} else {
-			bar.Clear()
-		}
+	if cfg.Progress != nil {
+		cfg.Progress.End(runErr == nil)
 	}
 
 	res := r.result()

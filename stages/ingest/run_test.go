@@ -53,13 +53,30 @@ func consume[T any](t *testing.T, kc kafka.Config, topic string) []*T {
 	return out
 }
 
+// recordedProgress is a Progress that records what it was told.
+type recordedProgress struct {
+	begun, ended int   // calls of Begin and End
+	total, read  int64 // Begin's total; the sum of Read
+	ok           bool  // End's argument
+	readBefore   int64 // bytes reported before Begin (must stay 0)
+}
+
+func (p *recordedProgress) Begin(total int64) { p.begun++; p.total = total }
+func (p *recordedProgress) Read(n int64) {
+	if p.begun == 0 {
+		p.readBefore += n
+	}
+	p.read += n
+}
+func (p *recordedProgress) End(ok bool) { p.ended++; p.ok = ok }
+
 func TestRunSample(t *testing.T) {
 	kc := startKafka(t)
 	exp := loadExpected(t)
 	settings := filepath.Join(t.TempDir(), "settings.json")
 	os.WriteFile(settings, []byte(`{"default": {"max_new_tokens": 512},
 		"datasets": {"conversations": {"lane": "long", "temperature": 0.7, "template_kwargs": {"enable_thinking": false}}}}`), 0o644)
-	var progress bytes.Buffer
+	var progress recordedProgress
 	cfg := Config{Kafka: kc, Inputs: []string{samplePath}, SettingsFile: settings,
 		Defaults: topics.Sampling{TopP: 0.9, MaxNewTokens: 100}, Logger: slog.New(slog.DiscardHandler), Progress: &progress,
 		Registerer: prometheus.NewRegistry()}
@@ -80,8 +97,12 @@ func TestRunSample(t *testing.T) {
 	if got := counterValue(rejectedTotal.WithLabelValues(string(ReasonUnknownRole))) - before; got != 1 {
 		t.Errorf("rejected{unknown_role} rose by %v, want 1", got)
 	}
-	if !strings.Contains(progress.String(), "ingest") || !strings.Contains(progress.String(), "100%") {
-		t.Errorf("progress output %q", progress.String())
+	st, err := os.Stat(samplePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (recordedProgress{begun: 1, total: st.Size(), read: st.Size(), ended: 1, ok: true}); progress != want {
+		t.Errorf("progress %+v, want %+v (the input file is %d bytes)", progress, want, st.Size())
 	}
 
 	// Every valid line is on prompts exactly once, with its settings and source line.

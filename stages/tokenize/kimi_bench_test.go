@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/draftflow/draftflow/internal/testassets"
 )
 
 // TestKimiBenchVsTiktoken (DRAFTFLOW_BENCH=1) measures single-thread encode throughput of the Kimi
@@ -55,7 +57,7 @@ func TestKimiBenchVsTiktoken(t *testing.T) {
 		os.WriteFile(tmp, b, 0o644)
 		out, err := exec.Command("python3", "testdata/kimi_bench.py", dir, tmp, "3").Output()
 		if err != nil {
-			needAsset(t, "python tiktoken: %v", err)
+			testassets.Unavailable(t, "python tiktoken: %v", err)
 		}
 		var py struct {
 			MB  float64 `json:"mb_per_s"`

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/draftflow/draftflow/internal/testassets"
 	"github.com/draftflow/draftflow/stages/tokenize/chattemplate"
 	"github.com/draftflow/draftflow/stages/tokenize/kimi"
 	"github.com/draftflow/draftflow/stages/tokenize/tokenizer"
@@ -25,20 +26,11 @@ import (
 
 var kimiModels = []string{"kimi-k2.5", "kimi-k2-thinking"}
 
-func needAsset(t testing.TB, format string, args ...any) {
-	t.Helper()
-	msg := fmt.Sprintf(format, args...)
-	if os.Getenv("DRAFTFLOW_REQUIRE_ASSETS") != "" {
-		t.Fatalf("required test asset unavailable: %s", msg)
-	}
-	t.Skipf("test asset unavailable (set DRAFTFLOW_REQUIRE_ASSETS=1 to fail instead): %s", msg)
-}
-
 func kimiDir(t testing.TB, name string) string {
 	t.Helper()
 	dir := filepath.Join("..", "..", "..", "shared", "models", name)
 	if _, err := os.Stat(filepath.Join(dir, kimi.VocabFile)); err != nil {
-		needAsset(t, "%s: %v", dir, err)
+		testassets.Unavailable(t, "%s: %v", dir, err)
 	}
 	return dir
 }
@@ -218,7 +210,7 @@ func (c kimiCase) input(t testing.TB) chattemplate.Input {
 		if err := json.Unmarshal(raw, &m); err != nil {
 			t.Fatalf("%s: %v", c.ID, err)
 		}
-		in.Messages = append(in.Messages, m)
+		in.Messages = append(in.Messages, chattemplate.Message(m))
 	}
 	if len(c.Kwargs) > 0 {
 		var kw map[string]json.RawMessage

@@ -334,7 +334,7 @@ func (m *Model) Encode(p *topics.Prompt) ([]uint32, error) {
 // encode is Encode, also returning the rendered text.
 func (m *Model) encode(p *topics.Prompt) (string, []uint32, error) {
 	text, err := m.Render(chattemplate.Input{
-		Messages:            p.Messages,
+		Messages:            templateMessages(p.Messages),
 		Tools:               p.Tools,
 		AddGenerationPrompt: true,
 		Kwargs:              p.Sampling.TemplateKwargs,
@@ -351,8 +351,19 @@ func (m *Model) IgnoresTools(p *topics.Prompt, text string) bool {
 	if t := strings.TrimSpace(string(p.Tools)); t == "" || t == "null" || t == "[]" {
 		return false
 	}
-	without, err := m.Render(chattemplate.Input{Messages: p.Messages, AddGenerationPrompt: true, Kwargs: p.Sampling.TemplateKwargs})
+	without, err := m.Render(chattemplate.Input{Messages: templateMessages(p.Messages), AddGenerationPrompt: true, Kwargs: p.Sampling.TemplateKwargs})
 	return err == nil && without == text
+}
+
+// templateMessages converts a prompt's messages to the chat template's. The two types have the same
+// fields by design (a conversion, so a field added to one and not the other fails to compile); what a
+// message field means to a template is chattemplate's to say, how it travels is topics'.
+func templateMessages(ms []topics.Message) []chattemplate.Message {
+	out := make([]chattemplate.Message, len(ms))
+	for i, m := range ms {
+		out[i] = chattemplate.Message(m)
+	}
+	return out
 }
 
 // Render renders a request with the chat template as the model's apply_chat_template(...,

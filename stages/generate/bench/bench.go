@@ -53,6 +53,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/draftflow/draftflow/sglang/sim"
 	"github.com/draftflow/draftflow/stages/generate"
 	"github.com/draftflow/draftflow/stages/generate/internal/admission"
@@ -566,28 +568,19 @@ func (b *bencher) policyResult(ctx context.Context, sc scenario, policy string) 
 // oracle sweeps fixed concurrencies for each server of sc alone and sums the best of each.
 func (b *bencher) oracle(ctx context.Context, sc scenario) (*BenchResult, error) {
 	total := &BenchResult{Scenario: sc.name, Policy: PolicyOracle}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	var firstErr error
+	var g errgroup.Group
 	bests := make([]*BenchResult, len(sc.pools))
 	for i, pool := range sc.pools {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		g.Go(func() error {
 			one := sc
 			one.pools = []int{pool}
-			best, err := b.sweepCached(ctx, one)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil && firstErr == nil {
-				firstErr = err
-			}
-			bests[i] = best
-		}()
+			var err error
+			bests[i], err = b.sweepCached(ctx, one)
+			return err
+		})
 	}
-	wg.Wait()
-	if firstErr != nil {
-		return nil, firstErr
+	if err := g.Wait(); err != nil {
+		return nil, err
 	}
 	var lat50, lat99 float64
 	for i, best := range bests {
@@ -677,31 +670,28 @@ func (b *bencher) sweep(ctx context.Context, sc scenario) (*BenchResult, error) 
 	fit := float64(sc.pools[0]) / footprint
 	tried := map[int]*BenchResult{}
 	try := func(cs []int) error {
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		var firstErr error
+		var todo []int // chosen before any run starts: the runs write tried
 		for _, c := range cs {
-			if c < 1 || tried[c] != nil {
-				continue
+			if c >= 1 && tried[c] == nil && !slices.Contains(todo, c) {
+				todo = append(todo, c)
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+		}
+		var g errgroup.Group
+		var mu sync.Mutex
+		for _, c := range todo {
+			g.Go(func() error {
 				r, err := b.run(ctx, runSpec{sc: sc, policy: admission.PolicyFixed, routing: admission.RouteHeadroom, concurrency: c})
-				mu.Lock()
-				defer mu.Unlock()
 				if err != nil {
-					if firstErr == nil {
-						firstErr = err
-					}
-					return
+					return err
 				}
 				r.Concurrency = []int{c}
+				mu.Lock()
 				tried[c] = r
-			}()
+				mu.Unlock()
+				return nil
+			})
 		}
-		wg.Wait()
-		return firstErr
+		return g.Wait()
 	}
 	// Throughput rises with concurrency until the server's own admission holds the rest in its queue, then
 	// plateaus (or falls, once retractions set in): sweep from the average fit to four times it.

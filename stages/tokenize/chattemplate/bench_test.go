@@ -2,6 +2,8 @@ package chattemplate
 
 import (
 	"testing"
+
+	"github.com/draftflow/draftflow/internal/testassets"
 )
 
 // BenchmarkRender renders the multi-turn conversation of the corpus with each real template.
@@ -15,7 +17,7 @@ func BenchmarkRender(b *testing.B) {
 	}
 	for _, model := range conformanceModels {
 		b.Run(model, func(b *testing.B) {
-			tmpl, err := Load(modelDir(b, model))
+			tmpl, err := Load(testassets.Tokenizer(b, model))
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -6,6 +6,7 @@ import (
 )
 
 func TestBigIntegersRenderAsPython(t *testing.T) {
+	t.Parallel()
 	tmpl, err := Parse(`{{ v }}|{{ v | tojson }}|{{ [v] }}|{{ v is integer }}|{{ v is number }}|{{ v is callable }}|{{ v == v }}|{{ v is string }}`, "", "")
 	if err != nil {
 		t.Fatal(err)

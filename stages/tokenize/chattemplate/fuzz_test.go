@@ -4,8 +4,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-
-	"github.com/draftflow/draftflow/topics"
 )
 
 // FuzzParse feeds arbitrary template sources to the lexer, parser and tree builder. A source is either
@@ -22,7 +20,7 @@ func FuzzParse(f *testing.F) {
 	} {
 		f.Add(seed)
 	}
-	in := Input{Messages: []topics.Message{{Role: "user", Content: "hi"}}, AddGenerationPrompt: true}
+	in := Input{Messages: []Message{{Role: "user", Content: "hi"}}, AddGenerationPrompt: true}
 	f.Fuzz(func(t *testing.T, src string) {
 		tmpl, err := Parse(src, "<s>", "</s>")
 		if err != nil {

@@ -10,8 +10,6 @@ import (
 	"sort"
 	"strings"
 	"time"
-
-	"github.com/draftflow/draftflow/topics"
 )
 
 // ErrNoChatTemplate is returned by Load for a model directory that has no chat template.
@@ -32,13 +30,36 @@ type parsed struct {
 	nodes  []node
 }
 
+// Message is one message of a conversation as apply_chat_template receives it. It reaches the
+// template as a mapping with "role" and "content" (the ContentParts list when set, None when
+// ContentNull, else the Content string) always present and "reasoning_content", "tool_calls"
+// (decoded JSON, key order kept), "tool_call_id" and "name" only when set, in that order. The JSON
+// names are those of the reference corpora in testdata.
+type Message struct {
+	// Role is the message's role: system, user, assistant, tool, or whatever the template knows.
+	Role string `json:"role"`
+	// Content is the message text, used when ContentParts is empty and ContentNull is false.
+	Content string `json:"content"`
+	// ContentParts, when set, is the content as a JSON list of parts (for example
+	// [{"type": "text", "text": "..."}]); the template receives the decoded list.
+	ContentParts json.RawMessage `json:"content_parts,omitempty"`
+	// ContentNull makes the content None (when Content is empty), as for an assistant message that
+	// only calls tools.
+	ContentNull bool `json:"content_null,omitempty"`
+	// ReasoningContent is an assistant's thinking.
+	ReasoningContent string `json:"reasoning_content,omitempty"`
+	// ToolCalls is an assistant's tool calls, a JSON list.
+	ToolCalls json.RawMessage `json:"tool_calls,omitempty"`
+	// ToolCallID links a tool result to the call it answers.
+	ToolCallID string `json:"tool_call_id,omitempty"`
+	// Name is the tool name of a tool result, or a participant name.
+	Name string `json:"name,omitempty"`
+}
+
 // Input is one render request: what apply_chat_template receives.
 type Input struct {
-	// Messages is the conversation. Each message reaches the template as a mapping with "role" and
-	// "content" (the ContentParts list when set, None when ContentNull, else the Content string) always present
-	// and "reasoning_content", "tool_calls" (decoded JSON, key order kept),
-	// "tool_call_id" and "name" only when set.
-	Messages []topics.Message
+	// Messages is the conversation.
+	Messages []Message
 	// Tools is the JSON list of tool schemas, or empty for none (the template then sees tools=None).
 	Tools json.RawMessage
 	// AddGenerationPrompt appends the assistant header.
@@ -335,7 +356,7 @@ func (t *Template) renderVars(c *parsed, vars map[string]value) (out string, err
 // transformers release pinned in requirements-test.txt (5.19.0, the one the pinned SGLang installs), which
 // passes messages as given; 5.23 drops keys whose value is None and copies reasoning_content to a "thinking"
 // key in front of the others.
-func messageValue(m topics.Message) (value, error) {
+func messageValue(m Message) (value, error) {
 	d := newDict()
 	dd := d.AsDict()
 	dd.Set("role", str(m.Role))

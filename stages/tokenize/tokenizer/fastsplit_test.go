@@ -48,6 +48,7 @@ func spans(s string, ms [][2]int) []string {
 // TestFastMatchersAgainstRegexp checks every hand-written matcher against the general regex path
 // on the corpus and on seeded random strings.
 func TestFastMatchersAgainstRegexp(t *testing.T) {
+	t.Parallel()
 	ensureUnicode()
 	texts := append(corpusTexts(t), randomTexts(7, 3000)...)
 	for _, p := range knownPatternNames() {
@@ -86,12 +87,10 @@ func TestRegexpPathAgainstReference(t *testing.T) {
 	if testing.Short() {
 		t.Skip("slow")
 	}
-	useFastMatchers = false
-	defer func() { useFastMatchers = true }()
 	for _, name := range []string{"llama3_1", "deepseek_v3", "gptoss"} {
 		t.Run(name, func(t *testing.T) {
 			path := fetchTokenizer(t, name)
-			tk, err := Load(path)
+			tk, err := builder{regexpOnly: true}.load(path)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -31,12 +31,16 @@ const (
 // otherwise the adjacent pair whose concatenation has the lowest rank is merged first. Special
 // tokens written in the text are matched as tokens (as Encode does for every model).
 func LoadTiktoken(path string, pattern string, specials map[string]uint32) (*Tokenizer, error) {
+	return builder{}.loadTiktoken(path, pattern, specials)
+}
+
+func (b builder) loadTiktoken(path string, pattern string, specials map[string]uint32) (*Tokenizer, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
 	defer f.Close()
-	t, err := ParseTiktoken(f, pattern, specials)
+	t, err := b.parseTiktoken(f, pattern, specials)
 	if err != nil {
 		return nil, fmt.Errorf("%w (loading %s)", err, path)
 	}
@@ -45,6 +49,10 @@ func LoadTiktoken(path string, pattern string, specials map[string]uint32) (*Tok
 
 // ParseTiktoken is LoadTiktoken reading the rank file from r.
 func ParseTiktoken(r io.Reader, pattern string, specials map[string]uint32) (*Tokenizer, error) {
+	return builder{}.parseTiktoken(r, pattern, specials)
+}
+
+func (b builder) parseTiktoken(r io.Reader, pattern string, specials map[string]uint32) (*Tokenizer, error) {
 	ensureUnicode()
 	ranks := map[string]uint32{}
 	sc := bufio.NewScanner(r)
@@ -73,15 +81,9 @@ func ParseTiktoken(r io.Reader, pattern string, specials map[string]uint32) (*To
 	if len(ranks) == 0 {
 		return nil, fmt.Errorf("tokenizer: empty tiktoken vocabulary")
 	}
-	var m matcher
-	if f, ok := fastMatchers[pattern]; ok && useFastMatchers {
-		m = fastMatcher{f}
-	} else {
-		re, err := compileRegex(pattern)
-		if err != nil {
-			return nil, err
-		}
-		m = re
+	m, err := b.regex(pattern)
+	if err != nil {
+		return nil, err
 	}
 	model := &bpeModel{
 		vocab:        ranks,

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/draftflow/draftflow/internal/testassets"
 )
 
 // writeTiktokenFromHF converts a byte-level tokenizer.json (gpt-oss: o200k in HF form) into a
@@ -76,9 +78,7 @@ func TestTiktokenAgainstReference(t *testing.T) {
 	}
 	// Kimi-K2's pattern (class intersection) loads through both matcher paths.
 	for _, fast := range []bool{true, false} {
-		useFastMatchers = fast
-		k, err := LoadTiktoken(path, PatternKimiK2, specials)
-		useFastMatchers = true
+		k, err := builder{regexpOnly: !fast}.loadTiktoken(path, PatternKimiK2, specials)
 		if err != nil {
 			t.Fatalf("Kimi pattern (fast=%v): %v", fast, err)
 		}
@@ -100,7 +100,7 @@ func tiktokenPinned() bool {
 // fancy-regex) for the o200k, cl100k and Kimi-K2 patterns over gpt-oss's rank file.
 func TestTiktokenLibraryReference(t *testing.T) {
 	if out, err := exec.Command("python3", "-c", "import tiktoken").CombinedOutput(); err != nil {
-		if tiktokenPinned() && requireAssets() {
+		if tiktokenPinned() && testassets.Required() {
 			t.Fatalf("python3 with tiktoken unavailable: %v %s", err, out)
 		}
 		t.Skipf("python3 with tiktoken unavailable (make deps-python installs it): %v", err)
@@ -146,6 +146,7 @@ func TestTiktokenLibraryReference(t *testing.T) {
 }
 
 func TestParseTiktokenErrors(t *testing.T) {
+	t.Parallel()
 	for _, in := range []string{"", "!!! 1\n", "YQ== x\n", "YQ==\n"} {
 		if _, err := ParseTiktoken(strings.NewReader(in), PatternCL100K, nil); err == nil {
 			t.Errorf("ParseTiktoken(%q): want error", in)

@@ -36,12 +36,14 @@ type Tokenizer struct {
 const DefaultCacheWords = 1 << 16
 
 // Load reads and parses a tokenizer.json file.
-func Load(path string) (*Tokenizer, error) {
+func Load(path string) (*Tokenizer, error) { return builder{}.load(path) }
+
+func (b builder) load(path string) (*Tokenizer, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
-	t, err := Parse(data)
+	t, err := b.parse(data)
 	if err != nil {
 		return nil, fmt.Errorf("%w (loading %s)", err, path)
 	}
@@ -76,7 +78,9 @@ type jsonModel struct {
 // implement is an error naming that component. Added token ids are assigned as HF assigns them when
 // it loads the file (a token already in the vocabulary keeps its id, others are numbered after the
 // vocabulary in file order); a mismatch with the ids written in the file is logged.
-func Parse(data []byte) (*Tokenizer, error) {
+func Parse(data []byte) (*Tokenizer, error) { return builder{}.parse(data) }
+
+func (b builder) parse(data []byte) (*Tokenizer, error) {
 	ensureUnicode()
 	j, jm, err := parseTokenizerJSON(data)
 	if err != nil {
@@ -91,11 +95,11 @@ func Parse(data []byte) (*Tokenizer, error) {
 	if jm.Type != "BPE" && !(jm.Type == "" && jm.Vocab != nil && jm.MergePairs != nil) {
 		return nil, errUnsupported("model", jm.Type)
 	}
-	norm, err := buildNormalizer(j.Normalizer)
+	norm, err := b.normalizer(j.Normalizer)
 	if err != nil {
 		return nil, err
 	}
-	pre, byteLevel, err := buildPreTokenizer(j.PreTokenizer, true)
+	pre, byteLevel, err := b.preTokenizer(j.PreTokenizer, true)
 	if err != nil {
 		return nil, err
 	}
@@ -106,7 +110,7 @@ func Parse(data []byte) (*Tokenizer, error) {
 	if jm.Vocab == nil {
 		return nil, fmt.Errorf("tokenizer: model has no vocab")
 	}
-	b := &bpeConfig{
+	bpe := &bpeConfig{
 		vocab:        jm.Vocab,
 		merges:       jm.MergePairs,
 		byteLevel:    byteLevel,
@@ -118,15 +122,15 @@ func Parse(data []byte) (*Tokenizer, error) {
 		return nil, errUnsupported("BPE option", "dropout")
 	}
 	if jm.UnkToken != nil {
-		b.unk = *jm.UnkToken
+		bpe.unk = *jm.UnkToken
 	}
 	if jm.ContinuingSubwordPrefix != nil {
-		b.prefix = *jm.ContinuingSubwordPrefix
+		bpe.prefix = *jm.ContinuingSubwordPrefix
 	}
 	if jm.EndOfWordSuffix != nil {
-		b.suffix = *jm.EndOfWordSuffix
+		bpe.suffix = *jm.EndOfWordSuffix
 	}
-	model, err := b.build()
+	model, err := bpe.build()
 	if err != nil {
 		return nil, err
 	}

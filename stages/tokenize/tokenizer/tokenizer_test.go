@@ -26,6 +26,7 @@ func loadBundled(t testing.TB) *Tokenizer {
 
 // TestBundledBasics checks the API on the bundled tokenizer without any external asset.
 func TestBundledBasics(t *testing.T) {
+	t.Parallel()
 	tk := loadBundled(t)
 	if got, want := tk.VocabSize(), 3027+8; got != want {
 		t.Errorf("VocabSize = %d, want %d", got, want)
@@ -67,6 +68,7 @@ func TestBundledBasics(t *testing.T) {
 
 // TestRoundTripRandom: decoding the encoding gives back the text for a byte-level model.
 func TestRoundTripRandom(t *testing.T) {
+	t.Parallel()
 	tk := loadBundled(t)
 	for _, s := range randomTexts(3, 2000) {
 		if got := tk.Decode(tk.Encode(s)); got != s {
@@ -78,6 +80,7 @@ func TestRoundTripRandom(t *testing.T) {
 // TestConcurrentEncode runs Encode from many goroutines (run with -race) and checks results are
 // identical to the sequential ones.
 func TestConcurrentEncode(t *testing.T) {
+	t.Parallel()
 	tk := loadBundled(t)
 	texts := randomTexts(11, 300)
 	want := make([][]uint32, len(texts))
@@ -112,6 +115,7 @@ func TestConcurrentEncode(t *testing.T) {
 
 // TestMergeStrategiesAgree checks the heap merge (long words) against the quadratic scan.
 func TestMergeStrategiesAgree(t *testing.T) {
+	t.Parallel()
 	tk := loadBundled(t)
 	m := tk.model
 	r := rand.New(rand.NewPCG(1, 2))
@@ -132,6 +136,7 @@ func TestMergeStrategiesAgree(t *testing.T) {
 }
 
 func TestLossyUTF8(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]string{
 		"abc":                "abc",
 		"a\xffb":             "a\uFFFDb",
@@ -150,6 +155,7 @@ func TestLossyUTF8(t *testing.T) {
 
 // TestUnsupportedComponents: anything not implemented fails at load, naming the component.
 func TestUnsupportedComponents(t *testing.T) {
+	t.Parallel()
 	cases := map[string]func(m map[string]any){
 		"WordPiece":      func(m map[string]any) { m["model"].(map[string]any)["type"] = "WordPiece" },
 		"BertNormalizer": func(m map[string]any) { m["normalizer"] = raw(`{"type": "BertNormalizer"}`) },

@@ -12,7 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/draftflow/draftflow/sglang"
+	"github.com/draftflow/draftflow/secret"
 )
 
 // Admission policies accepted by Config.Policy.
@@ -183,7 +183,7 @@ type Config struct {
 	Endpoints []string
 	// APIKey is sent as "Authorization: Bearer" to servers started with --api-key. A server refusing it (HTTP
 	// 401/403) is fatal (see Controller.Fatal).
-	APIKey sglang.Secret
+	APIKey secret.Value
 	// Policy is PolicyKVBudget (default) or PolicyFixed.
 	Policy string
 	// Concurrency is the per-endpoint in-flight limit of PolicyFixed (default 64). Under PolicyKVBudget it is

