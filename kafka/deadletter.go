@@ -31,17 +31,14 @@ func (c *Client) NewDeadLetters(stage string) *DeadLetters {
 // Reject writes r to the rejected topic (Producer.SendRetrying) and calls done once, never before Reject
 // returns: with nil when the broker acknowledged it, or with ctx's error when ctx ended before it could be
 // written. r.Stage is set to the writer's stage; when d is not nil (a record read from a topic), r's Topic,
-// Partition and Offset are d's, and its Payload, when empty, is d's value. The record is keyed by r.ID, else
-// by where it came from.
+// Partition and Offset are d's (the payload is the caller's: package kafka/stream sets it to the record's value,
+// trimmed). The record is keyed by r.ID, else by where it came from.
 func (dl *DeadLetters) Reject(ctx context.Context, d *Delivery, r *topics.Rejection, done func(error)) {
 	r.Stage = dl.stage
 	key := r.ID
 	if d != nil {
 		m := d.Message
 		r.Topic, r.Partition, r.Offset = m.Topic, m.Partition, m.Offset
-		if len(r.Payload) == 0 {
-			r.Payload = m.Value
-		}
 		if key == "" {
 			key = d.Where()
 		}

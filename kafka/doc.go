@@ -24,7 +24,9 @@
 //
 // A stage reads like a short story: a Consumer delivers a record, the stage does one thing, a Producer writes
 // the result, and the delivery is marked Done once the result is durable in Kafka. Delivery is at-least-once;
-// the sink makes output exactly-once.
+// the sink makes output exactly-once. The stages do not wire these parts themselves: package kafka/stream is
+// the record lifecycle they share (decoding, rejections, the one produce policy, acknowledgement, the
+// per-record metrics) on top of this package.
 //
 // The client is segmentio/kafka-go: writers with an explicit BatchTimeout, RequiredAcks=RequireAll and zstd
 // (this package's own codec, zstd.go: whole batches on shared encoders, not kafka-go's pooled 16 MiB ones,

@@ -167,6 +167,13 @@ type encodeError struct{ err error }
 func (e *encodeError) Error() string { return "kafka: encode record: " + e.err.Error() }
 func (e *encodeError) Unwrap() error { return e.err }
 
+// IsUnencodable reports whether err says a record could not be encoded (Send, SendRetrying): permanent for that
+// record, whatever the broker does.
+func IsUnencodable(err error) bool {
+	var ee *encodeError
+	return errors.As(err, &ee)
+}
+
 // SendRetrying writes rec as Send does and calls done once, never before SendRetrying returns: with nil once
 // the broker acknowledged it; at once with the error when the record can never be written (it cannot be
 // encoded, or it is over the message limit: IsRecordTooLarge); with ctx's error when ctx ends before a write

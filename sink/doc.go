@@ -108,17 +108,20 @@
 // costs at most a generation, never a row, and the next start publishes everything again).
 //
 // Generate sends, for a turn the topic lists, a Generation with InShards set and the thread, no token ids. The sink
-// looks it up: if the run's shards hold it, it is counted apart from redone work (draftflow_sink_in_shards_total);
+// looks it up: if the run's shards hold it, it is counted apart from redone work (draftflow_records_total{stage="sink",result="in_shards"}, Result.InShards);
 // when the row in the shards continued its conversation, the next turn is sent again from the reply the id index
 // recorded (whatever topics carried it before), so a conversation whose first k turns are in the shards resumes
 // at turn k and one wholly in the shards is followed to its end; when it ended its conversation,
 // Config.OnDuplicate reports it. If the shards do not hold it (the topic spoke for another directory, or rows
 // were deleted), it is dead-lettered (class not_in_shards): nothing here can generate it.
 //
+// Records reach the sink through the record lifecycle of package kafka/stream: decoded, counted in
+// draftflow_records_total{stage="sink"} when taken in, acknowledged when the flush that holds them commits.
 // Records that cannot be written (undecodable values, empty prompts or completions, aborted generations,
-// token ids outside int32) go to the rejected topic as a topics.Rejection with stage "sink"; the delivery is
-// Done once the broker acknowledged the rejection. If the rejection cannot be written, or a flush fails, Run
-// stops with an error and nothing after the failure is ever acknowledged, so a restart resumes cleanly.
+// token ids outside int32) go to the rejected topic as a topics.Rejection with stage "sink", in their
+// partition's order; the record is finished once the broker acknowledged the rejection (written again while
+// the run lasts). If Kafka refuses the sink's writes, or a flush fails, Run stops with an error and nothing
+// after the failure is ever acknowledged, so a restart resumes cleanly.
 //
 // One sink process owns a Config.Dir at a time (an advisory lock on DIR/.lock enforces it). The guarantee is
 // per directory: replicas of the sink in one consumer group, each with its own directory, can each write a

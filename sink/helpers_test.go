@@ -94,6 +94,7 @@ type sinkRun struct {
 	mu      sync.Mutex
 	durable map[string]int
 	dups    map[string]int
+	result  Result // Run's, once it returned
 	change  chan struct{}
 }
 
@@ -116,7 +117,13 @@ func startSink(t testing.TB, cfg Config) *sinkRun {
 		sr.mu.Unlock()
 		sr.poke()
 	}
-	go func() { sr.done <- Run(ctx, cfg) }()
+	go func() {
+		res, err := Run(ctx, cfg)
+		sr.mu.Lock()
+		sr.result = res
+		sr.mu.Unlock()
+		sr.done <- err
+	}()
 	t.Cleanup(func() { sr.stop(t) })
 	return sr
 }

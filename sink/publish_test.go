@@ -112,7 +112,6 @@ func TestSinkPublishesShardsAndResumesFromThem(t *testing.T) {
 	if err := kafkatest.Client(t, kc).Admin().EnsureCompactedTopic(ctx, topics.TopicShards); err != nil { // to read it while the sink starts
 		t.Fatal(err)
 	}
-	redone, inShards := RedoneGenerations(), InShardsTurns()
 	sr = startSink(t, baseConfig(kc, dir))
 	var second shardsTopic
 	deadline := time.Now().Add(60 * time.Second)
@@ -165,10 +164,13 @@ func TestSinkPublishesShardsAndResumesFromThem(t *testing.T) {
 		hintless[i] = &c
 	}
 	checkContinuations(t, kc, dir, hintless)
-	if got := InShardsTurns() - inShards; got != int64(len(gens)) {
-		t.Errorf("in-shards turns counted %d, want %d", got, len(gens))
+	sr.mu.Lock()
+	res := sr.result
+	sr.mu.Unlock()
+	if res.InShards != int64(len(gens)) {
+		t.Errorf("in-shards turns counted %d, want %d", res.InShards, len(gens))
 	}
-	if got := RedoneGenerations() - redone; got != 0 {
-		t.Errorf("redone generations counted %d for turns already in the shards, want 0", got)
+	if res.Duplicates != 0 {
+		t.Errorf("redone generations counted %d for turns already in the shards, want 0", res.Duplicates)
 	}
 }

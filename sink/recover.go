@@ -153,7 +153,7 @@ func (s *sinker) flushJournaled(r *jRecovered) ([]string, error) {
 		for _, g := range groups {
 			for _, rw := range g.rows {
 				s.met.turns.WithLabelValues(rw.stopReason).Inc()
-				countTurn(rw.stopReason)
+				s.turns[rw.stopReason]++
 			}
 		}
 		for _, sh := range shards {

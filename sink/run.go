@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"os"
 	"slices"
@@ -14,83 +15,63 @@ import (
 	"time"
 
 	"github.com/draftflow/draftflow/kafka"
+	"github.com/draftflow/draftflow/kafka/stream"
 	"github.com/draftflow/draftflow/topics"
 )
 
+// Result is what one Run did, counted for that Run alone (two sinks in one process each count their own).
+type Result struct {
+	// Duplicates counts generations dropped because their (id, turn) was already written or buffered for their
+	// run (a rebalance or crash handed in-flight or uncommitted work to another replica, a retry, or a prompt
+	// ingested again while its first copy was still being generated): GPU work done twice.
+	Duplicates int64
+	// InShards counts turns generate did not send to a server because the shards topic said the shards hold
+	// them, found in the shards: no work done twice.
+	InShards int64
+	// Turns counts the rows made durable in shards (journal recovery included), by stop reason
+	// (topics.StopReasons).
+	Turns map[string]int64
+}
+
+// The results of the sink's records (draftflow_records_total{stage="sink"}), besides stream.Rejected. A record is
+// counted when it is taken in (a row is then in the journal, durable at its next sync); it is acknowledged when
+// the flush that makes it part of a shard commits.
+const (
+	resultWritten   = "written"   // a row of its run
+	resultDuplicate = "duplicate" // its (id, turn) was already written or buffered for its run: work done twice
+	resultInShards  = "in_shards" // generate skipped it as already in the shards, and they hold it
+	resultCovered   = "covered"   // its offset is already in a shard on disk (the group's commit lagged)
+)
+
 // Run consumes the generated topic and writes shards under cfg.Dir until ctx is done; it then flushes what it
-// holds, lets the consumer commit, and returns nil. It returns an error when it cannot recover cfg.Dir, when
-// a flush fails, or when a rejection cannot be written; everything not yet durable is then left for the next
-// start.
-func Run(ctx context.Context, cfg Config) (err error) {
-	cfg, err = cfg.withDefaults()
-	if err != nil {
-		return err
+// holds, lets the consumer commit, and returns what it did. It returns an error when it cannot recover cfg.Dir,
+// when a flush fails, or when Kafka refuses its writes; everything not yet durable is then left for the next
+// start. Its records live in the lifecycle of package kafka/stream, acknowledged when their shard commits.
+func Run(ctx context.Context, cfg Config) (_ Result, err error) {
+	if cfg, err = cfg.withDefaults(); err != nil {
+		return Result{}, err
 	}
 	kcl, err := kafka.NewClient(cfg.Kafka)
 	if err != nil {
-		return fmt.Errorf("sink: %w", err)
+		return Result{}, fmt.Errorf("sink: %w", err)
 	}
 	defer kcl.Close()
-	// closed closes c when Run returns; its error is Run's when Run has none.
-	closed := func(c interface{ Close() error }) {
-		if cerr := c.Close(); cerr != nil && err == nil {
-			err = fmt.Errorf("sink: %w", cerr)
-		}
-	}
-	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
-		return fmt.Errorf("sink: %w", err)
-	}
-	unlock, err := lockDir(cfg.Dir)
+	st, tid, unlock, err := openDir(ctx, cfg, kcl.Admin())
 	if err != nil {
-		return err
+		return Result{}, err
 	}
 	defer unlock()
-	log := cfg.Logger.With("stage", "sink")
-	st, err := openStore(ctx, cfg.Dir, log)
-	if err != nil {
-		return err
-	}
 	defer st.close()
-	st.modelPath = cfg.ModelPath
-	topic := cfg.Kafka.Topic(topics.TopicGenerated)
-	tid, err := lookupTopicID(ctx, kcl.Admin(), topics.TopicGenerated, log)
-	if err != nil {
-		return err
-	}
-	st.setLog(topic, tid)
-	st.zstd = cfg.ZstdLevel
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	dead := kcl.NewDeadLetters("sink")
-	defer closed(dead)
+	life := stream.New(runCtx, stream.Config{Client: kcl, Stage: "sink", Logger: cfg.Logger, Registerer: cfg.Registerer})
+	defer life.Close()
 	// The next turns of multi-turn conversations go back to the prompts topic, keyed by conversation id.
-	prompts := kcl.NewProducer(topics.TopicPrompts, kafka.ProducerConfig{})
-	defer closed(prompts)
-
-	s := newSinker(runCtx, cancel, cfg, log, st, dead, prompts)
-	j, recovered, err := openJournal(cfg.Dir, st.nextKey, log)
+	s := newSinker(runCtx, cancel, cfg, cfg.Logger.With("stage", "sink"), st, life, life.Output(topics.TopicPrompts))
+	closeAll, err := s.recover(runCtx, kcl)
+	defer func() { err = errors.Join(err, closeAll()) }()
 	if err != nil {
-		return err
-	}
-	s.j = j
-	defer j.close()
-	// Rows journaled from another incarnation of the topic go into shards first, so that what is published
-	// next counts them as in the shards.
-	if err := s.recoverJournal(recovered, false); err != nil {
-		return err
-	}
-	// What the shards hold, published for generate before anything is consumed (topics.TopicShards).
-	index, err := seedShardsIndex(runCtx, kcl, st, log)
-	if err != nil {
-		return err
-	}
-	defer closed(index)
-	s.index = index
-	if cfg.OnSeeded != nil {
-		cfg.OnSeeded()
-	}
-	if err := s.recoverJournal(recovered, true); err != nil {
-		return err
+		return Result{}, err
 	}
 	cons := kcl.NewConsumer(topics.TopicGenerated, kafka.ConsumerConfig{Group: cfg.Group, MaxInFlight: cfg.MaxBufferedRows + 64})
 	cfg.Ready.Add("sink", func() error {
@@ -99,29 +80,92 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		}
 		return nil
 	})
-	log.Info("sink started", "dir", cfg.Dir, "group", cfg.Group, "runs", len(st.runs), "rotate_rows", cfg.RotateRows,
+	s.log.Info("sink started", "dir", cfg.Dir, "group", cfg.Group, "runs", len(st.runs), "rotate_rows", cfg.RotateRows,
 		"rotate_interval", cfg.RotateInterval, "idle_flush", cfg.IdleFlush, "journal_sync", cfg.JournalSync, "topic_id", tid)
-
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		s.timer(runCtx)
-	}()
-	cerr := cons.Run(runCtx, s.handle)
+	timerDone := make(chan struct{})
+	go func() { defer close(timerDone); s.timer(runCtx) }()
+	cerr := stream.Consume(runCtx, life, stream.Options[topics.Generation]{Undecodable: s.undecodable}, s.handle, cons)
 	cancel()
-	wg.Wait()
+	<-timerDone
+	closeErr := life.Close()
 	s.mu.Lock()
-	ferr := s.err
-	s.mu.Unlock()
-	if ferr != nil {
-		return ferr
+	defer s.mu.Unlock()
+	switch {
+	case s.err != nil:
+		return s.result(), s.err
+	case cerr != nil:
+		return s.result(), fmt.Errorf("sink: %w", cerr)
+	case closeErr != nil:
+		return s.result(), closeErr
 	}
-	if cerr != nil {
-		return fmt.Errorf("sink: %w", cerr)
+	s.log.Info("sink stopped")
+	return s.result(), nil
+}
+
+// openDir locks cfg.Dir (creating it) and opens its store, set up for the consumed topic, whose ID it returns.
+func openDir(ctx context.Context, cfg Config, admin *kafka.Admin) (*store, string, func(), error) {
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, "", nil, fmt.Errorf("sink: %w", err)
 	}
-	log.Info("sink stopped")
-	return nil
+	unlock, err := lockDir(cfg.Dir)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	log := cfg.Logger.With("stage", "sink")
+	st, err := openStore(ctx, cfg.Dir, log)
+	if err != nil {
+		unlock()
+		return nil, "", nil, err
+	}
+	st.modelPath = cfg.ModelPath
+	tid, err := lookupTopicID(ctx, admin, topics.TopicGenerated, log)
+	if err != nil {
+		st.close()
+		unlock()
+		return nil, "", nil, err
+	}
+	st.setLog(cfg.Kafka.Topic(topics.TopicGenerated), tid)
+	st.zstd = cfg.ZstdLevel
+	return st, tid, unlock, nil
+}
+
+// recover opens the journal, writes what it holds from another incarnation of the topic into shards, publishes
+// what the shards hold (topics.TopicShards) and takes in the journal's records of this one. The returned
+// function closes the publisher and the journal and returns the publisher's error closing (call it even when
+// recover fails).
+func (s *sinker) recover(ctx context.Context, kcl *kafka.Client) (func() error, error) {
+	var closers []func() error
+	closeAll := func() error {
+		var errs []error
+		for i := len(closers) - 1; i >= 0; i-- {
+			if err := closers[i](); err != nil {
+				errs = append(errs, fmt.Errorf("sink: %w", err))
+			}
+		}
+		return errors.Join(errs...)
+	}
+	j, recovered, err := openJournal(s.cfg.Dir, s.st.nextKey, s.log)
+	if err != nil {
+		return closeAll, err
+	}
+	s.j = j
+	closers = append(closers, func() error { j.close(); return nil })
+	// Rows journaled from another incarnation of the topic go into shards first, so that what is published
+	// next counts them as in the shards.
+	if err := s.recoverJournal(recovered, false); err != nil {
+		return closeAll, err
+	}
+	// What the shards hold, published for generate before anything is consumed (topics.TopicShards).
+	index, err := seedShardsIndex(ctx, kcl, s.st, s.log)
+	if err != nil {
+		return closeAll, err
+	}
+	s.index = index
+	closers = append(closers, index.Close)
+	if s.cfg.OnSeeded != nil {
+		s.cfg.OnSeeded()
+	}
+	return closeAll, s.recoverJournal(recovered, true)
 }
 
 // lookupTopicID returns the ID of the consumed (logical) topic, waiting (until ctx ends) for the topic to exist.
@@ -147,11 +191,26 @@ func lookupTopicID(ctx context.Context, admin *kafka.Admin, topic string, log *s
 	}
 }
 
-// newSinker returns the state of one Run, before the journal is opened.
-func newSinker(ctx context.Context, cancel context.CancelFunc, cfg Config, log *slog.Logger, st *store, dead *kafka.DeadLetters,
-	prompts *kafka.Producer) *sinker {
-	return &sinker{cfg: cfg, log: log, st: st, dead: dead, prompts: prompts, ctx: ctx, cancel: cancel, met: newSinkMetrics(cfg.Registerer),
-		parts: map[partKey]*partState{}, lastRecv: cfg.now(), lastSync: cfg.now()}
+// newSinker returns the state of one Run, before the journal is opened. life is the record lifecycle (its dead
+// letters), prompts where next turns go (tests that feed records without Kafka pass nil).
+func newSinker(ctx context.Context, cancel context.CancelFunc, cfg Config, log *slog.Logger, st *store, life *stream.Stage,
+	prompts *stream.Output) *sinker {
+	return &sinker{cfg: cfg, log: log, st: st, life: life, prompts: prompts, ctx: ctx, cancel: cancel, met: newSinkMetrics(cfg.Registerer),
+		parts: map[partKey]*partState{}, lastRecv: cfg.now(), lastSync: cfg.now(), turns: map[string]int64{}}
+}
+
+// delivery is one consumed generation in the record lifecycle.
+type delivery = stream.Record[topics.Generation]
+
+// waiter is a delivery waiting behind a dead letter in flight, with its own rejection when it did not decode.
+type waiter struct {
+	d           *delivery
+	undecodable *topics.Rejection
+}
+
+// result is what the run did so far. Called with s.mu held.
+func (s *sinker) result() Result {
+	return Result{Duplicates: s.duplicates, InShards: s.inShardsN, Turns: maps.Clone(s.turns)}
 }
 
 // partState is what the sink holds for one topic partition since its last flush.
@@ -161,14 +220,14 @@ type partState struct {
 	seen       int64 // last offset absorbed (written to the buffer, dropped as duplicate, or rejected)
 	first      int64 // first offset absorbed since the last flush, -1 if none
 	rows       []bufferedRow
-	deliveries []*kafka.Delivery // Done at the next flush
+	deliveries []*delivery // acknowledged at the next flush
 	bytes      int64
 	oldest     time.Time
 	blocked    bool // a rejection failed: nothing at or after its offset may be absorbed
 	failed     bool // a flush failed: the buffer must not be acknowledged
 
-	rejecting bool              // a dead letter is in flight: nothing after its offset may be absorbed yet
-	waiting   []*kafka.Delivery // deliveries that arrived while rejecting, in order
+	rejecting bool     // a dead letter is in flight: nothing after its offset may be absorbed yet
+	waiting   []waiter // deliveries that arrived while rejecting, in order
 
 	// emitting counts next-turn prompts of absorbed rows not yet acknowledged by the broker; a flush waits
 	// for them before its commit point, so a turn in a shard always has its next turn in the prompts topic.
@@ -187,8 +246,8 @@ type sinker struct {
 	cfg     Config
 	log     *slog.Logger
 	st      *store
-	dead    *kafka.DeadLetters
-	prompts *kafka.Producer // next turns
+	life    *stream.Stage   // dead letters and the records' outcomes
+	prompts *stream.Output  // next turns
 	index   *shardsIndex    // publishes what the shards hold (topics.TopicShards)
 	ctx     context.Context // the run's: dead letters and next turns are retried while it lasts
 	met     *sinkMetrics
@@ -204,6 +263,10 @@ type sinker struct {
 	nbytes   int64
 	lastRecv time.Time
 	lastSync time.Time // of the journal; used by the timer goroutine only
+
+	// What this Run did (Result).
+	duplicates, inShardsN int64
+	turns                 map[string]int64
 }
 
 func (s *sinker) part(pk partKey) *partState {
@@ -225,20 +288,29 @@ func (s *sinker) fail(err error) {
 	s.cancel()
 }
 
-// handle takes one delivery from the consumer.
-func (s *sinker) handle(d *kafka.Delivery) {
+// handle takes one decoded delivery from the consumer.
+func (s *sinker) handle(d *delivery) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.handleLocked(d)
+	s.handleLocked(d, nil)
 }
 
-// handleLocked is handle with s.mu held.
-func (s *sinker) handleLocked(d *kafka.Delivery) {
+// undecodable takes a delivery that does not decode, with its rejection: it is dead-lettered in its partition's
+// order, as an invalid one is.
+func (s *sinker) undecodable(d *delivery, rej *topics.Rejection) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.handleLocked(d, rej)
+}
+
+// handleLocked is handle with s.mu held; undecodable is the rejection of a delivery that did not decode (nil:
+// it did).
+func (s *sinker) handleLocked(d *delivery, undecodable *topics.Rejection) {
 	if s.stopped || s.err != nil {
 		d.Abandon()
 		return
 	}
-	m := d.Message
+	m := d.Message()
 	p := s.part(partKey{m.Topic, m.Partition})
 	if p.blocked {
 		d.Abandon()
@@ -246,42 +318,40 @@ func (s *sinker) handleLocked(d *kafka.Delivery) {
 	}
 	if p.rejecting {
 		// Absorbing a later offset would let a flush checkpoint past the dead letter before it is durable.
-		p.waiting = append(p.waiting, d)
+		p.waiting = append(p.waiting, waiter{d, undecodable})
 		return
 	}
 	s.lastRecv = s.cfg.now()
 	if m.Offset < p.next {
 		// Already in a shard on disk: the group's committed offset lagged behind our recovery point.
-		s.met.covered.Inc()
-		d.Done()
+		d.Finish(stream.Outcome{Result: resultCovered})
 		return
 	}
 	if m.Offset <= p.seen {
 		// The consumer rewound over offsets absorbed since the last flush (or recovered from the journal);
-		// they are resolved by that flush.
+		// they are resolved (and were counted) by that flush.
 		p.deliveries = append(p.deliveries, d)
 		return
 	}
-	var g topics.Generation
-	if err := topics.Unmarshal(m.Value, &g); err != nil {
-		s.reject(p, d, nil, "undecodable", err.Error())
-		return
+	g := d.Value
+	switch {
+	case undecodable != nil:
+		s.reject(p, d, undecodable)
+	case g.InShards != "":
+		s.inShards(p, m.Offset, m.Value, d, g, nil)
+	default:
+		if reason := validate(g); reason != "" {
+			s.reject(p, d, d.Rejection("invalid", reason))
+			return
+		}
+		s.absorbValid(p, m.Offset, m.Value, g, d)
 	}
-	if g.InShards != "" {
-		s.inShards(p, m.Offset, m.Value, d, &g, nil)
-		return
-	}
-	if reason := validate(&g); reason != "" {
-		s.reject(p, d, &g, "invalid", reason)
-		return
-	}
-	s.absorbValid(p, m.Offset, m.Value, &g, d)
 }
 
 // absorbValid takes the valid generation g, consumed at offset off of p, and flushes what is then due: the
 // partition at RotateRows or RotateBytes, the largest buffers while all of them hold more than the sink may.
 // d is nil only for records a test feeds without a consumer. Called with s.mu held.
-func (s *sinker) absorbValid(p *partState, off int64, value []byte, g *topics.Generation, d *kafka.Delivery) {
+func (s *sinker) absorbValid(p *partState, off int64, value []byte, g *topics.Generation, d *delivery) {
 	if err := s.take(p, off, value, g, d, nil); err != nil {
 		s.fail(err)
 		if d != nil {
@@ -318,7 +388,7 @@ func (s *sinker) flushOverBudget() {
 // is durable. replayed is nil for a consumed record, which take first appends to the journal; when the
 // journal is replayed at start it holds the offsets whose next turn the broker already acknowledged (d is
 // then nil). Called with s.mu held; returns a fatal error.
-func (s *sinker) take(p *partState, off int64, value []byte, g *topics.Generation, d *kafka.Delivery, replayed map[int64]bool) error {
+func (s *sinker) take(p *partState, off int64, value []byte, g *topics.Generation, d *delivery, replayed map[int64]bool) error {
 	live := replayed == nil
 	key := s.st.key(p.key)
 	rs := s.st.run(RunOf(g))
@@ -341,8 +411,10 @@ func (s *sinker) take(p *partState, off int64, value []byte, g *topics.Generatio
 			if err := s.j.append(key, kind, off, v, ""); err != nil {
 				return err
 			}
-			s.met.redoneGenerations.Inc()
-			redoneCount.Add(1)
+			s.duplicates++
+			if d != nil {
+				d.Settle(stream.Outcome{Result: resultDuplicate})
+			}
 			s.log.Debug("duplicate dropped", "id", g.ID, "turn", g.Turn, "run", rs.info.DirName(), "at", fmt.Sprintf("%s/%d@%d", p.key.topic, p.key.partition, off))
 		}
 		s.absorb(p, off)
@@ -358,7 +430,7 @@ func (s *sinker) take(p *partState, off int64, value []byte, g *topics.Generatio
 			return nil
 		}
 		if d != nil {
-			d.Done()
+			d.Ack()
 		}
 		// Only a copy already in a shard is reported, and only when it ended its conversation: a buffered
 		// original is reported by OnDurable once its flush is durable.
@@ -391,6 +463,7 @@ func (s *sinker) take(p *partState, off int64, value []byte, g *topics.Generatio
 	}
 	p.rows = append(p.rows, bufferedRow{rs, r})
 	if d != nil {
+		d.Settle(stream.Outcome{Result: resultWritten, Tokens: len(r.prompt) + len(r.output)})
 		p.deliveries = append(p.deliveries, d)
 	}
 	b := r.memBytes()
@@ -430,7 +503,7 @@ func (s *sinker) absorb(p *partState, off int64) {
 func (s *sinker) emit(p *partState, off int64, next *topics.Prompt) {
 	key := s.st.key(p.key)
 	p.emitting.Add(1)
-	s.prompts.SendRetrying(s.ctx, next.ID, next, func(err error) {
+	s.prompts.Send(next.ID, next, func(err error) {
 		if err == nil {
 			s.met.continuations.Inc()
 			s.j.emitted(key, off)
@@ -442,14 +515,13 @@ func (s *sinker) emit(p *partState, off int64, next *topics.Prompt) {
 			p.emitting.Done()
 			return
 		}
-		rej := &topics.Rejection{ID: next.ID, Dataset: next.Dataset, Source: next.Source, Class: "too_large",
+		rej := &topics.Rejection{ID: next.ID, Dataset: next.Dataset, Source: next.Source, Class: stream.TooLarge,
 			Reason: fmt.Sprintf("turn %d of conversation %s cannot be sent: %v; the conversation ends at turn %d", next.Turn, next.ID, err, next.Turn-1)}
-		s.dead.Reject(s.ctx, nil, rej, func(err error) {
+		s.life.DeadLetter(rej, func(err error) {
 			if err != nil {
 				p.emitFailed(fmt.Errorf("sink: dead-letter turn %d of %s: %w", next.Turn, next.ID, err))
 			} else {
-				s.met.rejected.WithLabelValues("too_large").Inc()
-				s.log.Warn("record rejected", "id", next.ID, "turn", next.Turn, "reason", rej.Reason)
+				s.life.Count(stream.Outcome{Result: stream.Rejected, Class: stream.TooLarge})
 			}
 			p.emitting.Done()
 		})
@@ -490,7 +562,7 @@ func (s *sinker) reemit(p *partState, off int64, g *topics.Generation, win winne
 // rows since deleted), nothing can make the row here: the turn is dead-lettered with the reason, to be
 // replayed. As take, it journals what it absorbs; replayed is nil except when the journal is replayed at
 // start (d is then nil). Called with s.mu held.
-func (s *sinker) inShards(p *partState, off int64, value []byte, d *kafka.Delivery, g *topics.Generation, replayed map[int64]bool) {
+func (s *sinker) inShards(p *partState, off int64, value []byte, d *delivery, g *topics.Generation, replayed map[int64]bool) {
 	live := replayed == nil
 	info := RunOf(g)
 	k := rowKey{g.ID, int32(g.Turn)}
@@ -516,9 +588,9 @@ func (s *sinker) inShards(p *partState, off int64, value []byte, d *kafka.Delive
 		if g.InShards == s.index.epochID() {
 			why = "the epoch is this sink's own: rows deleted while it ran"
 		}
-		s.reject(p, d, g, "not_in_shards", fmt.Sprintf("generate skipped turn %d of %s as already in the shards (epoch %s of "+
+		s.reject(p, d, d.Rejection("not_in_shards", fmt.Sprintf("generate skipped turn %d of %s as already in the shards (epoch %s of "+
 			"the shards topic), but the shards of run %s in %s do not hold it (%s); replay the generate stage to generate it",
-			g.Turn, g.ID, g.InShards, info.DirName(), s.cfg.Dir, why))
+			g.Turn, g.ID, g.InShards, info.DirName(), s.cfg.Dir, why)))
 		return
 	}
 	again := dupW && win.continued
@@ -534,8 +606,10 @@ func (s *sinker) inShards(p *partState, off int64, value []byte, d *kafka.Delive
 			}
 			return
 		}
-		s.met.inShards.Inc()
-		inShardsCount.Add(1)
+		s.inShardsN++
+		if d != nil {
+			d.Settle(stream.Outcome{Result: resultInShards})
+		}
 		s.log.Debug("turn already in the shards", "id", g.ID, "turn", g.Turn, "run", info.DirName(), "at", fmt.Sprintf("%s/%d@%d", p.key.topic, p.key.partition, off))
 	}
 	s.absorb(p, off)
@@ -559,7 +633,7 @@ func (s *sinker) inShards(p *partState, off int64, value []byte, d *kafka.Delive
 		return
 	}
 	if d != nil {
-		d.Done()
+		d.Ack()
 	}
 	if live && dupW && !win.continued && s.cfg.OnDuplicate != nil {
 		s.cfg.OnDuplicate(g.ID)
@@ -595,26 +669,22 @@ func validate(g *topics.Generation) string {
 	return ""
 }
 
-// reject dead-letters a delivery (kafka.DeadLetters: retried while the run lasts). Called with s.mu held; it
-// does not wait for the broker. Until the dead letter is acknowledged the partition absorbs nothing after it
-// (later deliveries wait in p.waiting), so no flush checkpoints past it; on the acknowledgement the delivery is
-// absorbed and marked Done, and the waiting ones are handled. If the run ends first, the partition stops
-// there: the delivery and those waiting behind it are abandoned and redelivered after a restart.
-func (s *sinker) reject(p *partState, d *kafka.Delivery, g *topics.Generation, class, reason string) {
-	rej := &topics.Rejection{Reason: reason, Class: class}
-	if g != nil {
-		rej.ID, rej.Dataset, rej.Source = g.ID, g.Dataset, g.Source
-	}
+// reject dead-letters a delivery (the lifecycle's dead letters: retried while the run lasts). Called with s.mu
+// held; it does not wait for the broker. Until the dead letter is acknowledged the partition absorbs nothing
+// after it (later deliveries wait in p.waiting), so no flush checkpoints past it; on the acknowledgement the
+// delivery is absorbed and finished as rejected, and the waiting ones are handled. If the run ends first, the
+// partition stops there: the delivery and those waiting behind it are abandoned and redelivered after a restart.
+func (s *sinker) reject(p *partState, d *delivery, rej *topics.Rejection) {
 	p.rejecting = true
-	s.dead.Reject(s.ctx, d, rej, func(err error) {
+	d.DeadLetter(rej, func(err error) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		s.rejectDone(p, d, rej.ID, class, reason, err)
+		s.rejectDone(p, d, rej.Class, err)
 	})
 }
 
 // rejectDone settles a dead letter (err nil: acknowledged; else the run ended first). Called with s.mu held.
-func (s *sinker) rejectDone(p *partState, d *kafka.Delivery, id, class, reason string, err error) {
+func (s *sinker) rejectDone(p *partState, d *delivery, class string, err error) {
 	p.rejecting = false
 	waiting := p.waiting
 	p.waiting = nil
@@ -622,25 +692,23 @@ func (s *sinker) rejectDone(p *partState, d *kafka.Delivery, id, class, reason s
 		p.blocked = true
 		d.Abandon()
 		for _, w := range waiting {
-			w.Abandon()
+			w.d.Abandon()
 		}
 		s.log.Info("dead letter not written before the sink stopped; redelivered after a restart", "at", d.Where(), "err", err)
 		return
 	}
-	if err := s.j.append(s.st.key(p.key), jSkip, d.Message.Offset, nil, ""); err != nil {
+	if err := s.j.append(s.st.key(p.key), jSkip, d.Message().Offset, nil, ""); err != nil {
 		s.fail(err)
 		d.Abandon()
 		for _, w := range waiting {
-			w.Abandon()
+			w.d.Abandon()
 		}
 		return
 	}
-	s.met.rejected.WithLabelValues(class).Inc()
-	s.absorb(p, d.Message.Offset)
-	d.Done()
-	s.log.Warn("record rejected", "at", d.Where(), "id", id, "reason", reason)
+	s.absorb(p, d.Message().Offset)
+	d.Finish(stream.Outcome{Result: stream.Rejected, Class: class})
 	for _, w := range waiting {
-		s.handleLocked(w) // waits again behind the next dead letter, if it makes one
+		s.handleLocked(w.d, w.undecodable) // waits again behind the next dead letter, if it makes one
 	}
 }
 
@@ -701,7 +769,7 @@ func (s *sinker) flush(p *partState) error {
 	p.next = p.seen + 1
 	for _, br := range p.rows {
 		s.met.turns.WithLabelValues(br.row.stopReason).Inc()
-		countTurn(br.row.stopReason)
+		s.turns[br.row.stopReason]++
 	}
 	for _, sh := range shards {
 		s.index.publish(sh.run.info.Fingerprint, sh.keys)
@@ -714,7 +782,7 @@ func (s *sinker) flush(p *partState) error {
 		delete(br.run.buffered, rowKey{br.row.id, br.row.turn})
 	}
 	for _, d := range p.deliveries {
-		d.Done()
+		d.Ack()
 	}
 	s.nrows -= len(p.rows)
 	s.nbytes -= p.bytes
@@ -835,8 +903,8 @@ func (s *sinker) stop() {
 	// Deliveries waiting behind a dead letter in flight are redelivered after a restart; the dead letter's
 	// own delivery is settled by its acknowledgement (the consumer's drain waits for it).
 	for _, p := range s.parts {
-		for _, d := range p.waiting {
-			d.Abandon()
+		for _, w := range p.waiting {
+			w.d.Abandon()
 		}
 		p.waiting = nil
 	}

@@ -84,7 +84,7 @@ func TestSinkEndToEnd(t *testing.T) {
 		}
 		reasons[r.ID] = r.Reason
 	}
-	if !strings.Contains(reasons[""], "magic") || !strings.Contains(reasons[empty.ID], "empty completion") {
+	if !strings.Contains(reasons["junk"], "magic") || !strings.Contains(reasons[empty.ID], "empty completion") {
 		t.Errorf("rejection reasons %q", reasons)
 	}
 
@@ -453,7 +453,7 @@ func TestHelperSinkProcess(t *testing.T) {
 			}
 		}
 	}
-	err := Run(context.Background(), cfg)
+	_, err := Run(context.Background(), cfg)
 	fmt.Fprintln(os.Stderr, "helper sink returned", err)
 }
 

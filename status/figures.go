@@ -10,27 +10,16 @@ import (
 	"github.com/draftflow/draftflow/topics"
 )
 
-// figureNames names, per stage, the series a Status's Records, Rejected and Tokens are read from: Records is
-// the sum of the done, rejected and pending series, Tokens the sum of the tokens series over all labels.
-type figureNames struct {
-	done, rejected, tokens string
-	// pending is a gauge of records taken in but not done yet (the sink's buffered rows, made durable only at
-	// its next flush, minutes later): counted as records, so the stage's rate shows its work as it happens.
-	pending string
-	// doneLabel, when set, selects the series of done (name=value) and of rejected (name=rejectedValue) from
-	// one counter labelled by result.
-	doneLabel, doneValue, rejectedValue string
-}
-
-// stageFigures are the series each stage exports that its Status counts are read from.
-var stageFigures = map[string]figureNames{
-	"ingest":   {done: "draftflow_ingest_prompts_total", rejected: "draftflow_ingest_rejected_total"},
-	"tokenize": {done: "draftflow_tokenize_prompts_total", rejected: "draftflow_tokenize_rejected_total", tokens: "draftflow_tokenize_tokens_total"},
-	"generate": {done: "draftflow_generate_records_total", rejected: "draftflow_generate_records_total",
-		tokens: "draftflow_generate_output_tokens_total", doneLabel: "result", doneValue: "generated", rejectedValue: "rejected"},
-	"sink": {done: "draftflow_sink_rows_total", rejected: "draftflow_sink_rejected_total", tokens: "draftflow_sink_tokens_total",
-		pending: "draftflow_sink_buffered_rows"},
-}
+// The record lifecycle's series (package kafka/stream), the same in every stage and labelled by it: a Status's
+// Records are the records the stage finished, whatever their result; Rejected those dead-lettered; Tokens the
+// tokens their results carried.
+const (
+	mRecords       = "draftflow_records_total"
+	mTokens        = "draftflow_tokens_total"
+	stageLabel     = "stage"
+	resultLabel    = "result"
+	resultRejected = "rejected"
+)
 
 // The generate stage's per-endpoint series (label "endpoint") a Status's Endpoints are read from.
 const (
@@ -50,21 +39,7 @@ const (
 
 // FigureMetrics returns the name of every series Publish reads, sorted: each must be one a stage exports.
 func FigureMetrics() []string {
-	set := map[string]bool{}
-	for _, f := range stageFigures {
-		for _, n := range []string{f.done, f.rejected, f.tokens, f.pending} {
-			if n != "" {
-				set[n] = true
-			}
-		}
-	}
-	for _, n := range []string{mEndpointUp, mInflight, mInflightTokens, mBudget, mKVPool, mKVUsage, mOutputTokens, mRetractions, mRequests} {
-		set[n] = true
-	}
-	out := make([]string, 0, len(set))
-	for n := range set {
-		out = append(out, n)
-	}
+	out := []string{mRecords, mTokens, mEndpointUp, mInflight, mInflightTokens, mBudget, mKVPool, mKVUsage, mOutputTokens, mRetractions, mRequests}
 	sort.Strings(out)
 	return out
 }
@@ -115,20 +90,17 @@ func (f families) sum(name, key, val string) float64 {
 
 // figures fills s's counters and, for generate, its endpoints from the gathered registry.
 func (f families) figures(s *topics.Status) {
-	names, ok := stageFigures[s.Stage]
-	if !ok {
-		return
+	s.Records, s.Rejected = 0, 0
+	for _, m := range f[mRecords] {
+		if label(m, stageLabel) != s.Stage {
+			continue
+		}
+		s.Records += int64(value(m))
+		if label(m, resultLabel) == resultRejected {
+			s.Rejected += int64(value(m))
+		}
 	}
-	done := f.sum(names.done, names.doneLabel, names.doneValue)
-	rejected := f.sum(names.rejected, names.doneLabel, names.rejectedValue)
-	s.Rejected = int64(rejected)
-	s.Records = int64(done + rejected)
-	if names.pending != "" {
-		s.Records += int64(f.sum(names.pending, "", ""))
-	}
-	if names.tokens != "" {
-		s.Tokens = int64(f.sum(names.tokens, "", ""))
-	}
+	s.Tokens = int64(f.sum(mTokens, stageLabel, s.Stage))
 	if s.Stage == "generate" {
 		s.Endpoints = f.endpoints()
 	}

@@ -21,14 +21,21 @@ import (
 func TestFiguresFromRegistry(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
-	records := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "draftflow_generate_records_total"}, []string{"result"})
+	records := prometheus.NewCounterVec(prometheus.CounterOpts{Name: mRecords}, []string{"stage", "result", "class"})
+	tokens := prometheus.NewCounterVec(prometheus.CounterOpts{Name: mTokens}, []string{"stage"})
 	out := prometheus.NewCounterVec(prometheus.CounterOpts{Name: mOutputTokens}, []string{"endpoint"})
 	up := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: mEndpointUp}, []string{"endpoint"})
 	usage := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: mKVUsage}, []string{"endpoint"})
 	reqs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: mRequests}, []string{"endpoint", "outcome"})
-	reg.MustRegister(records, out, up, usage, reqs)
-	records.WithLabelValues("generated").Add(10)
-	records.WithLabelValues("rejected").Add(2)
+	reg.MustRegister(records, tokens, out, up, usage, reqs)
+	records.WithLabelValues("generate", "generated", "").Add(7)
+	records.WithLabelValues("generate", "in_shards", "").Add(3)
+	records.WithLabelValues("generate", "rejected", "server_rejected").Add(1)
+	records.WithLabelValues("generate", "rejected", "undecodable").Add(1)
+	records.WithLabelValues("tokenize", "tokenized", "").Add(40) // another stage's: not generate's
+	records.WithLabelValues("tokenize", "rejected", "too_long").Add(4)
+	tokens.WithLabelValues("generate").Add(600)
+	tokens.WithLabelValues("tokenize").Add(9000)
 	out.WithLabelValues("http://a").Add(500)
 	out.WithLabelValues("http://b").Add(100)
 	up.WithLabelValues("http://a").Set(1)
@@ -44,6 +51,11 @@ func TestFiguresFromRegistry(t *testing.T) {
 	fams.figures(s)
 	if s.Records != 12 || s.Rejected != 2 || s.Tokens != 600 || len(s.Endpoints) != 2 {
 		t.Fatalf("figures %+v", s)
+	}
+	tok := &topics.Status{Stage: "tokenize"}
+	fams.figures(tok)
+	if tok.Records != 44 || tok.Rejected != 4 || tok.Tokens != 9000 || len(tok.Endpoints) != 0 {
+		t.Fatalf("tokenize figures %+v", tok)
 	}
 	a, b := s.Endpoints[0], s.Endpoints[1]
 	if a.Name != "http://a" || !a.Up || a.KVUsage != 0.5 || a.OutputTokens != 500 || a.Requests != 9 || b.Up || b.OutputTokens != 100 {

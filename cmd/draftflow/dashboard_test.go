@@ -384,7 +384,7 @@ func dashboardExprs(t *testing.T) map[string]string {
 // name, label or function.
 func TestGrafanaDashboardNamesExportedMetrics(t *testing.T) {
 	have := stageMetrics(t)
-	for _, m := range []string{"draftflow_consumer_lag", "draftflow_tokenize_tokens_total", "draftflow_generate_request_seconds_bucket"} {
+	for _, m := range []string{"draftflow_consumer_lag", "draftflow_records_total", "draftflow_tokens_total", "draftflow_generate_request_seconds_bucket"} {
 		if _, ok := have[m]; !ok {
 			names := make([]string, 0, len(have))
 			for n := range have {
@@ -416,12 +416,14 @@ func TestGrafanaDashboardNamesExportedMetrics(t *testing.T) {
 		{`sum by (group, topic) (draftflow_consumer_lag)`, true},
 		{`histogram_quantile(0.95, sum by (le, endpoint) (rate(draftflow_generate_request_seconds_bucket[$__rate_interval])))`, true},
 		{`sum(rate(draftflow_generate_request_seconds_count[5m])) / sum(rate(draftflow_generate_request_seconds_sum[5m]))`, true},
-		{`sum(rate(draftflow_generate_records_total{result="generated"}[1m])) by (result)`, true},
+		{`sum(rate(draftflow_records_total{stage="generate", result="generated"}[1m])) by (result)`, true},
+		{`sum by (stage, class) (increase(draftflow_records_total{result!="rejected"}[5m]))`, true},
 		{`{__name__="draftflow_sink_rows_total"}`, true},
 		{`sum(rate(draftflow_bogus_records_total[5m]))`, false},
 		{`draftflow_consumer_lagg`, false},
 		{`sum by (endpoint) (draftflow_consumer_lag)`, false},
-		{`sum(draftflow_generate_records_total{outcome="ok"})`, false},
+		{`sum(draftflow_records_total{outcome="ok"})`, false},
+		{`sum(rate(draftflow_generate_records_total[5m]))`, false},
 		{`sum(rte(draftflow_sink_rows_total[5m]))`, false},
 		{`rate(draftflow_sink_rows_total_bucket[5m])`, false},
 		{`{__name__="draftflow_nope"}`, false},

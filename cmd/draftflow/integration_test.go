@@ -212,7 +212,7 @@ func (h *itest) sink(rotateRows int) func(context.Context) error {
 			}
 			h.mu.Unlock()
 		}}
-	return func(ctx context.Context) error { return sink.Run(ctx, cfg) }
+	return func(ctx context.Context) error { _, err := sink.Run(ctx, cfg); return err }
 }
 
 // durableCount returns how many distinct ids the sinks reported durable.

@@ -131,7 +131,7 @@ func runStages(t *testing.T, kc kafka.Config, tk *tokenize.Config, gen generate.
 		}
 	}}
 	sk.Kafka.InputNamespace = ""
-	start("sink", func(ctx context.Context) error { return sink.Run(ctx, sk) })
+	start("sink", func(ctx context.Context) error { _, err := sink.Run(ctx, sk); return err })
 	select {
 	case <-done:
 	case err := <-errc:

@@ -271,7 +271,7 @@ func TestStagesResumeAfterTopicsLost(t *testing.T) {
 			return time.Since(stable) > 2*time.Second // the sink's idle flush and any next turn it sends
 		})
 	}
-	inShards := sink.InShardsTurns()
+	inShards := inShardsTurns(t)
 	settle("every conversation through the pipeline again")
 	requests2 := srv.started.Load() - requests1
 	conv := checkConversationsHang(t, h.out)
@@ -281,31 +281,37 @@ func TestStagesResumeAfterTopicsLost(t *testing.T) {
 	}
 	notInShards := total - recovered
 	t.Logf("first round: %d requests, %d rows in the shards; after the topics were lost: %d requests for %d turns not in the shards, %d turns found in the shards",
-		requests1, recovered, requests2, notInShards, sink.InShardsTurns()-inShards)
+		requests1, recovered, requests2, notInShards, inShardsTurns(t)-inShards)
 	if requests2 > notInShards+concurrency {
 		t.Fatalf("after the topics were lost the stages sent %d requests; the turns not yet in the shards (%d) plus the requests in flight (%d) are %d",
 			requests2, notInShards, concurrency, notInShards+concurrency)
 	}
-	if requests2 == 0 || sink.InShardsTurns()-inShards < recovered {
+	if requests2 == 0 || inShardsTurns(t)-inShards < recovered {
 		t.Fatalf("%d requests after the topics were lost, %d turns found in the shards (%d rows were there): the resume was not mid-run",
-			requests2, sink.InShardsTurns()-inShards, recovered)
+			requests2, inShardsTurns(t)-inShards, recovered)
 	}
 
 	// The same file once more, into the same topics: every first turn is in the shards, and the later turns
 	// went through these topics already.
-	requests3, inShards3 := srv.started.Load(), sink.InShardsTurns()
+	requests3, inShards3 := srv.started.Load(), inShardsTurns(t)
 	h.ingest(data, 64)
 	settle("the file ingested twice through the pipeline")
 	if got := srv.started.Load() - requests3; got != 0 {
 		t.Fatalf("the file ingested twice sent %d requests, want 0", got)
 	}
 	// Every turn is found in the shards: the next turns are sent again from the recorded replies.
-	if got := sink.InShardsTurns() - inShards3; got != 3*conversations {
+	if got := inShardsTurns(t) - inShards3; got != 3*conversations {
 		t.Fatalf("the file ingested twice: %d turns found in the shards, want all %d", got, 3*conversations)
 	}
 	if got := shardRows(t, h.out); got != total {
 		t.Fatalf("the file ingested twice changed the shards: %d rows, were %d", got, total)
 	}
+}
+
+// inShardsTurns reads draftflow_records_total{stage="sink", result="in_shards"} of the process's default
+// registry: the turns the sinks running on it found in their shards so far.
+func inShardsTurns(t *testing.T) int64 {
+	return int64(counter(t, "draftflow_records_total", map[string]string{"stage": "sink", "result": "in_shards", "class": ""}))
 }
 
 // TestRunTwiceOnSameTopics: `draftflow run --brokers` twice on the same topics and --out (the file ingested

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -290,51 +291,26 @@ func (t *tracker) account(res *runResult) error {
 // runPipeline runs every stage in this process until every ingested prompt is accounted for, or ctx ends.
 func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
 	start := time.Now()
-	redoneBefore := sink.RedoneGenerations()
-	inShardsBefore := sink.InShardsTurns()
-	turnsBefore := sink.TurnOutcomes()
-	log := rc.Logger
-	if log == nil {
-		log = slog.Default()
-	}
+	log := cmp.Or(rc.Logger, slog.Default())
 	if rc.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, rc.Timeout)
 		defer cancel()
 	}
-
-	// Broker.
-	kc := rc.Kafka
-	if len(kc.Brokers) == 0 {
-		b, err := embedded.Start(embedded.Config{MaxMessageBytes: kc.MaxMessageBytes})
-		if err != nil {
-			return nil, err
-		}
-		defer b.Close()
-		kc.Brokers = b.Brokers()
-		log.Info("embedded Kafka broker", "addr", kc.Brokers)
+	kc, stopBroker, err := startBroker(rc.Kafka, log)
+	if err != nil {
+		return nil, err
 	}
-	if kc.Logger == nil {
-		kc.Logger = log
-	}
+	defer stopBroker()
 	// The process's client: the stages make their own from kc.
 	kcl, err := kafka.NewClient(kc)
 	if err != nil {
 		return nil, err
 	}
 	defer kcl.Close()
-	tctx, tcancel := context.WithTimeout(ctx, 2*time.Minute)
-	err = kcl.Admin().EnsureTopics(tctx, topics.All...)
 	// The dead-letter reader belongs to this run alone and starts where `rejected` ends now: the rejections
 	// earlier runs left there are not this run's.
-	rejectedGroup := fmt.Sprintf("draftflow-run-%x", rand.Uint64())
-	if err == nil {
-		var ends map[int]int64
-		if ends, err = kcl.Admin().EndOffsets(tctx, topics.TopicRejected); err == nil {
-			err = kcl.Admin().StartGroupAt(tctx, rejectedGroup, topics.TopicRejected, ends)
-		}
-	}
-	tcancel()
+	rejectedGroup, err := prepareTopics(ctx, kcl.Admin())
 	if err != nil {
 		return nil, err
 	}
@@ -344,31 +320,12 @@ func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
 		defer startStatusEvery(ctx, &kc, rc.Gatherer, rc.StatusInterval, statusIngest, withGroup(statusTokenize, rc.Tokenize.Group),
 			withGroup(statusGenerate, rc.Generate.Group), withGroup(statusSink, rc.Sink.Group))()
 	}
-
-	// Model.
-	model := rc.Tokenize.Model
-	if model == nil {
-		m, cleanup, err := loadModelOrBundled(rc.Tokenize.ModelDir)
-		defer cleanup()
-		if err != nil {
-			return nil, err
-		}
-		if rc.Tokenize.ModelDir == "" {
-			log.Info("using the bundled sample tokenizer (pass --model DIR for a real model)")
-		}
-		if rc.Tokenize.ModelName != "" {
-			m.Name = rc.Tokenize.ModelName
-		}
-		model = m
-	}
-	// The too-long check needs the model's context window: from the directory or --context-length.
-	ctxLen, err := model.ContextWindow(rc.Tokenize.ContextLength)
+	model, ctxLen, cleanup, err := pipelineModel(rc, log)
+	defer cleanup()
 	if err != nil {
 		return nil, err
 	}
-
-	// Engine.
-	if len(rc.Generate.Endpoints) == 0 {
+	if len(rc.Generate.Endpoints) == 0 { // the engine: a simulator of the model
 		url, stop, err := startSim(rc.Sim, model, ctxLen, log)
 		if err != nil {
 			return nil, err
@@ -376,41 +333,204 @@ func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
 		defer stop()
 		rc.Generate.Endpoints = []string{url}
 	}
+	p, err := newPipeline(ctx, rc, kc, kcl, log, rejectedGroup) // kc as the status publisher named the process
+	if err != nil {
+		return nil, err
+	}
+	// However this function returns, the stages stop and are waited for before the broker, the simulator
+	// and the model directory go away.
+	defer p.close()
+	if err := p.start(rc, model); err != nil {
+		return nil, err
+	}
+	in := rc.Ingest
+	in.Kafka, in.Logger = kc, log
+	in.OnPrompt = func(id string, _ topics.Source) { p.tr.mark(idExpected, id) }
+	ires, err := ingest.Run(ctx, in)
+	if err != nil {
+		return nil, fmt.Errorf("ingest: %w", err)
+	}
+	runErr := p.wait(ctx, rc.Progress, ires.Rejected)
+	if err := p.stop(); runErr == nil {
+		runErr = err // errors after the stop count too: a failed final flush must not pass for success
+	}
+	// The dead-letter reader's group was this run's alone: leave no trace of it on the broker.
+	dctx, dcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if err := kcl.Admin().DeleteGroup(dctx, rejectedGroup); err != nil {
+		log.Warn("could not delete the run's dead-letter group", "group", rejectedGroup, "err", err)
+	}
+	dcancel()
+	return p.result(rc.Sink.Dir, ires, time.Since(start), runErr)
+}
 
+// startBroker starts an embedded broker when kc names none, and returns the Kafka settings of the run and what
+// stops the broker.
+func startBroker(kc kafka.Config, log *slog.Logger) (kafka.Config, func(), error) {
+	stop := func() {}
+	if len(kc.Brokers) == 0 {
+		b, err := embedded.Start(embedded.Config{MaxMessageBytes: kc.MaxMessageBytes})
+		if err != nil {
+			return kc, stop, err
+		}
+		stop = b.Close
+		kc.Brokers = b.Brokers()
+		log.Info("embedded Kafka broker", "addr", kc.Brokers)
+	}
+	if kc.Logger == nil {
+		kc.Logger = log
+	}
+	return kc, stop, nil
+}
+
+// prepareTopics creates the pipeline's topics and a consumer group of this run alone that starts where the
+// rejected topic ends now; it returns the group.
+func prepareTopics(ctx context.Context, admin *kafka.Admin) (string, error) {
+	tctx, tcancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer tcancel()
+	if err := admin.EnsureTopics(tctx, topics.All...); err != nil {
+		return "", err
+	}
+	group := fmt.Sprintf("draftflow-run-%x", rand.Uint64())
+	ends, err := admin.EndOffsets(tctx, topics.TopicRejected)
+	if err != nil {
+		return "", err
+	}
+	return group, admin.StartGroupAt(tctx, group, topics.TopicRejected, ends)
+}
+
+// pipelineModel returns the run's model (rc's, its directory's, or the bundled sample) and its context window;
+// cleanup removes what loading it made.
+func pipelineModel(rc runConfig, log *slog.Logger) (model *tokenize.Model, ctxLen int, cleanup func(), err error) {
+	cleanup = func() {}
+	model = rc.Tokenize.Model
+	if model == nil {
+		if model, cleanup, err = loadModelOrBundled(rc.Tokenize.ModelDir); err != nil {
+			return nil, 0, cleanup, err
+		}
+		if rc.Tokenize.ModelDir == "" {
+			log.Info("using the bundled sample tokenizer (pass --model DIR for a real model)")
+		}
+		if rc.Tokenize.ModelName != "" {
+			model.Name = rc.Tokenize.ModelName
+		}
+	}
+	// The too-long check needs the model's context window: from the directory or --context-length.
+	ctxLen, err = model.ContextWindow(rc.Tokenize.ContextLength)
+	return model, ctxLen, cleanup, err
+}
+
+// pipeline is the stages of one run in this process, and what accounts for its prompts.
+type pipeline struct {
+	ctx           context.Context // the run's
+	kcl           *kafka.Client   // the process's; each stage makes its own of kc
+	kc            kafka.Config
+	log           *slog.Logger
+	tr            *tracker
+	rejs          *rejectionLog
+	rejectedGroup string
+
+	// The stages run in a group: the first to fail stops the others (stageCtx ends) and is the group's error.
+	// stopStages stops them all without an error.
+	stages     *errgroup.Group
+	stageCtx   context.Context
+	stopStages context.CancelFunc
+	sink       sink.Result // the sink's, once it returned
+}
+
+// newPipeline returns the pipeline of a run; its stages make their clients of kc.
+func newPipeline(ctx context.Context, rc runConfig, kc kafka.Config, kcl *kafka.Client, log *slog.Logger, rejectedGroup string) (*pipeline, error) {
 	tr, err := newTracker()
 	if err != nil {
 		return nil, err
 	}
-	defer tr.close()
-	// The stages run in a group: the first to fail stops the others (stageCtx ends) and is the group's error.
-	// stopStages stops them all without an error.
-	runCtx, stopStages := context.WithCancel(ctx)
-	defer stopStages()
-	stages, stageCtx := errgroup.WithContext(runCtx)
-	startStage := func(name string, run func(context.Context) error) {
-		stages.Go(func() error {
-			// Errors after the stop count too: a failed final flush must not pass for success.
-			if err := run(stageCtx); err != nil && !errors.Is(err, context.Canceled) {
-				return fmt.Errorf("%s: %w", name, err)
-			}
-			return nil
-		})
+	rejs, err := newRejectionLog(rc.Sink.Dir)
+	if err != nil {
+		tr.close()
+		return nil, err
 	}
-	// stageFailed is the error of the stage that failed, once stageCtx has ended and ctx has not.
-	stageFailed := func() error {
-		if err := stages.Wait(); err != nil {
-			return err
+	p := &pipeline{ctx: ctx, kcl: kcl, kc: kc, log: log, tr: tr, rejs: rejs, rejectedGroup: rejectedGroup}
+	var runCtx context.Context
+	runCtx, p.stopStages = context.WithCancel(ctx)
+	p.stages, p.stageCtx = errgroup.WithContext(runCtx)
+	return p, nil
+}
+
+// run starts one stage; its error, even one after the stop, is the run's (a failed final flush must not pass
+// for success).
+func (p *pipeline) run(name string, run func(context.Context) error) {
+	p.stages.Go(func() error {
+		if err := run(p.stageCtx); err != nil && !errors.Is(err, context.Canceled) {
+			return fmt.Errorf("%s: %w", name, err)
 		}
-		return errors.New("a stage stopped without an error") // only ctx or stopStages end stageCtx otherwise
+		return nil
+	})
+}
+
+// stopped is why the stages stopped once stageCtx has ended: ctx's end (what waited for says what) or the
+// error of the stage that failed.
+func (p *pipeline) stopped(waitedFor string) error {
+	if p.ctx.Err() != nil {
+		return fmt.Errorf("%s: %w", waitedFor, p.ctx.Err())
 	}
-	// However this function returns, the stages stop and are waited for before the broker, the simulator
-	// and the model directory go away.
-	defer func() { stopStages(); _ = stages.Wait() }()
+	if err := p.stages.Wait(); err != nil {
+		return err
+	}
+	return errors.New("a stage stopped without an error") // only ctx or stopStages end stageCtx otherwise
+}
+
+// stop stops the stages and waits for them; it returns the error of the first that failed.
+func (p *pipeline) stop() error {
+	p.stopStages()
+	return p.stages.Wait()
+}
+
+// close stops the stages and closes the tracker.
+func (p *pipeline) close() {
+	_ = p.stop()
+	p.tr.close()
+}
+
+// start starts every stage but ingest: tokenize, the sink, then generate once the sink has said what its shards
+// hold (an existing --out), so that it sends none of those turns to a server again, and the reader of this
+// run's dead letters.
+func (p *pipeline) start(rc runConfig, model *tokenize.Model) error {
 	tk := rc.Tokenize
-	tk.Kafka, tk.Logger, tk.Model = kc, log, model
-	startStage("tokenize", func(ctx context.Context) error { return tokenize.Run(ctx, tk) })
+	tk.Kafka, tk.Logger, tk.Model = p.kc, p.log, model
+	p.run("tokenize", func(ctx context.Context) error { return tokenize.Run(ctx, tk) })
+	seeded := make(chan struct{})
+	sk := p.sinkConfig(rc, func() { close(seeded) })
+	p.run("sink", func(ctx context.Context) (err error) { p.sink, err = sink.Run(ctx, sk); return err })
+	select {
+	case <-seeded:
+	case <-p.stageCtx.Done():
+		return p.stopped("waiting for the sink to start")
+	}
+	gen := rc.Generate
+	gen.Kafka, gen.Logger = p.kc, p.log
+	p.run("generate", func(ctx context.Context) error { return generate.Run(ctx, gen) })
+	// This run's dead letters, read by a group of this run alone: written beside the shards, and the stages'
+	// after ingest accounted for.
+	p.run("rejected", func(ctx context.Context) error {
+		c := p.kcl.NewConsumer(topics.TopicRejected, kafka.ConsumerConfig{Group: p.rejectedGroup})
+		return c.Run(ctx, func(d *kafka.Delivery) {
+			var r topics.Rejection
+			if topics.Unmarshal(d.Message.Value, &r) == nil {
+				p.rejs.add(&r)
+				if r.Stage != "ingest" && r.ID != "" {
+					p.tr.mark(idRejected, r.ID)
+				}
+			}
+			d.Done()
+		})
+	})
+	return nil
+}
+
+// sinkConfig is the run's sink: its rows accounted for once durable, onSeeded called once its shards are
+// published.
+func (p *pipeline) sinkConfig(rc runConfig, onSeeded func()) sink.Config {
 	sk := rc.Sink
-	sk.Kafka, sk.Logger = kc, log
+	sk.Kafka, sk.Logger = p.kc, p.log
 	if sk.ModelPath == "" { // where vocab finds the model later
 		sk.ModelPath = sink.BundledModelPath
 		if rc.Tokenize.ModelDir != "" {
@@ -421,131 +541,86 @@ func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
 	}
 	// A row is done once durable: in the sink's journal (it reaches a shard at the latest at the sink's final
 	// flush, or when the next start recovers the journal) or in a shard.
-	sk.OnDurable = func(ids []string) { tr.mark(idWritten, ids...) }
+	sk.OnDurable = func(ids []string) { p.tr.mark(idWritten, ids...) }
 	sk.OnJournaled = sk.OnDurable
-	sk.OnDuplicate = func(id string) { tr.mark(idPresent, id) }
-	seeded := make(chan struct{})
-	sk.OnSeeded = func() { close(seeded) }
-	startStage("sink", func(ctx context.Context) error { return sink.Run(ctx, sk) })
-	// This run's dead letters, read by a group of this run alone: written beside the shards, and the stages'
-	// after ingest accounted for.
-	rejs, err := newRejectionLog(rc.Sink.Dir)
-	if err != nil {
-		return nil, err
-	}
-	// Generate starts once the sink has said what its shards hold (an existing --out), so that it sends none
-	// of those turns to a server again.
-	select {
-	case <-seeded:
-	case <-stageCtx.Done():
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("waiting for the sink to start: %w", ctx.Err())
-		}
-		return nil, stageFailed()
-	}
-	gen := rc.Generate
-	gen.Kafka, gen.Logger = kc, log
-	startStage("generate", func(ctx context.Context) error { return generate.Run(ctx, gen) })
-	startStage("rejected", func(ctx context.Context) error {
-		c := kcl.NewConsumer(topics.TopicRejected, kafka.ConsumerConfig{Group: rejectedGroup})
-		return c.Run(ctx, func(d *kafka.Delivery) {
-			var r topics.Rejection
-			if topics.Unmarshal(d.Message.Value, &r) == nil {
-				rejs.add(&r)
-				if r.Stage != "ingest" && r.ID != "" {
-					tr.mark(idRejected, r.ID)
-				}
-			}
-			d.Done()
-		})
-	})
+	sk.OnDuplicate = func(id string) { p.tr.mark(idPresent, id) }
+	sk.OnSeeded = onSeeded
+	return sk
+}
 
-	in := rc.Ingest
-	in.Kafka, in.Logger = kc, log
-	in.OnPrompt = func(id string, _ topics.Source) { tr.mark(idExpected, id) }
-	ires, err := ingest.Run(ctx, in)
-	if err != nil {
-		return nil, fmt.Errorf("ingest: %w", err)
-	}
-	done, missing, _ := tr.status()
+// wait waits until every ingested prompt is accounted for (a stage failing or ctx ending stops it with the
+// error), drawing a progress bar on progressOut, and then (briefly) until ingest's ingestRejected rejections are
+// read too, so the rejections file holds them all.
+func (p *pipeline) wait(ctx context.Context, progressOut io.Writer, ingestRejected int) error {
+	done, missing, _ := p.tr.status()
 	expected := done + missing
-	log.Info("ingest finished", "prompts", expected, "rejected_lines", ires.Rejected)
-
+	p.log.Info("ingest finished", "prompts", expected, "rejected_lines", ingestRejected)
 	var bar *progress.Bar
-	if rc.Progress != nil && expected > 0 {
-		bar = progress.New(rc.Progress, "prompts", int64(expected), progress.Options{Unit: "prompts"})
+	if progressOut != nil && expected > 0 {
+		bar = progress.New(progressOut, "prompts", int64(expected), progress.Options{Unit: "prompts"})
 	}
-	var runErr error
+	if err := p.accounted(ctx, bar); err != nil {
+		return err
+	}
+	for deadline := time.Now().Add(30 * time.Second); p.rejs.read(ingest.Stage) < ingestRejected && time.Now().Before(deadline) && p.stageCtx.Err() == nil; {
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
+}
+
+// accounted waits until every ingested prompt is accounted for, a stage fails or ctx ends, showing the count on
+// bar (when not nil), which it clears then: the summary follows.
+func (p *pipeline) accounted(ctx context.Context, bar *progress.Bar) error {
+	if bar != nil {
+		defer bar.Clear()
+	}
 	ticker := time.NewTicker(time.Second)
 	defer ticker.Stop()
-wait:
 	for {
-		done, missing, err := tr.status()
+		done, missing, err := p.tr.status()
 		if bar != nil {
 			bar.Set(int64(done))
 		}
 		if err != nil {
-			runErr = fmt.Errorf("account for the prompts: %w", err)
-			break
+			return fmt.Errorf("account for the prompts: %w", err)
 		}
 		if missing == 0 {
-			break
+			return nil
 		}
 		select {
-		case <-tr.changed:
+		case <-p.tr.changed:
 		case <-ticker.C:
-		case <-stageCtx.Done():
-			if ctx.Err() != nil {
-				runErr = fmt.Errorf("stopped before every prompt reached the shards: %w", ctx.Err())
-			} else {
-				runErr = stageFailed()
-			}
-			break wait
+		case <-p.stageCtx.Done():
+			return p.stopped("stopped before every prompt reached the shards")
 		}
 	}
-	if bar != nil {
-		bar.Clear() // the summary follows
-	}
-	// Ingest's rejections are acknowledged; wait (briefly) until they are read too, so the file holds them all.
-	for deadline := time.Now().Add(30 * time.Second); rejs.read(ingest.Stage) < ires.Rejected && time.Now().Before(deadline) && stageCtx.Err() == nil; {
-		time.Sleep(20 * time.Millisecond)
-	}
-	stopStages()
-	stagesErr := stages.Wait()
-	// The dead-letter reader's group was this run's alone: leave no trace of it on the broker.
-	dctx, dcancel := context.WithTimeout(context.Background(), 10*time.Second)
-	if err := kcl.Admin().DeleteGroup(dctx, rejectedGroup); err != nil {
-		log.Warn("could not delete the run's dead-letter group", "group", rejectedGroup, "err", err)
-	}
-	dcancel()
-	if runErr == nil {
-		runErr = stagesErr
-	}
+}
 
-	res := &runResult{Prompts: expected, IngestRejected: ires.Rejected, Dir: rc.Sink.Dir}
-	if err := tr.account(res); err != nil && runErr == nil {
+// result is the run's summary, once the stages stopped, and its error: runErr (the stages' included), else the
+// first that the summary met.
+func (p *pipeline) result(dir string, ires ingest.Result, elapsed time.Duration, runErr error) (*runResult, error) {
+	done, missing, _ := p.tr.status()
+	res := &runResult{Prompts: done + missing, IngestRejected: ires.Rejected, Dir: dir, Elapsed: elapsed,
+		Duplicates: p.sink.Duplicates, InShards: p.sink.InShards, Turns: p.sink.Turns}
+	if err := p.tr.account(res); err != nil && runErr == nil {
 		runErr = fmt.Errorf("account for the prompts: %w", err)
 	}
 	var rerr error
-	if res.RejectedFile, res.Examples, rerr = rejs.close(); rerr != nil && runErr == nil {
+	if res.RejectedFile, res.Examples, rerr = p.rejs.close(); rerr != nil && runErr == nil {
 		runErr = rerr
 	}
-	if runs, _ := sink.RunDirs(rc.Sink.Dir); len(runs) == 0 && res.Written == 0 {
+	if runs, _ := sink.RunDirs(dir); len(runs) == 0 && res.Written == 0 {
 		// Nothing was written, now or before: no shards to inspect.
-	} else if sum, err := sink.Inspect(rc.Sink.Dir, io.Discard); err == nil {
+	} else if sum, err := sink.Inspect(dir, io.Discard); err == nil {
 		res.Tokens, res.Shards, res.Rows = sum.Tokens, sum.Shards, sum.Rows
 	} else if runErr == nil {
-		runErr = fmt.Errorf("inspect %s: %w", rc.Sink.Dir, err)
+		runErr = fmt.Errorf("inspect %s: %w", dir, err)
 	}
-	if runErr == nil && expected == 0 && ires.Rejected > 0 {
+	if runErr == nil && res.Prompts == 0 && ires.Rejected > 0 {
 		runErr = fmt.Errorf("every input line was rejected (%d): nothing to generate; the reasons are in %s", ires.Rejected, res.RejectedFile)
 	}
-	res.Elapsed = time.Since(start)
-	res.Duplicates = sink.RedoneGenerations() - redoneBefore
-	res.InShards = sink.InShardsTurns() - inShardsBefore
-	res.Turns = map[string]int64{}
-	for reason, n := range sink.TurnOutcomes() {
-		res.Turns[reason] = n - turnsBefore[reason]
+	if res.Turns == nil {
+		res.Turns = map[string]int64{}
 	}
 	return res, runErr
 }

@@ -156,7 +156,8 @@ func runSinkCommand(ctx context.Context, args []string, served func(addr string)
 	}
 	defer startStatus(ctx, &kc, c.reg, withGroup(statusSink, cfg.Group))()
 	cfg.Kafka, cfg.Logger, cfg.Registerer, cfg.Ready = kc, kc.Logger, c.reg, c.ready
-	return sink.Run(ctx, cfg)
+	_, err = sink.Run(ctx, cfg)
+	return err
 }
 
 // simFlags is the `draftflow sim` flag set: the common flags, --addr and every sim.Config flag

@@ -204,7 +204,7 @@ func writeSampleRun(t *testing.T, dir string) {
 	durable := 0
 	all := make(chan struct{})
 	go func() {
-		done <- sink.Run(ctx, sink.Config{Kafka: kc, Dir: dir, IdleFlush: 100 * time.Millisecond,
+		_, err := sink.Run(ctx, sink.Config{Kafka: kc, Dir: dir, IdleFlush: 100 * time.Millisecond,
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), OnDurable: func(ids []string) {
 				mu.Lock()
 				defer mu.Unlock()
@@ -212,6 +212,7 @@ func writeSampleRun(t *testing.T, dir string) {
 					close(all)
 				}
 			}})
+		done <- err
 	}()
 	select {
 	case <-all:

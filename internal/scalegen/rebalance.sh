@@ -77,7 +77,7 @@ elapsed=$(($(date +%s) - t0))
 wait "$pid_a" || echo "the first replica exited with status $?"
 sleep 3 # the sink's counters of the last records
 
-redone=$(metric "$ms" draftflow_sink_redone_generations_total)
+redone=$(curl -s --max-time 2 "http://127.0.0.1:$ms/metrics" | awk '/^draftflow_records_total\{/ && /stage="sink"/ && /result="duplicate"/ { s += $NF } END { printf "%d", s }')
 gpu_tokens=$(metric "$port" sglang:generation_tokens_total)
 kept_tokens=$(python3 -c 'import glob,json,sys; print(sum(json.load(open(p))["totals"]["completion_tokens"] for p in glob.glob(sys.argv[1]+"/*/manifest.json")))' "$OUT")
 consumed=$(metric "$ms" draftflow_consumed_records_total)

@@ -2,16 +2,16 @@
 // one or more SGLang servers through the native POST /generate API, and produces the completions token-exact
 // (output_ids and meta_info) to the generated topic.
 //
-// The stage reads like a short story. A Consumer delivers a topics.Tokenized record; the stage resolves its
-// lane and max_new_tokens and hands a Request to the Controller; the Controller waits until some endpoint
-// has room for it, sends it, retries transient failures with exponential backoff (possibly on another
-// endpoint), and returns the server's answer; the stage writes a topics.Generation (or, for a request the
-// server refused with HTTP 400 or answered with an abort or an invalid body, a topics.Rejection) and marks
-// the delivery Done from the producer's acknowledgement callback, so a committed offset always means the
-// output is durable in Kafka. On shutdown the stage stops fetching, aborts requests still running on the
-// servers (/abort_request) and abandons their deliveries (kafka.Delivery.Abandon: the slot is freed at
-// once, the offset never committed), so the consumer stops without waiting them out and they are
-// redelivered.
+// The stage reads like a short story. The record lifecycle (package kafka/stream) hands it a decoded
+// topics.Tokenized record; the stage resolves its lane and max_new_tokens and hands a Request to the
+// Controller; the Controller waits until some endpoint has room for it, sends it, retries transient failures
+// with exponential backoff (possibly on another endpoint), and returns the server's answer; the stage produces
+// a topics.Generation (or, for a request the server refused with HTTP 400 or answered with an abort or an
+// invalid body, rejects the record) and the lifecycle finishes the record once the output is acknowledged, so a
+// committed offset always means the output is durable in Kafka. On shutdown the stage stops fetching, aborts
+// requests still running on the servers (/abort_request) and abandons their records (stream.Record.Abandon:
+// the slot is freed at once, the offset never committed), so the consumer stops without waiting them out and
+// they are redelivered.
 //
 // Admission (the kv-budget and fixed policies, routing, retries, the KV gate, health checks and budget
 // feedback) is the Controller's, in stages/generate/internal/admission; the SGLang client and wire types are

@@ -6,18 +6,16 @@ import (
 	dfmetrics "github.com/draftflow/draftflow/metrics"
 )
 
-// stageMetrics are the stage's own Prometheus series: what became of the records. The Controller's series
+// stageMetrics are the stage's own Prometheus series. What became of the records is counted by the record
+// lifecycle (draftflow_records_total{stage="generate"}, package kafka/stream); the Controller's series
 // (endpoints, budgets, requests) are registered by the Controller, on the same registry.
 type stageMetrics struct {
-	records      *prometheus.CounterVec
 	turns        *prometheus.CounterVec
 	cachedTokens prometheus.Counter
 }
 
 func newStageMetrics(reg prometheus.Registerer) *stageMetrics {
 	return &stageMetrics{
-		records: dfmetrics.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "draftflow_generate_records_total", Help: "Records finished by the stage, by result (generated, rejected, stale_turn: a later turn of a run with other settings, skipped; in_shards: already in the sink's shards, not sent to a server)."}, []string{"result"})),
 		turns: dfmetrics.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "draftflow_generate_turns_total",
 			Help: "Generated turns of multi-turn conversations by stop reason (continued, end, tool_divergence, length, parse_error)."},

@@ -127,8 +127,8 @@ func TestStageSkipsTurnsInShards(t *testing.T) {
 	if skipped != 10 || calls != n-10 {
 		t.Fatalf("%d in-shards records and %d requests, want 10 and %d", skipped, calls, n-10)
 	}
-	if got := counterValue(t, reg, "draftflow_generate_records_total", "in_shards"); got != 10 {
-		t.Fatalf("draftflow_generate_records_total{result=in_shards} = %v, want 10", got)
+	if got := counterValue(t, reg, "draftflow_records_total", "in_shards"); got != 10 {
+		t.Fatalf("draftflow_records_total{stage=generate,result=in_shards} = %v, want 10", got)
 	}
 }
 

@@ -134,7 +134,6 @@ func readJSONArray(ctx context.Context, path string, br *bufio.Reader, opt readO
 		switch {
 		case size > opt.maxLineBytes:
 			perr = lineErr(ReasonLineTooLong, "element %d of the JSON array is %d bytes, over the %d-byte limit", index, size, opt.maxLineBytes)
-			elem = elem[:min(len(elem), topics.MaxRejectedPayload)]
 		case len(elem) == 0:
 			perr = lineErr(ReasonInvalidJSON, "invalid JSON: element %d of the JSON array is empty (a comma too many)", index)
 		default:

@@ -117,9 +117,6 @@ func readParquet(ctx context.Context, path string, f *os.File, opt readOptions, 
 			} else {
 				p, perr = ParseAll(path, row, raw, opt.dataset)
 			}
-			if len(raw) > topics.MaxRejectedPayload && perr != nil {
-				raw = raw[:topics.MaxRejectedPayload]
-			}
 			if err := call(p, perr, src, raw); err != nil {
 				return err
 			}

@@ -32,8 +32,10 @@ const (
 	ReasonDuplicateID        Reason = "duplicate_id"
 	// ReasonNoText: a message with none of the keys that hold its text ("content", ShareGPT's "value"), such
 	// as a misspelt "valeu", and no tool calls; the reason names the keys it has.
-	ReasonNoText   Reason = "no_text"
-	ReasonTooLarge Reason = "record_too_large"
+	ReasonNoText Reason = "no_text"
+	// ReasonTooLarge: the prompt's record is over the message size limit, the client's or the topic's
+	// (kafka/stream's class too_large, the same in every stage).
+	ReasonTooLarge Reason = "too_large"
 	// ReasonCorruptFile: the rest of an input file cannot be read (a corrupt compressed stream or Parquet
 	// file); it is rejected from the line or row where reading stopped.
 	ReasonCorruptFile Reason = "corrupt_file"

@@ -98,7 +98,7 @@ func readJSONL(ctx context.Context, path string, r io.Reader, opt readOptions, f
 		src := topics.Source{File: path, Line: lineNo}
 		if size > opt.maxLineBytes {
 			lerr := lineErr(ReasonLineTooLong, "line is %d bytes, over the %d-byte limit", size, opt.maxLineBytes)
-			if err := fn(topics.Prompt{}, lerr, src, line[:min(len(line), topics.MaxRejectedPayload)]); err != nil {
+			if err := fn(topics.Prompt{}, lerr, src, line); err != nil {
 				return err
 			}
 			continue

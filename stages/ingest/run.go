@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/draftflow/draftflow/internal/idset"
 	"github.com/draftflow/draftflow/kafka"
+	"github.com/draftflow/draftflow/kafka/stream"
 	"github.com/draftflow/draftflow/metrics"
 	"github.com/draftflow/draftflow/topics"
 )
@@ -87,162 +89,136 @@ type Result struct {
 	IgnoredKeys map[string][]string
 }
 
-// ingestMetrics are ingest's series, registered on Config.Registerer.
-type ingestMetrics struct {
-	prompts, rejected *prometheus.CounterVec
-	bytesRead         prometheus.Counter
+// bytesRead is ingest's own series, registered on Config.Registerer; its records are counted by the record
+// lifecycle (draftflow_records_total{stage="ingest"}, results ingested and rejected).
+func bytesRead(reg prometheus.Registerer) prometheus.Counter {
+	return metrics.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "draftflow_ingest_input_bytes_total", Help: "Input file bytes read by ingest.",
+	}))
 }
 
-func newIngestMetrics(reg prometheus.Registerer) *ingestMetrics {
-	return &ingestMetrics{
-		prompts: metrics.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "draftflow_ingest_prompts_total", Help: "Prompts ingest wrote to the prompts topic (acknowledged), per dataset.",
-		}, []string{"dataset"})),
-		rejected: metrics.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "draftflow_ingest_rejected_total", Help: "Input lines ingest sent to the rejected topic (acknowledged), per reason.",
-		}, []string{"reason"})),
-		bytesRead: metrics.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "draftflow_ingest_input_bytes_total", Help: "Input file bytes read by ingest.",
-		})),
-	}
-}
-
-// maxLoggedRejections is how many rejections a run logs at warning level; the rest are logged at debug.
-const maxLoggedRejections = 20
+// resultIngested is the result of a prompt written to the prompts topic (draftflow_records_total{stage="ingest"}).
+const resultIngested = "ingested"
 
 // Run reads every input, writes each valid conversation to topics.TopicPrompts keyed by its id and each bad
-// line to topics.TopicRejected, and returns once Kafka has acknowledged every record it sent. A bad line
-// never stops the run; an unreadable file, a failed write or a cancelled ctx does, and Run then returns the
+// line to topics.TopicRejected, and returns once Kafka has acknowledged every record it sent. Every line is a
+// record of the lifecycle (package kafka/stream): its writes follow the one produce policy (retried while ctx
+// lives; a prompt over the message size limit is rejected as too_large). A bad line never stops the run; an
+// unreadable input, Kafka refusing the stage's credentials or a cancelled ctx does, and Run then returns the
 // error together with what was acknowledged so far.
 func Run(ctx context.Context, cfg Config) (Result, error) {
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	log = log.With("stage", Stage)
-	if len(cfg.Kafka.Brokers) == 0 {
-		return Result{}, errors.New("ingest: no Kafka brokers configured")
-	}
-	if len(cfg.Inputs) == 0 {
-		return Result{}, errors.New("ingest: no inputs (use --input)")
-	}
-	inputs, err := ExpandInputs(cfg.Inputs)
+	log := cmp.Or(cfg.Logger, slog.Default())
+	inputs, total, settings, err := prepare(&cfg)
 	if err != nil {
 		return Result{}, err
 	}
-	if cfg.Turns == "" {
-		cfg.Turns = TurnsAll
-	}
-	if err := checkTurns(cfg.Turns); err != nil {
-		return Result{}, fmt.Errorf("ingest: --turns: %w", err)
-	}
-	var settings Settings
-	if cfg.SettingsFile != "" {
-		if settings, err = LoadSettings(cfg.SettingsFile); err != nil {
-			return Result{}, err
-		}
-	}
-	var total int64
-	for _, in := range inputs {
-		st, err := os.Stat(in)
-		if err != nil {
-			return Result{}, fmt.Errorf("ingest: %w", err)
-		}
-		total += st.Size()
-	}
-	kcl, err := kafka.NewClient(cfg.Kafka)
+	kcl, err := connect(ctx, cfg.Kafka)
 	if err != nil {
-		return Result{}, fmt.Errorf("ingest: %w", err)
+		return Result{}, err
 	}
 	defer kcl.Close()
-	if err := kcl.Admin().EnsureTopics(ctx, topics.TopicPrompts, topics.TopicRejected); err != nil {
-		return Result{}, fmt.Errorf("ingest: %w", err)
-	}
-
-	maxInFlight := cfg.MaxInFlight
-	if maxInFlight <= 0 {
-		maxInFlight = DefaultMaxInFlight
-	}
-	maxMsg := cfg.Kafka.MaxMessageBytes
-	if maxMsg <= 0 {
-		maxMsg = kafka.DefaultMaxMessageBytes
-	}
 	seen, err := idset.New(cfg.TempDir)
 	if err != nil {
 		return Result{}, fmt.Errorf("ingest: %w", err)
 	}
 	defer seen.Close()
-	r := &runner{
-		log:      log,
-		settings: settings,
-		defaults: cfg.Defaults,
-		turns:    cfg.Turns,
-		sampling: map[string]topics.Sampling{},
-		prompts:  kcl.NewProducer(topics.TopicPrompts, kafka.ProducerConfig{}),
-		dead:     kcl.NewDeadLetters(Stage),
-		met:      newIngestMetrics(cfg.Registerer),
-		ctx:      ctx,
-		slots:    make(chan struct{}, maxInFlight),
-		maxMsg:   maxMsg,
-		seen:     seen,
-		fileIdx:  map[string]int{},
-		onPrompt: cfg.OnPrompt,
-		datasets: map[string]int{},
-		reasons:  map[Reason]int{},
-		ignored:  map[string][]string{},
-	}
-	readBytes := func(n int64) { r.met.bytesRead.Add(float64(n)) }
+	life := stream.New(ctx, stream.Config{Client: kcl, Stage: Stage, Logger: log, Registerer: cfg.Registerer,
+		MaxInFlight: cmp.Or(cfg.MaxInFlight, DefaultMaxInFlight)})
+	r := &runner{log: log.With("stage", Stage), settings: settings, defaults: cfg.Defaults, turns: cfg.Turns, sampling: map[string]topics.Sampling{},
+		life: life, prompts: life.Output(topics.TopicPrompts), seen: seen, fileIdx: map[string]int{}, onPrompt: cfg.OnPrompt,
+		datasets: map[string]int{}, reasons: map[Reason]int{}, ignored: map[string][]string{}}
+	met := bytesRead(cfg.Registerer)
+	readBytes := func(n int64) { met.Add(float64(n)) }
 	if p := cfg.Progress; p != nil {
 		p.Begin(total)
-		readBytes = func(n int64) { r.met.bytesRead.Add(float64(n)); p.Read(n) }
+		readBytes = func(n int64) { met.Add(float64(n)); p.Read(n) }
 	}
-
 	start := time.Now()
-	var runErr error
-	for _, path := range inputs {
-		before := r.counts()
-		opt := readOptions{dataset: cfg.Dataset, maxLineBytes: cfg.MaxLineBytes, progress: readBytes, unknownKeys: r.unknownKeys}
-		if err := readFile(ctx, path, opt, r.handle); err != nil {
-			var fe *FileError
-			if !errors.As(err, &fe) {
-				runErr = err
-				break
-			}
-			// The rest of this file is unreadable: one rejection says from where and why; the next file is read.
-			log.Error("input file unreadable; the rest of it is rejected", "file", path, "from_line", fe.Line, "err", fe.Err.Detail)
-			dataset := cfg.Dataset
-			if dataset == "" {
-				dataset = DatasetName(path)
-			}
-			r.rejectWith(true, "", dataset, topics.Source{File: path, Line: fe.Line}, fe.Err, nil)
-		}
-		after := r.counts()
-		log.Info("input read", "file", path, "prompts", after.sent-before.sent, "rejected", after.rejected-before.rejected)
+	runErr := r.readAll(ctx, inputs, readOptions{dataset: cfg.Dataset, maxLineBytes: cfg.MaxLineBytes, progress: readBytes, unknownKeys: r.unknownKeys})
+	// Every record ends (acknowledged, or abandoned when ctx ended) before the writers close.
+	life.Wait()
+	if err := life.Close(); err != nil && runErr == nil {
+		runErr = fmt.Errorf("ingest: %w", err)
 	}
-	// Close flushes both writers; every done callback has run when Close returns.
-	if err := r.prompts.Close(); err != nil && runErr == nil {
-		runErr = fmt.Errorf("ingest: flush prompts: %w", err)
-	}
-	if err := r.dead.Close(); err != nil && runErr == nil {
-		runErr = fmt.Errorf("ingest: flush rejected: %w", err)
-	}
-	r.acks.Wait()
 	if cfg.Progress != nil {
 		cfg.Progress.End(runErr == nil)
 	}
-
 	res := r.result()
 	if runErr == nil && r.ackErr != nil {
 		runErr = fmt.Errorf("ingest: %d records not acknowledged by Kafka: %w", r.failed, r.ackErr)
 	}
 	for _, name := range settings.datasetNames() {
 		if _, ok := r.datasets[name]; !ok {
-			log.Warn("settings name a dataset no input produced", "dataset", name)
+			r.log.Warn("settings name a dataset no input produced", "dataset", name)
 		}
 	}
-	log.Info("ingest done", "prompts", res.Prompts, "rejected", res.Rejected, "datasets", len(res.Datasets),
+	r.log.Info("ingest done", "prompts", res.Prompts, "rejected", res.Rejected, "datasets", len(res.Datasets),
 		"elapsed", time.Since(start).Round(time.Millisecond), "err", runErr)
 	return res, runErr
+}
+
+// prepare checks cfg (filling in its defaults), expands the inputs and loads the settings; it returns the input
+// files and their total size.
+func prepare(cfg *Config) (inputs []string, total int64, settings Settings, err error) {
+	if len(cfg.Kafka.Brokers) == 0 {
+		return nil, 0, settings, errors.New("ingest: no Kafka brokers configured")
+	}
+	if len(cfg.Inputs) == 0 {
+		return nil, 0, settings, errors.New("ingest: no inputs (use --input)")
+	}
+	if inputs, err = ExpandInputs(cfg.Inputs); err != nil {
+		return nil, 0, settings, err
+	}
+	cfg.Turns = cmp.Or(cfg.Turns, TurnsAll)
+	if err := checkTurns(cfg.Turns); err != nil {
+		return nil, 0, settings, fmt.Errorf("ingest: --turns: %w", err)
+	}
+	if cfg.SettingsFile != "" {
+		if settings, err = LoadSettings(cfg.SettingsFile); err != nil {
+			return nil, 0, settings, err
+		}
+	}
+	for _, in := range inputs {
+		st, err := os.Stat(in)
+		if err != nil {
+			return nil, 0, settings, fmt.Errorf("ingest: %w", err)
+		}
+		total += st.Size()
+	}
+	return inputs, total, settings, nil
+}
+
+// connect returns a client of kc, with the topics ingest writes created.
+func connect(ctx context.Context, kc kafka.Config) (*kafka.Client, error) {
+	kcl, err := kafka.NewClient(kc)
+	if err != nil {
+		return nil, fmt.Errorf("ingest: %w", err)
+	}
+	if err := kcl.Admin().EnsureTopics(ctx, topics.TopicPrompts, topics.TopicRejected); err != nil {
+		kcl.Close()
+		return nil, fmt.Errorf("ingest: %w", err)
+	}
+	return kcl, nil
+}
+
+// readAll reads every input in turn; the rest of a file that cannot be read is one rejection, and the next file
+// is read. It returns what stopped the reading: a cancelled ctx, a failed duplicate check, or the stage's error.
+func (r *runner) readAll(ctx context.Context, inputs []string, opt readOptions) error {
+	for _, path := range inputs {
+		before := r.counts()
+		if err := readFile(ctx, path, opt, r.handle); err != nil {
+			var fe *FileError
+			if !errors.As(err, &fe) {
+				return err
+			}
+			r.log.Error("input file unreadable; the rest of it is rejected", "file", path, "from_line", fe.Line, "err", fe.Err.Detail)
+			src := topics.Source{File: path, Line: fe.Line}
+			r.reject(&topics.Prompt{Dataset: cmp.Or(opt.dataset, DatasetName(path)), Source: src}, fe.Err, nil)
+		}
+		after := r.counts()
+		r.log.Info("input read", "file", path, "prompts", after.sent-before.sent, "rejected", after.rejected-before.rejected)
+	}
+	return nil
 }
 
 // runner is the state of one Run: what was sent, what Kafka acknowledged, and the ids seen so far.
@@ -252,13 +228,8 @@ type runner struct {
 	defaults topics.Sampling
 	turns    string                     // Config.Turns
 	sampling map[string]topics.Sampling // resolved settings per dataset
-	prompts  *kafka.Producer
-	dead     *kafka.DeadLetters
-	ctx      context.Context // the run's: dead letters are retried while it lasts
-	met      *ingestMetrics
-	slots    chan struct{}
-	maxMsg   int
-	acks     sync.WaitGroup
+	life     *stream.Stage
+	prompts  *stream.Output
 	seen     *idset.Set // id -> first occurrence in this run (seenValue)
 	files    []string   // input files, indexed by seenValue
 	fileIdx  map[string]int
@@ -267,10 +238,9 @@ type runner struct {
 	ignored map[string][]string // dataset -> row keys not read, reported (only the reading goroutine uses it)
 
 	mu        sync.Mutex
-	sent      int // prompts sent and not failed
+	sent      int // prompts sent and not rejected
 	acked     int // prompts Kafka acknowledged
-	nRejected int
-	logged    int
+	nRejected int // lines rejected (dead letter sent or acknowledged)
 	datasets  map[string]int
 	reasons   map[Reason]int
 	failed    int
@@ -305,15 +275,20 @@ func (r *runner) unknownKeys(dataset string, keys []string, src topics.Source) {
 
 // handle is the RecordFunc of Run: route one line to prompts or rejected.
 func (r *runner) handle(p topics.Prompt, perr error, src topics.Source, raw []byte) error {
+	if err := r.life.Err(); err != nil {
+		return err // Kafka refuses the stage's writes: reading on cannot help
+	}
+	p.Source = src
 	if perr != nil {
-		return r.reject(p.ID, p.Dataset, src, perr, raw)
+		r.reject(&p, perr, raw)
+		return nil
 	}
 	if v, dup, err := r.seen.Get(p.ID); err != nil {
 		return fmt.Errorf("ingest: duplicate check: %w", err)
 	} else if dup {
 		first := r.source(v)
-		return r.reject(p.ID, p.Dataset, src, lineErr(ReasonDuplicateID,
-			"duplicate id %q: already used by %s line %d in this run", p.ID, first.File, first.Line), raw)
+		r.reject(&p, lineErr(ReasonDuplicateID, "duplicate id %q: already used by %s line %d in this run", p.ID, first.File, first.Line), raw)
+		return nil
 	}
 	samp, ok := r.sampling[p.Dataset]
 	if !ok {
@@ -324,47 +299,49 @@ func (r *runner) handle(p topics.Prompt, perr error, src topics.Source, raw []by
 	if r.settings.TurnsFor(p.Dataset, r.turns) == TurnsLast {
 		p = LastTurn(p)
 	}
-	value, err := topics.Marshal(&p)
-	if err != nil {
-		return fmt.Errorf("ingest: encode prompt %q: %w", p.ID, err)
-	}
-	if len(value)+len(p.ID)+64 > r.maxMsg {
-		return r.reject(p.ID, p.Dataset, src, lineErr(ReasonTooLarge,
-			"prompt record is %d bytes, over the %d-byte Kafka message limit", len(value), r.maxMsg), raw)
-	}
 	if err := r.seen.Put(p.ID, r.seenValue(src)); err != nil {
 		return fmt.Errorf("ingest: duplicate check: %w", err)
 	}
-
 	r.mu.Lock()
 	r.sent++
 	r.mu.Unlock()
-	id, dataset := p.ID, p.Dataset
-	return r.send(r.prompts, p.ID, value, func(err error) {
-		if kafka.IsRecordTooLarge(err) {
-			// The broker refused the record (the topic's max.message.bytes is below ours): dead-letter the
-			// line as if it had failed the check above, and go on. The line itself is no longer at hand; its
-			// source says where it is.
-			r.mu.Lock()
-			r.sent--
-			r.mu.Unlock()
-			r.rejectWith(false, id, dataset, src, lineErr(ReasonTooLarge, "prompt record refused: %v", err), nil)
-			return
-		}
+	// A prompt over the message size limit, the client's or the topic's, is rejected as too_large by the
+	// lifecycle's produce policy; the run goes on.
+	rec := stream.From(r.life, &p, where(src), r.ended(p.ID, p.Dataset, src, true))
+	rec.Produce(r.prompts, p.ID, &p, stream.Outcome{Result: resultIngested})
+	return nil
+}
+
+// where names an input line for logs.
+func where(src topics.Source) string { return fmt.Sprintf("%s line %d", src.File, src.Line) }
+
+// ended returns what runs once the record of one line ended: with its outcome (ingested or rejected), or with
+// the error that abandoned it. produced says the line was sent as a prompt (a rejection then moves it from
+// the sent to the rejected lines).
+func (r *runner) ended(id, dataset string, src topics.Source, produced bool) func(stream.Outcome, error) {
+	return func(o stream.Outcome, err error) {
 		r.mu.Lock()
-		if err != nil {
-			r.fail(err)
-			r.mu.Unlock()
-			return
+		switch {
+		case err != nil:
+			if !produced {
+				r.nRejected--
+			}
+			r.fail(fmt.Errorf("ingest: %s: %w", where(src), err))
+		case o.Result == stream.Rejected:
+			if produced {
+				r.sent--
+				r.nRejected++
+			}
+			r.reasons[Reason(o.Class)]++
+		default:
+			r.acked++
+			r.datasets[dataset]++
 		}
-		r.acked++
-		r.datasets[dataset]++
-		r.met.prompts.WithLabelValues(dataset).Inc()
 		r.mu.Unlock()
-		if r.onPrompt != nil {
+		if err == nil && o.Result == resultIngested && r.onPrompt != nil {
 			r.onPrompt(id, src)
 		}
-	})
+	}
 }
 
 // seenValue encodes where an id first occurred: the index of its file in r.files, then its line.
@@ -388,76 +365,17 @@ func (r *runner) source(v []byte) topics.Source {
 	return topics.Source{File: r.files[i], Line: line}
 }
 
-// reject dead-letters one line.
-func (r *runner) reject(id, dataset string, src topics.Source, perr error, raw []byte) error {
-	r.rejectWith(true, id, dataset, src, perr, raw)
-	return nil
-}
-
-// rejectWith dead-letters one line through the one dead-letter policy (kafka.DeadLetters: the payload fits
-// the message limit, failed writes are retried while the run lasts). bounded takes an in-flight slot, as
-// prompts do; a done callback passes false, since waiting there for a slot could wait on the very callbacks
-// the writer runs after it.
-func (r *runner) rejectWith(bounded bool, id, dataset string, src topics.Source, perr error, raw []byte) {
+// reject dead-letters one line (p holds what was parsed of it, at least its source) through the lifecycle.
+func (r *runner) reject(p *topics.Prompt, perr error, raw []byte) {
 	reason := ReasonOf(perr)
 	if reason == "" {
 		reason = ReasonBadField
 	}
 	r.mu.Lock()
 	r.nRejected++
-	r.logged++
-	verbose := r.logged <= maxLoggedRejections
-	lastLogged := r.logged == maxLoggedRejections
 	r.mu.Unlock()
-	level := slog.LevelDebug
-	if verbose {
-		level = slog.LevelWarn
-	}
-	r.log.Log(context.Background(), level, "line rejected", "file", src.File, "line", src.Line, "reason", perr.Error())
-	if lastLogged {
-		r.log.Warn(fmt.Sprintf("%d lines rejected: the next rejections are logged at debug level only; every one is on the rejected topic "+
-			"(and in rejected.jsonl beside the shards of draftflow run)", maxLoggedRejections))
-	}
-	if len(raw) > topics.MaxRejectedPayload {
-		raw = raw[:topics.MaxRejectedPayload]
-	}
-	if bounded {
-		r.slots <- struct{}{}
-	}
-	r.acks.Add(1)
-	r.dead.Reject(r.ctx, nil, &topics.Rejection{ID: id, Dataset: dataset, Reason: perr.Error(), Class: string(reason), Source: src, Payload: raw},
-		func(err error) {
-			defer r.acks.Done()
-			if bounded {
-				<-r.slots
-			}
-			r.mu.Lock()
-			defer r.mu.Unlock()
-			if err != nil {
-				r.nRejected--
-				r.fail(fmt.Errorf("ingest: dead letter of %s line %d: %w", src.File, src.Line, err))
-				return
-			}
-			r.reasons[reason]++
-			r.met.rejected.WithLabelValues(string(reason)).Inc()
-		})
-}
-
-// send writes one encoded record, bounding the records in flight; done runs once Kafka answered.
-func (r *runner) send(p *kafka.Producer, key string, value []byte, done func(error)) error {
-	r.slots <- struct{}{}
-	r.acks.Add(1)
-	err := p.SendRaw(context.Background(), key, value, func(err error) {
-		done(err)
-		<-r.slots
-		r.acks.Done()
-	})
-	if err != nil {
-		<-r.slots
-		r.acks.Done()
-		return err
-	}
-	return nil
+	rec := stream.From(r.life, p, where(p.Source), r.ended(p.ID, p.Dataset, p.Source, false))
+	rec.Reject(string(reason), perr.Error(), raw)
 }
 
 // fail records a failed acknowledgement; r.mu is held.

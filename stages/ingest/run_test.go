@@ -19,12 +19,12 @@ import (
 
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/kafka/embedded"
+	"github.com/draftflow/draftflow/kafka/stream"
 
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
 	"github.com/apache/arrow/go/v17/arrow/memory"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/draftflow/draftflow/topics"
 )
@@ -80,9 +80,8 @@ func TestRunSample(t *testing.T) {
 	cfg := Config{Kafka: kc, Inputs: []string{samplePath}, SettingsFile: settings,
 		Defaults: topics.Sampling{TopP: 0.9, MaxNewTokens: 100}, Logger: slog.New(slog.DiscardHandler), Progress: &progress,
 		Registerer: prometheus.NewRegistry()}
-	rejectedTotal := newIngestMetrics(cfg.Registerer).rejected // the run's series, on its own registry
 	ids := collectIDs(&cfg)
-	before := counterValue(rejectedTotal.WithLabelValues(string(ReasonUnknownRole)))
+	before := recordsCounted(t, cfg.Registerer, stream.Rejected, string(ReasonUnknownRole))
 	res, err := Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -94,8 +93,11 @@ func TestRunSample(t *testing.T) {
 	if strings.Join(ids(), ",") != strings.Join(exp.IDs, ",") {
 		t.Fatal("acknowledged ids differ from expected.json (in input order)")
 	}
-	if got := counterValue(rejectedTotal.WithLabelValues(string(ReasonUnknownRole))) - before; got != 1 {
-		t.Errorf("rejected{unknown_role} rose by %v, want 1", got)
+	if got := recordsCounted(t, cfg.Registerer, stream.Rejected, string(ReasonUnknownRole)) - before; got != 1 {
+		t.Errorf("draftflow_records_total{stage=ingest,result=rejected,class=unknown_role} rose by %v, want 1", got)
+	}
+	if got := recordsCounted(t, cfg.Registerer, resultIngested, ""); got != float64(exp.Valid) {
+		t.Errorf("draftflow_records_total{stage=ingest,result=ingested} = %v, want %d", got, exp.Valid)
 	}
 	st, err := os.Stat(samplePath)
 	if err != nil {
@@ -226,16 +228,32 @@ func TestRunCancelled(t *testing.T) {
 	}
 }
 
-func counterValue(c prometheus.Counter) float64 {
-	var m dto.Metric
-	if err := c.Write(&m); err != nil {
-		panic(err)
+// recordsCounted returns draftflow_records_total{stage="ingest", result, class} of reg (a *prometheus.Registry).
+func recordsCounted(t *testing.T, reg prometheus.Registerer, result, class string) float64 {
+	t.Helper()
+	mfs, err := reg.(*prometheus.Registry).Gather()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return m.GetCounter().GetValue()
+	for _, mf := range mfs {
+		if mf.GetName() != "draftflow_records_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["stage"] == Stage && labels["result"] == result && labels["class"] == class {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
 }
 
 // A prompt the broker refuses (the existing prompts topic accepts less than ingest's writers send) is
-// dead-lettered as record_too_large with the sizes, and the run goes on and succeeds.
+// dead-lettered as too_large with the sizes, and the run goes on and succeeds.
 func TestRunRejectsPromptRefusedByBroker(t *testing.T) {
 	kc := startKafka(t)
 	small := kc

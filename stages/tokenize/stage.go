@@ -7,6 +7,7 @@
 package tokenize
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -20,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/draftflow/draftflow/kafka"
+	"github.com/draftflow/draftflow/kafka/stream"
 	"github.com/draftflow/draftflow/metrics"
 	"github.com/draftflow/draftflow/topics"
 )
@@ -70,56 +72,26 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Group, "group", c.Group, "consumer group (default draftflow-tokenize)")
 }
 
-// stageMetrics are the tokenize stage's series, registered on Config.Registerer.
-type stageMetrics struct {
-	prompts, tokens prometheus.Counter
-	foreignTurns    prometheus.Counter
-	rejected        *prometheus.CounterVec
-	encodeSeconds   prometheus.Histogram
+// The results of the stage's records (draftflow_records_total{stage="tokenize"}), besides stream.Rejected.
+const (
+	resultTokenized   = "tokenized"    // produced to the tokenized topic
+	resultForeignTurn = "foreign_turn" // a later turn of another namespace's conversation (--input-namespace): skipped
+)
+
+// encodeSeconds is the tokenize stage's own series, registered on Config.Registerer.
+func encodeSeconds(reg prometheus.Registerer) prometheus.Histogram {
+	return metrics.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "draftflow_tokenize_encode_seconds", Help: "Time to render and encode one prompt.",
+		Buckets: prometheus.ExponentialBuckets(1e-5, 4, 10),
+	}))
 }
 
-func newStageMetrics(reg prometheus.Registerer) *stageMetrics {
-	return &stageMetrics{
-		prompts: metrics.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "draftflow_tokenize_prompts_total", Help: "Prompts tokenized and produced.",
-		})),
-		tokens: metrics.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "draftflow_tokenize_tokens_total", Help: "Prompt tokens produced.",
-		})),
-		foreignTurns: metrics.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "draftflow_tokenize_foreign_turns_skipped_total",
-			Help: "Later turns of another namespace's conversations skipped while reading its prompts (--input-namespace).",
-		})),
-		rejected: metrics.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "draftflow_tokenize_rejected_total", Help: "Prompts dead-lettered, by reason.",
-		}, []string{"reason"})),
-		encodeSeconds: metrics.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "draftflow_tokenize_encode_seconds", Help: "Time to render and encode one prompt.",
-			Buckets: prometheus.ExponentialBuckets(1e-5, 4, 10),
-		})),
-	}
-}
-
-// Run consumes prompts until ctx is cancelled.
-func Run(ctx context.Context, cfg Config) (err error) {
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	log = log.With("stage", "tokenize")
-	met := newStageMetrics(cfg.Registerer)
-	m := cfg.Model
-	if m == nil {
-		var err error
-		if m, err = LoadModel(cfg.ModelDir); err != nil {
-			return err
-		}
-	}
-	name := m.Name
-	if cfg.ModelName != "" {
-		name = cfg.ModelName
-	}
-	ctxLen, err := m.ContextWindow(cfg.ContextLength)
+// Run consumes prompts until ctx is cancelled. Each is decoded, rendered and encoded by the record lifecycle
+// (package kafka/stream) on cfg.Workers goroutines; its Tokenized record is written under the lifecycle's produce
+// policy, and a prompt that cannot be rendered, or leaves no room for generation, is dead-lettered.
+func Run(ctx context.Context, cfg Config) error {
+	log := cmp.Or(cfg.Logger, slog.Default()).With("stage", "tokenize")
+	t, err := newWorker(cfg, log)
 	if err != nil {
 		return err
 	}
@@ -127,185 +99,121 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	group := cfg.Group
-	if group == "" {
-		group = DefaultGroup
-	}
-	parsers, err := m.Parsers(cfg.ReasoningParser, cfg.ToolCallParser)
-	if err != nil {
-		return err
-	}
-	log.Info("tokenize starting", "model", name, "hash", m.Hash, "context_length", ctxLen, "workers", workers,
-		"reasoning_parser", parsers.Reasoning, "tool_call_parser", parsers.Tools)
-
+	log.Info("tokenize starting", "model", t.name, "hash", t.m.Hash, "context_length", t.ctxLen, "workers", workers,
+		"reasoning_parser", t.parsers.Reasoning, "tool_call_parser", t.parsers.Tools)
 	kcl, err := kafka.NewClient(cfg.Kafka)
 	if err != nil {
 		return err
 	}
 	defer kcl.Close()
-	out := kcl.NewProducer(topics.TopicTokenized, kafka.ProducerConfig{})
-	dead := kcl.NewDeadLetters("tokenize")
-	// Closing flushes what is in flight: the output first, whose failures may still be dead-lettered. An error
-	// closing them is the stage's when it has none.
-	defer func() {
-		if cerr := errors.Join(out.Close(), dead.Close()); cerr != nil && err == nil {
-			err = fmt.Errorf("tokenize: close producers: %w", cerr)
-		}
-	}()
-
-	// fatal stops the stage when Kafka refuses a write: the delivery stays unfinished and is redelivered later.
-	runCtx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	fatal := func(err error) { cancel(err) }
-
-	reject := func(d *kafka.Delivery, p *topics.Prompt, reason, label string) {
-		met.rejected.WithLabelValues(label).Inc()
-		log.Warn("prompt rejected", "id", p.ID, "where", d.Where(), "reason", reason)
-		// The one dead-letter policy (kafka.DeadLetters): retried while the stage runs, abandoned (and
-		// redelivered) at shutdown.
-		dead.Reject(runCtx, d, &topics.Rejection{ID: p.ID, Dataset: p.Dataset, Reason: reason, Class: label, Source: p.Source},
-			func(err error) {
-				if err != nil {
-					d.Abandon()
-					return
-				}
-				d.Done()
-			})
+	life := stream.New(ctx, stream.Config{Client: kcl, Stage: "tokenize", Logger: cmp.Or(cfg.Logger, slog.Default()), Registerer: cfg.Registerer})
+	t.out = life.Output(topics.TopicTokenized)
+	ins, closeOwn, err := t.consumers(cfg, kcl, log)
+	if err != nil {
+		return errors.Join(err, life.Close())
 	}
-
-	// Whether the chat template shows tools is checked on each dataset's first prompt that has tools.
-	var toolsChecked onceEach
-	work := make(chan *kafka.Delivery, workers*4)
-	var wg sync.WaitGroup
-	for i := 0; i < workers; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for d := range work {
-				if runCtx.Err() != nil {
-					d.Abandon()
-					continue
-				}
-				var p topics.Prompt
-				if err := topics.Unmarshal(d.Message.Value, &p); err != nil {
-					reject(d, &p, fmt.Sprintf("undecodable prompt at %s: %v", d.Where(), err), "decode")
-					continue
-				}
-				start := time.Now()
-				text, ids, err := m.encode(&p)
-				met.encodeSeconds.Observe(time.Since(start).Seconds())
-				if err != nil {
-					reject(d, &p, fmt.Sprintf("prompt %s%s: %v", p.ID, origin(&p), err), "template")
-					continue
-				}
-				if len(p.Tools) > 0 && toolsChecked.firstOf(p.Dataset) && m.IgnoresTools(&p, text) {
-					log.Warn("the chat template ignores tools: this dataset's prompts carry tools the model is not shown",
-						"dataset", p.Dataset, "model", name, "first", fmt.Sprintf("%s%s", p.ID, origin(&p)))
-				}
-				if !Fits(len(ids), p.Sampling.MaxNewTokens, ctxLen) {
-					reject(d, &p, fmt.Sprintf("prompt %s%s is %d tokens; with max_new_tokens %d it does not fit the model context of %d tokens",
-						p.ID, origin(&p), len(ids), p.Sampling.MaxNewTokens, ctxLen), "too_long")
-					continue
-				}
-				rec := &topics.Tokenized{ID: p.ID, Dataset: p.Dataset, Turn: p.Turn, Sampling: p.Sampling, Source: p.Source,
-					Model: name, TokenizerHash: m.Hash, InputIDs: ids, Endpoint: p.Endpoint, Continuation: p.Continuation}
-				if len(p.Rest) > 0 {
-					rec.Thread = &topics.Thread{Messages: p.Messages, Tools: p.Tools, Rest: p.Rest}
-					rec.Parsers = parsers
-					rec.Parsers.ReasoningOpen = parsers.Reasoning != "" && reasoningOpen(text)
-				}
-				n := len(ids)
-				// A record over the message limit, found here or refused by the broker, is dead-lettered:
-				// retrying it would fail forever.
-				tooLarge := func(err error) {
-					reject(d, &p, fmt.Sprintf("prompt %s%s: %v", p.ID, origin(&p), err), "too_large")
-				}
-				if err := out.Send(runCtx, string(d.Message.Key), rec, func(err error) {
-					if kafka.IsRecordTooLarge(err) {
-						tooLarge(err)
-						return
-					}
-					if err != nil {
-						d.Abandon()
-						fatal(fmt.Errorf("tokenize: produce %s: %w", p.ID, err))
-						return
-					}
-					met.prompts.Inc()
-					met.tokens.Add(float64(n))
-					d.Done()
-				}); kafka.IsRecordTooLarge(err) {
-					tooLarge(err)
-				} else if err != nil {
-					d.Abandon()
-					fatal(err)
-				}
-			}
-		}()
-	}
-	in := kcl.NewConsumer(topics.TopicPrompts, kafka.ConsumerConfig{Group: group, MaxInFlight: 4096})
+	defer closeOwn()
 	cfg.Ready.Add("tokenize", func() error {
-		if in.Assigned() == 0 {
+		if ins[0].Assigned() == 0 {
 			return errors.New("no partitions of the prompts topic assigned")
 		}
 		return nil
 	})
-	feed := func(d *kafka.Delivery) {
-		select {
-		case work <- d:
-		case <-runCtx.Done():
-			d.Abandon() // redelivered after a restart
+	err = stream.Consume(ctx, life, stream.Options[topics.Prompt]{Workers: workers}, t.handle, ins...)
+	return errors.Join(err, life.Close())
+}
+
+// worker is the work of one running stage: a prompt in, a Tokenized record out.
+type worker struct {
+	m       *Model
+	name    string // the model name recorded downstream
+	ctxLen  int
+	parsers topics.Parsers
+	log     *slog.Logger
+	encode  prometheus.Histogram
+	out     *stream.Output
+	// foreign is the physical prompts topic of another namespace read with --input-namespace (empty: none):
+	// its continuations are not this namespace's to tokenize.
+	foreign      string
+	toolsChecked onceEach // whether the chat template shows tools is checked on each dataset's first prompt with tools
+}
+
+// newWorker loads the model (unless cfg.Model is set) and resolves the context window and reply parsers.
+func newWorker(cfg Config, log *slog.Logger) (*worker, error) {
+	m := cfg.Model
+	if m == nil {
+		var err error
+		if m, err = LoadModel(cfg.ModelDir); err != nil {
+			return nil, err
 		}
 	}
-	// Reading another namespace's prompts (--input-namespace): its ingested prompts are ours to tokenize,
-	// its continuations (later turns built from its own replies) are not. The later turns of this
-	// namespace's conversations come back on this namespace's prompts topic, read by a second consumer
-	// (group "<group>-turns").
-	foreign := cfg.Kafka.InputNamespace != "" && cfg.Kafka.InputNamespace != cfg.Kafka.Namespace
-	var turnsErr error
-	var turnsDone sync.WaitGroup
-	if foreign {
-		own := cfg.Kafka
-		own.InputNamespace = ""
-		ownCl, err := kafka.NewClient(own)
-		if err != nil {
-			return err
-		}
-		defer ownCl.Close()
-		turns := ownCl.NewConsumer(topics.TopicPrompts, kafka.ConsumerConfig{Group: group + "-turns", MaxInFlight: 4096})
-		turnsDone.Add(1)
-		go func() {
-			defer turnsDone.Done()
-			if turnsErr = turns.Run(runCtx, feed); turnsErr != nil {
-				cancel(turnsErr)
-			}
-		}()
-		log.Info("reading another namespace's prompts; this namespace's later turns from its own prompts topic",
-			"input", cfg.Kafka.InputTopic(topics.TopicPrompts), "turns", own.Topic(topics.TopicPrompts))
+	ctxLen, err := m.ContextWindow(cfg.ContextLength)
+	if err != nil {
+		return nil, err
 	}
-	err = in.Run(runCtx, func(d *kafka.Delivery) {
-		if foreign {
-			var p topics.Prompt
-			if topics.Unmarshal(d.Message.Value, &p) == nil && p.Continuation {
-				met.foreignTurns.Inc()
-				d.Done()
-				return
-			}
-		}
-		feed(d)
-	})
-	if foreign {
-		cancel(nil)
-		turnsDone.Wait()
-		if err == nil && ctx.Err() == nil {
-			err = turnsErr
-		}
+	parsers, err := m.Parsers(cfg.ReasoningParser, cfg.ToolCallParser)
+	if err != nil {
+		return nil, err
 	}
-	close(work)
-	wg.Wait()
-	if cause := context.Cause(runCtx); cause != nil && cause != context.Canceled && ctx.Err() == nil {
-		return cause
+	return &worker{m: m, name: cmp.Or(cfg.ModelName, m.Name), ctxLen: ctxLen, parsers: parsers, log: log,
+		encode: encodeSeconds(cfg.Registerer)}, nil
+}
+
+// consumers returns the stage's consumers of the prompts topic: its group's, and, when it reads another
+// namespace's prompts (--input-namespace), a second one (group "<group>-turns", on a client of its own that the
+// returned function closes) for the later turns of this namespace's conversations, which come back on this
+// namespace's prompts topic. The foreign ingested prompts are ours to tokenize, the foreign continuations (later
+// turns built from that namespace's replies) are not.
+func (t *worker) consumers(cfg Config, kcl *kafka.Client, log *slog.Logger) ([]*kafka.Consumer, func(), error) {
+	group := cmp.Or(cfg.Group, DefaultGroup)
+	ins := []*kafka.Consumer{kcl.NewConsumer(topics.TopicPrompts, kafka.ConsumerConfig{Group: group, MaxInFlight: 4096})}
+	if cfg.Kafka.InputNamespace == "" || cfg.Kafka.InputNamespace == cfg.Kafka.Namespace {
+		return ins, func() {}, nil
 	}
-	return err
+	own := cfg.Kafka
+	own.InputNamespace = ""
+	ownCl, err := kafka.NewClient(own)
+	if err != nil {
+		return nil, nil, err
+	}
+	t.foreign = cfg.Kafka.InputTopic(topics.TopicPrompts)
+	log.Info("reading another namespace's prompts; this namespace's later turns from its own prompts topic",
+		"input", t.foreign, "turns", own.Topic(topics.TopicPrompts))
+	turns := ownCl.NewConsumer(topics.TopicPrompts, kafka.ConsumerConfig{Group: group + "-turns", MaxInFlight: 4096})
+	return append(ins, turns), func() { ownCl.Close() }, nil
+}
+
+// handle tokenizes one prompt and produces its Tokenized record, or rejects it.
+func (t *worker) handle(r *stream.Record[topics.Prompt]) {
+	p := r.Value
+	if p.Continuation && t.foreign != "" && r.Message().Topic == t.foreign {
+		r.Finish(stream.Outcome{Result: resultForeignTurn})
+		return
+	}
+	start := time.Now()
+	text, ids, err := t.m.encode(p)
+	t.encode.Observe(time.Since(start).Seconds())
+	if err != nil {
+		r.Reject("template", fmt.Sprintf("prompt %s%s: %v", p.ID, origin(p), err), nil)
+		return
+	}
+	if len(p.Tools) > 0 && t.toolsChecked.firstOf(p.Dataset) && t.m.IgnoresTools(p, text) {
+		t.log.Warn("the chat template ignores tools: this dataset's prompts carry tools the model is not shown",
+			"dataset", p.Dataset, "model", t.name, "first", fmt.Sprintf("%s%s", p.ID, origin(p)))
+	}
+	if !Fits(len(ids), p.Sampling.MaxNewTokens, t.ctxLen) {
+		r.Reject("too_long", fmt.Sprintf("prompt %s%s is %d tokens; with max_new_tokens %d it does not fit the model context of %d tokens",
+			p.ID, origin(p), len(ids), p.Sampling.MaxNewTokens, t.ctxLen), nil)
+		return
+	}
+	rec := &topics.Tokenized{ID: p.ID, Dataset: p.Dataset, Turn: p.Turn, Sampling: p.Sampling, Source: p.Source,
+		Model: t.name, TokenizerHash: t.m.Hash, InputIDs: ids, Endpoint: p.Endpoint, Continuation: p.Continuation}
+	if len(p.Rest) > 0 {
+		rec.Thread = &topics.Thread{Messages: p.Messages, Tools: p.Tools, Rest: p.Rest}
+		rec.Parsers = t.parsers
+		rec.Parsers.ReasoningOpen = t.parsers.Reasoning != "" && reasoningOpen(text)
+	}
+	r.Produce(t.out, r.Key(), rec, stream.Outcome{Result: resultTokenized, Tokens: len(ids)})
 }
 
 // onceEach answers true once per key.
