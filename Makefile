@@ -9,7 +9,7 @@ DEMO_OUT ?= out/demo
 export DRAFTFLOW_CACHE ?= $(HOME)/.cache/draftflow
 GOTEST_FLAGS ?= -timeout 45m
 
-.PHONY: all build demo test test-go test-python test-integration deps deps-go deps-python bench bench-kafka scale rebalance fuzz chaos vet fmt kafka-up kafka-down sglang-up sglang-down test-sglang bench-sglang clean
+.PHONY: all build demo test test-go test-python test-integration deps deps-go deps-python bench bench-kafka scale rebalance fuzz chaos vet fmt kafka-up kafka-down sglang-up sglang-down test-sglang test-capture bench-sglang clean
 
 all: build
 
@@ -83,7 +83,15 @@ sglang-down:
 test-sglang: deps-go
 	@bash deploy/sglang/sglang.sh install >/dev/null
 	@bash deploy/sglang/sglang.sh model >/dev/null
-	PYTHON=$(PYTHON) DRAFTFLOW_LIVE_SGLANG=1 OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(GO) test -count=1 -p 1 -timeout 40m -v $(if $(LIVE_RUN),-run '$(LIVE_RUN)') ./internal/livesglang/
+	PYTHON=$(PYTHON) DRAFTFLOW_LIVE_SGLANG=1 OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(GO) test -count=1 -p 1 -timeout 40m -v $(if $(LIVE_RUN),-run '$(LIVE_RUN)',-skip '$(CAPTURE_TESTS)') ./internal/livesglang/
+
+## test-capture: EAGLE-3 feature capture against the real SGLang 0.5.23 on this machine's CPU (an aux-capture
+## server and a final-state server, one at a time): captured features equal a transformers forward pass
+## (docs/hidden-states.md). Separate from test-sglang so each tier stays within its time bound.
+CAPTURE_TESTS := TestFeatures
+test-capture: deps-go
+	@bash deploy/sglang/sglang.sh install >/dev/null
+	PYTHON=$(PYTHON) DRAFTFLOW_LIVE_SGLANG=1 OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(GO) test -count=1 -p 1 -timeout 30m -v -run '$(CAPTURE_TESTS)' ./internal/livesglang/
 
 ## bench-sglang: the generate policies and SGLang's bench_serving against the real SGLang 0.5.23 on this machine's
 ## CPU, one server per pool, interleaved repeats (docs/performance.md; long: not in make bench or .ci/run).

@@ -313,8 +313,12 @@ func TestConsumerCrashRedoesAtMostInFlightWindow(t *testing.T) {
 			}
 		})
 	}()
+	// The survivor's session is long: a fresh join after the crash is refused (it could only be the victim's),
+	// so a survivor whose heartbeats a loaded machine delays past a short session would be shut out for good.
+	survivorCC := cc
+	survivorCC.SessionTimeout = 45 * time.Second
 	survivorDone := make(chan error, 1)
-	go func() { survivorDone <- g.member(ctx, cl.NewConsumer(topics.TopicTokenized, cc), nil, nil) }()
+	go func() { survivorDone <- g.member(ctx, cl.NewConsumer(topics.TopicTokenized, survivorCC), nil, nil) }()
 
 	g.waitAll(t, n/3, time.Minute)
 	handedMu.Lock()

@@ -67,6 +67,10 @@ type GenerateRequest struct {
 	// RoutedDPRank pins the request to one data-parallel rank of a server started with --dp-size > 1
 	// (GenerateReqInput.routed_dp_rank, io_struct.py); nil lets the server's balancer choose.
 	RoutedDPRank *int `json:"routed_dp_rank,omitempty"`
+	// ReturnHiddenStates asks for meta_info.hidden_states (a server started with --enable-return-hidden-states
+	// or --enable-return-aux-hidden-states; see hidden.go for what comes back). Read it with
+	// ParseGenerateHidden or Client.CaptureHidden: Generate ignores it.
+	ReturnHiddenStates bool `json:"return_hidden_states,omitempty"`
 }
 
 // The forms of meta_info.finish_reason's type.
@@ -271,6 +275,20 @@ func (c *Client) Abort(ctx context.Context, rid string) error {
 
 // do sends one call and returns the body of a 200 answer.
 func (c *Client) do(ctx context.Context, method, path string, body []byte) ([]byte, error) {
+	return c.doLimit(ctx, method, path, body, maxResponseBytes)
+}
+
+// jsonMarshal encodes a request body.
+func jsonMarshal(v any) ([]byte, error) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("sglang: encode request: %w", err)
+	}
+	return body, nil
+}
+
+// doLimit is do reading at most limit bytes of the answer (a longer one is an error, never a cut body).
+func (c *Client) doLimit(ctx context.Context, method, path string, body []byte, limit int64) ([]byte, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -290,9 +308,12 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte) ([]by
 		return nil, err
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
 		return nil, fmt.Errorf("sglang: read %s answer: %w", path, err)
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("sglang: %s answer longer than %d bytes", path, limit)
 	}
 	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
 		return nil, &AuthError{Endpoint: c.base, Code: resp.StatusCode, Message: errorMessage(data), KeySet: !c.apiKey.IsZero()}

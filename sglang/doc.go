@@ -14,6 +14,11 @@
 // silent zero. The simulator in sglang/sim is a double of the same server, its contract tests pinned to the
 // wheel's source; the reply parsers in sglang/reply read a turn's text as SGLang's own parsers do.
 //
+// Hidden states (hidden.go): GenerateRequest.ReturnHiddenStates asks for meta_info.hidden_states;
+// ParseGenerateHidden reads them into float32 in one pass over the answer (no generic JSON tree), and
+// Client.CaptureHidden sends the prefill of one row and checks that every position came back (what SGLang
+// returns, and the server flags it needs, are in hidden.go and docs/hidden-states.md).
+//
 // Files: client.go (Client, /generate, /health, /abort_request, the error forms), introspect.go
-// (/server_info, /v1/loads, /metrics).
+// (/server_info, /v1/loads, /metrics), hidden.go (hidden-state capture).
 package sglang

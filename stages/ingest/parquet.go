@@ -6,17 +6,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/draftflow/draftflow/internal/parquetcodec"
 	"io"
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"unicode/utf8"
 
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
 	"github.com/apache/arrow/go/v17/arrow/memory"
-	"github.com/apache/arrow/go/v17/parquet/compress"
 	"github.com/apache/arrow/go/v17/parquet/file"
 	"github.com/apache/arrow/go/v17/parquet/pqarrow"
 
@@ -52,7 +51,7 @@ func readParquet(ctx context.Context, path string, f *os.File, opt readOptions, 
 		}()
 		return fn(p, perr, src, raw)
 	}
-	safeCodecs()
+	parquetcodec.Register()
 	st, err := f.Stat()
 	if err != nil {
 		return fmt.Errorf("ingest: %w", err)
@@ -134,33 +133,6 @@ func readParquet(ctx context.Context, path string, f *os.File, opt readOptions, 
 		return fileErr(path, row+1, ReasonCorruptFile, "corrupt Parquet data after row %d: %v", row, err)
 	}
 	return nil
-}
-
-// safeCodecs wraps every registered Parquet codec once so that a page that does not decompress fails the read
-// with an error instead of crashing the process: arrow's codecs panic on corrupt data (their Decode has no
-// error result), inside goroutines arrow starts where no recover of ours reaches. A failed Decode returns
-// nothing, and arrow reports the page's size mismatch as an error.
-var safeCodecs = sync.OnceFunc(func() {
-	for _, c := range []compress.Compression{compress.Codecs.Snappy, compress.Codecs.Gzip, compress.Codecs.Brotli,
-		compress.Codecs.Lz4, compress.Codecs.Zstd} {
-		if inner, err := compress.GetCodec(c); err == nil {
-			if _, done := inner.(safeCodec); !done {
-				compress.RegisterCodec(c, safeCodec{inner})
-			}
-		}
-	}
-})
-
-// safeCodec is a Parquet codec whose Decode returns nil instead of panicking; see safeCodecs.
-type safeCodec struct{ compress.Codec }
-
-func (c safeCodec) Decode(dst, src []byte) (out []byte) {
-	defer func() {
-		if recover() != nil {
-			out = nil
-		}
-	}()
-	return c.Codec.Decode(dst, src)
 }
 
 // checkPages reads every page of the given leaf columns once, here, before arrow's record reader does. arrow

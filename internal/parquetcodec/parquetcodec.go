@@ -1,4 +1,9 @@
-package sink
+// Package parquetcodec owns the process's Parquet codec table (arrow's compress registry), which is global to
+// the process: Register installs draftflow's zstd codec (one encoder per level instead of one per page) and
+// wraps every codec so that a page that does not decompress fails the read with an error instead of a panic.
+// The sink (writing shards) and ingest (reading Parquet datasets) both call Register; nothing else touches
+// the table.
+package parquetcodec
 
 import (
 	"io"
@@ -80,5 +85,29 @@ func (zstdCodec) CompressBound(n int64) int64 {
 	return n + (n >> 8) + extra
 }
 
-// registerZstd installs zstdCodec for Parquet zstd in this process (once).
-var registerZstd = sync.OnceFunc(func() { compress.RegisterCodec(compress.Codecs.Zstd, zstdCodec{}) })
+// Register installs zstdCodec for Parquet zstd and wraps every registered codec in safeCodec, once per
+// process. Call it before reading or writing Parquet.
+var Register = sync.OnceFunc(func() {
+	compress.RegisterCodec(compress.Codecs.Zstd, zstdCodec{})
+	for _, c := range []compress.Compression{compress.Codecs.Snappy, compress.Codecs.Gzip, compress.Codecs.Brotli,
+		compress.Codecs.Lz4, compress.Codecs.Zstd} {
+		if inner, err := compress.GetCodec(c); err == nil {
+			compress.RegisterCodec(c, safeCodec{inner})
+		}
+	}
+})
+
+// safeCodec is a Parquet codec whose Decode returns nil instead of panicking: arrow's codecs panic on corrupt
+// data (their Decode has no error result), inside goroutines arrow starts where no recover of ours reaches. A
+// failed Decode returns nothing, and arrow reports the page's size mismatch as an error.
+type safeCodec struct{ compress.Codec }
+
+// Decode is the wrapped codec's Decode, or nil where it panics.
+func (c safeCodec) Decode(dst, src []byte) (out []byte) {
+	defer func() {
+		if recover() != nil {
+			out = nil
+		}
+	}()
+	return c.Codec.Decode(dst, src)
+}
