@@ -70,19 +70,25 @@ const repoRoot = "../.."
 // foreignFlags are flags of other programs that the documentation names on their own (`--max-total-tokens`), with
 // the program they belong to. A flag listed here is never checked against draftflow's.
 var foreignFlags = map[string]string{
-	"dataset-name":        "SGLang's bench_serving",
-	"apply-chat-template": "SGLang's bench_serving",
-	"sharegpt-output-len": "SGLang's bench_serving",
-	"disable-ignore-eos":  "SGLang's bench_serving",
-	"disable-stream":      "SGLang's bench_serving",
-	"device":              "SGLang's server",
-	"attention-backend":   "SGLang's server",
-	"disable-cuda-graph":  "SGLang's server",
-	"dtype":               "SGLang's server",
-	"enable-metrics":      "SGLang's server",
-	"family":              "deploy/sglang/sglang.sh model",
-	"kill":                "deploy/kafka/kafka.sh restart",
-	"seq-length":          "speculators prepare-data",
+	"dataset-name":                      "SGLang's bench_serving",
+	"apply-chat-template":               "SGLang's bench_serving",
+	"sharegpt-output-len":               "SGLang's bench_serving",
+	"disable-ignore-eos":                "SGLang's bench_serving",
+	"disable-stream":                    "SGLang's bench_serving",
+	"device":                            "SGLang's server",
+	"attention-backend":                 "SGLang's server",
+	"disable-cuda-graph":                "SGLang's server",
+	"dtype":                             "SGLang's server",
+	"enable-metrics":                    "SGLang's server",
+	"enable-return-aux-hidden-states":   "SGLang's server",
+	"enable-return-hidden-states":       "SGLang's server",
+	"return-hidden-states-mode":         "SGLang's server",
+	"return-aux-hidden-state-layer-ids": "SGLang's server",
+	"speculative-algorithm":             "SGLang's server",
+	"disable-radix-cache":               "SGLang's server",
+	"family":                            "deploy/sglang/sglang.sh model",
+	"kill":                              "deploy/kafka/kafka.sh restart",
+	"seq-length":                        "speculators prepare-data",
 }
 
 // flagSet is a subcommand's flags as its -h prints them: each name with its default ("" when -h shows none).
