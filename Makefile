@@ -9,7 +9,7 @@ DEMO_OUT ?= out/demo
 export DRAFTFLOW_CACHE ?= $(HOME)/.cache/draftflow
 GOTEST_FLAGS ?= -timeout 45m
 
-.PHONY: all build demo test test-go test-python test-integration deps deps-go deps-python bench bench-kafka scale rebalance fuzz chaos vet fmt kafka-up kafka-down sglang-up sglang-down test-sglang test-capture bench-sglang clean
+.PHONY: all build demo test test-go test-python test-integration deps deps-go deps-python bench bench-kafka scale rebalance fuzz chaos vet fmt kafka-up kafka-down sglang-up sglang-down test-sglang test-capture test-train bench-sglang clean
 
 all: build
 
@@ -78,7 +78,7 @@ sglang-down:
 	@bash deploy/sglang/sglang.sh down --name make
 
 ## test-sglang: the live tier: draftflow's binary against the real SGLang 0.5.23 on this machine's CPU (at most two
-## servers at once; see README "Live SGLang tier"). Installs the venv on first use; runs on its own, not beside
+## servers at once; see docs/sglang.md "Real SGLang without a GPU"). Installs the venv on first use; runs on its own, not beside
 ## the Go tests or Kafka. LIVE_RUN narrows it to some tests (go test -run).
 test-sglang: deps-go
 	@bash deploy/sglang/sglang.sh install >/dev/null
@@ -93,15 +93,23 @@ test-capture: deps-go
 	@bash deploy/sglang/sglang.sh install >/dev/null
 	PYTHON=$(PYTHON) DRAFTFLOW_LIVE_SGLANG=1 OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(GO) test -count=1 -p 1 -timeout 30m -v -run '$(CAPTURE_TESTS)' ./internal/livesglang/
 
+## test-train: a drafter trained by SpecForge 0.2.0's own `specforge train` (offline, on this machine's CPU) from
+## rows plus target features exported by draftflow_data.offline, then `specforge export --to sglang`; speculators
+## 0.9's dataset loader reads the same rows back (docs/training.md). Installs the trainer venv (~40 MB over the
+## SGLang venv) on first use; pins both cores for minutes: run it on its own.
+test-train:
+	@bash deploy/specforge/specforge.sh install >/dev/null
+	DRAFTFLOW_TRAIN=1 OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} PYTHONPATH=python $(PYTHON) -m pytest -q -s -p no:cacheprovider python/tests/test_training.py
+
 ## bench-sglang: the generate policies and SGLang's bench_serving against the real SGLang 0.5.23 on this machine's
-## CPU, one server per pool, interleaved repeats (README "Performance"; long: not in make bench or .ci/run).
+## CPU, one server per pool, interleaved repeats (docs/performance.md; long: not in make bench or .ci/run).
 ## BENCH_SGLANG_ARGS sizes it (draftflow bench sglang -h); the table goes to stdout, JSON to bench-sglang.json.
 BENCH_SGLANG_ARGS ?= --pools 512,1024 --prompts 32 --new-tokens 24 --sweep ""
 bench-sglang: build
 	@bash deploy/sglang/sglang.sh install >/dev/null
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(BIN) bench sglang --json bench-sglang.json $(BENCH_SGLANG_ARGS)
 
-## bench: the benchmarks whose figures the README reports (bench-kafka adds the real-broker side).
+## bench: the benchmarks whose figures docs/performance.md reports (bench-kafka adds the real-broker side).
 bench: build
 	$(BIN) bench generate --plot bench-generate.svg
 	$(BIN) bench generate --multi-turn
@@ -117,7 +125,7 @@ bench-kafka: build
 	  $(BIN) bench pipeline --brokers $$addr --records 10000 --repeat 3
 
 ## scale: SCALE_N (default 2,000,000) small conversations through every stage as separate processes on a real
-## Kafka broker; prints each stage's peak memory and the throughput (not in CI; the README has the figures).
+## Kafka broker; prints each stage's peak memory and the throughput (not in CI; docs/performance.md has the figures).
 SCALE_N ?= 2000000
 scale:
 	SCALE_N=$(SCALE_N) bash internal/scalegen/scale.sh
@@ -139,10 +147,18 @@ chaos: deps-go
 	  bash deploy/kafka/kafka.sh up >/dev/null; trap 'bash deploy/kafka/kafka.sh down' EXIT; \
 	  DRAFTFLOW_CHAOS_ROUNDS=$(CHAOS_ROUNDS) DRAFTFLOW_CHAOS_KAFKA_DIR=$$DRAFTFLOW_KAFKA_DIR $(GO) test -count=1 -timeout 20m -run TestChaos -v ./cmd/draftflow/
 
-## rebalance: scaling generate out and in while it works (2,400 prompts, real Kafka, separate processes):
-## prints the generations done twice. Not in CI.
-rebalance:
-	bash internal/scalegen/rebalance.sh
+## rebalance: what scaling generate out and in costs the fleet: two replicas (separate processes, real Kafka broker)
+## keep two simulated servers busy in real time (requests of 1-20 s); after 2.5 minutes a third joins, 2.5 minutes
+## later the first leaves (SIGTERM); prints the output tokens/s the minute before and after each event, per run and
+## the median of REBALANCE_RUNS (default 3, ~8 minutes each), and fails if any work was redone. Not in CI.
+## internal/scalegen/rebalance.sh is the shorter scenario that counts redone work only.
+REBALANCE_RUNS ?= 3
+rebalance: deps-go
+	@set -eo pipefail; export DRAFTFLOW_KAFKA_DIR=$${DRAFTFLOW_KAFKA_DIR:-/tmp/draftflow-rebalance-kafka}; \
+	  addr=$$(bash deploy/kafka/kafka.sh up | tail -1); trap 'bash deploy/kafka/kafka.sh down' EXIT; \
+	  DRAFTFLOW_REBALANCE_BROKERS=$$addr DRAFTFLOW_REBALANCE_RUNS=$(REBALANCE_RUNS) \
+	  DRAFTFLOW_REBALANCE_OUT=$${DRAFTFLOW_REBALANCE_OUT:-$(CURDIR)/out/rebalance} \
+	  $(GO) test -count=1 -timeout 90m -run TestRebalanceThroughput -v ./cmd/draftflow/
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

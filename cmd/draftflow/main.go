@@ -4,8 +4,8 @@
 // Each stage subcommand (ingest, tokenize, generate, sink) is what one container runs; `run` starts every
 // stage in one process, against an embedded broker and a simulated SGLang server unless told otherwise; `sim`
 // serves the simulator over HTTP; `status` shows a running pipeline from Kafka; `replay` moves a stopped stage's
-// consumer group back (or forward); `encode`, `inspect`, `export`, `vocab` and `bench` are tools around the
-// pipeline.
+// consumer group back (or forward); `encode`, `inspect`, `merge-turns`, `export`, `vocab` and `bench` are tools
+// around the pipeline.
 package main
 
 import (
@@ -50,14 +50,18 @@ func commands() []command {
 		{"merge-turns", "write one row per conversation where the turns merge token-exactly (the rest stay turn rows, with the reason)", cmdMergeTurns},
 		{"export", "export one run's shards as SpecForge or speculators JSONL, with the trainer's length limits", cmdExport},
 		{"vocab", "count a run's generated tokens and write the draft vocabulary maps (d2t.npy, t2d.npy)", cmdVocab},
-		{"bench", "benchmarks: bench generate (serving policies), bench pipeline (Kafka throughput)", cmdBench},
+		{"bench", "benchmarks: bench generate (serving policies), bench pipeline (Kafka throughput), bench sglang (policies on live servers)", cmdBench},
 	}
 }
 
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: draftflow <command> [flags]\n\ncommands:")
+	width := 0
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
+		width = max(width, len(c.name))
+	}
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-*s  %s\n", width, c.name, c.summary)
 	}
 	fmt.Fprintln(w, "\nRun 'draftflow <command> -h' for a command's flags.")
 }

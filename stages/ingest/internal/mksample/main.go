@@ -88,8 +88,10 @@ hand: ` + "`go test ./stages/ingest/internal/mksample`" + ` fails when these fil
 
 `)
 	fmt.Fprintf(&b, "%d lines: %d valid conversations and %d deliberately malformed lines.\n\n", exp.Lines, exp.Valid, len(exp.MalformedLines))
-	b.WriteString(`The valid conversations cover: single-turn questions; system prompts; multi-turn chats whose earlier
-assistant turns stay in the prompt (everything after the last user message is dropped and regenerated);
+	b.WriteString(`The valid conversations cover: single-turn questions; system prompts; multi-turn chats, every
+assistant turn of which is regenerated in order, each against the target's own earlier answers (the default,
+` + "`turns: all`" + `; with ` + "`--turns last`" + ` only the turn after the last user message is, and the earlier
+assistant turns stay in its prompt as written);
 assistant ` + "`tool_calls`" + ` with ` + "`tool`" + ` results and row-level ` + "`tools`" + `; ` + "`reasoning_content`" + `; ShareGPT
 ` + "`from`/`value`" + ` rows (including ` + "`function_call`/`observation`" + `); content given as a list of text parts; CJK and
 emoji text; code; a few long conversations of several thousand words. Ids are strings, numbers, or

@@ -1,0 +1,818 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"unicode"
+)
+
+// The documentation names subcommands, flags, make targets, environment variables, metrics, Go names, tests and
+// files; these tests keep every such name in README.md, docs/*.md and the other READMEs real, so that a rename in
+// the code fails here instead of leaving the manual stale. The rules (what counts as a mention):
+//
+//   - A command line is a line of a code block, or an inline code span, whose program is `draftflow` (or a path
+//     ending in /draftflow; after VAR=value settings, if any): its subcommand must be one main dispatches (for
+//     `bench`, one cmdBench dispatches), and every --flag after it must be one that subcommand's flag set defines
+//     (`--kafka-tls*` names a prefix).
+//   - An inline code span that begins with --flag (`--shards-wait 30s`) names flags of draftflow: each must be
+//     defined by at least one subcommand, unless it is listed in foreignFlags with the program it belongs to.
+//     Spans that begin with another program (`docker run -p ...`, `kafka.sh restart [--kill]`) are that program's.
+//   - `make TARGET` in a code block or span: TARGET must be a rule of the Makefile.
+//   - DRAFTFLOW_* variables must occur in the code (any file of the repository but the documentation;
+//     `DRAFTFLOW_KAFKA_*` names a prefix), draftflow_* metric names in the program (non-test Go and Python code).
+//   - docs/changelog.md names what was renamed or removed: the existence checks skip it (its links are checked).
+//   - A span that is a Go test, benchmark or fuzz target name (`TestCapture`, `BenchmarkFlush/rows=256`) must be
+//     declared in some _test.go file.
+//   - A span that names a Go identifier of a package of this repository (`kafka.DeadLetters`,
+//     `generate.Config.ShardsWait`) must be declared there (and the field or method must occur in the package).
+//   - A span that is a path inside the repository (`stages/tokenize/chattemplate`, `deploy/k8s/`) must exist.
+//   - Every relative link resolves to a file, and a #fragment to a heading of it (GitHub's anchors).
+//
+// The flag sets are the real ones: each subcommand's own function (the one main calls) parses -h and prints its
+// flags, which is what a user sees.
+
+// docFiles returns README.md, docs/*.md and the other READMEs of the repository, relative to its root.
+func docFiles(t *testing.T) []string {
+	t.Helper()
+	files := []string{"README.md", "deploy/README.md", "deploy/kafka/README.md", "deploy/grafana/README.md",
+		"python/README.md", "testdata/sample/README.md"}
+	more, err := filepath.Glob(filepath.Join(repoRoot, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(more) == 0 {
+		t.Fatal("no docs/*.md")
+	}
+	for _, f := range more {
+		rel, _ := filepath.Rel(repoRoot, f)
+		files = append(files, filepath.ToSlash(rel))
+	}
+	return files
+}
+
+// changelog is the page of renamed and removed names, which the existence checks skip.
+const changelog = "docs/changelog.md"
+
+// repoRoot is the repository root, seen from this package's directory (where go test runs).
+const repoRoot = "../.."
+
+// foreignFlags are flags of other programs that the documentation names on their own (`--max-total-tokens`), with
+// the program they belong to. A flag listed here is never checked against draftflow's.
+var foreignFlags = map[string]string{
+	"dataset-name":                        "SGLang's bench_serving",
+	"apply-chat-template":                 "SGLang's bench_serving",
+	"sharegpt-output-len":                 "SGLang's bench_serving",
+	"disable-ignore-eos":                  "SGLang's bench_serving",
+	"disable-stream":                      "SGLang's bench_serving",
+	"device":                              "SGLang's server",
+	"attention-backend":                   "SGLang's server",
+	"disable-cuda-graph":                  "SGLang's server",
+	"dtype":                               "SGLang's server",
+	"enable-metrics":                      "SGLang's server",
+	"enable-return-aux-hidden-states":     "SGLang's server",
+	"enable-return-hidden-states":         "SGLang's server",
+	"return-hidden-states-mode":           "SGLang's server",
+	"return-aux-hidden-state-layer-ids":   "SGLang's server",
+	"speculative-algorithm":               "SGLang's server",
+	"disable-radix-cache":                 "SGLang's server",
+	"family":                              "deploy/sglang/sglang.sh model",
+	"kill":                                "deploy/kafka/kafka.sh restart",
+	"seq-length":                          "speculators prepare-data",
+	"features":                            "python -m draftflow_data.offline",
+	"rows":                                "python -m draftflow_data.offline",
+	"layers":                              "deploy/sglang/make_model.py",
+	"no-deps":                             "pip install",
+	"speculative-draft-attention-backend": "SGLang's server",
+}
+
+// flagSet is a subcommand's flags as its -h prints them: each name with its default ("" when -h shows none).
+type flagSet map[string]string
+
+// has reports whether the set holds name, or a flag beginning with name when prefix is set.
+func (fs flagSet) has(name string, prefix bool) bool {
+	if _, ok := fs[name]; ok || !prefix {
+		return ok
+	}
+	for f := range fs {
+		if strings.HasPrefix(f, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// helpFlags runs a subcommand's function with args + -h, as main would, and returns the flags it prints.
+func helpFlags(t *testing.T, name string, run func(context.Context, []string) error, args ...string) flagSet {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := os.Stderr
+	os.Stderr = w // flag.FlagSet prints its usage to os.Stderr when no output is set
+	var out bytes.Buffer
+	done := make(chan struct{})
+	go func() { io.Copy(&out, r); close(done) }()
+	err = run(context.Background(), append(args, "-h"))
+	os.Stderr = saved
+	w.Close()
+	<-done
+	r.Close()
+	if !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("draftflow %s -h: %v, want flag.ErrHelp (flags must be parsed before anything runs)", name, err)
+	}
+	if !strings.Contains(out.String(), "Usage of draftflow "+name+":") {
+		t.Fatalf("draftflow %s -h printed no usage on stderr:\n%s", name, out.String())
+	}
+	flags := flagSet{}
+	last := ""
+	for _, line := range strings.Split(out.String(), "\n") {
+		// PrintDefaults: "  -name type" (or "  -name\t..." for short names), then the usage, indented by a tab,
+		// ending in (default X) where the default is not the zero value.
+		if m := regexp.MustCompile(`^  -([A-Za-z0-9][A-Za-z0-9_.-]*)`).FindStringSubmatch(line); m != nil {
+			last = m[1]
+			flags[last] = ""
+		}
+		if d := regexp.MustCompile(`\(default (.*)\)$`).FindStringSubmatch(line); d != nil && last != "" {
+			flags[last] = d[1]
+		}
+	}
+	return flags
+}
+
+// commandFlags returns every subcommand's flags, keyed "run", "ingest", ..., "bench generate", "bench pipeline".
+// The bench subcommands are the ones cmdBench's usage names.
+func commandFlags(t *testing.T) map[string]flagSet {
+	t.Helper()
+	sets := map[string]flagSet{}
+	for _, c := range commands() {
+		if c.name == "bench" {
+			err := c.run(context.Background(), nil)
+			if err == nil {
+				t.Fatal("draftflow bench without a benchmark: no usage error")
+			}
+			subs := map[string]bool{}
+			for _, m := range regexp.MustCompile(`draftflow bench ([a-z-]+)`).FindAllStringSubmatch(err.Error(), -1) {
+				subs[m[1]] = true
+			}
+			if len(subs) == 0 {
+				t.Fatalf("draftflow bench's usage names no benchmark: %v", err)
+			}
+			for sub := range subs {
+				sets["bench "+sub] = helpFlags(t, "bench "+sub, c.run, sub)
+			}
+			continue
+		}
+		sets[c.name] = helpFlags(t, c.name, c.run)
+	}
+	return sets
+}
+
+// makeTargets returns the rules of the Makefile.
+func makeTargets(t *testing.T) map[string]bool {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	targets := map[string]bool{}
+	rule := regexp.MustCompile(`^([A-Za-z0-9_.-]+(?:\s+[A-Za-z0-9_.-]+)*)\s*:([^=]|$)`)
+	for _, line := range strings.Split(string(b), "\n") {
+		if m := rule.FindStringSubmatch(line); m != nil && !strings.HasPrefix(line, "\t") {
+			for _, name := range strings.Fields(m[1]) {
+				targets[name] = true
+			}
+		}
+	}
+	delete(targets, ".PHONY")
+	return targets
+}
+
+// mention is one thing the documentation names, with where.
+type mention struct {
+	file string
+	line int
+	text string // a code block line or an inline code span
+	code bool   // from a code block (else an inline span)
+}
+
+func (m mention) String() string { return fmt.Sprintf("%s:%d: %q", m.file, m.line, m.text) }
+
+// fence reports whether line opens or closes a fenced code block.
+func fence(line string) bool {
+	s := strings.TrimLeft(line, " ")
+	return strings.HasPrefix(s, "```") || strings.HasPrefix(s, "~~~")
+}
+
+// codeMentions returns a Markdown file's code block lines (continuations joined, comments cut) and inline code
+// spans (which may run over line ends, as in CommonMark).
+func codeMentions(file, text string) []mention {
+	var out []mention
+	lines := strings.Split(text, "\n")
+	inBlock := false
+	var para []string // the current paragraph's lines, outside code blocks
+	paraStart := 0
+	flush := func() {
+		if len(para) > 0 {
+			out = append(out, spans(file, paraStart, strings.Join(para, "\n"))...)
+		}
+		para = nil
+	}
+	comment := regexp.MustCompile(`(^|\s)#(\s.*)?$`)
+	for i := 0; i < len(lines); i++ {
+		line := lines[i]
+		if fence(line) {
+			flush()
+			inBlock = !inBlock
+			continue
+		}
+		if inBlock {
+			start := i
+			for strings.HasSuffix(strings.TrimRight(line, " "), "\\") && i+1 < len(lines) && !fence(lines[i+1]) {
+				i++
+				line = strings.TrimSuffix(strings.TrimRight(line, " "), "\\") + " " + strings.TrimSpace(lines[i])
+			}
+			line = comment.ReplaceAllString(line, "")
+			if strings.TrimSpace(line) != "" {
+				out = append(out, mention{file: file, line: start + 1, text: strings.TrimSpace(line), code: true})
+			}
+			continue
+		}
+		if strings.TrimSpace(line) == "" {
+			flush()
+			continue
+		}
+		if len(para) == 0 {
+			paraStart = i
+		}
+		para = append(para, line)
+	}
+	flush()
+	return out
+}
+
+// spans returns the inline code spans of a paragraph that starts at line first (0-based).
+func spans(file string, first int, para string) []mention {
+	var out []mention
+	for i := 0; i < len(para); {
+		if para[i] != '`' {
+			i++
+			continue
+		}
+		n := 0
+		for i+n < len(para) && para[i+n] == '`' {
+			n++
+		}
+		open := i + n
+		closeAt := -1
+		for j := open; j < len(para); {
+			if para[j] != '`' {
+				j++
+				continue
+			}
+			m := 0
+			for j+m < len(para) && para[j+m] == '`' {
+				m++
+			}
+			if m == n {
+				closeAt = j
+				break
+			}
+			j += m
+		}
+		if closeAt < 0 {
+			i = open
+			continue
+		}
+		body := strings.TrimSpace(strings.ReplaceAll(para[open:closeAt], "\n", " "))
+		line := first + strings.Count(para[:i], "\n") + 1
+		out = append(out, mention{file: file, line: line, text: body})
+		i = closeAt + n
+	}
+	return out
+}
+
+var (
+	draftflowCmd = regexp.MustCompile(`^(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:\S*/)?draftflow\s+([a-z][a-z-]*)(.*)$`)
+	flagToken    = regexp.MustCompile(`(?:^|[\s\[(|,="'])--([a-z0-9][a-z0-9-]*)(\*?)`)
+	makeCmd      = regexp.MustCompile(`^make\s+(.*)$`)
+	envVar       = regexp.MustCompile(`DRAFTFLOW_[A-Z0-9_]*[A-Z0-9]\*?|DRAFTFLOW_\*`)
+	metricName   = regexp.MustCompile(`\bdraftflow_[a-z0-9_]*[a-z0-9]`)
+	testName     = regexp.MustCompile(`^((?:Test|Benchmark|Fuzz)[A-Z0-9][A-Za-z0-9_]*)(?:/\S*)?$`)
+	goName       = regexp.MustCompile(`^([a-z][a-z0-9]*)\.([A-Z][A-Za-z0-9_]*)(?:\.([A-Z][A-Za-z0-9_]*))?$`)
+	repoPath     = regexp.MustCompile(`^[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.*-]+)*/?$`)
+)
+
+// checkMentions returns the problems with the command lines, flags and make targets of ms.
+func checkMentions(ms []mention, sets map[string]flagSet, targets map[string]bool) []string {
+	var problems []string
+	anyFlag := flagSet{}
+	for _, fl := range sets {
+		for f := range fl {
+			anyFlag[f] = ""
+		}
+	}
+	for _, m := range ms {
+		segments := []string{m.text}
+		if m.code {
+			segments = regexp.MustCompile(`\s(?:\||&&|;)\s`).Split(m.text, -1)
+		}
+		for _, seg := range segments {
+			seg = strings.TrimSpace(seg)
+			if mm := makeCmd.FindStringSubmatch(seg); mm != nil {
+				for _, w := range strings.Fields(mm[1]) {
+					if strings.HasPrefix(w, "-") || strings.Contains(w, "=") {
+						continue
+					}
+					if !targets[w] {
+						problems = append(problems, fmt.Sprintf("%s: make %s: no such Makefile target", m, w))
+					}
+					break
+				}
+				continue
+			}
+			if loc := draftflowCmd.FindStringSubmatchIndex(seg); loc != nil {
+				name := seg[loc[2]:loc[3]]
+				rest := seg[loc[3]:]
+				if name == "bench" {
+					if sub := regexp.MustCompile(`^\s+([a-z][a-z-]*)`).FindStringSubmatch(rest); sub != nil {
+						name += " " + sub[1]
+						rest = rest[len(sub[0]):]
+					}
+				}
+				if name == "bench" && strings.TrimSpace(rest) == "" {
+					continue // the command itself; its benchmarks are named elsewhere
+				}
+				flags, ok := sets[name]
+				if !ok {
+					problems = append(problems, fmt.Sprintf("%s: draftflow %s: no such subcommand", m, name))
+					continue
+				}
+				for _, f := range flagToken.FindAllStringSubmatch(rest, -1) {
+					if !flags.has(f[1], f[2] == "*") {
+						problems = append(problems, fmt.Sprintf("%s: draftflow %s has no flag --%s%s", m, name, f[1], f[2]))
+					}
+				}
+				continue
+			}
+			if m.code || !strings.HasPrefix(seg, "--") {
+				continue // another program's command line, or not a command
+			}
+			for _, f := range flagToken.FindAllStringSubmatch(seg, -1) {
+				if _, foreign := foreignFlags[f[1]]; foreign {
+					continue
+				}
+				if !anyFlag.has(f[1], f[2] == "*") {
+					problems = append(problems, fmt.Sprintf("%s: --%s%s is no flag of any draftflow subcommand "+
+						"(another program's? list it in foreignFlags with the program)", m, f[1], f[2]))
+				}
+			}
+		}
+	}
+	return problems
+}
+
+// readDocs returns the documentation files' texts, keyed by their path relative to the repository root.
+func readDocs(t *testing.T) map[string]string {
+	t.Helper()
+	docs := map[string]string{}
+	for _, f := range docFiles(t) {
+		b, err := os.ReadFile(filepath.Join(repoRoot, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs[f] = string(b)
+	}
+	return docs
+}
+
+// allMentions returns the code mentions of every documentation file, in file order.
+func allMentions(docs map[string]string) []mention {
+	var names []string
+	for f := range docs {
+		names = append(names, f)
+	}
+	sort.Strings(names)
+	var ms []mention
+	for _, f := range names {
+		ms = append(ms, codeMentions(f, docs[f])...)
+	}
+	return ms
+}
+
+// TestDocsCommandsAndFlags: every `draftflow <subcommand> --flag` and bare `--flag` the documentation names is
+// one the binary has, and every `make <target>` one the Makefile has.
+func TestDocsCommandsAndFlags(t *testing.T) {
+	sets := commandFlags(t)
+	targets := makeTargets(t)
+	docs := readDocs(t)
+	delete(docs, changelog)
+	ms := allMentions(docs)
+	for _, p := range checkMentions(ms, sets, targets) {
+		t.Error(p)
+	}
+	// The check must see the documentation's commands at all: the README's two commands and the stages.
+	seen := map[string]bool{}
+	for _, m := range ms {
+		seen[m.text] = true
+	}
+	for _, want := range []string{"make demo", "make test"} {
+		found := false
+		for text := range seen {
+			if strings.HasPrefix(text, want) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no %q found in the documentation's code", want)
+		}
+	}
+}
+
+// The rules fail where they should: a flag no subcommand has, a flag of another subcommand, an unknown
+// subcommand and an unknown make target are each reported, in a code block and in a span; a foreign program's
+// flags are not.
+func TestDocsCheckRejectsWrongNames(t *testing.T) {
+	sets := commandFlags(t)
+	targets := makeTargets(t)
+	doc := "Run `draftflow generate --sglang URL --no-such-flag 3`, or `--shards-wait 1s`, `--also-no-such-flag`,\n" +
+		"`draftflow sink --sglang URL`, `make no-such-target`, `draftflow frobnicate`, `docker run --foo`.\n\n" +
+		"```sh\n" +
+		"draftflow tokenize --model DIR \\\n" +
+		"   --bogus-flag x    # --not-checked-in-a-comment\n" +
+		"bin/draftflow bench pipeline --namespace x\n" +
+		"draftflow bench generate --multi-turn --turns 4\n" +
+		"speculators train --whatever 1\n" +
+		"make chaos CHAOS_ROUNDS=2 && make nothing-here\n" +
+		"```\n"
+	problems := checkMentions(codeMentions("doc.md", doc), sets, targets)
+	want := []string{
+		"draftflow generate has no flag --no-such-flag",
+		"--also-no-such-flag is no flag of any draftflow subcommand",
+		"draftflow sink has no flag --sglang",
+		"make no-such-target: no such Makefile target",
+		"draftflow frobnicate: no such subcommand",
+		"draftflow tokenize has no flag --bogus-flag",
+		"draftflow bench pipeline has no flag --namespace",
+		"make nothing-here: no such Makefile target",
+	}
+	got := strings.Join(problems, "\n")
+	for _, w := range want {
+		if !strings.Contains(got, w) {
+			t.Errorf("no problem %q reported; got:\n%s", w, got)
+		}
+	}
+	if len(problems) != len(want) {
+		t.Errorf("%d problems, want %d:\n%s", len(problems), len(want), got)
+	}
+}
+
+// TestDocsFlagSetsAreReal: the flag sets come from the subcommands themselves, and they bear out what
+// docs/operating.md says about the shared flags: who takes them, and where --metrics-addr serves by default.
+func TestDocsFlagSetsAreReal(t *testing.T) {
+	sets := commandFlags(t)
+	for _, name := range []string{"run", "ingest", "tokenize", "generate", "sink", "status", "replay", "sim"} {
+		for _, f := range []string{"brokers", "partitions", "namespace", "max-message-bytes", "retention", "metrics-addr",
+			"pprof", "log-level", "log-format", "kafka-tls", "kafka-sasl-mechanism"} {
+			if !sets[name].has(f, false) {
+				t.Errorf("draftflow %s has no --%s", name, f)
+			}
+		}
+		want := ""
+		if name == "tokenize" || name == "generate" || name == "sink" {
+			want = `":9090"`
+		}
+		if got := sets[name]["metrics-addr"]; got != want {
+			t.Errorf("draftflow %s --metrics-addr defaults to %s, docs/operating.md says %s", name, got, want)
+		}
+	}
+	pipeline := sets["bench pipeline"]
+	for _, f := range []string{"brokers", "partitions", "log-level", "kafka-tls", "kafka-sasl-mechanism"} {
+		if !pipeline.has(f, false) {
+			t.Errorf("draftflow bench pipeline has no --%s; docs/operating.md says it does", f)
+		}
+	}
+	for _, f := range []string{"namespace", "metrics-addr", "log-format", "retention", "max-message-bytes", "pprof"} {
+		if pipeline.has(f, false) {
+			t.Errorf("draftflow bench pipeline has --%s; docs/operating.md says it does not", f)
+		}
+	}
+	tools := []string{"encode", "inspect", "merge-turns", "export", "vocab", "bench generate", "bench sglang"}
+	for _, name := range tools {
+		fs, ok := sets[name]
+		if !ok {
+			t.Errorf("no flag set for draftflow %s", name)
+		}
+		for _, f := range []string{"brokers", "namespace", "metrics-addr", "log-format"} {
+			if fs.has(f, false) {
+				t.Errorf("draftflow %s has --%s; docs/operating.md says it takes none of the shared flags", name, f)
+			}
+		}
+	}
+}
+
+// slug is GitHub's anchor for a heading: lower case, letters, digits, spaces, '-' and '_' kept, spaces -> '-'.
+func slug(heading string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(strings.TrimSpace(heading)) {
+		switch {
+		case unicode.IsLetter(r) || unicode.IsDigit(r) || r == '-' || r == '_':
+			b.WriteRune(r)
+		case r == ' ':
+			b.WriteRune('-')
+		}
+	}
+	return b.String()
+}
+
+// anchors returns the anchors of a Markdown file's headings (outside code blocks), with GitHub's -1, -2 for
+// repeats.
+func anchors(text string) map[string]bool {
+	out := map[string]bool{}
+	count := map[string]int{}
+	inBlock := false
+	sc := bufio.NewScanner(strings.NewReader(text))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	heading := regexp.MustCompile(`^#{1,6}\s+(.*?)\s*#*\s*$`)
+	for sc.Scan() {
+		line := sc.Text()
+		if fence(line) {
+			inBlock = !inBlock
+			continue
+		}
+		if inBlock {
+			continue
+		}
+		if m := heading.FindStringSubmatch(line); m != nil {
+			h := strings.NewReplacer("`", "", "**", "", "*", "").Replace(m[1])
+			s := slug(h)
+			if n := count[s]; n > 0 {
+				out[fmt.Sprintf("%s-%d", s, n)] = true
+			} else {
+				out[s] = true
+			}
+			count[s]++
+		}
+	}
+	return out
+}
+
+// TestDocsLinks: every relative link of the documentation names a file that exists, and its #fragment a
+// heading of that file.
+func TestDocsLinks(t *testing.T) {
+	docs := readDocs(t)
+	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	var names []string
+	for f := range docs {
+		names = append(names, f)
+	}
+	sort.Strings(names)
+	links := 0
+	for _, f := range names {
+		inBlock := false
+		for i, line := range strings.Split(docs[f], "\n") {
+			if fence(line) {
+				inBlock = !inBlock
+			}
+			if inBlock {
+				continue
+			}
+			for _, m := range link.FindAllStringSubmatch(line, -1) {
+				target := m[1]
+				if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+					continue
+				}
+				links++
+				path, frag, _ := strings.Cut(target, "#")
+				file := f
+				if path != "" {
+					file = filepath.ToSlash(filepath.Join(filepath.Dir(f), path))
+				}
+				if _, err := os.Stat(filepath.Join(repoRoot, file)); err != nil {
+					t.Errorf("%s:%d: link %s: %s does not exist", f, i+1, target, file)
+					continue
+				}
+				if frag == "" {
+					continue
+				}
+				text, ok := docs[file]
+				if !ok {
+					b, err := os.ReadFile(filepath.Join(repoRoot, file))
+					if err != nil {
+						t.Errorf("%s:%d: link %s: %v", f, i+1, target, err)
+						continue
+					}
+					text = string(b)
+				}
+				if !anchors(text)[frag] {
+					t.Errorf("%s:%d: link %s: %s has no heading with the anchor #%s", f, i+1, target, file, frag)
+				}
+			}
+		}
+	}
+	if links == 0 {
+		t.Error("no links found: the README links its docs/ pages")
+	}
+	// Every docs/ page is reachable from the README.
+	for _, f := range names {
+		if strings.HasPrefix(f, "docs/") && !strings.Contains(docs["README.md"], "("+f) {
+			t.Errorf("README.md does not link %s", f)
+		}
+	}
+}
+
+// codeCorpus returns the text of every file of the repository but the documentation checked here, for the
+// names the documentation takes from the code (variables, tests). Build outputs and VCS data are skipped.
+func codeCorpus(t *testing.T, docs map[string]string, keep func(path string) bool) string {
+	t.Helper()
+	var b strings.Builder
+	err := filepath.WalkDir(repoRoot, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(repoRoot, path)
+		rel = filepath.ToSlash(rel)
+		if d.IsDir() {
+			switch d.Name() {
+			case ".git", "out", "bin", "docs", "node_modules", "testdata":
+				return filepath.SkipDir
+			}
+			if strings.HasPrefix(d.Name(), ".") && rel != "." && rel != ".ci" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if _, isDoc := docs[rel]; isDoc || !keep(rel) {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil || info.Size() > 4<<20 {
+			return err
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		b.Write(data)
+		b.WriteByte('\n')
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+// goPackages returns the non-test Go source of every package of the repository, keyed by package name (the
+// sources of packages that share a name are joined).
+func goPackages(t *testing.T) map[string]string {
+	t.Helper()
+	clause := regexp.MustCompile(`(?m)^package ([a-z][a-z0-9_]*)`)
+	pkgs := map[string]string{}
+	err := filepath.WalkDir(repoRoot, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if n := d.Name(); path != repoRoot && (strings.HasPrefix(n, ".") || n == "testdata" || n == "out" || n == "bin") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if m := clause.FindSubmatch(data); m != nil {
+			pkgs[string(m[1])] += string(data) + "\n"
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pkgs
+}
+
+// TestDocsNamesExist: the environment variables, metrics, Go names, tests and repository paths the documentation
+// names exist.
+func TestDocsNamesExist(t *testing.T) {
+	docs := readDocs(t)
+	ms := allMentions(docs)
+	source := codeCorpus(t, docs, func(p string) bool {
+		switch filepath.Ext(p) {
+		case ".go", ".sh", ".py", ".yaml", ".yml", ".java", ".toml", ".json", ".txt", "":
+			return true
+		}
+		return strings.HasSuffix(p, "Dockerfile")
+	})
+	// Metric names (and draftflow_data, the Python package) must be in the program itself: a test may still name
+	// a metric that is gone, to show that it is.
+	program := codeCorpus(t, docs, func(p string) bool {
+		return (strings.HasSuffix(p, ".go") && !strings.HasSuffix(p, "_test.go")) ||
+			(strings.HasSuffix(p, ".py") && !strings.Contains(p, "/tests/"))
+	})
+	tests := map[string]bool{}
+	testDecl := regexp.MustCompile(`(?m)^func ((?:Test|Benchmark|Fuzz)[A-Za-z0-9_]*)\(`)
+	for _, m := range testDecl.FindAllStringSubmatch(source, -1) {
+		tests[m[1]] = true
+	}
+	if len(tests) < 100 {
+		t.Fatalf("found only %d test functions in the repository; is repoRoot right?", len(tests))
+	}
+	packages := goPackages(t)
+	ignored := map[string]bool{"out": true, "bin": true}
+	for _, m := range ms {
+		if m.file == changelog {
+			continue
+		}
+		for _, v := range envVar.FindAllString(m.text, -1) {
+			if name := strings.TrimSuffix(v, "*"); !strings.Contains(source, name) {
+				t.Errorf("%s: %s occurs nowhere in the code", m, v)
+			}
+		}
+		for _, v := range metricName.FindAllString(m.text, -1) {
+			if !strings.Contains(program, v) {
+				t.Errorf("%s: %s occurs nowhere in the program (non-test Go and Python code)", m, v)
+			}
+		}
+		if m.code {
+			continue
+		}
+		if gm := goName.FindStringSubmatch(m.text); gm != nil {
+			src, ok := packages[gm[1]]
+			if !ok {
+				continue // not a package of this repository
+			}
+			decl := regexp.MustCompile(`(?m)^(?:func(?:\s*\([^)]*\))?|type|var|const)\s+` + gm[2] + `\b|^\s+` + gm[2] + `\b`)
+			if !decl.MatchString(src) {
+				t.Errorf("%s: package %s declares no %s", m, gm[1], gm[2])
+			} else if gm[3] != "" && !regexp.MustCompile(`\b`+gm[3]+`\b`).MatchString(src) {
+				t.Errorf("%s: package %s has no %s", m, gm[1], gm[3])
+			}
+			continue
+		}
+		if tm := testName.FindStringSubmatch(m.text); tm != nil {
+			if !tests[tm[1]] {
+				t.Errorf("%s: no func %s in any _test.go file", m, tm[1])
+			}
+			continue
+		}
+		if repoPath.MatchString(m.text) && strings.Contains(m.text, "/") {
+			top := strings.SplitN(m.text, "/", 2)[0]
+			if ignored[top] || top == "." || top == ".." {
+				continue
+			}
+			if st, err := os.Stat(filepath.Join(repoRoot, top)); err != nil || !st.IsDir() {
+				continue // not a path inside the repository (a URL path, a model name)
+			}
+			matches, _ := filepath.Glob(filepath.Join(repoRoot, strings.TrimSuffix(m.text, "/")))
+			if len(matches) == 0 {
+				t.Errorf("%s: no such file or directory in the repository", m)
+			}
+		}
+	}
+}
+
+// TestHelpAlignsCommands: `draftflow -h` lists every command, each summary starting in the same column.
+func TestHelpAlignsCommands(t *testing.T) {
+	var b bytes.Buffer
+	usage(&b)
+	col := -1
+	listed := map[string]bool{}
+	for _, line := range strings.Split(b.String(), "\n") {
+		if !strings.HasPrefix(line, "  ") {
+			continue
+		}
+		name := strings.Fields(line)[0]
+		listed[name] = true
+		rest := strings.TrimPrefix(line, "  "+name)
+		at := len(line) - len(strings.TrimLeft(rest, " "))
+		if len(rest) == len(strings.TrimLeft(rest, " ")) || len(rest)-len(strings.TrimLeft(rest, " ")) < 2 {
+			t.Errorf("draftflow -h: %q: want at least two spaces between the command and its summary", line)
+		}
+		if col >= 0 && at != col {
+			t.Errorf("draftflow -h: %q: summary at column %d, the others at %d", line, at, col)
+		}
+		col = at
+	}
+	for _, c := range commands() {
+		if !listed[c.name] {
+			t.Errorf("draftflow -h does not list %s", c.name)
+		}
+	}
+}
