@@ -12,7 +12,7 @@ zstd); ``read_torch`` needs torch.
   d = f.specforge_v1("row-id", input_ids, loss_mask)   # SpecForge's offline v1 dict (torch)
 
 A run captured by draftflow (``draftflow run --capture-aux/--capture-final``, ``draftflow capture``) has one
-file per shard beside it (``X.parquet`` -> ``X.features``), listed in the run's ``features.json``; a file's
+file per shard beside it (``X.parquet`` -> ``X.dff``), listed in the run's ``features.json``; a file's
 rows join the shard's by position (``FeatureFile.at``), and the shard rows whose features could not be captured
 are listed in ``FeatureFile.missing`` with the reason:
 
@@ -136,9 +136,9 @@ class FeatureFile:
 
 
 def feature_path(shard_path):
-    """The feature file of the shard at ``shard_path`` (beside it: X.parquet -> X.features)."""
+    """The feature file of the shard at ``shard_path`` (beside it: X.parquet -> X.dff)."""
     base = shard_path[:-len(".parquet")] if shard_path.endswith(".parquet") else shard_path
-    return base + ".features"
+    return base + ".dff"
 
 
 class RunFeatures:

@@ -5,8 +5,8 @@ import (
 	"strings"
 )
 
-// Ext is the extension of a shard's feature file, which lies beside the shard: X.parquet's is X.features.
-const Ext = ".features"
+// Ext is the extension of a shard's feature file, which lies beside the shard: X.parquet's is X.dff (the extension the trainers' loader, python/draftflow_data/offline.py, lists).
+const Ext = ".dff"
 
 // PathFor returns the feature file path of the shard at shardPath.
 func PathFor(shardPath string) string { return strings.TrimSuffix(shardPath, ".parquet") + Ext }

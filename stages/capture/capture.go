@@ -9,7 +9,7 @@
 // docs/hidden-states.md says why it takes two servers and why capture is a consumer of committed shards rather
 // than part of generation. The row's [tokens, 3H] and [tokens, H] become one bf16 [tokens, 4H] row of the file.
 //
-// Exactly once: the file is written as X.features.tmp and renamed into place after an fsync, then listed in
+// Exactly once: the file is written as X.dff.tmp and renamed into place after an fsync, then listed in
 // the run's features.json, then the announcement is acknowledged. A kill at any point leaves at most a .tmp
 // that the next attempt replaces; a redelivered announcement whose shard already has a complete feature file
 // (its index matches the shard row by row and every block's CRC) is skipped; nothing is ever regenerated.
