@@ -168,9 +168,6 @@ type lease struct {
 	req    *Request
 	start  time.Time // admission
 	charge float64
-	// shared is how many leading prompt tokens the request shared with another request in flight on its
-	// endpoint when it was admitted (kv-budget): the server's radix cache holds them once.
-	shared int
 	pos    int           // index in ep.leases
 	drain  chan struct{} // the server's drainedSignal at admission: closed once it is drained
 }
@@ -285,46 +282,11 @@ func (c *Controller) charge(r *Request) float64 {
 	return float64(len(r.InputIDs) + c.est.Expected(r.Key, r.Sampling.MaxNewTokens))
 }
 
-// promptKV is the KV the lease's prompt adds to its endpoint's pool: the prompt less the prefix it shares
-// with another request there.
-func (ls *lease) promptKV() int { return len(ls.req.InputIDs) - ls.shared }
-
-// sharedPrefix is how many leading tokens of ids the kv-budget policy expects ep's radix cache to hold
-// already: the longest prefix ids shares with a request in flight there. SGLang keeps a running request's
-// prompt in its radix cache and computes, and stores, only what a new request does not share with it, so a
-// chat template's header or a common system prompt takes the pool's KV once, not once per request (on a small
-// pool with short prompts, a request in six; issue 22). A request waiting on the server shares too: it
-// reaches the cache before the new one. Under the fixed policy it is 0. c.mu must be held.
-func (c *Controller) sharedPrefix(ep *endpoint, ids []uint32) int {
-	if c.cfg.Policy != PolicyKVBudget || len(ids) == 0 {
-		return 0
-	}
-	best := 0
-	for _, ls := range ep.leases {
-		other := ls.req.InputIDs
-		n := min(len(ids), len(other))
-		if n <= best || other[best] != ids[best] {
-			continue
-		}
-		i := 0
-		for i < n && ids[i] == other[i] {
-			i++
-		}
-		best = max(best, i)
-	}
-	// SGLang computes at least the last prompt token (it needs its logits), so a prompt is never all cached.
-	return min(best, len(ids)-1)
-}
-
-// fits reports whether ep can take a request of charge with prompt ids now (charge counts the whole
-// prompt; the prefix ep's radix cache shares is taken off it here).
-func (c *Controller) fits(ep *endpoint, charge float64, ids []uint32, maxNew int) bool {
+// fits reports whether ep can take a request of charge now.
+func (c *Controller) fits(ep *endpoint, charge float64, prompt, maxNew int) bool {
 	if !ep.ready() {
 		return false
 	}
-	shared := c.sharedPrefix(ep, ids)
-	charge -= float64(shared)
-	prompt := len(ids) - shared
 	if c.cfg.Policy == PolicyKVBudget && ep.maxRunning > 0 &&
 		ep.inflight >= ep.maxRunning+c.cfg.Budget.MaxServerQueue {
 		return false
@@ -364,7 +326,7 @@ func (c *Controller) holdsShare(ep *endpoint, prompt int) bool {
 	}
 	prompts := prompt
 	for _, ls := range ep.leases {
-		prompts += ls.promptKV()
+		prompts += len(ls.req.InputIDs)
 	}
 	n := float64(len(ep.leases) + 1)
 	return float64(prompts)+n*c.est.RecentMean(recentMeanWindow)/2 <= float64(ep.pool)
@@ -449,13 +411,13 @@ func (c *Controller) predictedUsed(ep *endpoint) float64 {
 // routePreferring is route, except that a request with a preferred server goes to it (its rank with the
 // most room, for a DP server) when one fits and it did not just fail the request. It counts affinity hits
 // and misses.
-func (c *Controller) routePreferring(prefer string, charge float64, ids []uint32, maxNew int, avoid *endpoint) *endpoint {
+func (c *Controller) routePreferring(prefer string, charge float64, prompt, maxNew int, avoid *endpoint) *endpoint {
 	if prefer == "" {
-		return c.route(charge, ids, maxNew, avoid)
+		return c.route(charge, prompt, maxNew, avoid)
 	}
 	var best *endpoint
 	for _, ep := range c.eps {
-		if ep.srv.url != prefer || (avoid != nil && ep.srv == avoid.srv) || !c.fits(ep, charge, ids, maxNew) {
+		if ep.srv.url != prefer || (avoid != nil && ep.srv == avoid.srv) || !c.fits(ep, charge, prompt, maxNew) {
 			continue
 		}
 		if best == nil || ep.budget-ep.used > best.budget-best.used {
@@ -466,14 +428,14 @@ func (c *Controller) routePreferring(prefer string, charge float64, ids []uint32
 		c.met.affinity.WithLabelValues("hit").Inc()
 		return best
 	}
-	ep := c.route(charge, ids, maxNew, avoid)
+	ep := c.route(charge, prompt, maxNew, avoid)
 	if ep != nil {
 		c.met.affinity.WithLabelValues("miss").Inc()
 	}
 	return ep
 }
 
-func (c *Controller) route(charge float64, ids []uint32, maxNew int, avoid *endpoint) *endpoint {
+func (c *Controller) route(charge float64, prompt, maxNew int, avoid *endpoint) *endpoint {
 	if avoid != nil {
 		others := false
 		for _, ep := range c.eps {
@@ -486,7 +448,7 @@ func (c *Controller) route(charge float64, ids []uint32, maxNew int, avoid *endp
 	if c.cfg.Routing == RouteRoundRobin {
 		for i := range c.eps {
 			ep := c.eps[(c.rr+i)%len(c.eps)]
-			if (avoid == nil || ep.srv != avoid.srv) && c.fits(ep, charge, ids, maxNew) {
+			if (avoid == nil || ep.srv != avoid.srv) && c.fits(ep, charge, prompt, maxNew) {
 				c.rr = (c.rr + i + 1) % len(c.eps)
 				return ep
 			}
@@ -496,18 +458,17 @@ func (c *Controller) route(charge float64, ids []uint32, maxNew int, avoid *endp
 	var best *endpoint
 	bestRoom := 0.0
 	for _, ep := range c.eps {
-		if (avoid != nil && ep.srv == avoid.srv) || !c.fits(ep, charge, ids, maxNew) {
+		if (avoid != nil && ep.srv == avoid.srv) || !c.fits(ep, charge, prompt, maxNew) {
 			continue
 		}
-		shared := c.sharedPrefix(ep, ids)
 		room := 1.0
 		switch {
 		case ep.gated:
 			// KV headroom the server is predicted to have, relative to its pool.
 			pool := float64(ep.pool)
-			room = (pool - c.predictedUsed(ep) - float64(len(ids)-shared)) / pool
+			room = (pool - c.predictedUsed(ep) - float64(prompt)) / pool
 		case ep.budget > 0:
-			room = (ep.budget - ep.used - charge + float64(shared)) / ep.budget
+			room = (ep.budget - ep.used - charge) / ep.budget
 		}
 		if best == nil || room > bestRoom {
 			best, bestRoom = ep, room
@@ -554,7 +515,7 @@ func (c *Controller) admit() {
 			}
 			w := l.waiters[0]
 			charge := c.charge(w.req)
-			ep := c.routePreferring(w.req.Prefer, charge, w.req.InputIDs, w.req.Sampling.MaxNewTokens, w.avoid)
+			ep := c.routePreferring(w.req.Prefer, charge, len(w.req.InputIDs), w.req.Sampling.MaxNewTokens, w.avoid)
 			if ep == nil {
 				now := c.now()
 				for _, e := range c.eps {
@@ -566,13 +527,10 @@ func (c *Controller) admit() {
 				continue
 			}
 			l.waiters = l.waiters[1:]
-			shared := c.sharedPrefix(ep, w.req.InputIDs)
-			charge -= float64(shared)
-			w.lease = &lease{ep: ep, lane: l, req: w.req, start: c.now(), charge: charge, shared: shared,
-				drain: ep.srv.drainedSignal}
+			w.lease = &lease{ep: ep, lane: l, req: w.req, start: c.now(), charge: charge, drain: ep.srv.drainedSignal}
 			w.lease.pos = len(ep.leases)
 			ep.leases = append(ep.leases, w.lease)
-			ep.sinceTok += float64(w.lease.promptKV())
+			ep.sinceTok += float64(len(w.req.InputIDs))
 			ep.used += charge
 			ep.inflight++
 			l.used += charge
@@ -651,7 +609,7 @@ func (c *Controller) finish(ls *lease, r *Request, resp *sglang.GenerateResponse
 	retractions, reported := resp.MetaInfo.RetractionCount()
 	c.est.Observe(r.Key, outputTokens)
 	c.mu.Lock()
-	ls.ep.sinceTok -= float64(ls.promptKV() + outputTokens)
+	ls.ep.sinceTok -= float64(len(r.InputIDs) + outputTokens)
 	if !reported && !ls.ep.srv.metaSilent {
 		ls.ep.srv.metaSilent = true
 		c.log.Info("server reports no per-request retraction counts in meta_info", "endpoint", ls.ep.srv.url)

@@ -217,30 +217,8 @@ func newTestController(t *testing.T, cfg Config) *Controller {
 }
 
 func req(rid string, prompt, maxNew int) *Request {
-	// Every prompt starts with a token of its own, so no two share a prefix (see sharedReq).
-	ids := make([]uint32, prompt)
-	if prompt > 0 {
-		ids[0] = uint32(reqSeq.Add(1))
-	}
-	return &Request{RID: rid, Key: LengthKey{Dataset: "d", Lane: DefaultLane}, InputIDs: ids,
+	return &Request{RID: rid, Key: LengthKey{Dataset: "d", Lane: DefaultLane}, InputIDs: make([]uint32, prompt),
 		Sampling: sglang.SamplingParams{MaxNewTokens: maxNew}}
-}
-
-// reqSeq numbers the prompts req builds.
-var reqSeq atomic.Uint32
-
-// sharedReq is req with the first shared tokens of its prompt the same in every sharedReq (a chat template's
-// header, a system prompt) and the rest its own.
-func sharedReq(rid string, prompt, shared, maxNew int) *Request {
-	r := req(rid, prompt, maxNew)
-	own := r.InputIDs[0]
-	for j := range shared {
-		r.InputIDs[j] = 1_000_000 + uint32(j)
-	}
-	if shared < prompt {
-		r.InputIDs[shared] = own
-	}
-	return r
 }
 
 // doAsync runs Do in the background and returns a channel with its error.

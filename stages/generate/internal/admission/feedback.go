@@ -408,7 +408,7 @@ func (c *Controller) recharge(ep *endpoint, now time.Time, rate float64) {
 	}
 	for _, ls := range ep.leases {
 		produced := int(rate * now.Sub(ls.start).Seconds())
-		charge := float64(ls.promptKV() + c.est.ExpectedAfter(ls.req.Key, produced, ls.req.Sampling.MaxNewTokens))
+		charge := float64(len(ls.req.InputIDs) + c.est.ExpectedAfter(ls.req.Key, produced, ls.req.Sampling.MaxNewTokens))
 		ep.used += charge - ls.charge
 		ls.lane.used += charge - ls.charge
 		ls.charge = charge
@@ -470,7 +470,7 @@ func (c *Controller) adjust(ep *endpoint, load sglang.Load, haveLoad bool, retra
 		// Requests waiting on the server hold no KV yet, but will: count them at the mean prompt in flight.
 		prompts := 0
 		for _, ls := range ep.leases {
-			prompts += ls.promptKV()
+			prompts += len(ls.req.InputIDs)
 		}
 		queued := 0.0
 		if len(ep.leases) > 0 {

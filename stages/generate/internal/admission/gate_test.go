@@ -1,7 +1,6 @@
 package admission
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
@@ -207,44 +206,5 @@ func TestSharedServer(t *testing.T) {
 	want := int(pool / (1000 + c.Estimator().RecentMean(recentMeanWindow)/2))
 	if inflight() != want {
 		t.Fatalf("%d in flight beside another client's %d, want the %d the pool holds", inflight(), 240-19, want)
-	}
-}
-
-// TestKVBudgetSharedPrefix: requests whose prompts share a prefix with one in flight on an endpoint are
-// charged only what the server's radix cache does not already hold (issue 22: on a 512-token pool, a chat
-// template's 8-token header shared by 24-token prompts is a request in six). The fixed policy is unchanged.
-func TestKVBudgetSharedPrefix(t *testing.T) {
-	const pool = 1000
-	for _, tc := range []struct {
-		name          string
-		policy        string
-		shared        int
-		wantAdmitted  int
-		wantFirstLast [2]float64
-	}{
-		// Alone each costs 300 + 100: two fit in 1,000.
-		{"distinct prompts", PolicyKVBudget, 0, 2, [2]float64{400, 400}},
-		// The first costs 400, every later one 50 + 100: 400 + 4*150 = 1,000.
-		{"shared prefix", PolicyKVBudget, 250, 5, [2]float64{400, 150}},
-		{"fixed policy", PolicyFixed, 250, 3, [2]float64{1, 1}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			c, _ := virtualController(t, Config{Policy: tc.policy, Concurrency: 3}, pool)
-			teach(c, 50, 100, 100)
-			var admitted []*Ticket
-			for i := range 8 {
-				tk := c.Offer(sharedReq(fmt.Sprint("r", i), 300, tc.shared, 100), nil)
-				if tk.Endpoint() == 0 {
-					admitted = append(admitted, tk)
-				}
-			}
-			if len(admitted) != tc.wantAdmitted {
-				t.Fatalf("admitted %d, want %d", len(admitted), tc.wantAdmitted)
-			}
-			first, last := admitted[0].w.lease.charge, admitted[len(admitted)-1].w.lease.charge
-			if first != tc.wantFirstLast[0] || last != tc.wantFirstLast[1] {
-				t.Fatalf("charges first %v last %v, want %v", first, last, tc.wantFirstLast)
-			}
-		})
 	}
 }
