@@ -105,9 +105,10 @@ def read_index(features: str) -> Dict[Tuple[str, int], str]:
     return out
 
 
-def read_feature_files(features: str) -> Dict[str, Tuple[Any, str]]:
-    """draftflow's own feature files (``sink/features``; one ``.dff`` file, or a directory of them) as
-    {row id: (FeatureFile, row id)}. Their planes must be three ``aux:`` layers then ``final``."""
+def read_feature_files(features: str) -> Dict[Tuple[str, int], Tuple[Any, int]]:
+    """draftflow's own feature files (``sink/features``; one ``.dff`` file, or a directory of them, such as a run
+    directory) as {(row id, turn): (FeatureFile, row index in it)}. Their planes must be three ``aux:`` layers
+    then ``final``. Rows a capture server refused (a file's ``missing``) have no entry."""
     from .features import FeatureFile
 
     if os.path.isfile(features):
@@ -116,7 +117,7 @@ def read_feature_files(features: str) -> Dict[str, Tuple[Any, str]]:
         paths = sorted(os.path.join(features, n) for n in os.listdir(features) if n.endswith(".dff"))
     if not paths:
         raise FeatureError(f"{features}: neither index.jsonl nor .dff feature files")
-    out: Dict[str, Tuple[Any, str]] = {}
+    out: Dict[Tuple[str, int], Tuple[Any, int]] = {}
     for path in paths:
         try:
             ff = FeatureFile(path)
@@ -125,16 +126,17 @@ def read_feature_files(features: str) -> Dict[str, Tuple[Any, str]]:
         kinds = [name.split(":")[0] for name in ff.layers]
         if kinds != ["aux", "aux", "aux", "final"]:
             raise FeatureError(f"{path}: layers {ff.layers}, want three aux layers then final")
-        for rid in ff.ids():
-            if rid in out:
-                raise FeatureError(f"row {rid!r} is in two feature files ({out[rid][0].path}, {path})")
-            out[rid] = (ff, rid)
+        for i, r in enumerate(ff.rows):
+            key = (str(r["id"]), int(r.get("turn", 0)))
+            if key in out:
+                raise FeatureError(f"row {row_name(*key)} is in two feature files ({out[key][0].path}, {path})")
+            out[key] = (ff, i)
     return out
 
 
 def load_features(path: Any, row: Dict[str, Any]):
     """The row's feature array as a torch tensor [T, 4, H], checked against the row. ``path`` is an
-    interchange file, or (FeatureFile, row id) for draftflow's own feature files."""
+    interchange file, or (FeatureFile, row index) for draftflow's own feature files."""
     import torch
 
     rid = row_name(row["id"], row["turn"])
@@ -181,27 +183,20 @@ def _pairs(rows: str, features: str) -> Iterator[Tuple[Dict[str, Any], Any]]:
     if os.path.exists(os.path.join(features, "index.jsonl")):
         index: Dict[Any, Any] = read_index(features)
         where = f"{features}/index.jsonl"
-    else:  # draftflow's feature files key a row by its id alone
+    else:  # draftflow's feature files, keyed by (id, turn) as the shards are
         index, where = read_feature_files(features), features
-    by_id = not os.path.exists(os.path.join(features, "index.jsonl"))
-    seen, seen_ids = set(), set()
+    seen = set()
     for row in iter_source_rows(rows):
         key = (row["id"], row["turn"])
         if key in seen:
             raise FeatureError(f"row {row_name(*key)} appears twice in {rows}")
         seen.add(key)
-        look = row["id"] if by_id else key
-        if by_id and row["id"] in seen_ids:
-            raise FeatureError(f"row {row_name(*key)}: another turn of {row['id']!r} is in {rows}, and feature "
-                               f"files key rows by id alone")
-        seen_ids.add(row["id"])
-        if look not in index:
+        if key not in index:
             raise FeatureError(f"row {row_name(*key)} has no features in {where}")
-        yield row, index[look]
-    if by_id:
-        extra = sorted(set(index) - seen_ids)
-        if extra:
-            raise FeatureError(f"{len(extra)} feature rows have no row in {rows}, e.g. row {extra[0]!r}")
+        yield row, index[key]
+    extra = sorted(set(index) - seen)
+    if extra:
+        raise FeatureError(f"{len(extra)} feature rows have no row in {rows}, e.g. row {row_name(*extra[0])}")
         return
     extra = sorted(set(index) - seen)
     if extra:

@@ -298,10 +298,10 @@ def test_specforge_v1_from_draftflow_feature_files(tmp_path):
     # the same reader the export uses, against the capture's own SpecForge v1 builder.
     for r in good:
         ref = ff.specforge_v1(r["id"], r["input_ids"], r["loss_mask"])
-        arr = df.load_features((ff, r["id"]), {"id": r["id"], "turn": 0, "input_ids": np.asarray(r["input_ids"])})
+        arr = df.load_features((ff, ff._by_id[r["id"]]), {"id": r["id"], "turn": 0, "input_ids": np.asarray(r["input_ids"])})
         assert torch.equal(arr[:, 3], ref["hidden_state"]), r["id"]
         assert torch.equal(arr[:, :3].reshape(arr.shape[0], -1), ref["aux_hidden_state"]), r["id"]
-    # Two turns of one id cannot be told apart in feature files.
-    twice = [dict(good[0], turn=0), dict(good[0], turn=1)]
-    with pytest.raises(df.FeatureError, match="another turn of"):
+    # Feature files key rows by (id, turn), as the shards do: a turn the files do not hold is named.
+    twice = [dict(r, turn=0) for r in good] + [dict(good[0], turn=1)]
+    with pytest.raises(df.FeatureError, match=f"row {good[0]['id']!r} turn 1 has no features"):
         df.export_specforge(write(twice), str(feats), str(tmp_path / "v1-twice"))
