@@ -4,8 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
-	"fmt"
+	"github.com/draftflow/draftflow/internal/durable"
 	"hash"
 	"io"
 	"os"
@@ -17,55 +16,10 @@ import (
 // tmpPrefix marks files that are not yet committed; a name starting with it is never a shard a reader may use.
 const tmpPrefix = ".tmp-"
 
-// syncDir fsyncs a directory so the entries created or renamed in it survive a crash.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("fsync %s: %w", dir, err)
-	}
-	return nil
-}
-
-// writeFileAtomic replaces path with data: temporary file, fsync, rename, directory fsync.
+// writeFileAtomic replaces path with data (durable.WriteFile), its temporary named with tmpPrefix.
 func writeFileAtomic(path string, data []byte) error {
 	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	tmp := filepath.Join(dir, tmpPrefix+base)
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return err
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	if err := syncDir(dir); err != nil {
-		return fmt.Errorf("%w: %v", errRenamedNotSynced, err)
-	}
-	return nil
+	return durable.WriteFile(path, filepath.Join(dir, tmpPrefix+base), data)
 }
 
 // replaceFile replaces path with data by a temporary file and a rename, without fsyncs: for files the sink can
@@ -87,7 +41,7 @@ func replaceFile(path string, data []byte) error {
 
 // errRenamedNotSynced is wrapped by a writeFileAtomic error that came after the rename: the new content may
 // already be what a restart reads, so the caller must not undo what that content points to.
-var errRenamedNotSynced = errors.New("renamed into place, but the directory fsync failed")
+var errRenamedNotSynced = durable.ErrRenamedNotSynced
 
 // writeJSONAtomic writes v as indented JSON with writeFileAtomic.
 func writeJSONAtomic(path string, v any) error {

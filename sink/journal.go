@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/draftflow/draftflow/internal/durable"
 	"hash/crc32"
 	"io"
 	"io/fs"
@@ -224,7 +225,7 @@ func openJournal(dir string, next func(cpKey) int64, log *slog.Logger) (*journal
 		out = append(out, rec)
 	}
 	if removed > 0 {
-		if err := syncDir(j.dir); err != nil {
+		if err := durable.SyncDir(j.dir); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -390,7 +391,7 @@ func (j *journal) sync() ([]string, int64, error) {
 		sg.pending = nil
 	}
 	if j.dirty {
-		if err := syncDir(j.dir); err != nil {
+		if err := durable.SyncDir(j.dir); err != nil {
 			return nil, 0, fmt.Errorf("sink: journal: %w", err)
 		}
 		j.dirty = false

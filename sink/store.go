@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/draftflow/draftflow/internal/durable"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -110,7 +111,7 @@ func openStore(ctx context.Context, dir string, log *slog.Logger) (*store, error
 				if err := os.Rename(tmp, final); err != nil {
 					return nil, fmt.Errorf("sink: roll forward %s: %w", final, err)
 				}
-				if err := syncDir(filepath.Dir(final)); err != nil {
+				if err := durable.SyncDir(filepath.Dir(final)); err != nil {
 					return nil, err
 				}
 				log.Info("rolled forward a committed shard", "shard", final)
@@ -191,7 +192,7 @@ func removeTemps(dir string, ents []os.DirEntry, log *slog.Logger) error {
 		}
 	}
 	if n > 0 {
-		return syncDir(dir)
+		return durable.SyncDir(dir)
 	}
 	return nil
 }
@@ -411,7 +412,7 @@ func (s *store) commitFlushKey(k cpKey, first, last int64, groups []runRows, row
 				cleanup()
 				return nil, err
 			}
-			if err := syncDir(s.dir); err != nil {
+			if err := durable.SyncDir(s.dir); err != nil {
 				cleanup()
 				return nil, err
 			}
@@ -455,7 +456,7 @@ func (s *store) commitFlushKey(k cpKey, first, last int64, groups []runRows, row
 		dirs[g.run.dir] = true
 	}
 	for d := range dirs {
-		if err := syncDir(d); err != nil {
+		if err := durable.SyncDir(d); err != nil {
 			cleanup()
 			return nil, err
 		}
@@ -499,7 +500,7 @@ func (s *store) commitFlushKey(k cpKey, first, last int64, groups []runRows, row
 		}
 	}
 	for d := range dirs {
-		if err := syncDir(d); err != nil {
+		if err := durable.SyncDir(d); err != nil {
 			return nil, err
 		}
 	}

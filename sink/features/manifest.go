@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/draftflow/draftflow/internal/durable"
 	"io"
 	"io/fs"
 	"os"
@@ -124,45 +125,8 @@ func AddToManifest(runDir string, h Header, e FileEntry) error {
 		return err
 	}
 	path := filepath.Join(runDir, ManifestName)
-	if err := writeAtomic(path, b); err != nil {
+	if err := durable.WriteFile(path, path+".tmp", b); err != nil {
 		return fmt.Errorf("features: write %s: %w", path, err)
 	}
 	return nil
-}
-
-// writeAtomic writes b to path through path.tmp, fsyncs it, renames it into place and fsyncs the directory.
-func writeAtomic(path string, b []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return err
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	return SyncDir(filepath.Dir(path))
-}
-
-// SyncDir fsyncs a directory, making the renames in it durable.
-func SyncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

@@ -27,6 +27,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/draftflow/draftflow/internal/durable"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -506,7 +507,7 @@ func (c *capturer) capture(ctx context.Context, r *stream.Record[topics.ShardFil
 	if err := w.Close(); err != nil {
 		return nil, 0, err
 	}
-	if err := features.SyncDir(filepath.Dir(featPath)); err != nil {
+	if err := durable.SyncDir(filepath.Dir(featPath)); err != nil {
 		return nil, 0, err
 	}
 	return missing, tokens, nil
