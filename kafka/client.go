@@ -18,8 +18,8 @@ import (
 // on Admin. A process makes one Client per cluster, passes it down and Closes it when it is done; it is safe for
 // concurrent use.
 //
-// Producers and Consumers made by a Client hold their own connections (a producer's writers, a consumer's group
-// and partition readers) and close them in their own Close or Run; Close the Client after them.
+// Producers and Consumers made by a Client hold their own connections (a producer's writers, a consumer's
+// franz-go group client) and close them in their own Close or Run; Close the Client after them.
 type Client struct {
 	cfg       Config
 	transport *kafkago.Transport // the admin requests' connection pool

@@ -108,7 +108,8 @@ type Config struct {
 	// RevokeTimeout is how long, on a rebalance (a replica joining or leaving), requests already running for the
 	// partitions this replica gives up may still finish before they are aborted and left to the next owner
 	// (default DefaultRevokeTimeout). Requests not yet started are handed over at once. Longer wastes less of
-	// long generations; the group waits for the slowest drain (kafka-go rebalances eagerly), at most this long.
+	// long generations; only the partitions that move wait (rebalances are cooperative), and they reach their new
+	// owner after the slowest drain, at most this long.
 	RevokeTimeout time.Duration
 	// ShutdownGrace is how long in-flight requests may still finish after shutdown begins before they are
 	// aborted (they are redelivered, and done again by whoever owns their partition next). The zero value

@@ -490,7 +490,11 @@ func (c *Controller) adjust(ep *endpoint, load sglang.Load, haveLoad bool, retra
 		if evidence && now.After(ep.cooldownUntil) && binding {
 			ep.budget *= 1 + maxGrowStep/5
 		}
-	case waiting > qhi:
+	case waiting > qhi && !(ep.others > 0 && ep.used > ep.budget):
+		// Beside other clients with more in flight than the budget, holdsShare (not the budget) is what admits:
+		// a cut would change nothing now and leave the budget near its floor when the others go (a replica
+		// leaving the fleet), and the ones left would take dozens of polls to grow it back while the server
+		// runs part-empty (make rebalance measured 30 s of it). The budget waits instead.
 		ep.budget *= queueCut
 	case waiting < qlo && binding && now.After(ep.cooldownUntil):
 		ep.budget *= 1 + maxGrowStep

@@ -208,3 +208,42 @@ func TestSharedServer(t *testing.T) {
 		t.Fatalf("%d in flight beside another client's %d, want the %d the pool holds", inflight(), 240-19, want)
 	}
 }
+
+// TestSharedQueueKeepsBudget: while other clients keep a long queue on the server and this Controller holds more
+// than its budget there (holdsShare admits it), the long queue does not cut the budget; once the others are gone
+// the budget is where it was, and the Controller fills the server at once. Alone with the same long queue of its
+// own, the budget is cut.
+func TestSharedQueueKeepsBudget(t *testing.T) {
+	const pool = 100000
+	c, _ := virtualController(t, Config{}, pool)
+	teach(c, 200, 100, 2000)
+	for range 200 {
+		c.Offer(req("r", 1000, 4000), nil)
+	}
+	ep := c.eps[0]
+	shared := sglang.Load{Running: 40, Waiting: 200, UsedTokens: 97000, MaxTokens: pool, TokenUsage: 0.97, GenThroughput: 100}
+	feedback(c, 0, shared, 0, true) // the poll that shows the other client; holdsShare admits after it
+	budget := ep.budget
+	for range 60 { // a minute of polls beside a client keeping 200 requests queued
+		feedback(c, 0, shared, 0, true)
+	}
+	if ep.used <= ep.budget {
+		t.Fatalf("in flight %.0f tokens within the budget %.0f: holdsShare did not admit beyond it", ep.used, ep.budget)
+	}
+	if ep.budget != budget {
+		t.Errorf("budget %.0f after a minute beside another client's long queue, want %.0f (unchanged)", ep.budget, budget)
+	}
+	// Alone, with a long queue of its own: the band cuts the budget.
+	c2, _ := virtualController(t, Config{}, pool)
+	teach(c2, 200, 100, 2000)
+	for range 200 {
+		c2.Offer(req("r", 1000, 4000), nil)
+	}
+	ep2 := c2.eps[0]
+	n := ep2.inflight
+	before := ep2.budget
+	feedback(c2, 0, sglang.Load{Running: n / 2, Waiting: n - n/2, UsedTokens: 97000, MaxTokens: pool, TokenUsage: 0.97, GenThroughput: 100}, 0, true)
+	if ep2.budget >= before {
+		t.Errorf("alone with %d of its own requests waiting, budget %.0f -> %.0f, want a cut", n-n/2, before, ep2.budget)
+	}
+}
