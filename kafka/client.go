@@ -28,6 +28,7 @@ type Client struct {
 
 	mu     sync.Mutex
 	closed bool
+	franz  *kgo.Client // the admin requests kafka-go cannot send or decode; made on first use
 }
 
 // errClosed is returned by the requests of a closed Client.
@@ -65,8 +66,53 @@ func (c *Client) Close() error {
 	if !c.closed {
 		c.closed = true
 		c.transport.CloseIdleConnections()
+		if c.franz != nil {
+			c.franz.Close()
+		}
 	}
 	return nil
+}
+
+// franzAdmin returns the client's franz-go client of the admin requests kafka-go cannot send or decode (topic
+// ids, group descriptions), made on first use with the Config's TLS and SASL; Close closes it.
+func (c *Client) franzAdmin(ctx context.Context) (*kgo.Client, error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, errClosed
+	}
+	if cl := c.franz; cl != nil {
+		c.mu.Unlock()
+		return cl, nil
+	}
+	c.mu.Unlock()
+	opts, err := c.cfg.franzOpts()
+	if err != nil {
+		return nil, err
+	}
+	if c.cfg.Security != (Security{}) {
+		// franz-go retries a connection the broker closed during authentication until ctx ends; a kafka-go
+		// connection first makes a refused credential a prompt AuthError.
+		if err := c.Ping(ctx); IsAuthError(err) {
+			return nil, err
+		}
+	}
+	cl, err := kgo.NewClient(append(opts, kgo.SeedBrokers(c.cfg.Brokers...), kgo.ClientID(c.cfg.clientID()))...)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.closed:
+		cl.Close()
+		return nil, errClosed
+	case c.franz != nil: // another request made one meanwhile
+		cl.Close()
+	default:
+		c.franz = cl
+	}
+	return c.franz, nil
 }
 
 // adminClient returns the kafka-go client of the admin requests; its error says the Client is closed.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
@@ -12,7 +13,9 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
-	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // ConsumerConfig tunes a Consumer; zero values are documented defaults.
@@ -29,9 +32,10 @@ type ConsumerConfig struct {
 	// the member that takes the partition over.
 	DrainTimeout time.Duration
 	// RevokeTimeout is how long, on a rebalance, the member waits for in-flight deliveries of the partitions it
-	// gives up before it commits what is finished and rejoins (default 20 s). The work still unfinished then is
-	// abandoned (its offsets are not committed; the next owner does it again). Every member of the group waits
-	// for the slowest one during a rebalance (kafka-go rebalances eagerly), so this bounds the stall.
+	// gives up before it commits what is finished and lets them go (default 20 s). The work still unfinished
+	// then is abandoned (its offsets are not committed; the next owner does it again). Rebalances are
+	// cooperative: only the partitions that move wait; every member goes on with the partitions it keeps, and
+	// the moving partitions reach their new owner once their old one has let them go.
 	RevokeTimeout time.Duration
 	// FinalCommitTimeout bounds the commit of the finished offsets when Run stops, all retries included
 	// (default 15 s). A failed attempt is logged and retried with backoff; if none succeeds, Run returns the error.
@@ -65,16 +69,24 @@ type Delivery struct {
 	gen     *handout
 }
 
-// handout is what the deliveries of one generation share: the signals of its partitions being given up.
+// handout is what the deliveries of one partition's ownership share: the signals of the partition being given
+// up. A partition assigned again gets a new one.
 type handout struct {
-	revoking chan struct{}
-	lost     context.Context // cancelled once the partitions are gone
+	revoking chan struct{}   // closed when the member starts giving the partition up
+	revoked  bool            // revoking is closed (guarded by Consumer.mu)
+	lost     context.Context // cancelled once the partition is gone
+	lose     context.CancelFunc
 }
 
-// Revoking is closed when this member starts giving the delivery's partition up (a rebalance, or shutdown): it
-// keeps the partition only while work already running finishes (RevokeTimeout, DrainTimeout). Work that has
-// not started by then should not start: Abandon the delivery, and the partition's next owner does it, at no
-// cost to anyone.
+func newHandout() *handout {
+	lost, lose := context.WithCancel(context.Background())
+	return &handout{revoking: make(chan struct{}), lost: lost, lose: lose}
+}
+
+// Revoking is closed when this member starts giving the delivery's partition up (a rebalance that moves it, or
+// shutdown): it keeps the partition only while work already running finishes (RevokeTimeout, DrainTimeout).
+// Work that has not started by then should not start: Abandon the delivery, and the partition's next owner does
+// it, at no cost to anyone.
 func (d *Delivery) Revoking() <-chan struct{} {
 	if d.gen == nil {
 		return nil // a Delivery made outside a Consumer (tests): never
@@ -99,7 +111,7 @@ func (d *Delivery) Done() {
 	d.once.Do(func() {
 		d.c.marks.Done(d.mark)
 		<-d.c.slots
-		d.c.signal()
+		d.c.freed.notify()
 	})
 }
 
@@ -110,7 +122,7 @@ func (d *Delivery) Abandon() {
 	d.once.Do(func() {
 		d.c.marks.Abandon(d.mark)
 		<-d.c.slots
-		d.c.signal()
+		d.c.freed.notify()
 	})
 }
 
@@ -121,13 +133,16 @@ func (d *Delivery) Where() string {
 
 // Consumer reads one topic as a member of a consumer group and commits per-partition watermarks.
 //
-// It is built on kafka-go's consumer-group generation API, so it knows at every moment which partitions it
-// owns: each group generation assigns it a set of partitions, and a rebalance ends the generation. The
-// Consumer then stops fetching, waits up to RevokeTimeout for the in-flight deliveries (heartbeating
-// meanwhile, so the coordinator keeps it), commits their finished prefix through that generation and only then
-// rejoins. It commits only partitions of its current generation, so a member can never move back the
-// committed offset of a partition another member owns now: the broker refuses commits of an older
-// generation. Every assignment and revocation is logged.
+// The group is run by franz-go with the cooperative-sticky assignor (KIP-429): a rebalance moves only the
+// partitions that must move, and every member keeps working on the rest. The Consumer knows at every moment
+// which partitions it owns. When a rebalance takes some away, it stops handing out their records, waits up to
+// RevokeTimeout for their in-flight deliveries, commits their finished prefix (with the finished offsets after
+// it, handover.go) and only then lets them go; their new owner starts from that commit. It commits only
+// partitions it owns, so it never moves back the committed offset of a partition another member owns now.
+// Every assignment and revocation is logged.
+//
+// The group speaks only "cooperative-sticky": a member of an older draftflow build (kafka-go's eager "range")
+// cannot join a group of these members, nor these one of its; Run fails at once saying so.
 type Consumer struct {
 	cl    *Client
 	cfg   Config
@@ -135,12 +150,18 @@ type Consumer struct {
 	topic string
 	marks *watermark
 	slots chan struct{}
-	wake  chan struct{} // a delivery finished or was abandoned
+	freed notifier // a delivery finished or was abandoned
+
+	mu       sync.Mutex
+	owned    map[int]*handout       // the partitions this member owns now
+	skip     map[int]map[int64]bool // per owned partition: offsets its previous owner finished (handover.go)
+	stopping bool                   // Run is draining for shutdown: partitions assigned now are revoking at once
 
 	commitMu sync.Mutex // serializes commits
 	met      *plumbing
 	lag      *lagGauge    // draftflow_consumer_lag of the partitions owned
-	assigned atomic.Int32 // partitions owned in the current generation
+	assigned atomic.Int32 // partitions owned now
+	log      *slog.Logger
 }
 
 // NewConsumer returns a Consumer of the logical topic in group cc.Group: Config.InputTopic of topic, the group
@@ -169,238 +190,78 @@ func (cl *Client) NewConsumer(topic string, cc ConsumerConfig) *Consumer {
 	}
 	met := cl.met
 	return &Consumer{cl: cl, cfg: c, cc: cc, topic: topic, marks: newWatermark(), met: met, lag: newLagGauge(met, topic, cc.Group),
-		slots: make(chan struct{}, cc.MaxInFlight), wake: make(chan struct{}, 1)}
+		slots: make(chan struct{}, cc.MaxInFlight),
+		owned: map[int]*handout{}, skip: map[int]map[int64]bool{},
+		log: c.logger().With("topic", topic, "group", cc.Group)}
 }
 
-// Assigned returns how many partitions of its topic the consumer owns in the current group generation (0
-// between generations and before the first): a stage is ready to work once it owns some.
+// Assigned returns how many partitions of its topic the consumer owns now (0 before the first assignment and
+// after the last): a stage is ready to work once it owns some.
 func (c *Consumer) Assigned() int { return int(c.assigned.Load()) }
 
-func (c *Consumer) signal() {
-	select {
-	case c.wake <- struct{}{}:
-	default:
+// notifier wakes every goroutine waiting for a change (the consume loop for a free slot, drains for their
+// partitions' deliveries): a waiter takes the channel before it checks its condition, so no change is missed.
+type notifier struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+// wait returns a channel closed at the next notify.
+func (n *notifier) wait() <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.ch == nil {
+		n.ch = make(chan struct{})
+	}
+	return n.ch
+}
+
+// notify wakes the waiters.
+func (n *notifier) notify() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.ch != nil {
+		close(n.ch)
+		n.ch = nil
 	}
 }
 
 // rebalanceTimeout is how long the coordinator waits for every member to rejoin on a rebalance: long enough
-// for a member to drain its revoked partitions, or, on shutdown, its whole in-flight window.
+// for a member to drain the partitions it gives up, or, on shutdown, its whole in-flight window.
 func (c *Consumer) rebalanceTimeout() time.Duration {
 	return max(c.cc.RevokeTimeout, c.cc.DrainTimeout, c.cc.SessionTimeout) + c.cc.FinalCommitTimeout
 }
+
+// maxGroupFailures is how many group errors in a row (a join refused, a coordinator gone, each retried with
+// backoff) Run outlasts before it gives up.
+const maxGroupFailures = 120
 
 // Run joins the group and hands each fetched record to handle until ctx is cancelled or the group fails for
 // good. handle is called from Run's goroutine, one delivery at a time, in partition order; it may start
 // concurrent work and return at once, as long as every delivery is eventually Done or Abandoned.
 //
-// On a rebalance Run stops fetching, waits up to RevokeTimeout for in-flight deliveries, commits the finished
-// prefix of every partition it owned and rejoins. When ctx ends, Run stops fetching, waits up to DrainTimeout
-// for in-flight deliveries (still owning its partitions), commits the finished prefix of every partition
-// (retrying with backoff for up to FinalCommitTimeout), leaves the group and returns nil, or the error of that
-// final commit if it never succeeded. A commit error while running is logged and retried at the next interval.
+// On a rebalance that takes partitions away, the member stops handing out their records, waits up to
+// RevokeTimeout for their in-flight deliveries, commits their finished prefix and lets them go, working on the
+// partitions it keeps meanwhile. When ctx ends, Run stops fetching, waits up to DrainTimeout for in-flight
+// deliveries (still owning its partitions), commits the finished prefix of every partition (retrying with
+// backoff for up to FinalCommitTimeout), leaves the group and returns nil, or the error of that final commit if
+// it never succeeded. A commit error while running is logged and retried at the next interval. Credentials the
+// brokers refuse, and a group they will never accept, end Run with the error at once.
 func (c *Consumer) Run(ctx context.Context, handle func(*Delivery)) error {
-	log := c.cfg.logger().With("topic", c.topic, "group", c.cc.Group)
-	start := kafkago.FirstOffset
-	if c.cc.StartFromLatest {
-		start = kafkago.LastOffset
+	// franz-go retries a connection a broker closes during authentication like any other (it sees only EOF);
+	// one connection made first tells refused credentials apart.
+	if c.cfg.Security != (Security{}) {
+		if err := c.cl.Ping(ctx); IsAuthError(err) {
+			return fmt.Errorf("kafka: join group %s: %w", c.cc.Group, err)
+		}
 	}
-	dialer, err := c.cl.dialer()
+	cl, err := c.groupClient()
 	if err != nil {
 		return err
 	}
-	group, err := kafkago.NewConsumerGroup(kafkago.ConsumerGroupConfig{
-		ID:                c.cc.Group,
-		Brokers:           c.cfg.Brokers,
-		Dialer:            dialer,
-		Topics:            []string{c.topic},
-		GroupBalancers:    []kafkago.GroupBalancer{kafkago.RangeGroupBalancer{}},
-		HeartbeatInterval: c.cc.SessionTimeout / 5,
-		SessionTimeout:    c.cc.SessionTimeout,
-		RebalanceTimeout:  c.rebalanceTimeout(),
-		JoinGroupBackoff:  500 * time.Millisecond,
-		StartOffset:       start,
-		Timeout:           10 * time.Second,
-		ErrorLogger: kafkago.LoggerFunc(func(msg string, args ...any) {
-			log.Debug(fmt.Sprintf(msg, args...))
-		}),
-	})
-	if err != nil {
-		return fmt.Errorf("kafka: consumer group %s: %w", c.cc.Group, err)
-	}
-	// leave closes the group: kafka-go ends the generation, waits for runGeneration to release it (after the
-	// final commit) and sends LeaveGroup, so the other members take the partitions over at once.
-	var leaveOnce sync.Once
-	left := make(chan struct{})
-	leave := func() {
-		leaveOnce.Do(func() { go func() { group.Close(); close(left) }() })
-	}
-	defer func() { leave(); <-left }()
+	defer c.leave(cl)
 
-	var runErr error
-	failures := 0
-	for ctx.Err() == nil {
-		gen, err := group.Next(ctx)
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, kafkago.ErrGroupClosed) {
-				break
-			}
-			// Credentials the broker refuses: retrying cannot help, so the stage stops with an error naming them.
-			if aerr := c.cl.explain(ctx, err); IsAuthError(aerr) {
-				runErr = fmt.Errorf("kafka: join group %s: %w", c.cc.Group, aerr)
-				break
-			}
-			// A group the broker will never accept: give up at once.
-			if errors.Is(err, kafkago.InvalidSessionTimeout) || errors.Is(err, kafkago.InvalidGroupId) ||
-				errors.Is(err, kafkago.GroupAuthorizationFailed) || errors.Is(err, kafkago.InconsistentGroupProtocol) {
-				runErr = fmt.Errorf("kafka: join group %s: %w", c.cc.Group, err)
-				break
-			}
-			// Joining failed (coordinator moving, topic not served yet, a rebalance racing the join): kafka-go
-			// backs off and joins again. Give up only after a long run of failures.
-			failures++
-			if failures >= 120 {
-				runErr = fmt.Errorf("kafka: join group %s: %w", c.cc.Group, err)
-				break
-			}
-			log.Info("joining the group failed; retrying", "err", err, "attempt", failures)
-			continue
-		}
-		failures = 0
-		if err := c.runGeneration(ctx, gen, handle, leave, log); err != nil {
-			runErr = err
-			break
-		}
-	}
-	// Deliveries of partitions this member no longer owns may still be running: they finish into nothing.
-	return runErr
-}
-
-// runGeneration consumes the partitions one generation assigns until the generation ends (a rebalance) or ctx
-// does (shutdown); then it drains, commits through the generation and returns, which lets kafka-go rejoin or
-// leave. Its error is that of the final commit on shutdown.
-func (c *Consumer) runGeneration(ctx context.Context, gen *kafkago.Generation, handle func(*Delivery), leave func(), log *slog.Logger) error {
-	assigned := gen.Assignments[c.topic]
-	parts := make([]int, len(assigned))
-	for i, a := range assigned {
-		parts[i] = a.ID
-	}
-	slices.Sort(parts)
-	log = log.With("generation", gen.ID, "member", gen.MemberID)
-	log.Info("partitions assigned", "partitions", parts)
-	c.met.assignedPartitions.WithLabelValues(c.topic, c.cc.Group).Set(float64(len(parts)))
-	c.assigned.Store(int32(len(parts)))
-	c.met.rebalances.WithLabelValues(c.topic, c.cc.Group).Inc()
-
-	// The generation's context ends on a rebalance; the function holds the generation (and so its coordinator
-	// connection, through which we commit) until it returns.
-	genCtx := make(chan context.Context, 1)
-	release := make(chan struct{})
-	gen.Start(func(gctx context.Context) {
-		genCtx <- gctx
-		<-release
-	})
-	gctx := <-genCtx
-	defer close(release)
-	// awaitLeave, after leave, holds the generation until kafka-go has seen the group closed (it then ends the
-	// generation): released earlier, kafka-go would take the generation's end for a rebalance and join once more,
-	// costing every other member a rebalance.
-	awaitLeave := func() {
-		select {
-		case <-gctx.Done():
-		case <-time.After(10 * time.Second):
-		}
-	}
-
-	for _, p := range parts {
-		c.marks.Forget(p) // a fresh start at the committed offset
-	}
-	// What the previous owner finished beyond its committed offsets is not handed out again (handover.go).
-	starts := make(map[int]int64, len(assigned))
-	for _, a := range assigned {
-		starts[a.ID] = a.Offset
-	}
-	skip, herr := c.handedOver(gctx, starts)
-	if herr != nil {
-		log.Warn("reading what the previous owner finished failed; it will be done again", "err", herr)
-	}
-	if n := countSkips(skip); n > 0 {
-		log.Info("records the previous owner finished after its committed offsets are skipped", "records", n)
-	}
-	fetchCtx, stopFetch := context.WithCancel(gctx)
-	stopOnShutdown := context.AfterFunc(ctx, stopFetch)
-	defer stopOnShutdown()
-	type fetched struct {
-		m   kafkago.Message
-		err error
-	}
-	msgs := make(chan fetched)
-	var fetchers sync.WaitGroup
-	for _, a := range assigned {
-		fetchers.Add(1)
-		go func(a kafkago.PartitionAssignment) {
-			defer fetchers.Done()
-			dialer, err := c.cl.dialer() // the group's worked, so this one does too (unless a file vanished)
-			if err != nil {
-				select {
-				case msgs <- fetched{err: err}:
-				case <-fetchCtx.Done():
-				}
-				return
-			}
-			r := kafkago.NewReader(kafkago.ReaderConfig{
-				Brokers:          c.cfg.Brokers,
-				Topic:            c.topic,
-				Partition:        a.ID,
-				Dialer:           dialer,
-				MinBytes:         1,
-				MaxBytes:         c.cfg.maxMessageBytes() * 2,
-				MaxWait:          250 * time.Millisecond,
-				ReadBatchTimeout: 2 * time.Second,
-				ReadBackoffMin:   50 * time.Millisecond,
-				ReadBackoffMax:   500 * time.Millisecond,
-				ErrorLogger: kafkago.LoggerFunc(func(msg string, args ...any) {
-					log.Debug(fmt.Sprintf(msg, args...), "partition", a.ID)
-				}),
-			})
-			defer r.Close()
-			if err := r.SetOffset(a.Offset); err != nil {
-				select {
-				case msgs <- fetched{err: err}:
-				case <-fetchCtx.Done():
-				}
-				return
-			}
-			for {
-				m, err := r.FetchMessage(fetchCtx)
-				if fetchCtx.Err() != nil {
-					return
-				}
-				if err != nil {
-					var kerr kafkago.Error
-					if errors.As(err, &kerr) && kerr.Temporary() {
-						// A partition moving or not yet served (NOT_LEADER_FOR_PARTITION right after a topic is
-						// created, a leader election): retry.
-						log.Info("fetch failed; retrying", "partition", a.ID, "err", err)
-						select {
-						case <-fetchCtx.Done():
-							return
-						case <-time.After(250 * time.Millisecond):
-						}
-						continue
-					}
-				}
-				select {
-				case msgs <- fetched{m: m, err: err}:
-				case <-fetchCtx.Done():
-					return
-				}
-				if err != nil {
-					return
-				}
-			}
-		}(a)
-	}
-
+	committing, stopCommitting := context.WithCancel(context.Background())
 	committerDone := make(chan struct{})
 	go func() {
 		defer close(committerDone)
@@ -408,101 +269,362 @@ func (c *Consumer) runGeneration(ctx context.Context, gen *kafkago.Generation, h
 		defer t.Stop()
 		for {
 			select {
-			case <-fetchCtx.Done():
+			case <-committing.Done():
 				return
 			case <-t.C:
-				if err := c.commit(gen, parts); err != nil {
-					log.Warn("commit failed; will retry", "err", err)
+				if err := c.commit(cl, c.ownedParts()); err != nil {
+					c.log.Warn("commit failed; will retry", "err", err)
 				}
 			}
 		}
 	}()
+	runErr := c.consume(ctx, cl, handle)
+	stopCommitting()
+	<-committerDone
+	return errors.Join(runErr, c.shutdown(cl))
+}
 
-	// Hand out deliveries until the generation or the run ends.
-	lost, loseAll := context.WithCancel(context.Background())
-	hand := &handout{revoking: make(chan struct{}), lost: lost}
-	defer loseAll()
-	var fetchErr error
-loop:
+// groupClient returns the franz-go client of the group member: cooperative-sticky, no autocommit, the rebalance
+// callbacks of this Consumer.
+func (c *Consumer) groupClient() (*kgo.Client, error) {
+	if err := c.cl.open(); err != nil {
+		return nil, err
+	}
+	opts, err := c.cfg.franzOpts()
+	if err != nil {
+		return nil, err
+	}
+	start := kgo.NewOffset().AtStart()
+	if c.cc.StartFromLatest {
+		start = kgo.NewOffset().AtEnd()
+	}
+	fetchMax := int32(c.cfg.maxMessageBytes() * 2)
+	opts = append(opts,
+		kgo.SeedBrokers(c.cfg.Brokers...),
+		kgo.ClientID(c.cfg.clientID()),
+		kgo.WithLogger(franzLogger{c.log}),
+		kgo.ConsumerGroup(c.cc.Group),
+		kgo.ConsumeTopics(c.topic),
+		kgo.Balancers(kgo.CooperativeStickyBalancer()),
+		kgo.DisableAutoCommit(),
+		kgo.SessionTimeout(c.cc.SessionTimeout),
+		kgo.HeartbeatInterval(c.cc.SessionTimeout/5),
+		kgo.RebalanceTimeout(c.rebalanceTimeout()),
+		kgo.ConsumeResetOffset(start),
+		kgo.FetchMaxWait(250*time.Millisecond),
+		kgo.FetchMaxBytes(fetchMax),
+		kgo.FetchMaxPartitionBytes(fetchMax),
+		kgo.OnPartitionsAssigned(func(_ context.Context, cl *kgo.Client, assigned map[string][]int32) {
+			c.assign(cl, assigned[c.topic])
+		}),
+		kgo.OnOffsetsFetched(func(_ context.Context, _ *kgo.Client, resp *kmsg.OffsetFetchResponse) error {
+			c.handOver(resp)
+			return nil
+		}),
+		kgo.OnPartitionsRevoked(func(_ context.Context, cl *kgo.Client, revoked map[string][]int32) {
+			c.revoke(cl, revoked[c.topic], "rebalance", c.cc.RevokeTimeout)
+		}),
+		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+			c.lose(lost[c.topic])
+		}),
+	)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: consumer group %s: %w", c.cc.Group, err)
+	}
+	return cl, nil
+}
+
+// consume polls and hands out records until ctx ends (nil) or the group fails for good (the error).
+func (c *Consumer) consume(ctx context.Context, cl *kgo.Client, handle func(*Delivery)) error {
+	failures := 0
 	for {
-		select {
-		case c.slots <- struct{}{}:
-		case <-fetchCtx.Done():
-			break loop
+		for {
+			freed := c.freed.wait()
+			if len(c.slots) < cap(c.slots) {
+				break
+			}
+			select {
+			case <-freed:
+			case <-ctx.Done():
+				return nil
+			}
 		}
-		var f fetched
-		select {
-		case f = <-msgs:
-		case <-fetchCtx.Done():
-			<-c.slots
-			break loop
+		fetches := cl.PollRecords(ctx, cap(c.slots)-len(c.slots))
+		if ctx.Err() != nil || fetches.IsClientClosed() {
+			return nil // records polled and not handed out were never added: the next owner gets them
 		}
-		if f.err != nil {
-			<-c.slots
-			fetchErr = f.err
-			log.Warn("fetch failed; rejoining the group", "err", f.err)
-			stopFetch()
-			break
+		var fatal error
+		fetches.EachError(func(topic string, partition int32, err error) {
+			if fatal != nil || errors.Is(err, context.Canceled) {
+				return
+			}
+			var gerr *kgo.ErrGroupSession
+			if !errors.As(err, &gerr) {
+				// A partition's fetch failed in a way franz-go does not retry by itself (it retries the rest).
+				c.log.Warn("fetch failed", "partition", partition, "err", err)
+				return
+			}
+			if aerr := c.cl.explain(ctx, err); IsAuthError(aerr) {
+				fatal = fmt.Errorf("kafka: join group %s: %w", c.cc.Group, aerr)
+				return
+			}
+			if errors.Is(err, kerr.InconsistentGroupProtocol) {
+				fatal = fmt.Errorf("kafka: join group %s: %w (its members speak another assignment protocol: "+
+					"replicas of a draftflow build from before the cooperative consumer (docs/changelog.md) rebalance eagerly "+
+					"with \"range\" and cannot share a group with this build's; stop them first)", c.cc.Group, err)
+				return
+			}
+			if errors.Is(err, kerr.InvalidSessionTimeout) || errors.Is(err, kerr.InvalidGroupID) ||
+				errors.Is(err, kerr.GroupAuthorizationFailed) {
+				fatal = fmt.Errorf("kafka: join group %s: %w", c.cc.Group, err)
+				return
+			}
+			// Joining failed (coordinator moving, topic not served yet): franz-go backs off and joins again.
+			if failures++; failures >= maxGroupFailures {
+				fatal = fmt.Errorf("kafka: join group %s: %w", c.cc.Group, err)
+				return
+			}
+			c.log.Info("the group session failed; rejoining", "err", err, "attempt", failures)
+		})
+		if fatal != nil {
+			return fatal
 		}
-		c.met.consumedRecords.WithLabelValues(c.topic, c.cc.Group).Inc()
-		m := f.m
-		c.lag.fetched(m.Partition, m.Offset, m.HighWaterMark)
-		if skip[m.Partition][m.Offset] {
-			c.marks.Done(c.marks.Add(m.Partition, m.Offset))
-			<-c.slots
-			c.met.handedOver.WithLabelValues(c.topic, c.cc.Group).Inc()
+		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+			for _, r := range p.Records {
+				if d := c.deliver(r, p.HighWatermark); d != nil {
+					failures = 0
+					handle(d)
+				}
+			}
+		})
+	}
+}
+
+// deliver returns the Delivery of r, or nil when r is not handed out: its partition is being given up (the next
+// owner gets it), or its previous owner finished it (handover).
+func (c *Consumer) deliver(r *kgo.Record, highWater int64) *Delivery {
+	part := int(r.Partition)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h := c.owned[part]
+	if h == nil || h.revoked {
+		return nil
+	}
+	c.slots <- struct{}{} // never blocks: consume polled at most the free slots
+	c.met.consumedRecords.WithLabelValues(c.topic, c.cc.Group).Inc()
+	c.lag.fetched(part, r.Offset, highWater)
+	m := c.marks.Add(part, r.Offset)
+	if c.skip[part][r.Offset] {
+		c.marks.Done(m)
+		<-c.slots
+		c.met.handedOver.WithLabelValues(c.topic, c.cc.Group).Inc()
+		return nil
+	}
+	return &Delivery{c: c, gen: h, mark: m,
+		Message: Message{Topic: r.Topic, Partition: part, Offset: r.Offset, Key: r.Key, Value: r.Value, Time: r.Timestamp}}
+}
+
+// ownedParts returns the partitions owned now, sorted.
+func (c *Consumer) ownedParts() []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Sorted(maps.Keys(c.owned))
+}
+
+// assign takes over newly assigned partitions: a fresh start at their committed offsets.
+func (c *Consumer) assign(cl *kgo.Client, parts []int32) {
+	c.mu.Lock()
+	added := make([]int, 0, len(parts))
+	for _, p := range parts {
+		part := int(p)
+		if c.owned[part] != nil {
 			continue
 		}
-		d := &Delivery{c: c, gen: hand, mark: c.marks.Add(m.Partition, m.Offset),
-			Message: Message{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Key: m.Key, Value: m.Value, Time: m.Time}}
-		handle(d)
+		c.marks.Forget(part)
+		delete(c.skip, part)
+		h := newHandout()
+		if c.stopping {
+			close(h.revoking)
+			h.revoked = true
+		}
+		c.owned[part] = h
+		added = append(added, part)
 	}
-	stopFetch()
-	close(hand.revoking)
-	fetchers.Wait()
-	<-committerDone
+	n := len(c.owned)
+	all := slices.Sorted(maps.Keys(c.owned))
+	c.mu.Unlock()
+	slices.Sort(added)
+	c.assigned.Store(int32(n))
+	c.met.assignedPartitions.WithLabelValues(c.topic, c.cc.Group).Set(float64(n))
+	c.met.rebalances.WithLabelValues(c.topic, c.cc.Group).Inc()
+	member, gen := cl.GroupMetadata()
+	level := slog.LevelInfo
+	if len(added) == 0 {
+		level = slog.LevelDebug // a generation that moved nothing to this member
+	}
+	c.log.Log(context.Background(), level, "partitions assigned", "partitions", added, "owned", all, "generation", gen, "member", member)
+}
 
-	shutdown := ctx.Err() != nil
-	wait := c.cc.RevokeTimeout
-	why := "rebalance"
-	if shutdown {
-		wait, why = c.cc.DrainTimeout, "shutdown"
-		leave() // no rejoin after this generation
-	} else if fetchErr != nil {
-		why = "fetch error"
+// handOver reads, from the committed offsets of the partitions just assigned, the finished offsets their
+// previous owner named beyond each committed offset (handover.go): those records are not handed out again.
+func (c *Consumer) handOver(resp *kmsg.OffsetFetchResponse) {
+	skip := map[int]map[int64]bool{}
+	add := func(partition int32, committed int64, meta *string, code int16) {
+		if code != 0 || committed < 0 || meta == nil || *meta == "" {
+			return
+		}
+		done, err := decodeDone(committed, *meta)
+		if err != nil {
+			c.log.Warn("the previous owner's finished offsets are unreadable; they will be done again", "partition", partition, "err", err)
+			return
+		}
+		if len(done) > 0 {
+			s := make(map[int64]bool, len(done))
+			for _, off := range done {
+				s[off] = true
+			}
+			skip[int(partition)] = s
+		}
 	}
-	// Keep the membership alive while draining: kafka-go stops heartbeating when the generation ends, and a
-	// member silent for SessionTimeout is dropped (its partitions then move before their work is committed).
-	hbCtx, stopHB := context.WithCancel(context.Background())
-	hbDone := make(chan struct{})
-	go func() { defer close(hbDone); c.heartbeat(hbCtx, gen) }()
-	drainStart := time.Now()
-	pending := c.drain(parts, wait)
-	stopHB()
-	<-hbDone
-	var err error
-	if shutdown {
-		err = c.finalCommit(gen, parts, log)
-	} else if cerr := c.commit(gen, parts); cerr != nil {
-		log.Warn("commit before giving partitions up failed; their finished work will be redone", "err", cerr)
+	// One topic is consumed, so every partition in the answer is of it (OffsetFetch v10 names topics by id).
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			add(p.Partition, p.Offset, p.Metadata, p.ErrorCode)
+		}
 	}
+	for _, g := range resp.Groups {
+		for _, t := range g.Topics {
+			for _, p := range t.Partitions {
+				add(p.Partition, p.Offset, p.Metadata, p.ErrorCode)
+			}
+		}
+	}
+	c.mu.Lock()
+	n := 0
+	for part, s := range skip {
+		if c.owned[part] != nil {
+			c.skip[part] = s
+			n += len(s)
+		}
+	}
+	c.mu.Unlock()
+	if n > 0 {
+		c.log.Info("records the previous owner finished after its committed offsets are skipped", "records", n)
+	}
+}
+
+// beginRevoke closes Revoking for the owned partitions of parts and returns them.
+func (c *Consumer) beginRevoke(parts []int) []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []int
+	for _, part := range parts {
+		if h := c.owned[part]; h != nil {
+			if !h.revoked {
+				close(h.revoking)
+				h.revoked = true
+			}
+			out = append(out, part)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// release lets parts go: their marks are forgotten (what is unfinished is abandoned), their deliveries' Lost
+// is cancelled. It returns how many deliveries were unfinished.
+func (c *Consumer) release(parts []int) int {
+	c.mu.Lock()
 	abandoned := 0
-	for _, p := range parts {
-		abandoned += c.marks.Forget(p)
+	for _, part := range parts {
+		h := c.owned[part]
+		if h == nil {
+			continue
+		}
+		abandoned += c.marks.Forget(part)
+		h.lose()
+		delete(c.owned, part)
+		delete(c.skip, part)
 	}
+	n := len(c.owned)
+	c.mu.Unlock()
 	c.met.revokedAbandoned.WithLabelValues(c.topic, c.cc.Group).Add(float64(abandoned))
 	c.lag.forget(parts)
-	c.met.assignedPartitions.WithLabelValues(c.topic, c.cc.Group).Set(0)
-	c.assigned.Store(0)
-	log.Info("partitions revoked", "partitions", parts, "reason", why, "drained_in", time.Since(drainStart).Round(time.Millisecond),
-		"unfinished", pending, "abandoned", abandoned)
-	if shutdown {
-		awaitLeave()
+	c.assigned.Store(int32(n))
+	c.met.assignedPartitions.WithLabelValues(c.topic, c.cc.Group).Set(float64(n))
+	return abandoned
+}
+
+// revoke gives partitions up in a rebalance (or as the group is left): it stops their hand-out, waits up to wait
+// for their in-flight deliveries, commits their finished work and lets them go. franz-go lets the group move
+// them only once it returns.
+func (c *Consumer) revoke(cl *kgo.Client, revoked []int32, why string, wait time.Duration) {
+	parts := make([]int, len(revoked))
+	for i, p := range revoked {
+		parts[i] = int(p)
 	}
+	parts = c.beginRevoke(parts)
+	if len(parts) == 0 {
+		return
+	}
+	start := time.Now()
+	pending := c.drain(parts, wait)
+	if err := c.commit(cl, parts); err != nil {
+		c.log.Warn("commit before giving partitions up failed; their finished work will be redone", "partitions", parts, "err", err)
+	}
+	abandoned := c.release(parts)
+	c.log.Info("partitions revoked", "partitions", parts, "reason", why, "drained_in", time.Since(start).Round(time.Millisecond),
+		"unfinished", pending, "abandoned", abandoned)
+}
+
+// lose drops partitions taken away without a chance to commit (the session expired, a fatal group error): their
+// work still running is wasted; the next owner starts from the last commit.
+func (c *Consumer) lose(lost []int32) {
+	parts := make([]int, len(lost))
+	for i, p := range lost {
+		parts[i] = int(p)
+	}
+	parts = c.beginRevoke(parts)
+	if len(parts) == 0 {
+		return
+	}
+	abandoned := c.release(parts)
+	c.log.Warn("partitions lost without a final commit; their uncommitted work will be done again", "partitions", parts,
+		"unfinished", abandoned)
+}
+
+// shutdown, once Run stops consuming, drains every owned partition for up to DrainTimeout, commits its finished
+// work (retrying for up to FinalCommitTimeout) and lets the partitions go. Its error is the final commit's.
+func (c *Consumer) shutdown(cl *kgo.Client) error {
+	c.mu.Lock()
+	c.stopping = true
+	all := slices.Sorted(maps.Keys(c.owned))
+	c.mu.Unlock()
+	parts := c.beginRevoke(all)
+	if len(parts) == 0 {
+		return nil
+	}
+	start := time.Now()
+	pending := c.drain(parts, c.cc.DrainTimeout)
+	err := c.finalCommit(cl, parts)
+	abandoned := c.release(parts)
+	c.log.Info("partitions revoked", "partitions", parts, "reason", "shutdown", "drained_in", time.Since(start).Round(time.Millisecond),
+		"unfinished", pending, "abandoned", abandoned)
 	if err != nil {
 		return fmt.Errorf("kafka: final commit of %s for group %s: %w", c.topic, c.cc.Group, err)
 	}
 	return nil
+}
+
+// leave leaves the group (the other members take the partitions over at once) and closes the client.
+func (c *Consumer) leave(cl *kgo.Client) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := cl.LeaveGroupContext(ctx); err != nil {
+		c.log.Info("leaving the group failed; the coordinator drops this member when its session times out", "err", err)
+	}
+	cl.Close()
 }
 
 // drain waits up to d for the in-flight deliveries of parts to finish and returns how many are still pending.
@@ -510,42 +632,22 @@ func (c *Consumer) drain(parts []int, d time.Duration) int {
 	deadline := time.NewTimer(d)
 	defer deadline.Stop()
 	for {
+		freed := c.freed.wait()
 		n := c.marks.PendingOf(parts)
 		if n == 0 {
 			return 0
 		}
 		select {
-		case <-c.wake:
+		case <-freed:
 		case <-deadline.C:
 			return n
 		}
 	}
 }
 
-// heartbeat keeps the member of gen alive until ctx ends. The coordinator answers REBALANCE_IN_PROGRESS while
-// a rebalance waits for this member; that answer still counts as a heartbeat.
-func (c *Consumer) heartbeat(ctx context.Context, gen *kafkago.Generation) {
-	client, err := c.cl.adminClient()
-	if err != nil {
-		return // the group's own heartbeat client uses the same settings: it would not have joined
-	}
-	t := time.NewTicker(max(c.cc.SessionTimeout/5, 100*time.Millisecond))
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			hctx, cancel := context.WithTimeout(ctx, c.cc.SessionTimeout/2)
-			_, _ = client.Heartbeat(hctx, &kafkago.HeartbeatRequest{GroupID: gen.GroupID, GenerationID: gen.ID, MemberID: gen.MemberID})
-			cancel()
-		}
-	}
-}
-
 // finalCommit commits the finished prefix of parts, retrying with exponential backoff until it succeeds or
 // FinalCommitTimeout has passed; it returns the last error then.
-func (c *Consumer) finalCommit(gen *kafkago.Generation, parts []int, log *slog.Logger) error {
+func (c *Consumer) finalCommit(cl *kgo.Client, parts []int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cc.FinalCommitTimeout)
 	defer cancel()
 	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
@@ -554,11 +656,11 @@ func (c *Consumer) finalCommit(gen *kafkago.Generation, parts []int, log *slog.L
 	var last error
 	err := backoff.Retry(func() error {
 		attempt++
-		err := c.commit(gen, parts)
+		err := c.commitCtx(ctx, cl, parts)
 		if err != nil {
-			log.Warn("final commit failed; retrying", "attempt", attempt, "err", err)
+			c.log.Warn("final commit failed; retrying", "attempt", attempt, "err", err)
 			last = err
-			if errors.Is(err, kafkago.IllegalGeneration) || errors.Is(err, kafkago.UnknownMemberId) {
+			if errors.Is(err, kerr.IllegalGeneration) || errors.Is(err, kerr.UnknownMemberID) {
 				return backoff.Permanent(err) // the partitions have moved on: nothing of ours to commit
 			}
 		}
@@ -570,27 +672,33 @@ func (c *Consumer) finalCommit(gen *kafkago.Generation, parts []int, log *slog.L
 	if last == nil {
 		last = err
 	}
-	log.Error("final commit failed for good; finished records will be redelivered", "attempts", attempt, "err", last)
+	c.log.Error("final commit failed for good; finished records will be redelivered", "attempts", attempt, "err", last)
 	return last
 }
 
-// commit commits, through gen, the finished prefix of every partition of parts that advanced. A failure is
-// counted and returned, and the offsets stay due for the next commit.
-func (c *Consumer) commit(gen *kafkago.Generation, parts []int) error {
+// commit commits the finished prefix of every partition of parts that advanced (30 s bound).
+func (c *Consumer) commit(cl *kgo.Client, parts []int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return c.commitCtx(ctx, cl, parts)
+}
+
+// commitCtx commits, in the member's group session, the finished prefix of every partition of parts that
+// advanced, each with the finished offsets after it in the commit's metadata. A failure is counted and
+// returned, and the offsets stay due for the next commit.
+func (c *Consumer) commitCtx(ctx context.Context, cl *kgo.Client, parts []int) error {
 	c.commitMu.Lock()
 	defer c.commitMu.Unlock()
 	offsets, done, changed := c.marks.Commit(parts)
 	if !changed {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := c.commitWithDone(ctx, gen, offsets, done); err != nil {
+	if err := c.commitWithDone(ctx, cl, offsets, done); err != nil {
 		for part, off := range offsets {
 			c.marks.Retreat(part, off-1)
 		}
 		c.met.commitErrors.WithLabelValues(c.topic, c.cc.Group).Inc()
-		return err
+		return c.cl.explain(ctx, err)
 	}
 	for part, off := range offsets {
 		c.met.committedOffset.WithLabelValues(c.topic, c.cc.Group, strconv.Itoa(part)).Set(float64(off))

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // GroupMember is one member of a consumer group as the coordinator describes it.
@@ -49,32 +51,44 @@ func (g GroupDescription) MemberList() string {
 // group the cluster does not know is described as Dead with no members, as Kafka itself does.
 func (a *Admin) DescribeGroup(ctx context.Context, group string) (GroupDescription, error) {
 	id := a.cfg.Topic(group)
-	client, err := a.cl.adminClient()
+	cl, err := a.cl.franzAdmin(ctx)
 	if err != nil {
-		return GroupDescription{}, err
+		return GroupDescription{}, fmt.Errorf("kafka: describe group %s: %w", id, err)
 	}
-	resp, err := client.DescribeGroups(ctx, &kafkago.DescribeGroupsRequest{GroupIDs: []string{id}})
+	req := kmsg.NewPtrDescribeGroupsRequest()
+	req.Groups = []string{id}
+	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
 		return GroupDescription{}, fmt.Errorf("kafka: describe group %s: %w", id, a.cl.explain(ctx, err))
 	}
 	out := GroupDescription{Group: group, State: "Dead"}
 	for _, g := range resp.Groups {
-		if g.GroupID != id {
+		if g.Group != id {
 			continue
 		}
-		if g.Error != nil && !errors.Is(g.Error, kafkago.GroupIdNotFound) {
-			return out, fmt.Errorf("kafka: describe group %s: %w", id, g.Error)
+		if err := kerr.ErrorForCode(g.ErrorCode); err != nil && !errors.Is(err, kerr.GroupIDNotFound) {
+			return out, fmt.Errorf("kafka: describe group %s: %w", id, err)
 		}
-		if g.GroupState != "" {
-			out.State = g.GroupState
+		if g.State != "" {
+			out.State = g.State
 		}
 		for _, m := range g.Members {
 			gm := GroupMember{ID: m.MemberID, ClientID: m.ClientID, Host: strings.TrimPrefix(m.ClientHost, "/")}
-			for _, t := range m.MemberAssignments.Topics {
+			// A consumer group's assignment is the consumer protocol's; any other protocol's is not decoded.
+			var as kmsg.ConsumerMemberAssignment
+			if g.ProtocolType == "consumer" && len(m.MemberAssignment) > 0 {
+				if err := as.ReadFrom(m.MemberAssignment); err != nil {
+					return out, fmt.Errorf("kafka: describe group %s: assignment of member %s: %w", id, m.MemberID, err)
+				}
+			}
+			for _, t := range as.Topics {
 				if gm.Partitions == nil {
 					gm.Partitions = map[string][]int{}
 				}
-				parts := slices.Clone(t.Partitions)
+				parts := make([]int, len(t.Partitions))
+				for i, p := range t.Partitions {
+					parts[i] = int(p)
+				}
 				slices.Sort(parts)
 				gm.Partitions[a.cfg.logical(t.Topic)] = parts
 			}

@@ -6,11 +6,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"strings"
 
-	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // Finished work beyond the committed offset, handed to the partition's next owner.
@@ -21,7 +21,8 @@ import (
 // work, and measured with `make rebalance` it was most of what a rebalance redid. So every commit carries, in
 // the offset commit's metadata string, the offsets after the committed one that are already finished; a member
 // taking the partition over reads it and marks those records finished without handing them out (the approach of
-// Confluent's parallel consumer). The metadata is bounded below the broker's offset.metadata.max.bytes (4 KiB by
+// Confluent's parallel consumer). A member is told of them as its new partitions' committed offsets are fetched
+// (Consumer.handOver). The metadata is bounded below the broker's offset.metadata.max.bytes (4 KiB by
 // default); offsets that do not fit are simply done again.
 
 // doneMetaPrefix starts a metadata string in this format: version 1, then base64 (URL alphabet, no padding) of
@@ -83,72 +84,39 @@ func decodeDone(committed int64, meta string) ([]int64, error) {
 	return out, nil
 }
 
-// commitWithDone commits offsets (partition -> next offset to read) through gen, each with the metadata of the
-// finished offsets above it (done, per partition). kafka-go's Generation.CommitOffsets cannot send metadata,
-// so this sends the OffsetCommit itself, with the generation's id and member id as that would.
-func (c *Consumer) commitWithDone(ctx context.Context, gen *kafkago.Generation, offsets map[int]int64, done map[int][]int64) error {
-	client, err := c.cl.adminClient()
-	if err != nil {
-		return err
+// commitWithDone commits offsets (partition -> next offset to read) in the member's group session, each with
+// the metadata of the finished offsets above it (done, per partition). It is franz-go's synchronous commit (in
+// order with any other, with the session's generation and member id); only the metadata is set here, as the
+// request goes out.
+func (c *Consumer) commitWithDone(ctx context.Context, cl *kgo.Client, offsets map[int]int64, done map[int][]int64) error {
+	commit := make(map[int32]kgo.EpochOffset, len(offsets))
+	for p, off := range offsets {
+		commit[int32(p)] = kgo.EpochOffset{Epoch: -1, Offset: off}
 	}
-	req := &kafkago.OffsetCommitRequest{GroupID: c.cc.Group, GenerationID: int(gen.ID), MemberID: gen.MemberID,
-		Topics: map[string][]kafkago.OffsetCommit{}}
-	for _, p := range slices.Sorted(maps.Keys(offsets)) {
-		req.Topics[c.topic] = append(req.Topics[c.topic], kafkago.OffsetCommit{Partition: p, Offset: offsets[p],
-			Metadata: encodeDone(offsets[p], done[p])})
-	}
-	resp, err := client.OffsetCommit(ctx, req)
-	if err != nil {
-		return c.cl.explain(ctx, err)
-	}
+	ctx = kgo.PreCommitFnContext(ctx, func(req *kmsg.OffsetCommitRequest) error {
+		for i := range req.Topics {
+			for j := range req.Topics[i].Partitions {
+				p := &req.Topics[i].Partitions[j]
+				meta := encodeDone(p.Offset, done[int(p.Partition)])
+				p.Metadata = &meta
+			}
+		}
+		return nil
+	})
 	var errs []error
-	for _, tp := range resp.Topics {
-		for _, p := range tp {
-			if p.Error != nil {
-				errs = append(errs, fmt.Errorf("partition %d: %w", p.Partition, p.Error))
+	cl.CommitOffsetsSync(ctx, map[string]map[int32]kgo.EpochOffset{c.topic: commit},
+		func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+			if err != nil {
+				errs = append(errs, err)
+				return
 			}
-		}
-	}
+			for _, t := range resp.Topics {
+				for _, p := range t.Partitions {
+					if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+						errs = append(errs, fmt.Errorf("partition %d: %w", p.Partition, err))
+					}
+				}
+			}
+		})
 	return errors.Join(errs...)
-}
-
-// handedOver reads, for the partitions just assigned, the finished offsets the previous owner committed beyond
-// each committed offset (start: the offset each partition is read from). A partition whose committed offset is
-// not its start, or whose metadata is of another format, has none.
-func (c *Consumer) handedOver(ctx context.Context, start map[int]int64) (map[int]map[int64]bool, error) {
-	client, err := c.cl.adminClient()
-	if err != nil {
-		return nil, err
-	}
-	parts := slices.Sorted(maps.Keys(start))
-	resp, err := client.OffsetFetch(ctx, &kafkago.OffsetFetchRequest{GroupID: c.cc.Group, Topics: map[string][]int{c.topic: parts}})
-	if err != nil {
-		return nil, c.cl.explain(ctx, err)
-	}
-	out := map[int]map[int64]bool{}
-	for _, p := range resp.Topics[c.topic] {
-		if p.Error != nil || p.CommittedOffset < 0 || p.CommittedOffset != start[p.Partition] || p.Metadata == "" {
-			continue
-		}
-		done, err := decodeDone(p.CommittedOffset, p.Metadata)
-		if err != nil {
-			return nil, err
-		}
-		if len(done) > 0 {
-			out[p.Partition] = make(map[int64]bool, len(done))
-			for _, off := range done {
-				out[p.Partition][off] = true
-			}
-		}
-	}
-	return out, nil
-}
-
-// countSkips counts the offsets of a handedOver result.
-func countSkips(skip map[int]map[int64]bool) int {
-	n := 0
-	for _, s := range skip {
-		n += len(s)
-	}
-	return n
 }

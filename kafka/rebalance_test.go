@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/draftflow/draftflow/kafka"
@@ -473,5 +476,127 @@ func TestConsumerHandsOverFinishedWork(t *testing.T) {
 	}
 	if committed, err = cl.Admin().CommittedOffsets(context.Background(), "g", topics.TopicTokenized); err != nil || committed[0] != 10 {
 		t.Fatalf("committed %v, %v; want 10", committed, err)
+	}
+}
+
+// TestConsumerRefusesEagerGroup: a group whose member speaks only kafka-go's eager "range" protocol (a replica of a
+// draftflow build from before the cooperative consumer) and a Consumer of this build cannot share it: Run fails
+// promptly with an error that says why and what to do, instead of joining a group that can never agree.
+func TestConsumerRefusesEagerGroup(t *testing.T) {
+	cfg := kafkatest.Config(t, 2)
+	cl := kafkatest.Client(t, cfg)
+	group := cfg.Topic("mixed")
+	old, err := kafkago.NewConsumerGroup(kafkago.ConsumerGroupConfig{ID: group, Brokers: cfg.Brokers,
+		Topics: []string{cfg.Topic(topics.TopicTokenized)}, GroupBalancers: []kafkago.GroupBalancer{kafkago.RangeGroupBalancer{}},
+		SessionTimeout: 6 * time.Second, RebalanceTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := old.Next(ctx); err != nil {
+		t.Fatalf("the eager member did not join: %v", err)
+	}
+	start := time.Now()
+	err = cl.NewConsumer(topics.TopicTokenized, kafka.ConsumerConfig{Group: "mixed", SessionTimeout: 6 * time.Second}).
+		Run(ctx, func(d *kafka.Delivery) { d.Done() })
+	if !errors.Is(err, kerr.InconsistentGroupProtocol) || !strings.Contains(err.Error(), "stop them first") {
+		t.Fatalf("Run beside an eager member: %v, want INCONSISTENT_GROUP_PROTOCOL saying what to do", err)
+	}
+	t.Logf("after %v: %v", time.Since(start).Round(time.Millisecond), err)
+}
+
+// TestConsumerCooperativeJoinMovesOnlyWhatMoves: a member owns 4 partitions and holds one unfinished delivery of
+// each; a second member joins. Only the 2 partitions that move to it are revoked (their deliveries see Revoking
+// and the member waits for them); the other 2 are never revoked, and their work goes on. Under the eager protocol
+// of kafka-go every partition was revoked.
+func TestConsumerCooperativeJoinMovesOnlyWhatMoves(t *testing.T) {
+	cfg := kafkatest.Config(t, 4)
+	cl := kafkatest.Client(t, cfg)
+	produceTokenized(t, cfg, 200)
+	cc := kafka.ConsumerConfig{Group: "coop", MaxInFlight: 256, SessionTimeout: 6 * time.Second, RevokeTimeout: 45 * time.Second}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	var mu sync.Mutex
+	held := map[int]*kafka.Delivery{} // the first delivery of each partition, left unfinished
+	a := cl.NewConsumer(topics.TopicTokenized, cc)
+	aDone := make(chan error, 1)
+	go func() {
+		aDone <- a.Run(ctx, func(d *kafka.Delivery) {
+			mu.Lock()
+			defer mu.Unlock()
+			if held[d.Message.Partition] == nil {
+				held[d.Message.Partition] = d
+				return
+			}
+			d.Done()
+		})
+	}()
+	waitFor(t, "a delivery held on each of the 4 partitions", func() bool { mu.Lock(); defer mu.Unlock(); return len(held) == 4 })
+
+	b := cl.NewConsumer(topics.TopicTokenized, cc)
+	bDone := make(chan error, 1)
+	go func() { bDone <- b.Run(ctx, func(d *kafka.Delivery) { d.Done() }) }()
+	revoking := func() (moving, kept []int) {
+		mu.Lock()
+		defer mu.Unlock()
+		for p, d := range held {
+			select {
+			case <-d.Revoking():
+				moving = append(moving, p)
+			default:
+				kept = append(kept, p)
+			}
+		}
+		slices.Sort(moving)
+		slices.Sort(kept)
+		return moving, kept
+	}
+	waitFor(t, "the join to revoke partitions", func() bool { m, _ := revoking(); return len(m) > 0 })
+	time.Sleep(2 * time.Second) // anything else the join revokes, it revokes together
+	moving, kept := revoking()
+	if len(moving) != 2 || len(kept) != 2 {
+		t.Fatalf("the join revoked partitions %v and kept %v; want 2 and 2", moving, kept)
+	}
+	for _, p := range moving {
+		mu.Lock()
+		held[p].Done() // the member lets the moving partitions go once their work is finished
+		mu.Unlock()
+	}
+	waitFor(t, "the second member to own 2 partitions", func() bool { return b.Assigned() == 2 && a.Assigned() == 2 })
+	if m, _ := revoking(); !slices.Equal(m, moving) {
+		t.Errorf("revoked %v after the join completed, want only %v", m, moving)
+	}
+	for _, p := range kept {
+		mu.Lock()
+		d := held[p]
+		mu.Unlock()
+		select {
+		case <-d.Lost().Done():
+			t.Errorf("partition %d lost although it never moved", p)
+		default:
+		}
+		d.Done()
+	}
+	cancel()
+	if err := <-aDone; err != nil {
+		t.Error(err)
+	}
+	if err := <-bDone; err != nil {
+		t.Error(err)
+	}
+}
+
+// waitFor polls cond every 20 ms for up to a minute.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

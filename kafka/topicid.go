@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"fmt"
 
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -15,30 +14,14 @@ import (
 // another `draftflow run`, starts again at offset 0. The sink keys its recovery point by this ID so it never
 // mistakes new records for ones it already wrote.
 //
-// The one exception to "everything through kafka-go": kafka-go negotiates Metadata v1/v6 only and cannot see
-// topic IDs, so this lookup sends a Metadata v10+ request with franz-go's client and request types (already a
-// dependency through the embedded broker). Nothing else in draftflow talks to Kafka through franz-go.
+// kafka-go negotiates Metadata v1/v6 only and cannot see topic IDs, so this lookup sends a Metadata v10+ request
+// with franz-go's client and request types.
 func (a *Admin) TopicID(ctx context.Context, topic string) (string, error) {
-	if err := a.cl.open(); err != nil {
-		return "", err
-	}
 	topic = a.cfg.Topic(topic)
-	opts, err := a.cfg.franzOpts()
+	cl, err := a.cl.franzAdmin(ctx)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("kafka: metadata of %s: %w", topic, err)
 	}
-	if a.cfg.Security != (Security{}) {
-		// franz-go retries a connection the broker closed during authentication until ctx ends; a kafka-go
-		// connection first makes a refused credential a prompt AuthError.
-		if err := a.cl.Ping(ctx); IsAuthError(err) {
-			return "", fmt.Errorf("kafka: metadata of %s: %w", topic, err)
-		}
-	}
-	cl, err := kgo.NewClient(append(opts, kgo.SeedBrokers(a.cfg.Brokers...), kgo.ClientID(a.cfg.clientID()))...)
-	if err != nil {
-		return "", err
-	}
-	defer cl.Close()
 	req := kmsg.NewPtrMetadataRequest()
 	t := kmsg.NewMetadataRequestTopic()
 	t.Topic = kmsg.StringPtr(topic)
