@@ -157,8 +157,8 @@ DRAFT_VOCAB = 2048
 AUX_LAYER_IDS = [0, 1, 2]
 # Both capture modes need every position of a prefill (--disable-radix-cache: cached positions are not
 # returned; docs/hidden-states.md). --sleep-on-idle: without it an idle SGLang 0.5.23 scheduler spins a core
-# at 100%, and with two servers on two cores the busy one then decodes 4-10x slower (measured: 48 requests of
-# 48 tokens in ~110 s instead of ~5 s).
+# at 100%, and with two servers on two cores the busy one decodes 4-15x slower (measured: 16 requests of 48
+# tokens in 44 s instead of 2.8 s; the training run's draftflow run 2 min 17 s instead of 21 s).
 SERVER_COMMON = ["--disable-radix-cache", "--context-length", "2048", "--sleep-on-idle"]
 AUX_SERVER = ["--enable-return-aux-hidden-states", "--speculative-algorithm", "EAGLE3",
               "--return-aux-hidden-state-layer-ids", *map(str, AUX_LAYER_IDS)] + SERVER_COMMON
@@ -231,7 +231,6 @@ class Servers:
 
 def _conversations(tmp_path):
     """Writes train.jsonl and eval.jsonl: disjoint slices of the bundled sample's short lines."""
-    lines = []
     with open(os.path.join(REPO, "testdata", "sample", "conversations.jsonl"), "rb") as fh:
         lines = [line for line in fh if len(line) <= MAX_LINE_BYTES]
     assert len(lines) >= TRAIN_CONVS + EVAL_CONVS, len(lines)
