@@ -93,8 +93,9 @@ test-capture: deps-go
 	@bash deploy/sglang/sglang.sh install >/dev/null
 	PYTHON=$(PYTHON) DRAFTFLOW_LIVE_SGLANG=1 OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(GO) test -count=1 -p 1 -timeout 30m -v -run '$(CAPTURE_TESTS)' ./internal/livesglang/
 
-## test-train: a drafter trained by SpecForge 0.2.0's own `specforge train` (offline, on this machine's CPU) from
-## rows plus target features exported by draftflow_data.offline, then `specforge export --to sglang`; speculators
+## test-train: `draftflow run` with capture on two live SGLang 0.5.23 servers (aux and final state; the latter
+## also generates), `draftflow vocab`, the exports of draftflow_data.offline, the servers stopped, then SpecForge
+## 0.2.0's own `specforge train` (offline, on this machine's CPU) and `specforge export --to sglang`; speculators
 ## 0.9's dataset loader reads the same rows back (docs/training.md). Installs the trainer venv (~40 MB over the
 ## SGLang venv) on first use; pins both cores for minutes: run it on its own.
 test-train:

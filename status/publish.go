@@ -16,11 +16,15 @@ import (
 // Stage names a stage of the pipeline as status sees it: its name, the consumer group its replicas share and
 // the (logical) topic that group consumes. Ingest has no group.
 type Stage struct {
-	// Name is ingest, tokenize, generate or sink.
+	// Name is ingest, tokenize, generate, sink or capture.
 	Name string `json:"stage"`
 	// Group is the consumer group (logical name), Topic the topic it consumes (logical name).
 	Group string `json:"group,omitempty"`
 	Topic string `json:"topic,omitempty"`
+	// Optional marks a stage a pipeline may run without (capture): a Collector shows it only once its input
+	// topic exists or a process published a status record for it, so a pipeline without it gets no row and no
+	// warning about its missing topic.
+	Optional bool `json:"-"`
 }
 
 // PublisherConfig configures Publish; zero values are documented defaults.

@@ -119,7 +119,8 @@ type RejectionCount struct {
 type CollectorConfig struct {
 	// Kafka says where the pipeline is (Namespace included).
 	Kafka kafka.Config
-	// Stages are the groups always shown (a group a status record names is added).
+	// Stages are the groups always shown, Optional ones once they have an input topic or a process (a group
+	// a status record names is added).
 	Stages []Stage
 	// Window is how far back rates look (default 60 s).
 	Window time.Duration
@@ -192,6 +193,9 @@ func (c *Collector) Collect(ctx context.Context) (*Report, error) {
 	}
 	for _, st := range c.stages() {
 		sr, warn := c.stage(ctx, st, now)
+		if st.Optional && len(sr.Instances) == 0 && len(sr.Partitions) == 0 {
+			continue // a stage this pipeline does not run: no input topic, no process
+		}
 		r.Stages = append(r.Stages, sr)
 		r.Warnings = append(r.Warnings, warn...)
 	}

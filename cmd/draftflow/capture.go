@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,9 +9,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
+	"time"
 
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/sglang/sim"
@@ -18,6 +22,7 @@ import (
 	"github.com/draftflow/draftflow/sink/features"
 	capturestage "github.com/draftflow/draftflow/stages/capture"
 	"github.com/draftflow/draftflow/stages/tokenize"
+	"github.com/draftflow/draftflow/topics"
 )
 
 // captureFlags are the flags of capture beside capturestage.Config's: where the layers and the hidden size come
@@ -52,6 +57,7 @@ func cmdCapture(ctx context.Context, args []string) error {
 	if err := resolveAuxLayers(&cfg, cf); err != nil {
 		return err
 	}
+	defer startStatus(ctx, &kc, c.reg, withGroup(statusCapture, cfg.Group))()
 	cfg.Kafka, cfg.Logger, cfg.Registerer, cfg.Ready = kc, kc.Logger, c.reg, c.ready
 	cfg.Progress = stderr()
 	printCaptureEstimate(stderr(), modelHidden(cf.modelDir), len(cfg.AuxLayers), pendingTokens(cfg.Dir), "tokens in the shards without a feature file", cfg.Dir)
@@ -269,14 +275,19 @@ func (rc *runCapture) estimate(w io.Writer, inputs []string, dir string) {
 
 // finish captures every shard of dir that has no complete feature file yet, once the pipeline's stages have
 // stopped (the sink's final flush is committed): it announces every shard again and runs the stage until each
-// has its file. Shards the stage already did during the run are skipped.
+// has its file and the stage's group has committed every announcement (waitCommitted). Shards the stage already
+// did during the run are skipped.
 func (rc *runCapture) finish(ctx context.Context, kc kafka.Config, dir string, base capturestage.Config, progress io.Writer) error {
 	kcl, err := kafka.NewClient(kc)
 	if err != nil {
 		return err
 	}
+	defer kcl.Close()
 	n, err := sink.AnnounceShards(ctx, kcl, dir)
-	kcl.Close()
+	if err != nil {
+		return err
+	}
+	ends, err := kcl.Admin().EndOffsets(ctx, topics.TopicShardFiles)
 	if err != nil {
 		return err
 	}
@@ -297,6 +308,7 @@ func (rc *runCapture) finish(ctx context.Context, kc kafka.Config, dir string, b
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var mu sync.Mutex
+	var stopping sync.Once
 	cfg := base
 	cfg.Progress = progress
 	cfg.OnShard = func(path string) {
@@ -305,7 +317,12 @@ func (rc *runCapture) finish(ctx context.Context, kc kafka.Config, dir string, b
 		left := len(want)
 		mu.Unlock()
 		if left == 0 {
-			cancel()
+			stopping.Do(func() {
+				go func() {
+					waitCommitted(cctx, kcl.Admin(), cmp.Or(cfg.Group, capturestage.DefaultGroup), ends, 10*time.Second)
+					cancel()
+				}()
+			})
 		}
 	}
 	if len(want) == 0 {
@@ -322,4 +339,23 @@ func (rc *runCapture) finish(ctx context.Context, kc kafka.Config, dir string, b
 		return err
 	}
 	return nil
+}
+
+// waitCommitted waits, at most limit, until group has committed every offset of the shard-files topic up to
+// ends. A shard announced during the run and again by finish is done once; without the wait the stage would
+// stop with the later announcement unread, and the group would keep it as lag that `draftflow status` warns of
+// after a finished run (on a broker that outlives the run).
+func waitCommitted(ctx context.Context, admin *kafka.Admin, group string, ends map[int]int64, limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		committed, err := admin.CommittedOffsets(ctx, group, topics.TopicShardFiles)
+		if err == nil && !slices.ContainsFunc(slices.Collect(maps.Keys(ends)), func(p int) bool { return committed[p] < ends[p] }) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }

@@ -418,3 +418,75 @@ func captureRejections(t *testing.T, kc kafka.Config, want int) map[string]bool 
 	})
 	return got
 }
+
+// TestCaptureShardAnnouncedTwice: every shard announced twice (as the sink does when it commits a shard and
+// again on its next start, and run's final capture after the run's own), with both announcements of a shard in
+// flight at once: each feature file is written once (the second announcement finds it complete), every
+// announcement finishes, and the files match features.json.
+func TestCaptureShardAnnouncedTwice(t *testing.T) {
+	kc := kafkatest.Config(t, 2)
+	out := t.TempDir()
+	var rc runConfig
+	rc.Kafka = kc
+	rc.Ingest.Inputs = []string{sampleFile}
+	rc.Ingest.Defaults.MaxNewTokens = 32
+	rc.Ingest.Turns = ingest.TurnsLast
+	rc.Sink.Dir = out
+	rc.Sink.RotateRows = 25
+	rc.Sim.Instant = true
+	rc.Sim.OutputLenMean = 20
+	rc.Timeout = 3 * time.Minute
+	if _, err := runPipeline(context.Background(), rc); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	kcl := kafkatest.Client(t, kc)
+	var shards int
+	for range 2 {
+		n, err := sink.AnnounceShards(ctx, kcl, out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		shards = n
+	}
+	if shards < 4 {
+		t.Fatalf("%d shards: the test wants several", shards)
+	}
+	aux, final := captureSims(t, 0, nil)
+	reg := prometheus.NewRegistry()
+	var finished atomic.Int64
+	cfg := capturestage.Config{Kafka: kc, Dir: out, Aux: aux, Final: final, AuxLayers: captureTestLayers, Concurrency: 2,
+		Shards:     4 * shards, // every announcement at once: both of a shard are in flight together
+		Registerer: reg, Logger: slog.New(slog.DiscardHandler),
+		OnShard: func(string) {
+			if finished.Add(1) == int64(2*shards) {
+				cancel()
+			}
+		}}
+	if err := capturestage.Run(ctx, cfg); err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	if n := finished.Load(); n != int64(2*shards) {
+		t.Fatalf("%d announcements finished, want %d (each of %d shards twice)", n, 2*shards, shards)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	written := -1.0
+	for _, mf := range mfs {
+		if mf.GetName() == "draftflow_capture_files_total" {
+			written = mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	if written != float64(shards) {
+		t.Errorf("%v feature files written for %d shards announced twice, want each written once", written, shards)
+	}
+	if missing := checkFeatures(t, out); len(missing) != 0 {
+		t.Fatalf("rows without features: %+v", missing)
+	}
+	if _, err := sink.Inspect(out, os.Stderr); err != nil {
+		t.Fatal(err)
+	}
+}

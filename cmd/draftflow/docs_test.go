@@ -84,6 +84,7 @@ var foreignFlags = map[string]string{
 	"enable-return-hidden-states":         "SGLang's server",
 	"return-hidden-states-mode":           "SGLang's server",
 	"return-aux-hidden-state-layer-ids":   "SGLang's server",
+	"sleep-on-idle":                       "SGLang's server",
 	"speculative-algorithm":               "SGLang's server",
 	"disable-radix-cache":                 "SGLang's server",
 	"family":                              "deploy/sglang/sglang.sh model",

@@ -330,8 +330,7 @@ func runPipeline(ctx context.Context, rc runConfig) (*runResult, error) {
 	// The run's status records, one per stage, from the one registry of the process: stopped (after a last
 	// record) once the stages have stopped, before the broker goes.
 	if rc.Gatherer != nil {
-		defer startStatusEvery(ctx, &kc, rc.Gatherer, rc.StatusInterval, statusIngest, withGroup(statusTokenize, rc.Tokenize.Group),
-			withGroup(statusGenerate, rc.Generate.Group), withGroup(statusSink, rc.Sink.Group))()
+		defer startStatusEvery(ctx, &kc, rc.Gatherer, rc.StatusInterval, runStatusStages(rc)...)()
 	}
 	model, ctxLen, cleanup, err := pipelineModel(rc, log)
 	defer cleanup()

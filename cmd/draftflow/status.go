@@ -14,6 +14,7 @@ import (
 
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/sink"
+	capturestage "github.com/draftflow/draftflow/stages/capture"
 	"github.com/draftflow/draftflow/stages/generate"
 	"github.com/draftflow/draftflow/stages/tokenize"
 	"github.com/draftflow/draftflow/status"
@@ -26,7 +27,28 @@ var (
 	statusTokenize = status.Stage{Name: "tokenize", Group: tokenize.DefaultGroup, Topic: topics.TopicPrompts}
 	statusGenerate = status.Stage{Name: "generate", Group: generate.DefaultGroup, Topic: topics.TopicTokenized}
 	statusSink     = status.Stage{Name: "sink", Group: sink.DefaultGroup, Topic: topics.TopicGenerated}
+	// statusCapture is shown once the shard-files topic exists (a sink announces shards) or a capture process
+	// publishes: pipelines without capture have no such row.
+	statusCapture = status.Stage{Name: capturestage.Stage, Group: capturestage.DefaultGroup, Topic: topics.TopicShardFiles, Optional: true}
 )
+
+// statusStages are the stages `draftflow status` shows, consuming as the groups given (each stage's default
+// when empty), in pipeline order.
+func statusStages(tokenizeGroup, generateGroup, sinkGroup, captureGroup string) []status.Stage {
+	return []status.Stage{withGroup(statusTokenize, tokenizeGroup), withGroup(statusGenerate, generateGroup),
+		withGroup(statusSink, sinkGroup), withGroup(statusCapture, captureGroup)}
+}
+
+// runStatusStages are the stages `draftflow run` runs in its process, as its status records name them: capture
+// too when the run captures.
+func runStatusStages(rc runConfig) []status.Stage {
+	stages := []status.Stage{statusIngest, withGroup(statusTokenize, rc.Tokenize.Group),
+		withGroup(statusGenerate, rc.Generate.Group), withGroup(statusSink, rc.Sink.Group)}
+	if rc.Capture.enabled() {
+		stages = append(stages, withGroup(statusCapture, rc.Capture.cfg.Group))
+	}
+	return stages
+}
 
 // withGroup returns st consuming as group (its default when group is empty).
 func withGroup(st status.Stage, group string) status.Stage {
@@ -77,10 +99,11 @@ func cmdStatus(ctx context.Context, args []string) error {
 	asJSON := fs.Bool("json", false, "print the report as JSON (with --watch: one document per line per refresh)")
 	every := fs.Duration("interval", 5*time.Second, "refresh interval of --watch")
 	window := fs.Duration("window", status.DefaultWindow, "how far back rates look")
-	var groups struct{ tokenize, generate, sink string }
+	var groups struct{ tokenize, generate, sink, capture string }
 	fs.StringVar(&groups.tokenize, "tokenize-group", "", "tokenize's consumer group (default "+tokenize.DefaultGroup+")")
 	fs.StringVar(&groups.generate, "generate-group", "", "generate's consumer group (default "+generate.DefaultGroup+")")
 	fs.StringVar(&groups.sink, "sink-group", "", "the sink's consumer group (default "+sink.DefaultGroup+")")
+	fs.StringVar(&groups.capture, "capture-group", "", "the capture stage's consumer group (default "+capturestage.DefaultGroup+")")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -94,8 +117,8 @@ func cmdStatus(ctx context.Context, args []string) error {
 	if err := requireBrokers(kc); err != nil {
 		return err
 	}
-	col := status.NewCollector(status.CollectorConfig{Kafka: kc, Window: *window, Stages: []status.Stage{
-		withGroup(statusTokenize, groups.tokenize), withGroup(statusGenerate, groups.generate), withGroup(statusSink, groups.sink)}})
+	col := status.NewCollector(status.CollectorConfig{Kafka: kc, Window: *window,
+		Stages: statusStages(groups.tokenize, groups.generate, groups.sink, groups.capture)})
 	defer col.Close()
 	return showStatus(ctx, os.Stdout, col, *watch, *asJSON, *every, isTerminal(os.Stdout))
 }

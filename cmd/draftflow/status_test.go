@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/draftflow/draftflow/kafka/kafkatest"
 	"github.com/draftflow/draftflow/metrics"
+	"github.com/draftflow/draftflow/sink"
 	"github.com/draftflow/draftflow/stages/generate"
 	"github.com/draftflow/draftflow/status"
 	"github.com/draftflow/draftflow/topics"
@@ -73,7 +75,8 @@ func TestIntegrationStatus(t *testing.T) {
 		done <- result{res, err}
 	}()
 
-	col := status.NewCollector(status.CollectorConfig{Kafka: kc, Stages: []status.Stage{statusTokenize, statusGenerate, statusSink}})
+	// The stages `draftflow status` shows: capture among them, but only where a pipeline runs it (not here).
+	col := status.NewCollector(status.CollectorConfig{Kafka: kc, Stages: statusStages("", "", "", "")})
 	defer col.Close()
 	collect := func() *status.Report {
 		t.Helper()
@@ -155,6 +158,11 @@ func TestIntegrationStatus(t *testing.T) {
 			t.Errorf("JSON lacks %q: %s", k, buf.String())
 		}
 	}
+	for _, s := range r.Stages {
+		if s.Stage == "capture" {
+			t.Errorf("a capture stage in the status of a pipeline without capture: %+v", s)
+		}
+	}
 	wantEnd := map[string]int64{"tokenize": prompts + long, "generate": prompts, "sink": prompts}
 	for _, name := range []string{"tokenize", "generate", "sink"} {
 		s := stageOf(&r, name)
@@ -213,4 +221,97 @@ func TestIntegrationStatus(t *testing.T) {
 			t.Errorf("watch (tty %v): %d blocks, %d clears:\n%s", tty, blocks, clears, out.String())
 		}
 	}
+}
+
+// TestStatusCapture: `draftflow status` shows the capture stage of a run with capture as it shows the others:
+// its consumer group on the shard-files topic (every announcement committed at the end), the run's status
+// records for it (one instance, stopped, the shards it finished and the tokens whose features it wrote), and a
+// row in the rendered table.
+func TestStatusCapture(t *testing.T) {
+	kc := kafkatest.Config(t, 2)
+	kc.Logger = testLogger(t)
+	out := t.TempDir()
+	reg := metrics.NewRegistry()
+	var rc runConfig
+	rc.Kafka = kc
+	rc.Logger = kc.Logger
+	rc.Ingest.Inputs = []string{sampleFile}
+	rc.Ingest.Defaults.MaxNewTokens = 32
+	rc.Ingest.Registerer = reg
+	rc.Tokenize.Registerer = reg
+	rc.Generate.Registerer = reg
+	rc.Sink.Registerer = reg
+	rc.Sink.Dir = out
+	rc.Sink.RotateRows = 40
+	rc.Sim.Instant = true
+	rc.Sim.OutputLenMean = 20
+	rc.Capture.cfg.Aux, rc.Capture.cfg.Final = "sim", "sim"
+	rc.Capture.simSize = captureTestHidden
+	rc.Capture.cfg.AuxLayers = captureTestLayers
+	rc.Capture.cfg.Registerer = reg
+	rc.Gatherer = reg
+	rc.StatusInterval = 200 * time.Millisecond
+	rc.Timeout = 3 * time.Minute
+	if _, err := runPipeline(context.Background(), rc); err != nil {
+		t.Fatal(err)
+	}
+	var shards, tokens int64
+	runs, err := sink.RunDirs(out)
+	if err != nil || len(runs) == 0 {
+		t.Fatalf("runs under %s: %v %v", out, runs, err)
+	}
+	for _, rd := range runs {
+		m, err := sink.ReadManifest(rd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		shards += int64(len(m.Shards))
+		tokens += m.Totals.Tokens
+	}
+
+	col := status.NewCollector(status.CollectorConfig{Kafka: kc, Stages: statusStages("", "", "", "")})
+	defer col.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r, err := col.Collect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	var capture *status.StageReport
+	for i, s := range r.Stages {
+		names = append(names, s.Stage)
+		if s.Stage == "capture" {
+			capture = &r.Stages[i]
+		}
+	}
+	if want := "tokenize generate sink capture"; !strings.Contains(strings.Join(names, " "), want) || capture == nil {
+		t.Fatalf("stages %v, want %q in order", names, want)
+	}
+	s := *capture
+	// The sink announced every shard (as it committed them, and again when the run's final capture began).
+	if s.Group != "draftflow-capture" || s.Topic != "shard-files" || s.End < shards || s.Committed != s.End || s.Lag != 0 ||
+		s.ETASeconds == nil || *s.ETASeconds != 0 || len(s.Members) != 0 {
+		t.Errorf("capture group: %s on %s, committed %d, end %d (%d shards), lag %d, eta %v, members %+v",
+			s.Group, s.Topic, s.Committed, s.End, shards, s.Lag, s.ETASeconds, s.Members)
+	}
+	if len(s.Instances) != 1 || s.Instances[0].State != topics.StatusStopped {
+		t.Errorf("capture instances %+v, want one, stopped", s.Instances)
+	}
+	// Every announcement finished once at least (captured or already complete); every row's tokens captured.
+	if s.Records < s.End || s.Rejected != 0 || s.Tokens < tokens {
+		t.Errorf("capture figures: %d records (%d announcements), %d rejected, %d tokens (the shards hold %d)",
+			s.Records, s.End, s.Rejected, s.Tokens, tokens)
+	}
+	for _, w := range r.Warnings {
+		t.Errorf("warning after a clean run: %s", w)
+	}
+	var text bytes.Buffer
+	if err := status.Render(&text, r); err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`\ncapture +draftflow-capture +shard-files +\d+ +\d+ +0 `).MatchString(text.String()) {
+		t.Errorf("no capture row in:\n%s", text.String())
+	}
+	t.Logf("status after a run with capture:\n%s", text.String())
 }

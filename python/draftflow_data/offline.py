@@ -29,9 +29,9 @@ Outputs:
   logits equal the target's.
 
 ``--features`` may also be draftflow's own feature files (``sink/features``, read with
-``draftflow_data.features.FeatureFile``): a ``.dff`` file or a directory of them, the same four planes per row
-as bf16 [T, 4 x H] (layers three ``aux:N`` then ``final``), keyed by row id alone (so a row source with two
-turns of one id is refused).
+``draftflow_data.features.FeatureFile``): a ``.dff`` file or a directory of them (a ``draftflow run`` run
+directory, the same as ``--rows``), the same four planes per row as bf16 [T, 4 x H] (layers three ``aux:N`` then
+``final``), keyed by (row id, turn) as the shards are.
 
 Every row must have its features, with T equal to the row's length and (where the file holds them) the same
 input ids; any mismatch stops the export with an error naming the row. Needs torch and safetensors (the
@@ -197,10 +197,6 @@ def _pairs(rows: str, features: str) -> Iterator[Tuple[Dict[str, Any], Any]]:
     extra = sorted(set(index) - seen)
     if extra:
         raise FeatureError(f"{len(extra)} feature rows have no row in {rows}, e.g. row {row_name(*extra[0])}")
-        return
-    extra = sorted(set(index) - seen)
-    if extra:
-        raise FeatureError(f"{len(extra)} feature entries have no row in {rows}, e.g. row {row_name(*extra[0])}")
 
 
 def export_specforge(rows: str, features: str, out: str, dtype: str = "bfloat16") -> int:
@@ -281,7 +277,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m draftflow_data.offline", description=__doc__.split("\n")[0])
     ap.add_argument("format", choices=("specforge", "speculators"))
     ap.add_argument("--rows", required=True, help="draftflow shards directory, or rows JSONL (id, input_ids, loss_mask)")
-    ap.add_argument("--features", required=True, help="features directory with index.jsonl")
+    ap.add_argument("--features", required=True,
+                    help="features: a directory with index.jsonl, or draftflow's .dff feature files (a run directory, or a .dff file)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--target", help="the target model directory (speculators: its model.norm.weight)")
     ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))

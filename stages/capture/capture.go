@@ -226,6 +226,7 @@ type capturer struct {
 	work                             sync.WaitGroup
 
 	hidden atomic.Int64 // the final server's width, once known
+	busy   sync.Map     // shard path -> *sync.Mutex: one capture of a shard at a time (shard)
 }
 
 // handle takes one announcement: it waits for a shard slot, then captures the shard on its own goroutine.
@@ -275,6 +276,13 @@ func (c *capturer) shard(r *stream.Record[topics.ShardFile]) {
 	}
 	runDir := filepath.Join(c.cfg.Dir, a.RunDir)
 	path := filepath.Join(runDir, a.File)
+	// Two announcements of one shard can be in flight at once (the sink announces a shard when it commits it
+	// and again on every start; run's final capture announces every shard again): the second waits for the
+	// first and then finds the file complete, instead of writing the same file beside it (two writers of one
+	// .tmp: a failed rename, or features.json listing the other writer's checksum).
+	mu, _ := c.busy.LoadOrStore(path, &sync.Mutex{})
+	mu.(*sync.Mutex).Lock()
+	defer mu.(*sync.Mutex).Unlock()
 	digest, _, err := features.FileSHA256(path)
 	if err != nil || (a.SHA256 != "" && digest != a.SHA256) {
 		reason := fmt.Sprintf("shard %s announced at %s: ", path, r.Where())
