@@ -125,12 +125,13 @@ cmd_up() {
   fi
   echo "== $(date -u +%FT%TZ) start on port $port: ${extra[*]:-}${SGLANG_CPU_OMP_THREADS_BIND:+ (SGLANG_CPU_OMP_THREADS_BIND=$SGLANG_CPU_OMP_THREADS_BIND)}" >>"$dir/log"
   # setsid: the server's scheduler and detokenizer processes share its process group, so down and kill
-  # reach all of them through the leader's pid.
+  # reach all of them through the leader's pid. --sleep-on-idle: an idle 0.5.23 scheduler otherwise spins a
+  # core at 100%, and beside a second server on two cores the busy one decodes 4-15x slower (docs/training.md).
   SGLANG_USE_CPU_ENGINE=1 CUDA_VISIBLE_DEVICES="" OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}" \
     PYTHONPATH="$HERE/cpu_kernel" \
     setsid "$VENV/bin/python" -m sglang.launch_server --model-path "$model" --host 127.0.0.1 --port "$port" \
       --device cpu --attention-backend torch_native --disable-cuda-graph --dtype float32 \
-      --max-total-tokens "$pool" --enable-metrics \
+      --max-total-tokens "$pool" --enable-metrics --sleep-on-idle \
       --skip-server-warmup "${extra[@]}" >>"$dir/log" 2>&1 < /dev/null &
   local pid=$!
   echo "$pid" >"$dir/pid"; echo "$port" >"$dir/port"; echo "$url" >"$dir/url"

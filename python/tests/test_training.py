@@ -156,10 +156,10 @@ DRAFT_VOCAB = 2048
 # draft config's eagle_aux_hidden_state_layer_ids (what SGLang reads when it serves the draft).
 AUX_LAYER_IDS = [0, 1, 2]
 # Both capture modes need every position of a prefill (--disable-radix-cache: cached positions are not
-# returned; docs/hidden-states.md). --sleep-on-idle: without it an idle SGLang 0.5.23 scheduler spins a core
-# at 100%, and with two servers on two cores the busy one decodes 4-15x slower (measured: 16 requests of 48
-# tokens in 44 s instead of 2.8 s; the training run's draftflow run 2 min 17 s instead of 21 s).
-SERVER_COMMON = ["--disable-radix-cache", "--context-length", "2048", "--sleep-on-idle"]
+# returned; docs/hidden-states.md). sglang.sh adds --sleep-on-idle: without it an idle SGLang 0.5.23 scheduler
+# spins a core at 100%, and with two servers on two cores the busy one decodes 4-15x slower (measured: 16
+# requests of 48 tokens in 44 s instead of 2.8 s; the training run's draftflow run 2 min 17 s instead of 21 s).
+SERVER_COMMON = ["--disable-radix-cache", "--context-length", "2048"]
 AUX_SERVER = ["--enable-return-aux-hidden-states", "--speculative-algorithm", "EAGLE3",
               "--return-aux-hidden-state-layer-ids", *map(str, AUX_LAYER_IDS)] + SERVER_COMMON
 # The final-state server also serves the generation: requests without return_hidden_states get plain answers,
