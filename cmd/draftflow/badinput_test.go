@@ -103,14 +103,10 @@ func TestBadInputCorpus(t *testing.T) {
 	writeTextParquet(t, wrongSchema)
 
 	kc := kafkatest.Config(t, 2)
-	var rc runConfig
-	rc.Kafka = kc
-	rc.Ingest.Inputs = []string{main, corruptGz, truncZst, wrongSchema, array}
+	rc := simRun(kc, filepath.Join(dir, "out"), main, corruptGz, truncZst, wrongSchema, array)
 	rc.Ingest.Defaults.MaxNewTokens = 64
 	rc.Ingest.MaxLineBytes = 64 << 10
 	rc.Tokenize.ContextLength = 1024
-	rc.Sink.Dir = filepath.Join(dir, "out")
-	rc.Sim.Instant = true
 	rc.Sim.OutputLenMean = 50
 	rc.Timeout = 3 * time.Minute
 	res, err := runPipeline(context.Background(), rc)

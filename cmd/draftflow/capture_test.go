@@ -207,14 +207,10 @@ func runCaptureUntil(t *testing.T, kc kafka.Config, out, aux, final string, stop
 func TestPipelineCaptureExactlyOnce(t *testing.T) {
 	kc := kafkatest.Config(t, 4)
 	out := t.TempDir()
-	var rc runConfig
-	rc.Kafka = kc
-	rc.Ingest.Inputs = []string{sampleFile}
+	rc := simRun(kc, out, sampleFile)
 	rc.Ingest.Defaults.MaxNewTokens = 64
 	rc.Ingest.Turns = ingest.TurnsLast
-	rc.Sink.Dir = out
 	rc.Sink.RotateRows = 10
-	rc.Sim.Instant = true
 	rc.Sim.OutputLenMean = 40
 	rc.Timeout = 5 * time.Minute
 	rc.Ingest.Turns = "" // every turn: a shard may hold several turns of one conversation
@@ -331,15 +327,11 @@ func TestPipelineCaptureExactlyOnce(t *testing.T) {
 func TestCaptureRejectsRowsOverContext(t *testing.T) {
 	kc := kafkatest.Config(t, 4)
 	out := t.TempDir()
-	var rc runConfig
-	rc.Kafka = kc
-	rc.Ingest.Inputs = []string{sampleFile}
+	rc := simRun(kc, out, sampleFile)
 	rc.Ingest.Defaults.MaxNewTokens = 64
 	rc.Ingest.Turns = ingest.TurnsLast
-	rc.Sink.Dir = out
 	rc.Sink.RotateRows = 10
 	rc.Sink.AnnounceShards = true
-	rc.Sim.Instant = true
 	rc.Sim.OutputLenMean = 40
 	rc.Timeout = 5 * time.Minute
 	if _, err := runPipeline(context.Background(), rc); err != nil {
@@ -426,14 +418,10 @@ func captureRejections(t *testing.T, kc kafka.Config, want int) map[string]bool 
 func TestCaptureShardAnnouncedTwice(t *testing.T) {
 	kc := kafkatest.Config(t, 2)
 	out := t.TempDir()
-	var rc runConfig
-	rc.Kafka = kc
-	rc.Ingest.Inputs = []string{sampleFile}
+	rc := simRun(kc, out, sampleFile)
 	rc.Ingest.Defaults.MaxNewTokens = 32
 	rc.Ingest.Turns = ingest.TurnsLast
-	rc.Sink.Dir = out
 	rc.Sink.RotateRows = 25
-	rc.Sim.Instant = true
 	rc.Sim.OutputLenMean = 20
 	rc.Timeout = 3 * time.Minute
 	if _, err := runPipeline(context.Background(), rc); err != nil {

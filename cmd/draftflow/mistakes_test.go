@@ -27,11 +27,7 @@ func TestRunAllRejectedSaysSo(t *testing.T) {
 not json
 {"messages": []}
 `), 0o644)
-	var rc runConfig
-	rc.Kafka = kafkatest.Config(t, 2)
-	rc.Ingest.Inputs = []string{in}
-	rc.Sink.Dir = filepath.Join(dir, "out")
-	rc.Sim.Instant = true
+	rc := simRun(kafkatest.Config(t, 2), filepath.Join(dir, "out"), in)
 	rc.Timeout = 2 * time.Minute
 	res, err := runPipeline(context.Background(), rc)
 	if err == nil || !strings.Contains(err.Error(), "every input line was rejected (3)") {
@@ -105,9 +101,7 @@ func TestVocabFindsTheRunsModel(t *testing.T) {
 		{"dir", modelDir, modelDir},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var rc runConfig
-			rc.Kafka = kafkatest.Config(t, 1)
-			rc.Ingest.Inputs = []string{in}
+			rc := simRun(kafkatest.Config(t, 1), filepath.Join(t.TempDir(), "out"), in)
 			rc.Ingest.Defaults.MaxNewTokens = 32
 			rc.Tokenize.ModelDir = tc.model
 			if tc.model != "" {
@@ -119,8 +113,6 @@ func TestVocabFindsTheRunsModel(t *testing.T) {
 				}
 				rc.Tokenize.ModelDir = rel
 			}
-			rc.Sink.Dir = filepath.Join(t.TempDir(), "out")
-			rc.Sim.Instant = true
 			rc.Sim.OutputLenMean = 20
 			rc.Timeout = 2 * time.Minute
 			if _, err := runPipeline(context.Background(), rc); err != nil {
@@ -147,13 +139,9 @@ func TestVocabFindsTheRunsModel(t *testing.T) {
 		})
 	}
 	// A manifest written before model_path existed, of the bundled model: found by its name and tokenizer.
-	var rc runConfig
-	rc.Kafka = kafkatest.Config(t, 1)
-	rc.Ingest.Inputs = []string{in}
+	rc := simRun(kafkatest.Config(t, 1), filepath.Join(t.TempDir(), "out"), in)
 	rc.Ingest.Defaults.MaxNewTokens = 32
-	rc.Sink.Dir = filepath.Join(t.TempDir(), "out")
 	rc.Sink.ModelPath = "-" // set, so run records nothing useful; rewritten to empty below
-	rc.Sim.Instant = true
 	rc.Sim.OutputLenMean = 20
 	rc.Timeout = 2 * time.Minute
 	if _, err := runPipeline(context.Background(), rc); err != nil {
@@ -178,11 +166,7 @@ func TestRunStopsOnAFailedStage(t *testing.T) {
 	dir := t.TempDir()
 	in := filepath.Join(dir, "in.jsonl")
 	os.WriteFile(in, []byte(`{"messages": [{"role": "user", "content": "hi"}]}`+"\n"), 0o644)
-	var rc runConfig
-	rc.Kafka = kafkatest.Config(t, 2)
-	rc.Ingest.Inputs = []string{in}
-	rc.Sink.Dir = filepath.Join(dir, "out")
-	rc.Sim.Instant = true
+	rc := simRun(kafkatest.Config(t, 2), filepath.Join(dir, "out"), in)
 	rc.Sim.APIKey = "the-server-wants-this"
 	rc.Timeout = 2 * time.Minute
 	start := time.Now()

@@ -31,13 +31,9 @@ func TestRunIgnoresEarlierRunsRejections(t *testing.T) {
 		strings.Repeat("tell me about the weather in every city you know ", 40))
 	run := func(input, out string, contextLength int, latency time.Duration) *runResult {
 		t.Helper()
-		var rc runConfig
-		rc.Kafka = kc
-		rc.Ingest.Inputs = []string{input}
+		rc := simRun(kc, out, input)
 		rc.Ingest.Defaults.MaxNewTokens = 32
 		rc.Tokenize.ContextLength = contextLength
-		rc.Sink.Dir = out
-		rc.Sim.Instant = true
 		rc.Sim.OutputLenMean = 300
 		rc.Sim.Faults.AddedLatency = latency
 		rc.Timeout = 2 * time.Minute

@@ -38,12 +38,8 @@ func TestParseOffsets(t *testing.T) {
 // maxNew) into out and returns the distinct ids in the shards.
 func firstRun(t *testing.T, kc kafka.Config, out string, maxNew int) map[string]bool {
 	t.Helper()
-	var rc runConfig
-	rc.Kafka = kc
-	rc.Ingest.Inputs = []string{sampleFile}
+	rc := simRun(kc, out, sampleFile)
 	rc.Generate.DefaultMaxNewTokens = maxNew
-	rc.Sink.Dir = out
-	rc.Sim.Instant = true
 	rc.Sim.OutputLenMean = 200
 	rc.Timeout = 3 * time.Minute
 	res, err := runPipeline(context.Background(), rc)

@@ -146,13 +146,9 @@ func TestPipelineEndToEndSample(t *testing.T) {
 	}
 	kc := kafkatest.Config(t, 4)
 	out := t.TempDir()
-	var rc runConfig
-	rc.Kafka = kc
-	rc.Ingest.Inputs = []string{sampleFile}
+	rc := simRun(kc, out, sampleFile)
 	rc.Ingest.Defaults.MaxNewTokens = 2048
 	rc.Ingest.Turns = ingest.TurnsLast // one row per id, checked token by token below (TestPipelineMultiTurn: every turn)
-	rc.Sink.Dir = out
-	rc.Sim.Instant = true
 	rc.Sim.OutputLenMean = 300
 	rc.Timeout = 5 * time.Minute
 	res, err := runPipeline(context.Background(), rc)
@@ -267,4 +263,15 @@ func TestPipelineEndToEndSample(t *testing.T) {
 	if rows2 := readShards(t, out); len(rows2) != len(rows) {
 		t.Fatalf("re-run changed the shards: %d rows, was %d", len(rows2), len(rows))
 	}
+}
+
+// simRun is the runConfig most pipeline tests start from: the broker kc, the shards in out, the inputs, the
+// simulated server answering at once. A test sets what it varies (its timeout among them) on the result.
+func simRun(kc kafka.Config, out string, inputs ...string) runConfig {
+	var rc runConfig
+	rc.Kafka = kc
+	rc.Ingest.Inputs = inputs
+	rc.Sink.Dir = out
+	rc.Sim.Instant = true
+	return rc
 }

@@ -46,10 +46,8 @@ func TestIntegrationStatus(t *testing.T) {
 	}
 
 	reg := metrics.NewRegistry()
-	var rc runConfig
-	rc.Kafka = kc
+	rc := simRun(kc, filepath.Join(dir, "out"), input)
 	rc.Logger = kc.Logger
-	rc.Ingest.Inputs = []string{input}
 	rc.Ingest.Defaults.MaxNewTokens = 32
 	rc.Ingest.Registerer = reg
 	rc.Tokenize.ContextLength = 128 // the long prompts do not fit
@@ -58,8 +56,6 @@ func TestIntegrationStatus(t *testing.T) {
 	// Two requests at a time, 150 ms each: generation lasts seconds, several status intervals.
 	rc.Generate.Policy, rc.Generate.Concurrency = generate.PolicyFixed, 2
 	rc.Sink.Registerer = reg
-	rc.Sink.Dir = filepath.Join(dir, "out")
-	rc.Sim.Instant = true
 	rc.Sim.OutputLenMean = 20
 	rc.Sim.Faults.AddedLatency = 150 * time.Millisecond
 	rc.Gatherer = reg
@@ -232,18 +228,14 @@ func TestStatusCapture(t *testing.T) {
 	kc.Logger = testLogger(t)
 	out := t.TempDir()
 	reg := metrics.NewRegistry()
-	var rc runConfig
-	rc.Kafka = kc
+	rc := simRun(kc, out, sampleFile)
 	rc.Logger = kc.Logger
-	rc.Ingest.Inputs = []string{sampleFile}
 	rc.Ingest.Defaults.MaxNewTokens = 32
 	rc.Ingest.Registerer = reg
 	rc.Tokenize.Registerer = reg
 	rc.Generate.Registerer = reg
 	rc.Sink.Registerer = reg
-	rc.Sink.Dir = out
 	rc.Sink.RotateRows = 40
-	rc.Sim.Instant = true
 	rc.Sim.OutputLenMean = 20
 	rc.Capture.cfg.Aux, rc.Capture.cfg.Final = "sim", "sim"
 	rc.Capture.simSize = captureTestHidden
