@@ -3,12 +3,8 @@ package kafka_test
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/kafka/kafkatest"
@@ -55,32 +51,7 @@ func TestDeadLettersRetryUntilShutdown(t *testing.T) {
 	if err := cl.Admin().EnsureTopics(context.Background(), topics.TopicRejected); err != nil {
 		t.Fatal(err)
 	}
-	failing := make(chan struct{})
-	var refused atomic.Int32
-	c := e.Cluster()
-	c.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		select {
-		case <-failing:
-			return nil, nil, false
-		default:
-		}
-		req := kreq.(*kmsg.ProduceRequest)
-		resp := req.ResponseKind().(*kmsg.ProduceResponse)
-		for _, rt := range req.Topics {
-			st := kmsg.NewProduceResponseTopic()
-			st.Topic = rt.Topic
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewProduceResponseTopicPartition()
-				sp.Partition = rp.Partition
-				sp.ErrorCode = kerr.PolicyViolation.Code // not retried by the client: the writer's error
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		refused.Add(1)
-		return resp, nil, true
-	})
+	refused, accept := kafkatest.RefuseProduce(e, "")
 	dl := cl.NewDeadLetters("sink")
 	defer dl.Close()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -106,7 +77,7 @@ func TestDeadLettersRetryUntilShutdown(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("done not called at shutdown")
 	}
-	close(failing)
+	accept()
 	ok := make(chan error, 1)
 	dl.Reject(context.Background(), nil, &topics.Rejection{ID: "later", Reason: "undecodable"}, func(err error) { ok <- err })
 	if err := <-ok; err != nil {

@@ -10,38 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kmsg"
-
 	"github.com/draftflow/draftflow/kafka"
-	"github.com/draftflow/draftflow/kafka/embedded"
 	"github.com/draftflow/draftflow/kafka/kafkatest"
 	"github.com/draftflow/draftflow/topics"
 )
-
-// refuseProduce makes the embedded broker refuse every produce request with an error the writer does not retry
-// itself, and counts the refusals.
-func refuseProduce(e *embedded.Broker, refused *atomic.Int32) {
-	c := e.Cluster()
-	c.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		req := kreq.(*kmsg.ProduceRequest)
-		resp := req.ResponseKind().(*kmsg.ProduceResponse)
-		for _, rt := range req.Topics {
-			st := kmsg.NewProduceResponseTopic()
-			st.Topic = rt.Topic
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewProduceResponseTopicPartition()
-				sp.Partition = rp.Partition
-				sp.ErrorCode = kerr.PolicyViolation.Code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		refused.Add(1)
-		return resp, nil, true
-	})
-}
 
 // closeWaitsForDone calls Close on p while the done of a SendRetrying is due (arm has made it so), and fails
 // unless that done ran, with an error, before Close returned. done takes a while on purpose: a Close that does
@@ -93,8 +65,7 @@ func TestSendRetryingDoneBeforeClose(t *testing.T) {
 		if err := cl.Admin().EnsureTopics(context.Background(), topics.TopicRejected); err != nil {
 			t.Fatal(err)
 		}
-		var refused atomic.Int32
-		refuseProduce(e, &refused)
+		refused, _ := kafkatest.RefuseProduce(e, "")
 		p := cl.NewProducer(topics.TopicRejected, kafka.ProducerConfig{})
 		closeWaitsForDone(t, p, func(done func(error)) {
 			p.SendRetrying(context.Background(), "held", &topics.Rejection{ID: "held", Reason: "x"}, func(err error) {

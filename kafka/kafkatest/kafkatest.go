@@ -13,12 +13,14 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/draftflow/draftflow/kafka"
@@ -197,4 +199,36 @@ func HoldProduce(t testing.TB, e *embedded.Broker, physicalTopic string) (held <
 		return nil, nil, false
 	})
 	return h, release
+}
+
+// RefuseProduce makes the embedded broker refuse the produce requests that name the physical topic (every
+// request when it is empty) with POLICY_VIOLATION, an error the client does not retry on its own, until accept
+// is called (accept is idempotent). refused counts the refusals.
+func RefuseProduce(e *embedded.Broker, physicalTopic string) (refused *atomic.Int32, accept func()) {
+	refused = new(atomic.Int32)
+	var accepting atomic.Bool
+	c := e.Cluster()
+	c.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := kreq.(*kmsg.ProduceRequest)
+		if accepting.Load() || (physicalTopic != "" &&
+			!slices.ContainsFunc(req.Topics, func(rt kmsg.ProduceRequestTopic) bool { return rt.Topic == physicalTopic })) {
+			return nil, nil, false
+		}
+		resp := req.ResponseKind().(*kmsg.ProduceResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewProduceResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewProduceResponseTopicPartition()
+				sp.Partition = rp.Partition
+				sp.ErrorCode = kerr.PolicyViolation.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		refused.Add(1)
+		return resp, nil, true
+	})
+	return refused, func() { accepting.Store(true) }
 }

@@ -4,18 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/draftflow/draftflow/kafka"
-	"github.com/draftflow/draftflow/kafka/embedded"
 	"github.com/draftflow/draftflow/kafka/kafkatest"
 	"github.com/draftflow/draftflow/kafka/stream"
 	"github.com/draftflow/draftflow/topics"
@@ -204,35 +199,6 @@ func TestAsynchronousAcknowledgementCommitsThePrefix(t *testing.T) {
 	}
 }
 
-// refuseWrites makes the embedded broker refuse every produce request to the physical topic with an error the
-// client does not retry on its own, until the returned function is called; refused counts the refusals.
-func refuseWrites(e *embedded.Broker, physical string, refused *atomic.Int32) (accept func()) {
-	var accepting atomic.Bool
-	c := e.Cluster()
-	c.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		req := kreq.(*kmsg.ProduceRequest)
-		if accepting.Load() || !slices.ContainsFunc(req.Topics, func(rt kmsg.ProduceRequestTopic) bool { return rt.Topic == physical }) {
-			return nil, nil, false
-		}
-		resp := req.ResponseKind().(*kmsg.ProduceResponse)
-		for _, rt := range req.Topics {
-			st := kmsg.NewProduceResponseTopic()
-			st.Topic = rt.Topic
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewProduceResponseTopicPartition()
-				sp.Partition = rp.Partition
-				sp.ErrorCode = kerr.PolicyViolation.Code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		refused.Add(1)
-		return resp, nil, true
-	})
-	return func() { accepting.Store(true) }
-}
-
 // The produce policy: a broker failing the writes holds the record back (retried, neither finished nor dropped,
 // the stage goes on) for as long as the stage's context lives; when the context ends first the record is
 // abandoned (not committed, not counted) and redelivered to the next run, which writes it once the broker
@@ -248,8 +214,7 @@ func TestProduceRetriesWhileTheContextLives(t *testing.T) {
 	}
 	admin := kafkatest.Client(t, kc)
 	kafkatest.Produce(t, kc, topics.TopicTokenized, tokenized("held")...)
-	var refused atomic.Int32
-	accept := refuseWrites(e, kc.Topic(topics.TopicGenerated), &refused)
+	refused, accept := kafkatest.RefuseProduce(e, kc.Topic(topics.TopicGenerated))
 
 	reg := prometheus.NewRegistry()
 	work, stopWork := context.WithCancel(context.Background())
