@@ -70,21 +70,6 @@ func (c *countingHash) Write(p []byte) (int, error) {
 
 func (c *countingHash) sum() string { return hex.EncodeToString(c.h.Sum(nil)) }
 
-// fileSHA256 returns the hex SHA-256 and size of a file.
-func fileSHA256(path string) (string, int64, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", 0, err
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return "", 0, err
-	}
-	return hex.EncodeToString(h.Sum(nil)), n, nil
-}
-
 // isTemp reports whether a directory entry is an uncommitted temporary file.
 func isTemp(name string) bool { return strings.HasPrefix(name, tmpPrefix) }
 

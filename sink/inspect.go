@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/draftflow/draftflow/internal/durable"
 	"github.com/draftflow/draftflow/internal/idset"
 	"github.com/draftflow/draftflow/sink/features"
 )
@@ -155,7 +156,7 @@ func inspectRun(rd string, sum *Summary, hist map[int]int64) RunSummary {
 	for shardIdx, sh := range m.Shards {
 		var refs []features.RowRef
 		path := filepath.Join(rd, sh.File)
-		digest, size, err := fileSHA256(path)
+		digest, size, err := durable.FileSHA256(path)
 		if err != nil {
 			problem("%v", err)
 			continue

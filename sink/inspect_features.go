@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/draftflow/draftflow/internal/durable"
 	"github.com/draftflow/draftflow/sink/features"
 )
 
@@ -67,7 +68,7 @@ func (fx *featureCheck) shard(file string, rows []features.RowRef, sum *Summary,
 		return
 	}
 	e, ok := fx.listed[file]
-	digest, size, err := features.FileSHA256(path)
+	digest, size, err := durable.FileSHA256(path)
 	switch {
 	case err != nil:
 		fx.problem("%v", err)

@@ -288,7 +288,7 @@ func (s *store) loadRun(ctx context.Context, runDir string) error {
 
 // describeShard builds the manifest entry of a committed shard from the file itself.
 func describeShard(path string, si shardInfo) (ManifestShard, RunInfo, error) {
-	sum, size, err := fileSHA256(path)
+	sum, size, err := durable.FileSHA256(path)
 	if err != nil {
 		return ManifestShard{}, RunInfo{}, err
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/draftflow/draftflow/internal/durable"
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/kafka/kafkatest"
 	"github.com/draftflow/draftflow/sglang/sim"
@@ -122,7 +123,7 @@ func checkFeatures(t *testing.T, out string) []features.MissingRow {
 				t.Errorf("%s: %v", fp, err)
 			}
 			e, ok := listed[sh.File]
-			digest, size, _ := features.FileSHA256(fp)
+			digest, size, _ := durable.FileSHA256(fp)
 			if !ok || e.SHA256 != digest || e.Bytes != size || e.Rows != len(f.Index.Rows) || e.Missing != len(f.Index.Missing) {
 				t.Errorf("%s: features.json entry %+v, the file: %d bytes sha256 %s, %d rows, %d missing", fp, e, size, digest, len(f.Index.Rows), len(f.Index.Missing))
 			}
@@ -248,7 +249,7 @@ func TestPipelineCaptureExactlyOnce(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				sum, _, _ := features.FileSHA256(p)
+				sum, _, _ := durable.FileSHA256(p)
 				before[p] = fileState{st, sum}
 			}
 			featPaths = append(featPaths, features.PathFor(filepath.Join(rd, sh.File)))
@@ -296,7 +297,7 @@ func TestPipelineCaptureExactlyOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sum, _, _ := features.FileSHA256(p)
+		sum, _, _ := durable.FileSHA256(p)
 		switch p {
 		case deleted, truncated:
 			if sum != was.sum {

@@ -1,11 +1,15 @@
 // Package durable owns the two file-system steps that make a write survive a crash: replacing a file through
 // a temporary that is fsynced and renamed into place, and fsyncing a directory so that a rename in it is
 // durable. The sink (manifests, indexes, counts) and the capture stage (feature indexes) both write through it.
+// FileSHA256 is the checksum their manifests record of a file written, and check it against.
 package durable
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 )
@@ -59,4 +63,19 @@ func WriteFile(path, tmp string, data []byte) error {
 		return fmt.Errorf("%w: %v", ErrRenamedNotSynced, err)
 	}
 	return nil
+}
+
+// FileSHA256 returns the hex SHA-256 and size of a file.
+func FileSHA256(path string) (string, int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", 0, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return "", 0, err
+	}
+	return hex.EncodeToString(h.Sum(nil)), n, nil
 }

@@ -1,13 +1,10 @@
 package features
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"github.com/draftflow/draftflow/internal/durable"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -57,23 +54,8 @@ func Entry(path, shard string) (FileEntry, Header, error) {
 	}
 	h := r.Index.Header
 	r.Close()
-	e.SHA256, e.Bytes, err = FileSHA256(path)
+	e.SHA256, e.Bytes, err = durable.FileSHA256(path)
 	return e, h, err
-}
-
-// FileSHA256 returns the hex SHA-256 and size of a file.
-func FileSHA256(path string) (string, int64, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", 0, err
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return "", 0, err
-	}
-	return hex.EncodeToString(h.Sum(nil)), n, nil
 }
 
 // ReadManifest reads a run directory's feature manifest; a directory without one gives nil and no error.

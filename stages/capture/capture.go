@@ -283,7 +283,7 @@ func (c *capturer) shard(r *stream.Record[topics.ShardFile]) {
 	mu, _ := c.busy.LoadOrStore(path, &sync.Mutex{})
 	mu.(*sync.Mutex).Lock()
 	defer mu.(*sync.Mutex).Unlock()
-	digest, _, err := features.FileSHA256(path)
+	digest, _, err := durable.FileSHA256(path)
 	if err != nil || (a.SHA256 != "" && digest != a.SHA256) {
 		reason := fmt.Sprintf("shard %s announced at %s: ", path, r.Where())
 		if err != nil {
