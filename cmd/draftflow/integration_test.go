@@ -28,6 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/draftflow/draftflow/kafka/kafkatest"
+	"github.com/draftflow/draftflow/metrics/metricstest"
 	"github.com/draftflow/draftflow/sglang/sim"
 	"github.com/draftflow/draftflow/sink"
 	"github.com/draftflow/draftflow/stages/generate"
@@ -354,32 +355,11 @@ func readShardStrings(t *testing.T, dir, col string) map[string]string {
 	return out
 }
 
-// counter returns the value of a counter of the default Prometheus registry with exactly these labels (0 when
-// it has no such series yet).
+// counter returns the value of a counter of the default Prometheus registry with these labels (0 when it has no
+// such series yet).
 func counter(t *testing.T, name string, labels map[string]string) float64 {
 	t.Helper()
-	mfs, err := prometheus.DefaultGatherer.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	metrics:
-		for _, m := range mf.GetMetric() {
-			if len(m.GetLabel()) != len(labels) {
-				continue
-			}
-			for _, l := range m.GetLabel() {
-				if labels[l.GetName()] != l.GetValue() {
-					continue metrics
-				}
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	return 0
+	return metricstest.Counter(t, prometheus.DefaultGatherer, name, labels)
 }
 
 // consumed is how many records group (logical) fetched from topic (logical) in this process.

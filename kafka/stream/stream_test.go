@@ -13,6 +13,7 @@ import (
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/kafka/kafkatest"
 	"github.com/draftflow/draftflow/kafka/stream"
+	"github.com/draftflow/draftflow/metrics/metricstest"
 	"github.com/draftflow/draftflow/topics"
 )
 
@@ -21,26 +22,7 @@ var quiet = slog.New(slog.DiscardHandler)
 // counted returns draftflow_records_total{stage, result, class} of reg.
 func counted(t *testing.T, reg *prometheus.Registry, stage, result, class string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	total := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != "draftflow_records_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["stage"] == stage && labels["result"] == result && labels["class"] == class {
-				total += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return total
+	return metricstest.Counter(t, reg, "draftflow_records_total", map[string]string{"stage": stage, "result": result, "class": class})
 }
 
 // committed returns the group's committed offset of partition 0 of the tokenized topic (-1: none).

@@ -20,6 +20,7 @@ import (
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/kafka/embedded"
 	"github.com/draftflow/draftflow/kafka/stream"
+	"github.com/draftflow/draftflow/metrics/metricstest"
 
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
@@ -231,25 +232,8 @@ func TestRunCancelled(t *testing.T) {
 // recordsCounted returns draftflow_records_total{stage="ingest", result, class} of reg (a *prometheus.Registry).
 func recordsCounted(t *testing.T, reg prometheus.Registerer, result, class string) float64 {
 	t.Helper()
-	mfs, err := reg.(*prometheus.Registry).Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "draftflow_records_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["stage"] == Stage && labels["result"] == result && labels["class"] == class {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
+	return metricstest.Counter(t, reg.(*prometheus.Registry), "draftflow_records_total",
+		map[string]string{"stage": Stage, "result": result, "class": class})
 }
 
 // A prompt the broker refuses (the existing prompts topic accepts less than ingest's writers send) is
