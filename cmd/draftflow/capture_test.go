@@ -210,15 +210,11 @@ func TestPipelineCaptureExactlyOnce(t *testing.T) {
 	out := t.TempDir()
 	rc := simRun(kc, out, sampleFile)
 	rc.Ingest.Defaults.MaxNewTokens = 64
-	rc.Ingest.Turns = ingest.TurnsLast
 	rc.Sink.RotateRows = 10
 	rc.Sim.OutputLenMean = 40
 	rc.Timeout = 5 * time.Minute
 	rc.Ingest.Turns = "" // every turn: a shard may hold several turns of one conversation
-	rc.Capture.cfg.Aux, rc.Capture.cfg.Final = "sim", "sim"
-	rc.Capture.simSize = captureTestHidden
-	rc.Capture.cfg.AuxLayers = captureTestLayers
-	rc.Capture.cfg.Registerer = prometheus.NewRegistry()
+	simCapture(&rc, prometheus.NewRegistry())
 	res, err := runPipeline(context.Background(), rc)
 	if err != nil {
 		t.Fatal(err)
@@ -478,4 +474,13 @@ func TestCaptureShardAnnouncedTwice(t *testing.T) {
 	if _, err := sink.Inspect(out, os.Stderr); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// simCapture turns on the capture stage of rc against the simulator (both server modes), at the test width and
+// layers, its metrics in reg.
+func simCapture(rc *runConfig, reg prometheus.Registerer) {
+	rc.Capture.cfg.Aux, rc.Capture.cfg.Final = "sim", "sim"
+	rc.Capture.simSize = captureTestHidden
+	rc.Capture.cfg.AuxLayers = captureTestLayers
+	rc.Capture.cfg.Registerer = reg
 }

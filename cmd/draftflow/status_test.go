@@ -237,10 +237,7 @@ func TestStatusCapture(t *testing.T) {
 	rc.Sink.Registerer = reg
 	rc.Sink.RotateRows = 40
 	rc.Sim.OutputLenMean = 20
-	rc.Capture.cfg.Aux, rc.Capture.cfg.Final = "sim", "sim"
-	rc.Capture.simSize = captureTestHidden
-	rc.Capture.cfg.AuxLayers = captureTestLayers
-	rc.Capture.cfg.Registerer = reg
+	simCapture(&rc, reg)
 	rc.Gatherer = reg
 	rc.StatusInterval = 200 * time.Millisecond
 	rc.Timeout = 3 * time.Minute
