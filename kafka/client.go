@@ -86,18 +86,7 @@ func (c *Client) franzAdmin(ctx context.Context) (*kgo.Client, error) {
 		return cl, nil
 	}
 	c.mu.Unlock()
-	opts, err := c.cfg.franzOpts()
-	if err != nil {
-		return nil, err
-	}
-	if c.cfg.Security != (Security{}) {
-		// franz-go retries a connection the broker closed during authentication until ctx ends; a kafka-go
-		// connection first makes a refused credential a prompt AuthError.
-		if err := c.Ping(ctx); IsAuthError(err) {
-			return nil, err
-		}
-	}
-	cl, err := kgo.NewClient(append(opts, kgo.SeedBrokers(c.cfg.Brokers...), kgo.ClientID(c.cfg.clientID()))...)
+	cl, err := c.newFranz(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -157,6 +146,26 @@ func (c Config) newTransport() (*kafkago.Transport, error) {
 	}
 	return &kafkago.Transport{ClientID: c.clientID(), DialTimeout: 10 * time.Second, TLS: r.tls, SASL: mech,
 		Dial: (&net.Dialer{Timeout: 10 * time.Second}).DialContext}, nil
+}
+
+// newFranz returns a franz-go client of the cluster (its brokers, client id, TLS and SASL) with opts: the
+// Consumer's group member and the admin client of franzAdmin. franz-go retries a connection the broker closed
+// during authentication until ctx ends (it sees only EOF), so with Security set a kafka-go connection is made
+// first, which makes refused credentials a prompt AuthError.
+func (c *Client) newFranz(ctx context.Context, opts ...kgo.Opt) (*kgo.Client, error) {
+	if err := c.open(); err != nil {
+		return nil, err
+	}
+	sec, err := c.cfg.franzOpts()
+	if err != nil {
+		return nil, err
+	}
+	if c.cfg.Security != (Security{}) {
+		if err := c.Ping(ctx); IsAuthError(err) {
+			return nil, err
+		}
+	}
+	return kgo.NewClient(append(append(sec, kgo.SeedBrokers(c.cfg.Brokers...), kgo.ClientID(c.cfg.clientID())), opts...)...)
 }
 
 // franzOpts returns the franz-go client options of TLS and SASL.

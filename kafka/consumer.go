@@ -248,14 +248,7 @@ const maxGroupFailures = 120
 // it never succeeded. A commit error while running is logged and retried at the next interval. Credentials the
 // brokers refuse, and a group they will never accept, end Run with the error at once.
 func (c *Consumer) Run(ctx context.Context, handle func(*Delivery)) error {
-	// franz-go retries a connection a broker closes during authentication like any other (it sees only EOF);
-	// one connection made first tells refused credentials apart.
-	if c.cfg.Security != (Security{}) {
-		if err := c.cl.Ping(ctx); IsAuthError(err) {
-			return fmt.Errorf("kafka: join group %s: %w", c.cc.Group, err)
-		}
-	}
-	cl, err := c.groupClient()
+	cl, err := c.groupClient(ctx)
 	if err != nil {
 		return err
 	}
@@ -286,22 +279,13 @@ func (c *Consumer) Run(ctx context.Context, handle func(*Delivery)) error {
 
 // groupClient returns the franz-go client of the group member: cooperative-sticky, no autocommit, the rebalance
 // callbacks of this Consumer.
-func (c *Consumer) groupClient() (*kgo.Client, error) {
-	if err := c.cl.open(); err != nil {
-		return nil, err
-	}
-	opts, err := c.cfg.franzOpts()
-	if err != nil {
-		return nil, err
-	}
+func (c *Consumer) groupClient(ctx context.Context) (*kgo.Client, error) {
 	start := kgo.NewOffset().AtStart()
 	if c.cc.StartFromLatest {
 		start = kgo.NewOffset().AtEnd()
 	}
 	fetchMax := int32(c.cfg.maxMessageBytes() * 2)
-	opts = append(opts,
-		kgo.SeedBrokers(c.cfg.Brokers...),
-		kgo.ClientID(c.cfg.clientID()),
+	cl, err := c.cl.newFranz(ctx,
 		kgo.WithLogger(franzLogger{c.log}),
 		kgo.ConsumerGroup(c.cc.Group),
 		kgo.ConsumeTopics(c.topic),
@@ -322,15 +306,14 @@ func (c *Consumer) groupClient() (*kgo.Client, error) {
 			return nil
 		}),
 		kgo.OnPartitionsRevoked(func(_ context.Context, cl *kgo.Client, revoked map[string][]int32) {
-			c.revoke(cl, revoked[c.topic], "rebalance", c.cc.RevokeTimeout)
+			c.revoke(cl, revoked[c.topic])
 		}),
 		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
 			c.lose(lost[c.topic])
 		}),
 	)
-	cl, err := kgo.NewClient(opts...)
 	if err != nil {
-		return nil, fmt.Errorf("kafka: consumer group %s: %w", c.cc.Group, err)
+		return nil, fmt.Errorf("kafka: join group %s: %w", c.cc.Group, err)
 	}
 	return cl, nil
 }
@@ -514,6 +497,15 @@ func (c *Consumer) handOver(resp *kmsg.OffsetFetchResponse) {
 	}
 }
 
+// partsOf converts franz-go's partition numbers.
+func partsOf(ps []int32) []int {
+	out := make([]int, len(ps))
+	for i, p := range ps {
+		out[i] = int(p)
+	}
+	return out
+}
+
 // beginRevoke closes Revoking for the owned partitions of parts and returns them.
 func (c *Consumer) beginRevoke(parts []int) []int {
 	c.mu.Lock()
@@ -556,36 +548,28 @@ func (c *Consumer) release(parts []int) int {
 	return abandoned
 }
 
-// revoke gives partitions up in a rebalance (or as the group is left): it stops their hand-out, waits up to wait
-// for their in-flight deliveries, commits their finished work and lets them go. franz-go lets the group move
-// them only once it returns.
-func (c *Consumer) revoke(cl *kgo.Client, revoked []int32, why string, wait time.Duration) {
-	parts := make([]int, len(revoked))
-	for i, p := range revoked {
-		parts[i] = int(p)
-	}
-	parts = c.beginRevoke(parts)
+// revoke gives partitions up in a rebalance (or as the group is left): it stops their hand-out, waits up to
+// RevokeTimeout for their in-flight deliveries, commits their finished work and lets them go. franz-go lets the
+// group move them only once it returns.
+func (c *Consumer) revoke(cl *kgo.Client, revoked []int32) {
+	parts := c.beginRevoke(partsOf(revoked))
 	if len(parts) == 0 {
 		return
 	}
 	start := time.Now()
-	pending := c.drain(parts, wait)
+	pending := c.drain(parts, c.cc.RevokeTimeout)
 	if err := c.commit(cl, parts); err != nil {
 		c.log.Warn("commit before giving partitions up failed; their finished work will be redone", "partitions", parts, "err", err)
 	}
 	abandoned := c.release(parts)
-	c.log.Info("partitions revoked", "partitions", parts, "reason", why, "drained_in", time.Since(start).Round(time.Millisecond),
+	c.log.Info("partitions revoked", "partitions", parts, "reason", "rebalance", "drained_in", time.Since(start).Round(time.Millisecond),
 		"unfinished", pending, "abandoned", abandoned)
 }
 
 // lose drops partitions taken away without a chance to commit (the session expired, a fatal group error): their
 // work still running is wasted; the next owner starts from the last commit.
 func (c *Consumer) lose(lost []int32) {
-	parts := make([]int, len(lost))
-	for i, p := range lost {
-		parts[i] = int(p)
-	}
-	parts = c.beginRevoke(parts)
+	parts := c.beginRevoke(partsOf(lost))
 	if len(parts) == 0 {
 		return
 	}
