@@ -271,10 +271,7 @@ func spans(file string, first int, para string) []mention {
 			i++
 			continue
 		}
-		n := 0
-		for i+n < len(para) && para[i+n] == '`' {
-			n++
-		}
+		n := backticks(para, i)
 		open := i + n
 		closeAt := -1
 		for j := open; j < len(para); {
@@ -282,10 +279,7 @@ func spans(file string, first int, para string) []mention {
 				j++
 				continue
 			}
-			m := 0
-			for j+m < len(para) && para[j+m] == '`' {
-				m++
-			}
+			m := backticks(para, j)
 			if m == n {
 				closeAt = j
 				break
@@ -302,6 +296,15 @@ func spans(file string, first int, para string) []mention {
 		i = closeAt + n
 	}
 	return out
+}
+
+// backticks returns the length of the run of backticks at s[i:].
+func backticks(s string, i int) int {
+	n := 0
+	for i+n < len(s) && s[i+n] == '`' {
+		n++
+	}
+	return n
 }
 
 var (
