@@ -81,7 +81,7 @@ func commitBroker(t *testing.T) (*embedded.Broker, kafka.Config) {
 	cfg := kafka.Config{Brokers: e.Brokers(), Partitions: 1, Namespace: "commit", Logger: slog.New(slog.DiscardHandler)}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := kafkatest.Client(t, cfg).Admin().EnsureTopics(ctx, topics.All...); err != nil {
+	if err := kafkatest.Client(t, cfg).Admin().EnsureTopics(ctx, topics.Retained()...); err != nil {
 		t.Fatal(err)
 	}
 	return e, cfg

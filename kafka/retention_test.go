@@ -70,7 +70,7 @@ func TestKafkaRetentionRisk(t *testing.T) {
 	const retention = 3 * time.Second
 	cfg := kafka.Config{Brokers: brokers, Partitions: 1, Namespace: ns, Retention: retention}
 	cl := kafkatest.Client(t, cfg)
-	if err := cl.Admin().EnsureTopics(ctx, topics.All...); err != nil {
+	if err := cl.Admin().EnsureTopics(ctx, topics.Retained()...); err != nil {
 		t.Fatal(err)
 	}
 	produceN(t, cfg, 6)
@@ -109,7 +109,7 @@ func TestKafkaRetentionRisk(t *testing.T) {
 	forever := cfg
 	forever.Namespace, forever.Retention = ns+"-forever", 0
 	foreverCl := kafkatest.Client(t, forever)
-	if err := foreverCl.Admin().EnsureTopics(ctx, topics.All...); err != nil {
+	if err := foreverCl.Admin().EnsureTopics(ctx, topics.Retained()...); err != nil {
 		t.Fatal(err)
 	}
 	produceN(t, forever, 3)

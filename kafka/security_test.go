@@ -151,7 +151,7 @@ func TestKafkaMutualTLSEmbedded(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	start := time.Now()
-	err := kafkatest.Client(t, bad).Admin().EnsureTopics(ctx, topics.All...)
+	err := kafkatest.Client(t, bad).Admin().EnsureTopics(ctx, topics.Retained()...)
 	if !kafka.IsAuthError(err) || !strings.Contains(err.Error(), "TLS") {
 		t.Fatalf("EnsureTopics with the wrong CA: %v, want a TLS authentication error", err)
 	}
@@ -166,7 +166,7 @@ func roundTrip(t *testing.T, cfg kafka.Config) {
 	cl := kafkatest.Client(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := cl.Admin().EnsureTopics(ctx, topics.All...); err != nil {
+	if err := cl.Admin().EnsureTopics(ctx, topics.Retained()...); err != nil {
 		t.Fatal(err)
 	}
 	kafkatest.Produce(t, cfg, topics.TopicPrompts, kafkatest.Record{Key: "p1", Value: &topics.Prompt{ID: "p1", Dataset: "d"}})
@@ -212,7 +212,7 @@ func checkAuthFailsUser(t *testing.T, cfg kafka.Config, mech, user string) {
 		}
 	}
 	start := time.Now()
-	check("EnsureTopics", start, cl.Admin().EnsureTopics(ctx, topics.All...))
+	check("EnsureTopics", start, cl.Admin().EnsureTopics(ctx, topics.Retained()...))
 	start = time.Now()
 	_, err := cl.Admin().TopicID(ctx, topics.TopicPrompts)
 	check("TopicID", start, err)

@@ -53,7 +53,7 @@ func smallTopics(t *testing.T, limit int, logs *syncBuffer) kafka.Config {
 	defer cancel()
 	small := kafka.Config{Brokers: e.Brokers(), Partitions: 1, Namespace: "small", MaxMessageBytes: limit,
 		Logger: slog.New(slog.DiscardHandler)}
-	if err := kafkatest.Client(t, small).Admin().EnsureTopics(ctx, topics.All...); err != nil {
+	if err := kafkatest.Client(t, small).Admin().EnsureTopics(ctx, topics.Retained()...); err != nil {
 		t.Fatal(err)
 	}
 	cfg := small

@@ -511,7 +511,7 @@ func freshBroker(t *testing.T, ns string) kafka.Config {
 	kc := kafka.Config{Brokers: e.Brokers(), Partitions: 2, Namespace: ns}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := kafkatest.Client(t, kc).Admin().EnsureTopics(ctx, topics.All...); err != nil {
+	if err := kafkatest.Client(t, kc).Admin().EnsureTopics(ctx, topics.Retained()...); err != nil {
 		t.Fatal(err)
 	}
 	return kc

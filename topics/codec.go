@@ -13,7 +13,7 @@ import (
 //	byte 0      magic 0xDF
 //	byte 1      format version (1)
 //	byte 2      record kind (1 Prompt, 2 Tokenized, 3 Generation, 4 Rejection, 5 Status, 6 ShardsEpoch,
-//	            7 ShardedTurn)
+//	            7 ShardedTurn, 8 ShardFile)
 //	uvarint n   length of the JSON header
 //	n bytes     JSON header: every field of the record except token arrays
 //	then, for each token array of the kind, in order:
@@ -162,8 +162,8 @@ func PeekKind(data []byte) (Kind, error) {
 	return k, nil
 }
 
-// Unmarshal decodes data into a *Prompt, *Tokenized, *Generation, *Rejection, *Status, *ShardsEpoch or
-// *ShardedTurn; the encoded kind must match v.
+// Unmarshal decodes data into a *Prompt, *Tokenized, *Generation, *Rejection, *Status, *ShardsEpoch,
+// *ShardedTurn or *ShardFile; the encoded kind must match v.
 func Unmarshal(data []byte, v any) error {
 	var want Kind
 	switch v.(type) {

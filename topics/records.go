@@ -14,8 +14,24 @@ const (
 	TopicRejected = "rejected"
 )
 
-// All lists every topic the pipeline uses, in pipeline order, then TopicStatus.
-var All = []string{TopicPrompts, TopicTokenized, TopicGenerated, TopicRejected, TopicStatus}
+// Retained returns the topics whose records are kept for the configured retention, in pipeline order, then
+// TopicStatus: the topics a process creates, with the configured partition count, before it starts its stages
+// (kafka's Admin.EnsureTopics).
+func Retained() []string {
+	return []string{TopicPrompts, TopicTokenized, TopicGenerated, TopicRejected, TopicStatus}
+}
+
+// Compacted returns the compacted topics, TopicShards and TopicShardFiles: one partition each, the latest record
+// of each key kept. The stage that writes or follows one creates it (kafka's Admin.EnsureCompactedTopic) when it
+// starts; a pipeline without capture never creates TopicShardFiles.
+func Compacted() []string {
+	return []string{TopicShards, TopicShardFiles}
+}
+
+// All returns every topic of the pipeline: Retained, then Compacted.
+func All() []string {
+	return append(Retained(), Compacted()...)
+}
 
 // Message is one chat message, in the OpenAI/Hugging Face shape that chat templates consume.
 type Message struct {
@@ -185,7 +201,7 @@ type Rejection struct {
 	ID string `json:"id,omitempty"`
 	// Dataset is the record's dataset when known.
 	Dataset string `json:"dataset,omitempty"`
-	// Stage is the stage that rejected it: ingest, tokenize, generate or sink.
+	// Stage is the stage that rejected it: ingest, tokenize, generate, sink or capture.
 	Stage string `json:"stage"`
 	// Reason says why, in words a user can act on.
 	Reason string `json:"reason"`

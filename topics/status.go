@@ -18,7 +18,7 @@ const (
 // Counters are cumulative since the process started (a reader takes differences between two records of the
 // same instance for its own rates); the rates are the process's own, over RateWindowSeconds.
 type Status struct {
-	// Stage is ingest, tokenize, generate or sink.
+	// Stage is ingest, tokenize, generate, sink or capture.
 	Stage string `json:"stage"`
 	// Instance names the process (host name and process id unless configured); with Stage it is the key.
 	Instance string `json:"instance"`

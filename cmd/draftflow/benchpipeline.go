@@ -256,7 +256,7 @@ func benchPipelineOnce(ctx context.Context, o pipelineBenchOptions, target, inpu
 	}
 	defer kcl.Close()
 	tctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	err = kcl.Admin().EnsureTopics(tctx, topics.All...)
+	err = kcl.Admin().EnsureTopics(tctx, topics.Retained()...)
 	cancel()
 	if target == "kafka" {
 		defer deleteTopics(kcl, o.Logger)
@@ -300,7 +300,7 @@ func benchPipelineOnce(ctx context.Context, o pipelineBenchOptions, target, inpu
 func deleteTopics(kcl *kafka.Client, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	err := kcl.Admin().DeleteTopics(ctx, topics.All...)
+	err := kcl.Admin().DeleteTopics(ctx, topics.Retained()...)
 	if err != nil {
 		log.Warn("bench pipeline: could not delete the benchmark topics", "namespace", kcl.Config().Namespace, "err", err)
 	}

@@ -537,10 +537,10 @@ func TestIntegrationLargeRecords(t *testing.T) {
 	cl := kafkatest.Client(t, kc)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := cl.Admin().EnsureTopics(ctx, topics.All...); err != nil {
+	if err := cl.Admin().EnsureTopics(ctx, topics.Retained()...); err != nil {
 		t.Fatal(err)
 	}
-	for _, topic := range topics.All {
+	for _, topic := range topics.Retained() {
 		v, err := cl.Admin().TopicConfigValue(ctx, topic, "max.message.bytes")
 		if err != nil {
 			t.Fatal(err)
@@ -724,7 +724,7 @@ func TestIntegrationTopicsReused(t *testing.T) {
 		}
 	}
 	defaultMax := fmt.Sprint(kafka.DefaultMaxMessageBytes)
-	for _, topic := range topics.All {
+	for _, topic := range topics.Retained() {
 		check(kc, topic, 3, defaultMax)
 	}
 
@@ -746,13 +746,13 @@ func TestIntegrationTopicsReused(t *testing.T) {
 	again.Partitions = 7
 	again.MaxMessageBytes = 1 << 20
 	againCl := kafkatest.Client(t, again)
-	if err := againCl.Admin().EnsureTopics(ctx, topics.All...); err != nil {
+	if err := againCl.Admin().EnsureTopics(ctx, topics.Retained()...); err != nil {
 		t.Fatalf("EnsureTopics on existing topics: %v", err)
 	}
 	if err := againCl.Admin().EnsureTopics(ctx, "extra"); err != nil {
 		t.Fatal(err)
 	}
-	for _, topic := range topics.All {
+	for _, topic := range topics.Retained() {
 		check(again, topic, 3, defaultMax)
 	}
 	check(again, "extra", 7, fmt.Sprint(1<<20))

@@ -359,7 +359,7 @@ func (sc rebalanceScenario) run(t *testing.T, n int) rebalanceRun {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cl := kafkatest.Client(t, kc)
-	if err := cl.Admin().EnsureTopics(ctx, topics.All...); err != nil {
+	if err := cl.Admin().EnsureTopics(ctx, topics.Retained()...); err != nil {
 		t.Fatal(err)
 	}
 	generated := func() int { // the records on the generated topic

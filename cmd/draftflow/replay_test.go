@@ -241,7 +241,7 @@ func TestStageReplayRetokenize(t *testing.T) {
 	kcB.Namespace = kcA.Namespace + "-b"
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := kafkatest.Client(t, kcB).Admin().EnsureTopics(ctx, topics.All...); err != nil {
+	if err := kafkatest.Client(t, kcB).Admin().EnsureTopics(ctx, topics.Retained()...); err != nil {
 		t.Fatal(err)
 	}
 	tkB := kcB

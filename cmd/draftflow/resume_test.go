@@ -243,7 +243,7 @@ func TestStagesResumeAfterTopicsLost(t *testing.T) {
 	kc2.Namespace += "-2"
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := kafkatest.Client(t, kc2).Admin().EnsureTopics(ctx, topics.All...); err != nil {
+	if err := kafkatest.Client(t, kc2).Admin().EnsureTopics(ctx, topics.Retained()...); err != nil {
 		t.Fatal(err)
 	}
 	h.kc = kc2

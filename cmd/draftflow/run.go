@@ -413,7 +413,7 @@ func startBroker(kc kafka.Config, log *slog.Logger) (kafka.Config, func(), error
 func prepareTopics(ctx context.Context, admin *kafka.Admin) (string, error) {
 	tctx, tcancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer tcancel()
-	if err := admin.EnsureTopics(tctx, topics.All...); err != nil {
+	if err := admin.EnsureTopics(tctx, topics.Retained()...); err != nil {
 		return "", err
 	}
 	group := fmt.Sprintf("draftflow-run-%x", rand.Uint64())

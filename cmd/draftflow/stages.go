@@ -38,7 +38,7 @@ func prepare(ctx context.Context, c *common, fs interface{ Parse([]string) error
 	defer kcl.Close()
 	tctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	if err := kcl.Admin().EnsureTopics(tctx, topics.All...); err != nil {
+	if err := kcl.Admin().EnsureTopics(tctx, topics.Retained()...); err != nil {
 		return kc, err
 	}
 	return kc, nil

@@ -52,7 +52,7 @@ func Config(t testing.TB, partitions int) kafka.Config {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := Client(t, cfg).Admin().EnsureTopics(ctx, topics.All...); err != nil {
+	if err := Client(t, cfg).Admin().EnsureTopics(ctx, topics.Retained()...); err != nil {
 		t.Fatal(err)
 	}
 	return cfg

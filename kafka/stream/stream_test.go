@@ -191,7 +191,7 @@ func TestProduceRetriesWhileTheContextLives(t *testing.T) {
 	}
 	e := kafkatest.Embedded(t)
 	kc := kafka.Config{Brokers: e.Brokers(), Partitions: 1, Namespace: "t-stream-policy", Logger: quiet}
-	if err := kafkatest.Client(t, kc).Admin().EnsureTopics(context.Background(), topics.All...); err != nil {
+	if err := kafkatest.Client(t, kc).Admin().EnsureTopics(context.Background(), topics.Retained()...); err != nil {
 		t.Fatal(err)
 	}
 	admin := kafkatest.Client(t, kc)

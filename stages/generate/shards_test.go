@@ -53,7 +53,7 @@ func sendTokenized(t *testing.T, kc kafka.Config, recs []*topics.Tokenized) {
 // shards hold, the stage waits (ShardsWait) rather than generating what they may hold.
 func TestStageSkipsTurnsInShards(t *testing.T) {
 	kc := startKafka(t)
-	if err := kafkatest.Client(t, kc).Admin().EnsureTopics(context.Background(), topics.All...); err != nil {
+	if err := kafkatest.Client(t, kc).Admin().EnsureTopics(context.Background(), topics.Retained()...); err != nil {
 		t.Fatal(err)
 	}
 	_, rec, url := startSim(t, sim.Config{MaxTotalTokens: 20000, ContextLength: 4096, Instant: true, OutputLenMean: 20, Seed: 7})

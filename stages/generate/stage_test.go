@@ -172,7 +172,7 @@ func TestStageEndToEnd(t *testing.T) {
 				Faults: tc.faults,
 			})
 			ctx := context.Background()
-			if err := cl.Admin().EnsureTopics(ctx, topics.All...); err != nil {
+			if err := cl.Admin().EnsureTopics(ctx, topics.Retained()...); err != nil {
 				t.Fatal(err)
 			}
 			p := cl.NewProducer(topics.TopicTokenized, kafka.ProducerConfig{})
@@ -275,7 +275,7 @@ func TestStageShutdownAbandons(t *testing.T) {
 	// Slow: 2000-token outputs at real time never finish during the first run.
 	s, _, url := startSim(t, sim.Config{MaxTotalTokens: 100000, TimeScale: 1, OutputLenMean: 2000, OutputLenDistribution: sim.DistFixed})
 	ctx := context.Background()
-	if err := cl.Admin().EnsureTopics(ctx, topics.All...); err != nil {
+	if err := cl.Admin().EnsureTopics(ctx, topics.Retained()...); err != nil {
 		t.Fatal(err)
 	}
 	p := cl.NewProducer(topics.TopicTokenized, kafka.ProducerConfig{})

@@ -191,7 +191,7 @@ func TestStageRejectsRecordRefusedByBroker(t *testing.T) {
 		t.Fatal(err)
 	}
 	kc.MaxMessageBytes = 16 << 10 // the other topics are created with max.message.bytes 16 KiB ...
-	if err := kafkatest.Client(t, kc).Admin().EnsureTopics(ctx, topics.All...); err != nil {
+	if err := kafkatest.Client(t, kc).Admin().EnsureTopics(ctx, topics.Retained()...); err != nil {
 		t.Fatal(err)
 	}
 	kc.MaxMessageBytes = 0 // ... and written by a stage whose writers send up to 8 MiB
