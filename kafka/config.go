@@ -32,8 +32,8 @@ type Config struct {
 	Namespace string
 	// InputNamespace, when set, is the namespace Consumers read their topic from instead of Namespace; their
 	// groups, Producers and EnsureTopics stay in Namespace. It lets a stage read one pipeline's topic and write
-	// another's: re-tokenizing the prompts of namespace A for another model into namespace B (see the README's
-	// Replay section). TopicIDs and offsets of the consumed topic are looked up with InputTopic.
+	// another's: re-tokenizing the prompts of namespace A for another model into namespace B (docs/replay.md,
+	// recipe (b)). TopicIDs and offsets of the consumed topic are looked up with InputTopic.
 	InputNamespace string
 	// Security configures TLS and SASL for every connection (zero: plaintext, unauthenticated).
 	Security Security

@@ -399,8 +399,8 @@ func TestCachedTokens(t *testing.T) {
 // TestRunningPromptShared: once a request's prefill completes its prompt is in
 // the tree (checkpoint_kv_cache), locked while it runs, so a request arriving
 // while it decodes matches the shared prefix and the pool holds it once.
-// Issue 22: the live server ran six 24-token chat prompts sharing an 8-token
-// header in 512 tokens, where the simulator ran five.
+// The live server runs six 24-token chat prompts sharing an 8-token header in
+// a 512-token pool; a simulator that cached only finished requests ran five.
 func TestRunningPromptShared(t *testing.T) {
 	e := testEngine(t, Config{})
 	rng := rand.New(rand.NewPCG(12, 13))
