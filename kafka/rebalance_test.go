@@ -177,7 +177,8 @@ func slowWork() time.Duration { return 100*time.Millisecond + rand.N(400*time.Mi
 
 // The rebalance scenario of docs/performance.md, scaled down: prompts flow through a generate-like stage with
 // slow work in flight; two replicas share the group, a third joins, then one of the first two leaves gracefully
-// (its context ends, as on SIGTERM). At most 2% of the generations are redone, and the committed offsets never move backwards.
+// (its context ends, as on SIGTERM). At most 2% of the generations are redone, and the committed offsets never
+// move backwards.
 func TestConsumerRebalanceRedoesNoWork(t *testing.T) {
 	cfg := kafkatest.Config(t, 8)
 	const n = 1600
