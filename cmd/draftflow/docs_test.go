@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"unicode"
+
+	"github.com/draftflow/draftflow/topics"
 )
 
 // The documentation names subcommands, flags, make targets, environment variables, metrics, Go names, tests and
@@ -22,9 +24,9 @@ import (
 // the code fails here instead of leaving the manual stale. The rules (what counts as a mention):
 //
 //   - A command line is a line of a code block, or an inline code span, whose program is `draftflow` (or a path
-//     ending in /draftflow; after VAR=value settings, if any): its subcommand must be one main dispatches (for
-//     `bench`, one cmdBench dispatches), and every --flag after it must be one that subcommand's flag set defines
-//     (`--kafka-tls*` names a prefix).
+//     ending in /draftflow; after VAR=value settings, if any): its subcommand must be one main dispatches (for a
+//     command of subcommands, `bench`, one it dispatches), and every --flag after it must be one that
+//     subcommand's flag set defines (`--kafka-tls*` names a prefix).
 //   - An inline code span that begins with --flag (`--shards-wait 30s`) names flags of draftflow: each must be
 //     defined by at least one subcommand, unless it is listed in foreignFlags with the program it belongs to.
 //     Spans that begin with another program (`docker run -p ...`, `kafka.sh restart [--kill]`) are that program's.
@@ -38,6 +40,9 @@ import (
 //     `generate.Config.ShardsWait`) must be declared there (and the field or method must occur in the package).
 //   - A span that is a path inside the repository (`stages/tokenize/chattemplate`, `deploy/k8s/`) must exist.
 //   - Every relative link resolves to a file, and a #fragment to a heading of it (GitHub's anchors).
+//   - README.md is complete: its command table has a row for every command of the binary (commands(), what main
+//     dispatches), every subcommand of a command (`bench generate`) is named in it, and its topic table has a row
+//     for every topic of package topics (topics.All).
 //
 // The flag sets are the real ones: each subcommand's own function (the one main calls) parses -h and prints its
 // flags, which is what a user sees.
@@ -318,6 +323,36 @@ var (
 	repoPath     = regexp.MustCompile(`^[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.*-]+)*/?$`)
 )
 
+// subcommands returns the commands that have subcommands of their own (`bench` of `bench generate`), from the keys
+// of sets, with their subcommands.
+func subcommands(sets map[string]flagSet) map[string][]string {
+	groups := map[string][]string{}
+	for key := range sets {
+		if group, sub, ok := strings.Cut(key, " "); ok {
+			groups[group] = append(groups[group], sub)
+		}
+	}
+	return groups
+}
+
+// commandOf reads a command line of draftflow (see draftflowCmd): the subcommand it runs, as sets keys it
+// ("run", "bench generate"; a command of subcommands followed by a word takes the word as its subcommand), and
+// the rest of the line.
+func commandOf(seg string, sets map[string]flagSet) (name, rest string, ok bool) {
+	loc := draftflowCmd.FindStringSubmatchIndex(seg)
+	if loc == nil {
+		return "", "", false
+	}
+	name, rest = seg[loc[2]:loc[3]], seg[loc[3]:]
+	if _, isGroup := subcommands(sets)[name]; isGroup {
+		if sub := regexp.MustCompile(`^\s+([a-z][a-z-]*)`).FindStringSubmatch(rest); sub != nil {
+			name += " " + sub[1]
+			rest = rest[len(sub[0]):]
+		}
+	}
+	return name, rest, true
+}
+
 // checkMentions returns the problems with the command lines, flags and make targets of ms.
 func checkMentions(ms []mention, sets map[string]flagSet, targets map[string]bool) []string {
 	var problems []string
@@ -346,17 +381,9 @@ func checkMentions(ms []mention, sets map[string]flagSet, targets map[string]boo
 				}
 				continue
 			}
-			if loc := draftflowCmd.FindStringSubmatchIndex(seg); loc != nil {
-				name := seg[loc[2]:loc[3]]
-				rest := seg[loc[3]:]
-				if name == "bench" {
-					if sub := regexp.MustCompile(`^\s+([a-z][a-z-]*)`).FindStringSubmatch(rest); sub != nil {
-						name += " " + sub[1]
-						rest = rest[len(sub[0]):]
-					}
-				}
-				if name == "bench" && strings.TrimSpace(rest) == "" {
-					continue // the command itself; its benchmarks are named elsewhere
+			if name, rest, ok := commandOf(seg, sets); ok {
+				if _, isGroup := subcommands(sets)[name]; isGroup && strings.TrimSpace(rest) == "" {
+					continue // a command of subcommands, on its own; they are named elsewhere
 				}
 				flags, ok := sets[name]
 				if !ok {
@@ -486,7 +513,7 @@ func TestDocsCheckRejectsWrongNames(t *testing.T) {
 // docs/operating.md says about the shared flags: who takes them, and where --metrics-addr serves by default.
 func TestDocsFlagSetsAreReal(t *testing.T) {
 	sets := commandFlags(t)
-	for _, name := range []string{"run", "ingest", "tokenize", "generate", "sink", "status", "replay", "sim"} {
+	for _, name := range []string{"run", "ingest", "tokenize", "generate", "sink", "capture", "status", "replay", "sim"} {
 		for _, f := range []string{"brokers", "partitions", "namespace", "max-message-bytes", "retention", "metrics-addr",
 			"pprof", "log-level", "log-format", "kafka-tls", "kafka-sasl-mechanism"} {
 			if !sets[name].has(f, false) {
@@ -494,7 +521,7 @@ func TestDocsFlagSetsAreReal(t *testing.T) {
 			}
 		}
 		want := ""
-		if name == "tokenize" || name == "generate" || name == "sink" {
+		if name == "tokenize" || name == "generate" || name == "sink" || name == "capture" {
 			want = `":9090"`
 		}
 		if got := sets[name]["metrics-addr"]; got != want {
@@ -818,5 +845,156 @@ func TestHelpAlignsCommands(t *testing.T) {
 		if !listed[c.name] {
 			t.Errorf("draftflow -h does not list %s", c.name)
 		}
+	}
+}
+
+// tableRow is a row of a Markdown table: its line (0-based) and its first cell's inline code span, when the cell
+// is one ("" otherwise).
+type tableRow struct {
+	line  int
+	first string
+}
+
+// tableRows returns the rows of every table of a Markdown text, outside code blocks.
+func tableRows(text string) []tableRow {
+	var rows []tableRow
+	inBlock := false
+	cell := regexp.MustCompile("^\\|\\s*`([^`]+)`\\s*(?:\\||$)")
+	for i, line := range strings.Split(text, "\n") {
+		if fence(line) {
+			inBlock = !inBlock
+			continue
+		}
+		if inBlock || !strings.HasPrefix(strings.TrimSpace(line), "|") {
+			continue
+		}
+		row := tableRow{line: i}
+		if m := cell.FindStringSubmatch(strings.TrimSpace(line)); m != nil {
+			row.first = strings.TrimSpace(m[1])
+		}
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+// readmeCoverage returns what README.md leaves out: a command (of names, the binary's command table) that is not
+// the first cell of a row of its tables (the command table: `draftflow NAME ...`), a subcommand of a command
+// (from sets: `bench generate`) that none of its commands lines or spans names, and a topic that is not the
+// first cell of a row (the topic table).
+func readmeCoverage(readme string, names []string, sets map[string]flagSet, topicNames []string) []string {
+	rowCommands, rowCells := map[string]bool{}, map[string]bool{}
+	for _, r := range tableRows(readme) {
+		rowCells[r.first] = true
+		if m := draftflowCmd.FindStringSubmatch(r.first); m != nil {
+			rowCommands[m[1]] = true
+		}
+	}
+	named := map[string]bool{}
+	for _, m := range codeMentions("README.md", readme) {
+		if name, _, ok := commandOf(m.text, sets); ok {
+			named[name] = true
+		}
+	}
+	var problems []string
+	for _, name := range names {
+		if !rowCommands[name] {
+			problems = append(problems, fmt.Sprintf("README.md: no row of its command table names `draftflow %s`", name))
+		}
+	}
+	var nested []string
+	for group, subs := range subcommands(sets) {
+		for _, sub := range subs {
+			nested = append(nested, group+" "+sub)
+		}
+	}
+	sort.Strings(nested)
+	for _, name := range nested {
+		if !named[name] {
+			problems = append(problems, fmt.Sprintf("README.md never names `draftflow %s`", name))
+		}
+	}
+	for _, topic := range topicNames {
+		if !rowCells[topic] {
+			problems = append(problems, fmt.Sprintf("README.md: no row of its topic table names `%s`", topic))
+		}
+	}
+	return problems
+}
+
+// commandNames returns the names of the binary's commands, as main dispatches them and -h lists them.
+func commandNames() []string {
+	var names []string
+	for _, c := range commands() {
+		names = append(names, c.name)
+	}
+	return names
+}
+
+// TestREADMENamesEveryCommandAndTopic: README.md's command table has a row for every command of the binary, every
+// subcommand of a command (the benchmarks) is named in it, and its topic table has a row for every topic of
+// package topics.
+func TestREADMENamesEveryCommandAndTopic(t *testing.T) {
+	readme := readDocs(t)["README.md"]
+	sets := commandFlags(t)
+	for _, p := range readmeCoverage(readme, commandNames(), sets, topics.All()) {
+		t.Error(p)
+	}
+}
+
+// TestREADMECoverageCheckFails: the check above fails where it should. In a copy of README.md with the rows of one
+// command (or one topic) taken out, or every mention of one subcommand, it reports exactly that one, for each
+// command, subcommand and topic there is.
+func TestREADMECoverageCheckFails(t *testing.T) {
+	readme := readDocs(t)["README.md"]
+	sets := commandFlags(t)
+	names, topicNames := commandNames(), topics.All()
+	if len(names) < 10 || len(topicNames) < 7 {
+		t.Fatalf("%d commands and %d topics: are these the real lists?", len(names), len(topicNames))
+	}
+	// without returns readme less the table rows whose first cell drop matches.
+	without := func(drop func(first string) bool) string {
+		lines := strings.Split(readme, "\n")
+		for _, r := range tableRows(readme) {
+			if drop(r.first) {
+				lines[r.line] = ""
+			}
+		}
+		return strings.Join(lines, "\n")
+	}
+	expect := func(what, doc, want string) {
+		t.Helper()
+		got := readmeCoverage(doc, names, sets, topicNames)
+		if len(got) == 0 || !strings.Contains(got[0], want) {
+			t.Errorf("README.md without %s: reported %q, want a problem naming %s", what, got, want)
+		}
+		for _, p := range got {
+			if !strings.Contains(p, want) {
+				t.Errorf("README.md without %s: also reported %q", what, p)
+			}
+		}
+	}
+	for _, name := range names {
+		doc := without(func(first string) bool {
+			m := draftflowCmd.FindStringSubmatch(first)
+			return m != nil && m[1] == name
+		})
+		if _, isGroup := subcommands(sets)[name]; isGroup {
+			// Its row may be where its subcommands are named: only the row's absence is planted here.
+			got := strings.Join(readmeCoverage(doc, names, sets, topicNames), "\n")
+			if !strings.Contains(got, "`draftflow "+name+"`") {
+				t.Errorf("README.md without the row of draftflow %s: not reported; got:\n%s", name, got)
+			}
+			continue
+		}
+		expect("the row of draftflow "+name, doc, "`draftflow "+name+"`")
+	}
+	for group, subs := range subcommands(sets) {
+		for _, sub := range subs {
+			doc := strings.ReplaceAll(readme, "draftflow "+group+" "+sub, "draftflow "+group)
+			expect("draftflow "+group+" "+sub, doc, "`draftflow "+group+" "+sub+"`")
+		}
+	}
+	for _, topic := range topicNames {
+		expect("the row of topic "+topic, without(func(first string) bool { return first == topic }), "`"+topic+"`")
 	}
 }
