@@ -336,52 +336,16 @@ func (s *store) commitFlushKey(k journal.Key, first, last int64, groups []runRow
 		if len(g.rows) == 0 {
 			continue
 		}
-		if _, err := os.Stat(g.run.dir); errors.Is(err, fs.ErrNotExist) {
-			if err := os.MkdirAll(g.run.dir, 0o755); err != nil {
-				cleanup()
-				return nil, err
-			}
-			if err := durable.SyncDir(s.dir); err != nil {
-				cleanup()
-				return nil, err
-			}
-		}
-		if g.run.index == nil {
-			// A new run: its index starts empty, covering its empty manifest.
-			x, err := openIndex(context.Background(), g.run.dir, &g.run.manifest, s.log)
-			if err != nil {
-				cleanup()
-				return nil, err
-			}
-			g.run.index = x
-		}
-		if _, err := os.Stat(filepath.Join(g.run.dir, name)); err == nil {
-			// Never overwrite: the topic's offsets restarted without a new topic ID (a broker that reports none).
-			cleanup()
-			return nil, fmt.Errorf("sink: shard %s already exists in %s; the topic's offsets were reset on a broker that reports no topic IDs, use a new output directory", name, g.run.dir)
-		}
-		tmp := filepath.Join(g.run.dir, shard.TempPrefix+name)
-		tmps = append(tmps, tmp)
-		entry, err := shard.WriteFile(tmp, g.run.info, si, g.rows, shard.WriteOptions{RowGroupRows: rowGroupRows, ZstdLevel: s.zstd})
+		c, err := s.writeTemp(g, si, rowGroupRows)
 		if err != nil {
 			cleanup()
-			return nil, fmt.Errorf("sink: write %s: %w", tmp, err)
+			return nil, err
 		}
-		entry.File = name
+		tmps = append(tmps, filepath.Join(g.run.dir, shard.TempPrefix+name))
 		if s.crashed("shard-written") {
 			return nil, errCrashed
 		}
-		var ids []string
-		keys := make([]indexEntry, len(g.rows))
-		for i, r := range g.rows {
-			keys[i] = indexEntry{rowKey{r.ID, r.Turn}, indexValue(r.StopReason, r.Reply, si.Log)}
-			if r.StopReason != topics.StopContinued {
-				ids = append(ids, r.ID)
-			}
-		}
-		counts := &shard.Counts{}
-		counts.AddOutputs(g.rows)
-		out = append(out, committedShard{run: g.run, entry: entry, ids: ids, keys: keys, counts: counts})
+		out = append(out, c)
 		dirs[g.run.dir] = true
 	}
 	for d := range dirs {
@@ -420,17 +384,70 @@ func (s *store) commitFlushKey(k journal.Key, first, last int64, groups []runRow
 	if s.crashed("checkpoint-written") {
 		return nil, errCrashed
 	}
+	if err := s.publish(out, name, dirs); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// writeTemp writes the rows of g as the temporary shard of origin si in the run's directory (creating the
+// directory and the run's id index if new) and returns what committing it will take.
+func (s *store) writeTemp(g runRows, si shard.Origin, rowGroupRows int) (committedShard, error) {
+	name := si.Name()
+	if _, err := os.Stat(g.run.dir); errors.Is(err, fs.ErrNotExist) {
+		if err := os.MkdirAll(g.run.dir, 0o755); err != nil {
+			return committedShard{}, err
+		}
+		if err := durable.SyncDir(s.dir); err != nil {
+			return committedShard{}, err
+		}
+	}
+	if g.run.index == nil {
+		// A new run: its index starts empty, covering its empty manifest.
+		x, err := openIndex(context.Background(), g.run.dir, &g.run.manifest, s.log)
+		if err != nil {
+			return committedShard{}, err
+		}
+		g.run.index = x
+	}
+	if _, err := os.Stat(filepath.Join(g.run.dir, name)); err == nil {
+		// Never overwrite: the topic's offsets restarted without a new topic ID (a broker that reports none).
+		return committedShard{}, fmt.Errorf("sink: shard %s already exists in %s; the topic's offsets were reset on a broker that reports no topic IDs, use a new output directory", name, g.run.dir)
+	}
+	tmp := filepath.Join(g.run.dir, shard.TempPrefix+name)
+	entry, err := shard.WriteFile(tmp, g.run.info, si, g.rows, shard.WriteOptions{RowGroupRows: rowGroupRows, ZstdLevel: s.zstd})
+	if err != nil {
+		os.Remove(tmp)
+		return committedShard{}, fmt.Errorf("sink: write %s: %w", tmp, err)
+	}
+	entry.File = name
+	var ids []string
+	keys := make([]indexEntry, len(g.rows))
+	for i, r := range g.rows {
+		keys[i] = indexEntry{rowKey{r.ID, r.Turn}, indexValue(r.StopReason, r.Reply, si.Log)}
+		if r.StopReason != topics.StopContinued {
+			ids = append(ids, r.ID)
+		}
+	}
+	counts := &shard.Counts{}
+	counts.AddOutputs(g.rows)
+	return committedShard{run: g.run, entry: entry, ids: ids, keys: keys, counts: counts}, nil
+}
+
+// publish makes the committed shards of a flush (temporary name name in the run directories dirs) what readers
+// see: it renames them to their final name, then updates each run's manifest, token counts and id index.
+func (s *store) publish(out []committedShard, name string, dirs map[string]bool) error {
 	for _, c := range out {
 		if err := os.Rename(filepath.Join(c.run.dir, shard.TempPrefix+name), filepath.Join(c.run.dir, name)); err != nil {
-			return nil, fmt.Errorf("sink: publish shard: %w", err)
+			return fmt.Errorf("sink: publish shard: %w", err)
 		}
 		if s.crashed("shard-renamed") {
-			return nil, errCrashed
+			return errCrashed
 		}
 	}
 	for d := range dirs {
 		if err := durable.SyncDir(d); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	for _, c := range out {
@@ -439,24 +456,24 @@ func (s *store) commitFlushKey(k journal.Key, first, last int64, groups []runRow
 			c.run.manifest.ModelPath = s.modelPath
 		}
 		if err := shard.WriteManifest(c.run.dir, &c.run.manifest); err != nil {
-			return nil, fmt.Errorf("sink: write manifest: %w", err)
+			return fmt.Errorf("sink: write manifest: %w", err)
 		}
 		if s.crashed("manifest-written") {
-			return nil, errCrashed
+			return errCrashed
 		}
 		c.run.counts.AddCounts(c.counts)
 		if err := shard.WriteCounts(c.run.dir, &c.run.manifest, c.run.counts); err != nil {
-			return nil, fmt.Errorf("sink: write token counts: %w", err)
+			return fmt.Errorf("sink: write token counts: %w", err)
 		}
 		if s.crashed("counts-written") {
-			return nil, errCrashed
+			return errCrashed
 		}
 		if err := c.run.index.add(c.keys, coverOf(&c.run.manifest, len(c.run.manifest.Shards))); err != nil {
-			return nil, fmt.Errorf("sink: update id index: %w", err)
+			return fmt.Errorf("sink: update id index: %w", err)
 		}
 		if s.crashed("index-written") {
-			return nil, errCrashed
+			return errCrashed
 		}
 	}
-	return out, nil
+	return nil
 }
