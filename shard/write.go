@@ -135,7 +135,10 @@ func Write(w io.Writer, run RunInfo, o Origin, rows []*WriteRow, opt WriteOption
 		rowGroupRows = DefaultRowGroupRows
 	}
 	var st Stats
-	kv := metadata(run, o)
+	kv, err := metadata(run, o)
+	if err != nil {
+		return st, err
+	}
 	keys := slices.Sorted(maps.Keys(kv))
 	vals := make([]string, len(keys))
 	for i, k := range keys {
@@ -263,9 +266,12 @@ func maskRuns(rows []*WriteRow) (zeros, ones []uint8) {
 }
 
 // metadata returns the key-value metadata of a shard (MetaRows and MetaTokens are added by Write).
-func metadata(run RunInfo, o Origin) map[string]string {
-	runJSON, _ := json.Marshal(run)
-	schemaJSON, _ := json.Marshal(columns)
+func metadata(run RunInfo, o Origin) (map[string]string, error) {
+	runJSON, err := json.Marshal(run)
+	if err != nil {
+		return nil, fmt.Errorf("shard metadata: %w", err)
+	}
+	schemaJSON, _ := json.Marshal(columns) // strings only: always encodes
 	return map[string]string{
 		MetaFormat:      strconv.Itoa(FormatVersion),
 		MetaSchema:      string(schemaJSON),
@@ -275,7 +281,7 @@ func metadata(run RunInfo, o Origin) map[string]string {
 		MetaFirstOffset: strconv.FormatInt(o.FirstOffset, 10),
 		MetaLastOffset:  strconv.FormatInt(o.LastOffset, 10),
 		MetaLog:         o.Log,
-	}
+	}, nil
 }
 
 // WriteFile writes rows to path as Write does, fsyncs the file and returns its manifest entry (File left

@@ -358,7 +358,7 @@ func (j *Journal) Append(k Key, kind Kind, offset int64, value []byte, id string
 		if err != nil {
 			return fmt.Errorf("sink: journal: %w", err)
 		}
-		hdr, _ := json.Marshal(header{FormatVersion: formatVersion, Log: k.Log, Topic: k.Topic, Partition: k.Partition})
+		hdr, _ := json.Marshal(header{FormatVersion: formatVersion, Log: k.Log, Topic: k.Topic, Partition: k.Partition}) // always encodes
 		if _, err := f.Write(framePayload(append([]byte{byte(kindHeader)}, hdr...))); err != nil {
 			f.Close()
 			os.Remove(path)
