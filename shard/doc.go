@@ -48,8 +48,8 @@
 //	dataset         string        dataset the conversation came from
 //	turn            int32         index of the generated assistant turn (0 for the first)
 //	endpoint        string        server that generated the completion
-//	stop_reason     string        how the turn bears on its conversation: end, continued, tool_divergence, length or parse_error
-//	reply           string        for turns of multi-turn conversations, the completion as an assistant message (JSON); else empty
+//	stop_reason     string        end, continued, tool_divergence, length or parse_error (topics.StopReasons)
+//	reply           string        the completion as an assistant message in JSON (multi-turn only; else empty)
 //
 // Shards written before stop_reason and reply existed have the first nine columns and are still read, those
 // two fields empty. A run whose conversations were merged into one row each (Manifest.Merged) has ones in the

@@ -20,7 +20,7 @@ type Config struct {
 	Group string
 	// Dir is the output directory; each run gets a subdirectory (required).
 	Dir string
-	// ModelPath, when set, is recorded in each run's manifest (Manifest.ModelPath) that has none: where the
+	// ModelPath, when set, is recorded in each run's manifest (shard.Manifest.ModelPath) that has none: where the
 	// model the prompts were tokenized with is (`run` sets it).
 	ModelPath string
 	// RotateRows flushes a partition's buffer into shards once it holds this many rows (default 10000).

@@ -91,10 +91,10 @@
 // So that a turn already in the shards is never sent to a server again, also by a generate stage on another
 // machine, the sink publishes what its shards hold on topics.TopicShards (compacted, one partition). On every
 // start, after recovery and before consuming, it writes a new epoch: a topics.ShardsEpoch in state seeding
-// naming the directory (shard.DirIDFile), a topics.ShardedTurn for every (run, id, turn) of every run's id index, and
-// the epoch in state complete, each acknowledged before the next; Config.OnSeeded is called then. After every
-// flush, once its keys are in the id index, it publishes them (retried while the run lasts; a lost publication
-// costs at most a generation, never a row, and the next start publishes everything again).
+// naming the directory (shard.DirIDFile), a topics.ShardedTurn for every (run, id, turn) of every run's id
+// index, and the epoch in state complete, each acknowledged before the next; Config.OnSeeded is called then.
+// After every flush, once its keys are in the id index, it publishes them (retried while the run lasts; a lost
+// publication costs at most a generation, never a row, and the next start publishes everything again).
 //
 // Generate sends, for a turn the topic lists, a Generation with InShards set and the thread, no token ids. The sink
 // looks it up: if the run's shards hold it, it is counted apart from redone work (draftflow_records_total{stage="sink",result="in_shards"}, Result.InShards);

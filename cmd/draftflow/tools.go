@@ -209,7 +209,7 @@ func cmdMergeTurns(ctx context.Context, args []string) error {
 	return nil
 }
 
-// printMergeSummary says what MergeTurns did.
+// printMergeSummary says what offline.MergeTurns did.
 func printMergeSummary(w io.Writer, sum offline.MergeSummary, out string) {
 	fmt.Fprintf(w, "%d conversations: %d merged into one row each, %d kept as turn rows", sum.Conversations, sum.Merged, sum.Conversations-sum.Merged)
 	if len(sum.Separate) > 0 {
