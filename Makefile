@@ -117,7 +117,7 @@ bench: build
 	$(BIN) bench generate --multi-turn --backlog 4
 	$(BIN) bench generate --multi-turn --conversations 150 --turns 4
 	$(BIN) bench pipeline $(if $(DRAFTFLOW_TEST_BROKERS),--brokers $(DRAFTFLOW_TEST_BROKERS))
-	$(GO) test -run '^$$' -bench 'ShardEncode|JSONLZstd|TokenBounds|Flush|TokenCounting' -cpu 1 -benchtime 5x ./sink/
+	$(GO) test -run '^$$' -bench 'ShardEncode|JSONLZstd|TokenBounds|Flush|TokenCounting' -cpu 1 -benchtime 5x ./shard/ ./sink/
 	bash stages/tokenize/tokenizer/bench.sh
 
 bench-kafka: build

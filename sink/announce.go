@@ -9,13 +9,14 @@ import (
 	"time"
 
 	"github.com/draftflow/draftflow/kafka"
+	"github.com/draftflow/draftflow/shard"
 	"github.com/draftflow/draftflow/topics"
 )
 
 // announcer announces committed shards on topics.TopicShardFiles (Config.AnnounceShards).
 type announcer struct {
 	p    *kafka.Producer
-	dir  string // the output directory's identity (DirIDFile)
+	dir  string // the output directory's identity (shard.DirIDFile)
 	path string
 	log  *slog.Logger
 	ctx  context.Context
@@ -38,7 +39,7 @@ func startAnnouncer(ctx context.Context, kcl *kafka.Client, dir string, log *slo
 
 // publish announces one committed shard of the run directory runDir, retrying while the sink runs. A failure
 // costs nothing but time: every shard is announced again on the next start.
-func (a *announcer) publish(runDir, run string, e ManifestShard) {
+func (a *announcer) publish(runDir, run string, e shard.ManifestShard) {
 	if a == nil {
 		return
 	}
@@ -58,7 +59,7 @@ func (a *announcer) Close() error {
 	return a.p.Close()
 }
 
-func shardFileRecord(dirID, path, runDir, run string, e ManifestShard) *topics.ShardFile {
+func shardFileRecord(dirID, path, runDir, run string, e shard.ManifestShard) *topics.ShardFile {
 	return &topics.ShardFile{Run: run, RunDir: runDir, File: e.File, Rows: e.Rows, Tokens: e.Tokens, SHA256: e.SHA256,
 		Dir: dirID, Path: path, Time: time.Now().UTC()}
 }
@@ -72,7 +73,7 @@ func AnnounceShards(ctx context.Context, kcl *kafka.Client, dir string) (int, er
 	if err := kcl.Admin().EnsureCompactedTopic(ctx, topics.TopicShardFiles); err != nil {
 		return 0, fmt.Errorf("sink: %w", err)
 	}
-	runs, err := RunDirs(dir)
+	runs, err := shard.RunDirs(dir)
 	if err != nil {
 		return 0, fmt.Errorf("sink: announce shards: %w", err)
 	}
@@ -83,7 +84,7 @@ func AnnounceShards(ctx context.Context, kcl *kafka.Client, dir string) (int, er
 	p := kcl.NewProducer(topics.TopicShardFiles, kafka.ProducerConfig{})
 	n := 0
 	for _, rd := range runs {
-		m, err := ReadManifest(rd)
+		m, err := shard.ReadManifest(rd)
 		if err != nil {
 			p.Close()
 			return n, fmt.Errorf("sink: announce shards: %w", err)

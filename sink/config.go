@@ -9,6 +9,7 @@ import (
 
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/metrics"
+	"github.com/draftflow/draftflow/shard"
 )
 
 // Config configures Run. Zero values are the documented defaults.
@@ -19,7 +20,7 @@ type Config struct {
 	Group string
 	// Dir is the output directory; each run gets a subdirectory (required).
 	Dir string
-	// ModelPath, when set, is recorded in each run's manifest (Manifest.ModelPath) that has none: where the
+	// ModelPath, when set, is recorded in each run's manifest (shard.Manifest.ModelPath) that has none: where the
 	// model the prompts were tokenized with is (`run` sets it).
 	ModelPath string
 	// RotateRows flushes a partition's buffer into shards once it holds this many rows (default 10000).
@@ -38,9 +39,9 @@ type Config struct {
 	// slower than a row a minute should raise it. `draftflow run` does not wait for it (OnJournaled), and a
 	// stopping sink flushes everything at once.
 	IdleFlush time.Duration
-	// JournalSync is how often the journal (JournalDir) is fsynced (default 1 s): what a machine crash can
-	// lose of the rows absorbed since the last flush. A killed process loses none of them: every record is
-	// written to the journal as it is absorbed.
+	// JournalSync is how often the journal (package sink/journal) is fsynced (default 1 s): what a machine
+	// crash can lose of the rows absorbed since the last flush. A killed process loses none of them: every
+	// record is written to the journal as it is absorbed.
 	JournalSync time.Duration
 	// RowGroupRows is the most rows per Parquet row group (default 1024).
 	RowGroupRows int
@@ -86,11 +87,11 @@ type Config struct {
 // Defaults of Config.
 const (
 	DefaultGroup            = "draftflow-sink"
-	DefaultRotateRows       = 10000
+	DefaultRotateRows       = shard.DefaultShardRows
 	DefaultRotateBytes      = 256 << 20
 	DefaultIdleFlush        = time.Minute
 	DefaultJournalSync      = time.Second
-	DefaultRowGroupRows     = 1024
+	DefaultRowGroupRows     = shard.DefaultRowGroupRows
 	DefaultMaxBufferedBytes = 1 << 30
 )
 

@@ -14,12 +14,15 @@ import (
 
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/kafka/kafkatest"
+	"github.com/draftflow/draftflow/shard"
+	"github.com/draftflow/draftflow/shard/shardtest"
+	"github.com/draftflow/draftflow/sink/journal"
 	"github.com/draftflow/draftflow/topics"
 )
 
-// mkTurn is mkGen(i) as turn 0 of a multi-turn conversation: continued for i%3 != 0, else the end.
+// mkTurn is shardtest.Generation(i) as turn 0 of a multi-turn conversation: continued for i%3 != 0, else the end.
 func mkTurn(i int) *topics.Generation {
-	g := mkGen(i, 0.7)
+	g := shardtest.Generation(i, 0.7)
 	g.Thread = &topics.Thread{
 		Messages: []topics.Message{{Role: "user", Content: fmt.Sprintf("question %d", i)}},
 		Rest: []topics.Message{{Role: "assistant", Content: "original"}, {Role: "user", Content: "and then?"},
@@ -70,7 +73,7 @@ func checkContinuations(t *testing.T, kc kafka.Config, dir string, gens []*topic
 		byID[g.ID] = g
 	}
 	rows := 0
-	for _, rs := range readRows(t, dir) {
+	for _, rs := range shardtest.ReadRows(t, dir) {
 		for _, r := range rs {
 			rows++
 			g := byID[r.ID]
@@ -172,9 +175,9 @@ func TestSinkNextTurnsSurviveKills(t *testing.T) {
 		cmd := child()
 		deadline := time.Now().Add(60 * time.Second)
 		for {
-			runs, _ := RunDirs(dir)
+			runs, _ := shard.RunDirs(dir)
 			if len(runs) > 0 {
-				if m, err := ReadManifest(runs[0]); err == nil && len(m.Shards) >= shards {
+				if m, err := shard.ReadManifest(runs[0]); err == nil && len(m.Shards) >= shards {
 					break
 				}
 			}
@@ -220,21 +223,21 @@ func TestSinkNextTurnsSurviveKills(t *testing.T) {
 // readRowsQuiet returns the ids in the shards under dir, or nil when they cannot be read yet.
 func readRowsQuiet(dir string) map[string]bool {
 	ids := map[string]bool{}
-	runs, err := RunDirs(dir)
+	runs, err := shard.RunDirs(dir)
 	if err != nil {
 		return nil
 	}
 	for _, run := range runs {
-		m, err := ReadManifest(run)
+		m, err := shard.ReadManifest(run)
 		if err != nil {
 			return nil
 		}
 		for _, sh := range m.Shards {
-			sf, err := openShard(run + "/" + sh.File)
+			sf, err := shard.Open(run + "/" + sh.File)
 			if err != nil {
 				return nil
 			}
-			sf.scan(context.Background(), []int{colID}, func(r *ShardRow) error { ids[r.ID] = true; return nil })
+			sf.Scan(context.Background(), []shard.Col{shard.ColID}, func(r *shard.Row) error { ids[r.ID] = true; return nil })
 			sf.Close()
 		}
 	}
@@ -301,7 +304,7 @@ func TestNextTurnsNotHeldByShards(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if runs, _ := RunDirs(dir); len(runs) != 0 {
+	if runs, _ := shard.RunDirs(dir); len(runs) != 0 {
 		t.Fatalf("a shard was written (%v): the test proves nothing", runs)
 	}
 	if err := sr.stop(t); err != nil {
@@ -345,7 +348,7 @@ func TestJournalKeepsSentNextTurns(t *testing.T) {
 	}
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
-	if runs, _ := RunDirs(dir); len(runs) != 0 {
+	if runs, _ := shard.RunDirs(dir); len(runs) != 0 {
 		t.Fatalf("the child wrote shards (%v); the test proves nothing", runs)
 	}
 	if n := kafkatest.Size(t, kc, topics.TopicPrompts); n != continued {
@@ -375,15 +378,15 @@ func TestJournalKeepsSentNextTurns(t *testing.T) {
 // acknowledged counts the next-turn acknowledgements recorded in the journal under dir.
 func acknowledged(t *testing.T, dir string) int {
 	t.Helper()
-	segs, _ := filepath.Glob(filepath.Join(dir, JournalDir, "*"+journalExt))
+	segs, _ := filepath.Glob(filepath.Join(dir, journal.Dir, "*.wal"))
 	n := 0
 	for _, seg := range segs {
-		_, entries, _, _, err := readSegment(seg)
+		_, entries, _, _, _, err := journal.ReadSegment(seg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, en := range entries {
-			if en.kind == jEmitted {
+			if en.Kind == journal.Emitted {
 				n++
 			}
 		}

@@ -1,42 +1,31 @@
 // Package sink is draftflow's last stage: it consumes Generation records from the generated topic and writes
-// them, exactly once, into zstd-compressed Parquet shards that drafter training reads directly (through
-// pyarrow, Hugging Face datasets, or the python/draftflow_data package), plus the tools that check and convert
-// those shards (Inspect, Export, Vocab).
+// them, exactly once, into the shards of package shard (zstd-compressed Parquet, one directory per run, with
+// a manifest and token counts), which drafter training reads directly. Package shard says what the output
+// directory holds and what a shard's columns are; this package is the stage that writes it: buffering,
+// journaling, flushing, deduplication, next turns of multi-turn conversations, dead letters, and what it
+// publishes about its shards. The tools that check and convert the shards are package offline.
 //
-// # Layout
+// # Output directory
 //
-// Output is organised per run: a run is the set of rows produced with one model, one tokenizer and one set of
-// sampling settings (RunInfo; the scheduling lane is not part of it). Each run has its own directory under
-// Config.Dir, named from the model and a fingerprint of those settings, so a replay with new settings never
-// mixes with old rows:
+// Each run (shard.RunInfo) has its own directory under Config.Dir (shard.RunInfo.DirName); beside the runs the
+// stage keeps its own state:
 //
 //	DIR/
-//	  checkpoint.json                 recovery point: per topic partition, the next offset to write
-//	  dir_id                          the directory's identity on the shards topic (DirIDFile)
-//	  journal/                        per partition, the records absorbed since its last flush (JournalDir)
+//	  .lock                           one sink process owns DIR at a time (an advisory lock)
+//	  dir_id                          the directory's identity on the shards topics (shard.DirIDFile)
+//	  checkpoint.json                 recovery point: per partition, the next offset to write (sink/journal)
+//	  journal/                        per partition, the records absorbed since its last flush (sink/journal)
 //	    generated+3+000000001400+5b0c7d1e9a2f.wal
-//	  Qwen3-8B-3f2a9c1b7d4e/          one run
-//	    manifest.json                 shards (rows, tokens, bytes, sha256, offsets) and totals
-//	    token_counts.bin              generated-token counts of the shards (TokenCountsFile)
-//	    id_index.bolt                 the (id, turn) keys of the shards, on disk (IDIndexFile)
-//	    generated+3+000000001200-000000001399+5b0c7d1e9a2f.parquet
-//	    ...
+//	  Qwen3-8B-3f2a9c1b7d4e/          one run (package shard)
+//	    manifest.json, token_counts.bin, *.parquet
+//	    id_index.bolt                 the (id, turn) keys of the run's shards, on disk (IDIndexFile)
 //
-// A shard name holds the topic, the partition, the offset range of the flush that wrote it and the short
-// topic ID of the topic incarnation those offsets belong to; the same facts are in the shard's Parquet
-// key-value metadata, with the run metadata and the schema description. Offsets are only meaningful within
+// A shard's name holds the topic, the partition, the offset range of the flush that wrote it and the short
+// topic ID of the topic incarnation those offsets belong to (shard.Origin). Offsets are only meaningful within
 // one incarnation of a topic: a topic deleted and recreated, or the in-process broker of a new `draftflow
 // run`, starts again at 0. The recovery point is therefore kept per topic ID (Kafka 2.8+ and the embedded
 // broker report one), and offsets recorded for another incarnation are ignored: its records are then
-// deduplicated by (id, turn) alone. A shard is never overwritten.
-//
-// # Schema
-//
-// One row per generation: id (string), input_ids (list<int32>: prompt ids then output ids), loss_mask
-// (list<uint8>: 0 on prompt tokens, 1 on output tokens), prompt_len (int32), completion_len (int32),
-// finish_reason (string), dataset (string), turn (int32) and endpoint (string, the server that generated it).
-// Within a run, (id, turn) is unique. Row groups hold at most Config.RowGroupRows rows, so a reader streams a
-// shard a row group at a time.
+// deduplicated by (id, turn) alone. A shard is never overwritten. Within a run, (id, turn) is unique.
 //
 // # Flush policy and journal
 //
@@ -46,8 +35,8 @@
 // oldest row is Config.RotateInterval old (off by default), and when the sink stops. What makes a buffered
 // row durable before that is the journal: every record the sink absorbs (a row, a duplicate, an offset whose
 // dead letter was acknowledged) is appended, with its offset and Kafka value and a CRC, to its partition's
-// segment under DIR/journal before anything else happens to it, in particular before its next turn is sent;
-// a next turn's acknowledgement by the broker is appended too. The segments are fsynced every
+// segment under DIR/journal (package sink/journal) before anything else happens to it, in particular before
+// its next turn is sent; a next turn's acknowledgement by the broker is appended too. The segments are fsynced every
 // Config.JournalSync (1 s), and a partition's segments are removed once a flush committed their records. So a
 // SIGKILL loses no absorbed row (the kernel holds what was written), and a machine crash loses at most the
 // last JournalSync of them. A reader takes the longest valid prefix of a segment; a conversation's turns share
@@ -76,8 +65,8 @@
 //  3. It then rewrites checkpoint.json atomically (temporary file, fsync, rename, directory fsync) with the
 //     partition's next offset, last+1, and the list of shards this flush wrote. This rename is the commit point.
 //  4. It renames each temporary shard to its final name, fsyncs the run directories, rewrites each run's
-//     manifest.json atomically, then its token_counts.bin (TokenCountsFile: the generated-token counts and
-//     the manifest shards they cover), then adds the flush's (id, turn) keys to its id_index.bolt (IDIndexFile)
+//     manifest.json atomically, then its token_counts.bin (shard.TokenCountsFile: the generated-token counts
+//     and the manifest shards they cover), then adds the flush's (id, turn) keys to its id_index.bolt (IDIndexFile)
 //     (fsynced; its last transaction records the manifest shards the index covers), removes the partition's
 //     journal segments, and only then marks the Kafka deliveries Done (so the group commits their offsets)
 //     and reports the ids through Config.OnDurable. Token counts and id index are caches of the shards: a crash before they are updated
@@ -102,10 +91,10 @@
 // So that a turn already in the shards is never sent to a server again, also by a generate stage on another
 // machine, the sink publishes what its shards hold on topics.TopicShards (compacted, one partition). On every
 // start, after recovery and before consuming, it writes a new epoch: a topics.ShardsEpoch in state seeding
-// naming the directory (DirIDFile), a topics.ShardedTurn for every (run, id, turn) of every run's id index, and
-// the epoch in state complete, each acknowledged before the next; Config.OnSeeded is called then. After every
-// flush, once its keys are in the id index, it publishes them (retried while the run lasts; a lost publication
-// costs at most a generation, never a row, and the next start publishes everything again).
+// naming the directory (shard.DirIDFile), a topics.ShardedTurn for every (run, id, turn) of every run's id
+// index, and the epoch in state complete, each acknowledged before the next; Config.OnSeeded is called then.
+// After every flush, once its keys are in the id index, it publishes them (retried while the run lasts; a lost
+// publication costs at most a generation, never a row, and the next start publishes everything again).
 //
 // Generate sends, for a turn the topic lists, a Generation with InShards set and the thread, no token ids. The sink
 // looks it up: if the run's shards hold it, it is counted apart from redone work (draftflow_records_total{stage="sink",result="in_shards"}, Result.InShards);

@@ -2,10 +2,8 @@ package sink
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,10 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/draftflow/draftflow/kafka/kafkatest"
-
 	"github.com/draftflow/draftflow/kafka"
-
+	"github.com/draftflow/draftflow/kafka/kafkatest"
+	"github.com/draftflow/draftflow/offline"
+	"github.com/draftflow/draftflow/shard"
+	"github.com/draftflow/draftflow/shard/shardtest"
 	"github.com/draftflow/draftflow/topics"
 )
 
@@ -28,36 +27,10 @@ func quietLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
-// mkGen returns a deterministic generation: conversation i, sampled at temperature temp.
-func mkGen(i int, temp float64) *topics.Generation {
-	r := rand.New(rand.NewPCG(uint64(i), uint64(temp*1000)))
-	prompt := make([]uint32, 1+r.IntN(60))
-	for j := range prompt {
-		prompt[j] = r.Uint32N(151000)
-	}
-	output := make([]uint32, 1+r.IntN(40))
-	for j := range output {
-		output[j] = r.Uint32N(151000)
-	}
-	t := temp
-	fr := "stop"
-	if i%5 == 0 {
-		fr = "length"
-	}
-	return &topics.Generation{
-		ID: fmt.Sprintf("conv-%05d", i), Dataset: fmt.Sprintf("ds%d", i%3),
-		Sampling: topics.Sampling{MaxNewTokens: 64, Temperature: &t, Lane: "short"},
-		Source:   topics.Source{File: "sample.jsonl", Line: int64(i + 1)},
-		Model:    "models/Tiny-Chat", TokenizerHash: "tok-1",
-		Meta:      topics.GenerationMeta{FinishReason: fr, Endpoint: "http://sim:30000"},
-		PromptIDs: prompt, OutputIDs: output,
-	}
-}
-
 func mkGens(from, to int, temp float64) []*topics.Generation {
 	var out []*topics.Generation
 	for i := from; i < to; i++ {
-		out = append(out, mkGen(i, temp))
+		out = append(out, shardtest.Generation(i, temp))
 	}
 	return out
 }
@@ -205,42 +178,8 @@ func waitConsumed(t testing.TB, kc kafka.Config, group string) {
 	}
 }
 
-// readRows reads every row of every run under dir (by manifest) into copies keyed by run dir name.
-func readRows(t testing.TB, dir string) map[string][]ShardRow {
-	t.Helper()
-	runs, err := RunDirs(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string][]ShardRow{}
-	for _, rd := range runs {
-		m, err := ReadManifest(rd)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, sh := range m.Shards {
-			sf, err := openShard(filepath.Join(rd, sh.File))
-			if err != nil {
-				t.Fatal(err)
-			}
-			err = sf.scan(context.Background(), nil, func(r *ShardRow) error {
-				c := *r
-				c.InputIDs = slices.Clone(r.InputIDs)
-				c.LossMask = slices.Clone(r.LossMask)
-				out[filepath.Base(rd)] = append(out[filepath.Base(rd)], c)
-				return nil
-			})
-			sf.Close()
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	return out
-}
-
 // checkRowsExact asserts rows hold each generation exactly once, token-exact.
-func checkRowsExact(t testing.TB, rows []ShardRow, gens []*topics.Generation) {
+func checkRowsExact(t testing.TB, rows []shard.Row, gens []*topics.Generation) {
 	t.Helper()
 	want := map[string]*topics.Generation{}
 	for _, g := range gens {
@@ -299,8 +238,8 @@ func checkRowsExact(t testing.TB, rows []ShardRow, gens []*topics.Generation) {
 // exactly those of the rows on disk and add up to the manifest's completion-token total.
 func checkTokenCounts(t testing.TB, dir string) {
 	t.Helper()
-	rows := readRows(t, dir)
-	runs, err := RunDirs(dir)
+	rows := shardtest.ReadRows(t, dir)
+	runs, err := shard.RunDirs(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,11 +250,11 @@ func checkTokenCounts(t testing.TB, dir string) {
 				want[id]++
 			}
 		}
-		got, err := RunTokenCounts(rd)
+		got, err := shard.RunTokenCounts(context.Background(), rd)
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, err := ReadManifest(rd)
+		m, err := shard.ReadManifest(rd)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -331,4 +270,9 @@ func checkTokenCounts(t testing.TB, dir string) {
 				filepath.Base(rd), len(got), sum, len(want), m.Totals.CompletionTokens)
 		}
 	}
+}
+
+// inspect checks the shards under dir as `draftflow inspect` does.
+func inspect(dir string, w io.Writer) (offline.Summary, error) {
+	return offline.Inspect(context.Background(), dir, w)
 }

@@ -19,6 +19,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/draftflow/draftflow/shard"
 	"github.com/draftflow/draftflow/topics"
 )
 
@@ -55,8 +56,8 @@ type idCover struct {
 }
 
 // coverOf is the cover of the first n shards of m.
-func coverOf(m *Manifest, n int) idCover {
-	c := idCover{FormatVersion: FormatVersion, Shards: n}
+func coverOf(m *shard.Manifest, n int) idCover {
+	c := idCover{FormatVersion: shard.FormatVersion, Shards: n}
 	for _, sh := range m.Shards[:n] {
 		c.Rows += sh.Rows
 	}
@@ -137,7 +138,7 @@ func openBolt(path string) (*bolt.DB, error) {
 // openIndex opens the id index of runDir and brings it up to m: it adds the keys of the shards past what the
 // index covers, or rebuilds it from every shard when it is missing, unreadable or covers shards m does not list
 // (in that order).
-func openIndex(ctx context.Context, runDir string, m *Manifest, log *slog.Logger) (*idIndex, error) {
+func openIndex(ctx context.Context, runDir string, m *shard.Manifest, log *slog.Logger) (*idIndex, error) {
 	path := filepath.Join(runDir, IDIndexFile)
 	x, from, err := openCovering(path, m)
 	if err != nil {
@@ -162,13 +163,13 @@ func openIndex(ctx context.Context, runDir string, m *Manifest, log *slog.Logger
 	}
 	for i := from; i < len(m.Shards); i++ {
 		var keys []indexEntry
-		sf, err := openShard(filepath.Join(runDir, m.Shards[i].File))
+		sf, err := shard.Open(filepath.Join(runDir, m.Shards[i].File))
 		if err != nil {
 			x.close()
 			return nil, fmt.Errorf("sink: index ids: %w", err)
 		}
 		log := m.Shards[i].Log
-		err = sf.scan(ctx, []int{colID, colTurn, colStopReason, colReply}, func(r *ShardRow) error {
+		err = sf.Scan(ctx, []shard.Col{shard.ColID, shard.ColTurn, shard.ColStopReason, shard.ColReply}, func(r *shard.Row) error {
 			keys = append(keys, indexEntry{rowKey{r.ID, r.Turn}, indexValue(r.StopReason, r.Reply, log)})
 			return nil
 		})
@@ -190,7 +191,7 @@ func openIndex(ctx context.Context, runDir string, m *Manifest, log *slog.Logger
 // openCovering opens an existing index and returns how many shards of m it covers; an error says why it
 // cannot be used (fs.ErrNotExist: there is none). A damaged file can make bbolt panic rather than fail, or
 // fault on a page past the end of a truncated file (turned into a panic here); that is an unusable index too.
-func openCovering(path string, m *Manifest) (x *idIndex, from int, err error) {
+func openCovering(path string, m *shard.Manifest) (x *idIndex, from int, err error) {
 	if _, err := os.Stat(path); err != nil {
 		return nil, 0, err
 	}
@@ -217,8 +218,8 @@ func openCovering(path string, m *Manifest) (x *idIndex, from int, err error) {
 	})
 	if err == nil {
 		switch {
-		case c.FormatVersion != FormatVersion:
-			err = fmt.Errorf("format version %d, this build reads %d", c.FormatVersion, FormatVersion)
+		case c.FormatVersion != shard.FormatVersion:
+			err = fmt.Errorf("format version %d, this build reads %d", c.FormatVersion, shard.FormatVersion)
 		case c.Shards < 0 || c.Shards > len(m.Shards) || coverOf(m, c.Shards) != c:
 			err = fmt.Errorf("covers %d shards up to %q (%d rows), which the manifest does not list", c.Shards, c.LastShard, c.Rows)
 		case adding != "" && (c.Shards == len(m.Shards) || m.Shards[c.Shards].File != adding):

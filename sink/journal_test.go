@@ -14,6 +14,9 @@ import (
 
 	"github.com/draftflow/draftflow/kafka/kafkatest"
 	"github.com/draftflow/draftflow/metrics"
+	"github.com/draftflow/draftflow/shard"
+	"github.com/draftflow/draftflow/shard/shardtest"
+	"github.com/draftflow/draftflow/sink/journal"
 	"github.com/draftflow/draftflow/topics"
 )
 
@@ -49,7 +52,7 @@ func startSim(t testing.TB, dir, topicID string, cfg Config) *simSink {
 	st.setLog(topics.TopicGenerated, topicID)
 	ctx, cancel := context.WithCancel(context.Background())
 	s := newSinker(ctx, cancel, cfg, cfg.Logger, st, nil, nil)
-	j, recovered, err := openJournal(dir, st.nextKey, cfg.Logger)
+	j, recovered, err := journal.Open(dir, st.nextKey, cfg.Logger)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +129,7 @@ func (ss *simSink) stop() {
 
 // kill leaves everything as a killed process would: files closed, nothing flushed.
 func (ss *simSink) kill() {
-	ss.s.j.close()
+	ss.s.j.Close()
 	ss.s.st.close()
 	ss.s.cancel()
 }
@@ -139,15 +142,15 @@ func partitionOf(id string, n int) int {
 }
 
 // shardsIn returns the manifest shards of every run under dir.
-func shardsIn(t testing.TB, dir string) []ManifestShard {
+func shardsIn(t testing.TB, dir string) []shard.ManifestShard {
 	t.Helper()
-	runs, err := RunDirs(dir)
+	runs, err := shard.RunDirs(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []ManifestShard
+	var out []shard.ManifestShard
 	for _, r := range runs {
-		m, err := ReadManifest(r)
+		m, err := shard.ReadManifest(r)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -158,7 +161,7 @@ func shardsIn(t testing.TB, dir string) []ManifestShard {
 
 // referenceRun feeds gens at rate rows/s (exponential gaps, seeded) over parts partitions, with a pause of
 // stalls[i] before row i, then stops the sink; it returns the shards written.
-func referenceRun(t testing.TB, dir string, cfg Config, gens []*topics.Generation, rate float64, parts int, stalls map[int]time.Duration) []ManifestShard {
+func referenceRun(t testing.TB, dir string, cfg Config, gens []*topics.Generation, rate float64, parts int, stalls map[int]time.Duration) []shard.ManifestShard {
 	t.Helper()
 	ss := startSim(t, dir, simTopicID, cfg)
 	r := rand.New(rand.NewPCG(29, 14700))
@@ -194,13 +197,13 @@ func TestShardCountAtReferenceRate(t *testing.T) {
 	if len(shards) > 50 {
 		t.Errorf("%d shards for 14,700 rows at 0.29 rows/s, want at most 50", len(shards))
 	}
-	for _, rs := range readRows(t, dir) {
+	for _, rs := range shardtest.ReadRows(t, dir) {
 		checkRowsExact(t, rs, gens)
 	}
-	if _, err := Inspect(dir, nil); err != nil {
+	if _, err := inspect(dir, nil); err != nil {
 		t.Fatal(err)
 	}
-	if ents, _ := os.ReadDir(filepath.Join(dir, JournalDir)); len(ents) != 0 {
+	if ents, _ := os.ReadDir(filepath.Join(dir, journal.Dir)); len(ents) != 0 {
 		t.Errorf("%d journal files left after a clean stop", len(ents))
 	}
 
@@ -248,7 +251,7 @@ func TestJournalRecoveryAtEveryCrashPoint(t *testing.T) {
 				case "killed":
 				case "torn-tail":
 					// The last append of partition 0 reached the disk only in part.
-					segs, _ := filepath.Glob(filepath.Join(dir, JournalDir, "generated+0+*"+journalExt))
+					segs, _ := filepath.Glob(filepath.Join(dir, journal.Dir, "generated+0+*.wal"))
 					if len(segs) != 1 {
 						t.Fatalf("%d journal segments of partition 0, want 1", len(segs))
 					}
@@ -297,11 +300,11 @@ func TestJournalRecoveryAtEveryCrashPoint(t *testing.T) {
 					if recovered != 0 {
 						t.Errorf("%d rows of an old incarnation buffered, want them in shards", recovered)
 					}
-					if rows := len(readRows(t, dir)); rows == 0 {
+					if rows := len(shardtest.ReadRows(t, dir)); rows == 0 {
 						t.Error("no run after the journal's recovery")
 					}
 					n := 0
-					for _, rs := range readRows(t, dir) {
+					for _, rs := range shardtest.ReadRows(t, dir) {
 						n += len(rs)
 					}
 					want := 33
@@ -330,15 +333,15 @@ func TestJournalRecoveryAtEveryCrashPoint(t *testing.T) {
 					}
 				}
 				ss.stop()
-				for _, rs := range readRows(t, dir) {
+				for _, rs := range shardtest.ReadRows(t, dir) {
 					checkRowsExact(t, rs, append(append([]*topics.Generation{}, p0...), p1...))
 				}
 				checkTokenCounts(t, dir)
-				if _, err := Inspect(dir, nil); err != nil {
+				if _, err := inspect(dir, nil); err != nil {
 					t.Fatal(err)
 				}
 				assertNoTemps(t, dir)
-				if ents, _ := os.ReadDir(filepath.Join(dir, JournalDir)); len(ents) != 0 {
+				if ents, _ := os.ReadDir(filepath.Join(dir, journal.Dir)); len(ents) != 0 {
 					t.Errorf("%d journal files left after a clean stop", len(ents))
 				}
 			})
@@ -382,7 +385,7 @@ func TestRebalanceFlushesBeforeHandingOver(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if runs, _ := RunDirs(cfg.Dir); len(runs) != 0 {
+	if runs, _ := shard.RunDirs(cfg.Dir); len(runs) != 0 {
 		t.Fatal("the first sink wrote a shard before the rebalance; the test proves nothing")
 	}
 	cfgB := baseConfig(kc, t.TempDir())

@@ -6,11 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
-	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,13 +15,9 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/draftflow/draftflow/kafka"
+	"github.com/draftflow/draftflow/shard"
 	"github.com/draftflow/draftflow/topics"
 )
-
-// DirIDFile is the file, directly in Config.Dir, that holds the directory's identity on topics.TopicShards: a
-// random id written on the sink's first start, so that generate can tell a restarted sink of the same directory
-// from a sink of another one.
-const DirIDFile = "dir_id"
 
 // shardsIndex publishes what the shards hold on topics.TopicShards (see its documentation): the epoch of this
 // sink start, every (id, turn) of every run at the start, and the keys of every flush after it.
@@ -36,27 +29,27 @@ type shardsIndex struct {
 	warn  atomic.Bool     // a publication failed (warned once)
 }
 
-// dirID returns the identity of dir, creating it on first use.
+// dirID returns the identity of the output directory dir (shard.DirIDFile), creating it on first use.
 func dirID(dir string) (string, error) {
-	path := filepath.Join(dir, DirIDFile)
-	b, err := os.ReadFile(path)
-	if err == nil {
-		if id := strings.TrimSpace(string(b)); id != "" {
-			return id, nil
-		}
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return "", fmt.Errorf("sink: read %s: %w", path, err)
+	id, err := shard.ReadDirID(dir)
+	if err != nil {
+		return "", fmt.Errorf("sink: %w", err)
 	}
-	id := randomID()
-	if err := writeFileAtomic(path, []byte(id+"\n")); err != nil {
+	if id != "" {
+		return id, nil
+	}
+	id = randomID()
+	path := filepath.Join(dir, shard.DirIDFile)
+	if err := shard.WriteFileAtomic(path, []byte(id+"\n")); err != nil {
 		return "", fmt.Errorf("sink: write %s: %w", path, err)
 	}
 	return id, nil
 }
 
+// randomID returns 16 random hex digits.
 func randomID() string {
 	var b [8]byte
-	_, _ = rand.Read(b[:])
+	rand.Read(b[:]) // crypto/rand's Read never fails
 	return hex.EncodeToString(b[:])
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/kafka/kafkatest"
+	"github.com/draftflow/draftflow/shard"
 	"github.com/draftflow/draftflow/topics"
 )
 
@@ -88,7 +89,7 @@ func TestSinkPublishesShardsAndResumesFromThem(t *testing.T) {
 	if err := sr.stop(t); err != nil {
 		t.Fatal(err)
 	}
-	run := RunOf(gens[0]).Fingerprint
+	run := shard.RunOf(gens[0]).Fingerprint
 	first := readShardsTopic(t, kc)
 	if len(first.epochs) != 2 || first.epochs[0].State != topics.EpochSeeding || first.epochs[1].State != topics.EpochComplete ||
 		first.epochs[1].Turns != 0 || first.epochs[0].Epoch != first.epochs[1].Epoch {
@@ -100,9 +101,9 @@ func TestSinkPublishesShardsAndResumesFromThem(t *testing.T) {
 			t.Fatalf("%s turn %d published after its flush as %+v (found %v), want epoch %s run %s", g.ID, g.Turn, tr, ok, first.epochs[0].Epoch, run)
 		}
 	}
-	id, err := os.ReadFile(filepath.Join(dir, DirIDFile))
+	id, err := os.ReadFile(filepath.Join(dir, shard.DirIDFile))
 	if err != nil || strings.TrimSpace(string(id)) != first.epochs[0].Dir {
-		t.Fatalf("%s holds %q (%v), the epoch names dir %q", DirIDFile, id, err, first.epochs[0].Dir)
+		t.Fatalf("%s holds %q (%v), the epoch names dir %q", shard.DirIDFile, id, err, first.epochs[0].Dir)
 	}
 
 	// A new broker: the shards remain. The sink seeds the new shards topic from them before it consumes.

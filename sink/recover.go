@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"fmt"
 
+	"github.com/draftflow/draftflow/shard"
+	"github.com/draftflow/draftflow/sink/journal"
 	"github.com/draftflow/draftflow/topics"
 )
 
@@ -17,21 +19,21 @@ import (
 //
 // It runs in two passes: current false writes the other incarnations' rows into shards (before the sink
 // publishes what its shards hold), current true buffers the consumed incarnation's again.
-func (s *sinker) recoverJournal(recs []*jRecovered, current bool) error {
+func (s *sinker) recoverJournal(recs []*journal.Recovered, current bool) error {
 	s.mu.Lock()
 	var journaled, durable []string
 	for _, r := range recs {
-		pk := partKey{r.key.topic, r.key.partition}
-		if (r.key == s.st.key(pk)) != current {
+		pk := partKey{r.Key.Topic, r.Key.Partition}
+		if (r.Key == s.st.key(pk)) != current {
 			continue
 		}
 		if current {
-			s.j.adopt(r)
+			s.j.Adopt(r)
 			p := s.part(pk)
 			rows := 0
-			for _, en := range r.entries {
-				if en.kind == jSkip {
-					s.absorb(p, en.offset)
+			for _, en := range r.Entries {
+				if en.Kind == journal.Skip {
+					s.absorb(p, en.Offset)
 					continue
 				}
 				g, err := journalGeneration(r, en)
@@ -40,11 +42,11 @@ func (s *sinker) recoverJournal(recs []*jRecovered, current bool) error {
 					return err
 				}
 				if g.InShards != "" {
-					s.inShards(p, en.offset, en.value, nil, g, r.emitted)
+					s.inShards(p, en.Offset, en.Value, nil, g, r.Emitted)
 					continue
 				}
 				before := len(p.rows)
-				if err := s.take(p, en.offset, en.value, g, nil, r.emitted); err != nil {
+				if err := s.take(p, en.Offset, en.Value, g, nil, r.Emitted); err != nil {
 					s.mu.Unlock()
 					return err
 				}
@@ -56,17 +58,17 @@ func (s *sinker) recoverJournal(recs []*jRecovered, current bool) error {
 				}
 			}
 			s.log.Info("journal recovered: rows buffered again", "topic", pk.topic, "partition", pk.partition,
-				"rows", rows, "offsets", fmt.Sprintf("%d-%d", p.first, p.seen), "bytes", r.size, "torn_bytes", r.torn)
+				"rows", rows, "offsets", fmt.Sprintf("%d-%d", p.first, p.seen), "bytes", r.Size, "torn_bytes", r.Torn)
 			continue
 		}
-		r.last.Close()
+		r.Last.Close()
 		ids, err := s.flushJournaled(r)
 		if err != nil {
 			s.mu.Unlock()
 			return err
 		}
 		durable = append(durable, ids...)
-		s.j.remove(r.files)
+		s.j.Remove(r.Files)
 	}
 	// A journal may hold more than the buffers may (a smaller RotateRows than the last run's).
 	for _, p := range s.parts {
@@ -96,14 +98,14 @@ func (s *sinker) recoverJournal(recs []*jRecovered, current bool) error {
 // offset range, deciding duplicates as the live sink does, and returns the ids that ended their conversation.
 // Next turns are not sent: that incarnation's prompts topic is not this one, and when the conversation's turns
 // come again on this one, the duplicate of a continued turn sends its next turn (take). Called with s.mu held.
-func (s *sinker) flushJournaled(r *jRecovered) ([]string, error) {
-	first, last := r.entries[0].offset, r.entries[len(r.entries)-1].offset
+func (s *sinker) flushJournaled(r *journal.Recovered) ([]string, error) {
+	first, last := r.Entries[0].Offset, r.Entries[len(r.Entries)-1].Offset
 	var groups []runRows
 	idx := map[*runState]int{}
 	seen := map[*runState]map[rowKey]bool{}
 	nrows := 0
-	for _, en := range r.entries {
-		if en.kind != jRecord {
+	for _, en := range r.Entries {
+		if en.Kind != journal.Record {
 			continue
 		}
 		g, err := journalGeneration(r, en)
@@ -113,7 +115,7 @@ func (s *sinker) flushJournaled(r *jRecovered) ([]string, error) {
 		if g.InShards != "" {
 			continue // already in the shards; its next turn is sent again when the turn comes again
 		}
-		rs := s.st.run(RunOf(g))
+		rs := s.st.run(shard.RunOf(g))
 		k := rowKey{g.ID, int32(g.Turn)}
 		dup, _, err := rs.written(k)
 		if err != nil {
@@ -141,19 +143,19 @@ func (s *sinker) flushJournaled(r *jRecovered) ([]string, error) {
 	}
 	var ids []string
 	if nrows == 0 {
-		s.st.advanceKey(r.key, last+1)
+		s.st.advanceKey(r.Key, last+1)
 		if err := s.st.writeCheckpoint(); err != nil {
 			return nil, fmt.Errorf("sink: write checkpoint: %w", err)
 		}
 	} else {
-		shards, err := s.st.commitFlushKey(r.key, first, last, groups, s.cfg.RowGroupRows)
+		shards, err := s.st.commitFlushKey(r.Key, first, last, groups, s.cfg.RowGroupRows)
 		if err != nil {
 			return nil, err
 		}
 		for _, g := range groups {
 			for _, rw := range g.rows {
-				s.met.turns.WithLabelValues(rw.stopReason).Inc()
-				s.turns[rw.stopReason]++
+				s.met.turns.WithLabelValues(rw.StopReason).Inc()
+				s.turns[rw.StopReason]++
 			}
 		}
 		for _, sh := range shards {
@@ -166,22 +168,22 @@ func (s *sinker) flushJournaled(r *jRecovered) ([]string, error) {
 				"shard", sh.entry.File, "rows", sh.entry.Rows, "tokens", sh.entry.Tokens, "bytes", sh.entry.Bytes)
 		}
 	}
-	s.log.Info("journal recovered: rows written into shards", "topic", r.key.topic, "partition", r.key.partition,
-		"topic_id", r.key.log, "rows", nrows, "offsets", fmt.Sprintf("%d-%d", first, last), "bytes", r.size, "torn_bytes", r.torn)
+	s.log.Info("journal recovered: rows written into shards", "topic", r.Key.Topic, "partition", r.Key.Partition,
+		"topic_id", r.Key.Log, "rows", nrows, "offsets", fmt.Sprintf("%d-%d", first, last), "bytes", r.Size, "torn_bytes", r.Torn)
 	return ids, nil
 }
 
 // journalGeneration decodes a journaled record; it was valid when it was absorbed.
-func journalGeneration(r *jRecovered, en jEntry) (*topics.Generation, error) {
+func journalGeneration(r *journal.Recovered, en journal.Entry) (*topics.Generation, error) {
 	var g topics.Generation
-	if err := topics.Unmarshal(en.value, &g); err != nil {
-		return nil, fmt.Errorf("sink: journal of %s/%d holds a record at offset %d that does not decode: %w", r.key.topic, r.key.partition, en.offset, err)
+	if err := topics.Unmarshal(en.Value, &g); err != nil {
+		return nil, fmt.Errorf("sink: journal of %s/%d holds a record at offset %d that does not decode: %w", r.Key.Topic, r.Key.Partition, en.Offset, err)
 	}
 	if g.InShards != "" {
 		return &g, nil // a turn generate skipped: no token ids
 	}
 	if reason := validate(&g); reason != "" {
-		return nil, fmt.Errorf("sink: journal of %s/%d holds an invalid record at offset %d: %s", r.key.topic, r.key.partition, en.offset, reason)
+		return nil, fmt.Errorf("sink: journal of %s/%d holds an invalid record at offset %d: %s", r.Key.Topic, r.Key.Partition, en.Offset, reason)
 	}
 	return &g, nil
 }

@@ -5,10 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/draftflow/draftflow/kafka/kafkatest"
-
 	"github.com/draftflow/draftflow/kafka"
-
+	"github.com/draftflow/draftflow/kafka/kafkatest"
+	"github.com/draftflow/draftflow/shard/shardtest"
 	"github.com/draftflow/draftflow/topics"
 )
 
@@ -94,7 +93,7 @@ func TestSlowDeadLetterDoesNotStallSink(t *testing.T) {
 	if el := time.Since(stopped); el > 10*time.Second {
 		t.Errorf("sink took %v to stop", el)
 	}
-	for _, rs := range readRows(t, cfg.Dir) {
+	for _, rs := range shardtest.ReadRows(t, cfg.Dir) {
 		checkRowsExact(t, rs, gens)
 	}
 	ends, err := cl.Admin().EndOffsets(ctx, topics.TopicRejected)

@@ -19,8 +19,11 @@ import (
 
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/kafka/embedded"
-
 	"github.com/draftflow/draftflow/kafka/kafkatest"
+	"github.com/draftflow/draftflow/offline"
+	"github.com/draftflow/draftflow/shard"
+	"github.com/draftflow/draftflow/shard/shardtest"
+	"github.com/draftflow/draftflow/sink/journal"
 	"github.com/draftflow/draftflow/topics"
 )
 
@@ -66,7 +69,7 @@ func TestSinkEndToEnd(t *testing.T) {
 	gens := mkGens(0, 300, 0.7)
 	produceGens(t, kc, gens)
 	// Two bad records: not a draftflow value, and a generation without output.
-	empty := mkGen(9999, 0.7)
+	empty := shardtest.Generation(9999, 0.7)
 	empty.OutputIDs = nil
 	emptyVal, _ := topics.Marshal(empty)
 	produce(t, kc, []string{"junk", empty.ID}, [][]byte{[]byte("not a record"), emptyVal})
@@ -88,7 +91,7 @@ func TestSinkEndToEnd(t *testing.T) {
 		t.Errorf("rejection reasons %q", reasons)
 	}
 
-	rows := readRows(t, dir)
+	rows := shardtest.ReadRows(t, dir)
 	if len(rows) != 1 {
 		t.Fatalf("%d runs, want 1", len(rows))
 	}
@@ -96,7 +99,7 @@ func TestSinkEndToEnd(t *testing.T) {
 		checkRowsExact(t, rs, gens)
 	}
 	var out bytes.Buffer
-	sum, err := Inspect(dir, &out)
+	sum, err := inspect(dir, &out)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
@@ -109,8 +112,8 @@ func TestSinkEndToEnd(t *testing.T) {
 	}
 
 	// Shard names and metadata locate the partition and offsets; run metadata is there.
-	runDirs, _ := RunDirs(dir)
-	m, err := ReadManifest(runDirs[0])
+	runDirs, _ := shard.RunDirs(dir)
+	m, err := shard.ReadManifest(runDirs[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,19 +121,19 @@ func TestSinkEndToEnd(t *testing.T) {
 		t.Fatalf("manifest totals/run wrong: %+v %+v", m.Totals, m.Run)
 	}
 	for _, sh := range m.Shards {
-		si, ok := parseShardName(sh.File)
+		si, ok := shard.ParseName(sh.File)
 		if !ok || si.Partition != sh.Partition || si.FirstOffset != sh.FirstOffset || si.Topic != kc.Topic(topics.TopicGenerated) {
 			t.Fatalf("shard %s does not match its manifest entry %+v", sh.File, sh)
 		}
-		sf, err := openShard(filepath.Join(runDirs[0], sh.File))
+		sf, err := shard.Open(filepath.Join(runDirs[0], sh.File))
 		if err != nil {
 			t.Fatal(err)
 		}
-		var ri RunInfo
-		json.Unmarshal([]byte(sf.meta(MetaRun)), &ri)
+		var ri shard.RunInfo
+		json.Unmarshal([]byte(sf.Meta(shard.MetaRun)), &ri)
 		if ri.Fingerprint != m.Run.Fingerprint || ri.Sampling.Temperature == nil || *ri.Sampling.Temperature != 0.7 ||
-			sf.meta(MetaPartition) != strconv.Itoa(sh.Partition) || sf.meta(MetaLastOffset) != strconv.FormatInt(sh.LastOffset, 10) ||
-			!strings.Contains(sf.meta(MetaSchema), "loss_mask") {
+			sf.Meta(shard.MetaPartition) != strconv.Itoa(sh.Partition) || sf.Meta(shard.MetaLastOffset) != strconv.FormatInt(sh.LastOffset, 10) ||
+			!strings.Contains(sf.Meta(shard.MetaSchema), "loss_mask") {
 			t.Fatalf("shard %s metadata wrong: run %+v", sh.File, ri)
 		}
 		sf.Close()
@@ -141,9 +144,9 @@ func TestSinkEndToEnd(t *testing.T) {
 	for _, g := range gens {
 		byID[g.ID] = g
 	}
-	for _, format := range []string{FormatSpecForge, FormatSpeculators} {
+	for _, format := range []string{offline.FormatSpecForge, offline.FormatSpeculators} {
 		var buf bytes.Buffer
-		rep, err := Export(dir, ExportOptions{Format: format}, &buf)
+		rep, err := offline.Export(context.Background(), dir, offline.ExportOptions{Format: format}, &buf)
 		if err != nil || rep.Kept != 300 || rep.Rows != 300 {
 			t.Fatalf("export %s: %+v, %v", format, rep, err)
 		}
@@ -163,7 +166,7 @@ func TestSinkEndToEnd(t *testing.T) {
 				t.Fatal(err)
 			}
 			id := r.ID
-			if format == FormatSpeculators {
+			if format == offline.FormatSpeculators {
 				id = r.PrimaryID
 				if r.ID != id+"_gen0" || r.Metadata.FinishReason != byID[id].Meta.FinishReason {
 					t.Fatalf("speculators row %s/%s metadata %+v", r.ID, r.PrimaryID, r.Metadata)
@@ -183,7 +186,7 @@ func TestSinkEndToEnd(t *testing.T) {
 			}
 		}
 	}
-	if _, err := Export(dir, ExportOptions{Format: "csv"}, &bytes.Buffer{}); err == nil {
+	if _, err := offline.Export(context.Background(), dir, offline.ExportOptions{Format: "csv"}, &bytes.Buffer{}); err == nil {
 		t.Fatal("unknown export format accepted")
 	}
 }
@@ -239,11 +242,11 @@ func TestSinkRestartDuplicatesAndRewind(t *testing.T) {
 		t.Fatal(err)
 	}
 	all := append(append(mkGens(0, 200, 0.7), second...), sentinels...)
-	for _, rs := range readRows(t, dir) {
+	for _, rs := range shardtest.ReadRows(t, dir) {
 		checkRowsExact(t, rs, all)
 	}
 	checkTokenCounts(t, dir)
-	if _, err := Inspect(dir, nil); err != nil {
+	if _, err := inspect(dir, nil); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -269,11 +272,11 @@ func TestReplayWithNewSamplingGoesToNewRun(t *testing.T) {
 	if err := sr.stop(t); err != nil {
 		t.Fatal(err)
 	}
-	rows := readRows(t, dir)
+	rows := shardtest.ReadRows(t, dir)
 	if len(rows) != 2 {
 		t.Fatalf("%d run directories, want 2", len(rows))
 	}
-	want := map[string][]*topics.Generation{RunOf(a[0]).DirName(): a, RunOf(b[0]).DirName(): b}
+	want := map[string][]*topics.Generation{shard.RunOf(a[0]).DirName(): a, shard.RunOf(b[0]).DirName(): b}
 	for name, rs := range rows {
 		if want[name] == nil {
 			t.Fatalf("unexpected run directory %s", name)
@@ -281,7 +284,7 @@ func TestReplayWithNewSamplingGoesToNewRun(t *testing.T) {
 		checkRowsExact(t, rs, want[name])
 	}
 	checkTokenCounts(t, dir)
-	if _, err := Inspect(dir, nil); err != nil {
+	if _, err := inspect(dir, nil); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -306,9 +309,9 @@ func TestSinkKilledMidRun(t *testing.T) {
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		runs, _ := RunDirs(dir)
+		runs, _ := shard.RunDirs(dir)
 		if len(runs) > 0 {
-			if m, err := ReadManifest(runs[0]); err == nil && len(m.Shards) >= 3 {
+			if m, err := shard.ReadManifest(runs[0]); err == nil && len(m.Shards) >= 3 {
 				break
 			}
 		}
@@ -321,7 +324,7 @@ func TestSinkKilledMidRun(t *testing.T) {
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
 	before := 0
-	for _, rs := range readRows(t, dir) {
+	for _, rs := range shardtest.ReadRows(t, dir) {
 		before += len(rs)
 	}
 	if before >= len(gens) {
@@ -345,11 +348,11 @@ func TestSinkKilledMidRun(t *testing.T) {
 	if err := sr.stop(t); err != nil {
 		t.Fatal(err)
 	}
-	for _, rs := range readRows(t, dir) {
+	for _, rs := range shardtest.ReadRows(t, dir) {
 		checkRowsExact(t, rs, append(gens, sentinels...))
 	}
 	checkTokenCounts(t, dir)
-	if _, err := Inspect(dir, nil); err != nil {
+	if _, err := inspect(dir, nil); err != nil {
 		t.Fatal(err)
 	}
 	assertNoTemps(t, dir)
@@ -391,10 +394,10 @@ func TestSinkKilledKeepsJournaledRows(t *testing.T) {
 	if len(reported) < 150 {
 		t.Fatalf("the child reported %d rows before it ended", len(reported))
 	}
-	if runs, _ := RunDirs(dir); len(runs) != 0 {
+	if runs, _ := shard.RunDirs(dir); len(runs) != 0 {
 		t.Fatalf("the child wrote shards (%v); the test proves nothing", runs)
 	}
-	if n := JournalPending(dir); n < int64(len(reported)) {
+	if n := journal.Pending(dir); n < int64(len(reported)) {
 		t.Errorf("JournalPending counts %d records, want at least the %d reported", n, len(reported))
 	}
 
@@ -423,14 +426,14 @@ func TestSinkKilledKeepsJournaledRows(t *testing.T) {
 	if err := sr.stop(t); err != nil {
 		t.Fatal(err)
 	}
-	for _, rs := range readRows(t, dir) {
+	for _, rs := range shardtest.ReadRows(t, dir) {
 		checkRowsExact(t, rs, gens)
 	}
 	checkTokenCounts(t, dir)
-	if _, err := Inspect(dir, nil); err != nil {
+	if _, err := inspect(dir, nil); err != nil {
 		t.Fatal(err)
 	}
-	if n := JournalPending(dir); n != 0 {
+	if n := journal.Pending(dir); n != 0 {
 		t.Errorf("JournalPending counts %d records after a clean stop", n)
 	}
 }
@@ -490,11 +493,11 @@ func TestNewBrokerSameDir(t *testing.T) {
 	if err := sr.stop(t); err != nil {
 		t.Fatal(err)
 	}
-	for _, rs := range readRows(t, dir) {
+	for _, rs := range shardtest.ReadRows(t, dir) {
 		checkRowsExact(t, rs, second)
 	}
 	checkTokenCounts(t, dir)
-	if _, err := Inspect(dir, nil); err != nil {
+	if _, err := inspect(dir, nil); err != nil {
 		t.Fatal(err)
 	}
 }

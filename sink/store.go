@@ -1,50 +1,25 @@
 package sink
 
 import (
-	"bufio"
 	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/draftflow/draftflow/internal/durable"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 
+	"github.com/draftflow/draftflow/internal/durable"
+	"github.com/draftflow/draftflow/shard"
+	"github.com/draftflow/draftflow/sink/journal"
 	"github.com/draftflow/draftflow/topics"
 )
 
-// CheckpointName is the file, directly in Config.Dir, that holds the recovery point.
-const CheckpointName = "checkpoint.json"
-
-// checkpoint is the recovery point: per topic partition, the next offset not yet in a shard, and the shards of
-// the partition's last flush (rolled forward on start if the crash came before their rename).
-type checkpoint struct {
-	FormatVersion int           `json:"format_version"`
-	Partitions    []cpPartition `json:"partitions"`
-}
-
-type cpPartition struct {
-	// Log is the short topic ID of the topic incarnation the offsets belong to ("" if unknown).
-	Log       string `json:"log,omitempty"`
-	Topic     string `json:"topic"`
-	Partition int    `json:"partition"`
-	Next      int64  `json:"next"`
-	// LastFlush holds the shards of the last flush, as "run-dir/file" relative to Config.Dir.
-	LastFlush []string `json:"last_flush,omitempty"`
-}
-
 type partKey struct {
-	topic     string
-	partition int
-}
-
-// cpKey locates offsets: a partition of one incarnation of a topic.
-type cpKey struct {
-	log       string
 	topic     string
 	partition int
 }
@@ -56,12 +31,12 @@ type rowKey struct {
 
 // runState is one run directory the sink writes.
 type runState struct {
-	info     RunInfo
+	info     shard.RunInfo
 	dir      string
-	manifest Manifest
+	manifest shard.Manifest
 	index    *idIndex            // the keys of the committed shards (IDIndexFile); nil until the run has a directory
 	buffered map[rowKey]struct{} // buffered, not yet durable: bounded by the sink's buffer
-	counts   *countTable         // generated-token counts of the committed shards (TokenCountsFile)
+	counts   *shard.Counts       // generated-token counts of the committed shards (TokenCountsFile)
 }
 
 // written reports whether k is in a committed shard of the run.
@@ -71,7 +46,7 @@ func (rs *runState) written(k rowKey) (bool, winner, error) { return rs.index.ge
 type store struct {
 	dir       string
 	log       *slog.Logger
-	cp        map[cpKey]*cpPartition
+	cp        journal.Checkpoint
 	logs      map[string]string    // physical topic -> short ID of the incarnation being consumed
 	zstd      int                  // zstd level of new shards (0: default)
 	modelPath string               // Config.ModelPath
@@ -94,19 +69,22 @@ func logID(topicID string) string {
 // setLog records which incarnation of topic this run consumes (its topic ID, "" if unknown).
 func (s *store) setLog(topic, topicID string) { s.logs[topic] = logID(topicID) }
 
-func (s *store) key(pk partKey) cpKey { return cpKey{s.logs[pk.topic], pk.topic, pk.partition} }
+func (s *store) key(pk partKey) journal.Key {
+	return journal.Key{Log: s.logs[pk.topic], Topic: pk.topic, Partition: pk.partition}
+}
 
 // openStore recovers dir as the package documentation describes and returns the store.
 func openStore(ctx context.Context, dir string, log *slog.Logger) (*store, error) {
-	s := &store{dir: dir, log: log, cp: map[cpKey]*cpPartition{}, logs: map[string]string{}, runs: map[string]*runState{}}
-	if err := s.readCheckpoint(); err != nil {
+	cp, err := journal.ReadCheckpoint(dir)
+	if err != nil {
 		return nil, err
 	}
+	s := &store{dir: dir, log: log, cp: cp, logs: map[string]string{}, runs: map[string]*runState{}}
 	// Roll forward the last flush of each partition: its checkpoint is written, so it is committed.
 	for _, p := range s.cp {
 		for _, rel := range p.LastFlush {
 			final := filepath.Join(dir, filepath.FromSlash(rel))
-			tmp := filepath.Join(filepath.Dir(final), tmpPrefix+filepath.Base(final))
+			tmp := filepath.Join(filepath.Dir(final), shard.TempPrefix+filepath.Base(final))
 			if _, err := os.Stat(tmp); err == nil {
 				if err := os.Rename(tmp, final); err != nil {
 					return nil, fmt.Errorf("sink: roll forward %s: %w", final, err)
@@ -139,51 +117,13 @@ func openStore(ctx context.Context, dir string, log *slog.Logger) (*store, error
 	return s, nil
 }
 
-func (s *store) readCheckpoint() error {
-	b, err := os.ReadFile(filepath.Join(s.dir, CheckpointName))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	var cp checkpoint
-	if err := json.Unmarshal(b, &cp); err != nil {
-		return fmt.Errorf("sink: %s is unreadable (%w); it is written atomically, so this is outside damage", filepath.Join(s.dir, CheckpointName), err)
-	}
-	if cp.FormatVersion != FormatVersion {
-		return fmt.Errorf("sink: %s has format version %d, this build reads %d", filepath.Join(s.dir, CheckpointName), cp.FormatVersion, FormatVersion)
-	}
-	for i := range cp.Partitions {
-		p := cp.Partitions[i]
-		s.cp[cpKey{p.Log, p.Topic, p.Partition}] = &p
-	}
-	return nil
-}
-
-func (s *store) writeCheckpoint() error {
-	cp := checkpoint{FormatVersion: FormatVersion}
-	for _, p := range s.cp {
-		cp.Partitions = append(cp.Partitions, *p)
-	}
-	sort.Slice(cp.Partitions, func(i, j int) bool {
-		a, b := cp.Partitions[i], cp.Partitions[j]
-		if a.Topic != b.Topic {
-			return a.Topic < b.Topic
-		}
-		if a.Log != b.Log {
-			return a.Log < b.Log
-		}
-		return a.Partition < b.Partition
-	})
-	return writeJSONAtomic(filepath.Join(s.dir, CheckpointName), &cp)
-}
+func (s *store) writeCheckpoint() error { return s.cp.Write(s.dir) }
 
 // removeTemps deletes the uncommitted temporary files among ents (entries of dir).
 func removeTemps(dir string, ents []os.DirEntry, log *slog.Logger) error {
 	n := 0
 	for _, e := range ents {
-		if !e.IsDir() && isTemp(e.Name()) {
+		if !e.IsDir() && shard.IsTemp(e.Name()) {
 			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return err
 			}
@@ -207,18 +147,18 @@ func (s *store) loadRun(ctx context.Context, runDir string) error {
 	if err := removeTemps(runDir, ents, s.log); err != nil {
 		return err
 	}
-	onDisk := map[string]shardInfo{}
+	onDisk := map[string]shard.Origin{}
 	for _, e := range ents {
-		if si, ok := parseShardName(e.Name()); ok && !e.IsDir() {
+		if si, ok := shard.ParseName(e.Name()); ok && !e.IsDir() {
 			onDisk[e.Name()] = si
 		}
 	}
-	m, err := ReadManifest(runDir)
+	m, err := shard.ReadManifest(runDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		if len(onDisk) == 0 {
 			return nil // not a run directory
 		}
-		m = &Manifest{FormatVersion: FormatVersion, Schema: Columns}
+		m = &shard.Manifest{FormatVersion: shard.FormatVersion, Schema: shard.Columns()}
 	} else if err != nil {
 		return fmt.Errorf("sink: %w", err)
 	}
@@ -235,13 +175,13 @@ func (s *store) loadRun(ctx context.Context, runDir string) error {
 		kept = append(kept, sh)
 	}
 	m.Shards = kept
-	names := sortedKeys(onDisk)
+	names := slices.Sorted(maps.Keys(onDisk))
 	for _, name := range names {
 		if listed[name] {
 			continue
 		}
 		// Committed (final name) but not yet in the manifest: the crash came between rename and manifest.
-		sh, info, err := describeShard(filepath.Join(runDir, name), onDisk[name])
+		sh, info, err := describeShard(ctx, filepath.Join(runDir, name), onDisk[name])
 		if err != nil {
 			return fmt.Errorf("sink: recover %s: %w", filepath.Join(runDir, name), err)
 		}
@@ -256,23 +196,23 @@ func (s *store) loadRun(ctx context.Context, runDir string) error {
 		return fmt.Errorf("sink: %s has shards but no run identity", runDir)
 	}
 	if changed {
-		if err := writeManifest(runDir, m); err != nil {
+		if err := shard.WriteManifest(runDir, m); err != nil {
 			return err
 		}
 	}
-	counts, stale, err := loadRunCounts(runDir, m)
+	counts, stale, err := shard.LoadCounts(ctx, runDir, m)
 	if err != nil {
 		return fmt.Errorf("sink: recover token counts: %w", err)
 	}
 	if stale {
-		if err := writeRunCounts(runDir, m, counts); err != nil {
+		if err := shard.WriteCounts(runDir, m, counts); err != nil {
 			return fmt.Errorf("sink: recover token counts: %w", err)
 		}
 		s.log.Info("counted the generated tokens of shards the token counts did not cover", "run", runDir)
 	}
 	for _, sh := range m.Shards {
 		si := onDisk[sh.File]
-		s.advanceKey(cpKey{si.Log, si.Topic, si.Partition}, si.LastOffset+1)
+		s.advanceKey(journal.Key{Log: si.Log, Topic: si.Topic, Partition: si.Partition}, si.LastOffset+1)
 	}
 	if prev, ok := s.runs[m.Run.Fingerprint]; ok {
 		return fmt.Errorf("sink: runs %s and %s have the same fingerprint", prev.dir, runDir)
@@ -287,23 +227,23 @@ func (s *store) loadRun(ctx context.Context, runDir string) error {
 }
 
 // describeShard builds the manifest entry of a committed shard from the file itself.
-func describeShard(path string, si shardInfo) (ManifestShard, RunInfo, error) {
+func describeShard(ctx context.Context, path string, si shard.Origin) (shard.ManifestShard, shard.RunInfo, error) {
 	sum, size, err := durable.FileSHA256(path)
 	if err != nil {
-		return ManifestShard{}, RunInfo{}, err
+		return shard.ManifestShard{}, shard.RunInfo{}, err
 	}
-	sf, err := openShard(path)
+	sf, err := shard.Open(path)
 	if err != nil {
-		return ManifestShard{}, RunInfo{}, err
+		return shard.ManifestShard{}, shard.RunInfo{}, err
 	}
 	defer sf.Close()
-	var info RunInfo
-	if err := json.Unmarshal([]byte(sf.meta(MetaRun)), &info); err != nil {
-		return ManifestShard{}, RunInfo{}, fmt.Errorf("bad %s metadata: %w", MetaRun, err)
+	var info shard.RunInfo
+	if err := json.Unmarshal([]byte(sf.Meta(shard.MetaRun)), &info); err != nil {
+		return shard.ManifestShard{}, shard.RunInfo{}, fmt.Errorf("bad %s metadata: %w", shard.MetaRun, err)
 	}
-	sh := ManifestShard{File: filepath.Base(path), Rows: sf.numRows(), Bytes: size, SHA256: sum,
+	sh := shard.ManifestShard{File: filepath.Base(path), Rows: sf.NumRows(), Bytes: size, SHA256: sum,
 		Topic: si.Topic, Partition: si.Partition, FirstOffset: si.FirstOffset, LastOffset: si.LastOffset, Log: si.Log}
-	err = sf.scan(context.Background(), []int{colPromptLen, colCompletionLen}, func(r *ShardRow) error {
+	err = sf.Scan(ctx, []shard.Col{shard.ColPromptLen, shard.ColCompletionLen}, func(r *shard.Row) error {
 		sh.PromptTokens += int64(r.PromptLen)
 		sh.CompletionTokens += int64(r.CompletionLen)
 		return nil
@@ -323,27 +263,17 @@ func (s *store) close() error {
 }
 
 // next returns the first offset of a partition of the consumed incarnation not yet in a shard (0 if none is).
-func (s *store) next(pk partKey) int64 {
-	if p := s.cp[s.key(pk)]; p != nil {
-		return p.Next
-	}
-	return 0
-}
+func (s *store) next(pk partKey) int64 { return s.cp.Next(s.key(pk)) }
 
 // nextKey is next for a partition of any incarnation.
-func (s *store) nextKey(k cpKey) int64 {
-	if p := s.cp[k]; p != nil {
-		return p.Next
-	}
-	return 0
-}
+func (s *store) nextKey(k journal.Key) int64 { return s.cp.Next(k) }
 
 func (s *store) advance(pk partKey, next int64) { s.advanceKey(s.key(pk), next) }
 
-func (s *store) advanceKey(k cpKey, next int64) {
+func (s *store) advanceKey(k journal.Key, next int64) {
 	p := s.cp[k]
 	if p == nil {
-		p = &cpPartition{Log: k.log, Topic: k.topic, Partition: k.partition}
+		p = &journal.Partition{Log: k.Log, Topic: k.Topic, Partition: k.Partition}
 		s.cp[k] = p
 	}
 	if next > p.Next {
@@ -352,13 +282,13 @@ func (s *store) advanceKey(k cpKey, next int64) {
 }
 
 // run returns the run of a generation's settings, creating its state (not yet its directory) if new.
-func (s *store) run(info RunInfo) *runState {
+func (s *store) run(info shard.RunInfo) *runState {
 	if rs, ok := s.runs[info.Fingerprint]; ok {
 		return rs
 	}
 	rs := &runState{info: info, dir: filepath.Join(s.dir, info.DirName()),
-		manifest: Manifest{FormatVersion: FormatVersion, Run: info, Schema: Columns},
-		buffered: map[rowKey]struct{}{}, counts: &countTable{}}
+		manifest: shard.Manifest{FormatVersion: shard.FormatVersion, Run: info, Schema: shard.Columns()},
+		buffered: map[rowKey]struct{}{}, counts: &shard.Counts{}}
 	s.runs[info.Fingerprint] = rs
 	return rs
 }
@@ -372,16 +302,16 @@ func (s *store) crashed(step string) bool { return s.crashAt != nil && s.crashAt
 // runRows are the rows of one run in a flush.
 type runRows struct {
 	run  *runState
-	rows []*row
+	rows []*shard.WriteRow
 }
 
 // committedShard is a shard a flush made durable.
 type committedShard struct {
 	run    *runState
-	entry  ManifestShard
+	entry  shard.ManifestShard
 	ids    []string // the ids of the rows that ended their conversation (every row but continued turns)
 	keys   []indexEntry
-	counts *countTable // generated-token counts of the shard
+	counts *shard.Counts // generated-token counts of the shard
 }
 
 // commitFlush makes the rows of one partition's offset range [first, last] durable, one shard per run, and
@@ -391,10 +321,9 @@ func (s *store) commitFlush(pk partKey, first, last int64, groups []runRows, row
 }
 
 // commitFlushKey is commitFlush for a partition of any incarnation of its topic (the journal of an earlier one).
-func (s *store) commitFlushKey(k cpKey, first, last int64, groups []runRows, rowGroupRows int) ([]committedShard, error) {
-	pk := partKey{k.topic, k.partition}
-	si := shardInfo{Log: k.log, Topic: pk.topic, Partition: pk.partition, FirstOffset: first, LastOffset: last}
-	name := shardName(si)
+func (s *store) commitFlushKey(k journal.Key, first, last int64, groups []runRows, rowGroupRows int) ([]committedShard, error) {
+	si := shard.Origin{Log: k.Log, Topic: k.Topic, Partition: k.Partition, FirstOffset: first, LastOffset: last}
+	name := si.Name()
 	var out []committedShard
 	var tmps []string
 	cleanup := func() {
@@ -407,52 +336,16 @@ func (s *store) commitFlushKey(k cpKey, first, last int64, groups []runRows, row
 		if len(g.rows) == 0 {
 			continue
 		}
-		if _, err := os.Stat(g.run.dir); errors.Is(err, fs.ErrNotExist) {
-			if err := os.MkdirAll(g.run.dir, 0o755); err != nil {
-				cleanup()
-				return nil, err
-			}
-			if err := durable.SyncDir(s.dir); err != nil {
-				cleanup()
-				return nil, err
-			}
-		}
-		if g.run.index == nil {
-			// A new run: its index starts empty, covering its empty manifest.
-			x, err := openIndex(context.Background(), g.run.dir, &g.run.manifest, s.log)
-			if err != nil {
-				cleanup()
-				return nil, err
-			}
-			g.run.index = x
-		}
-		if _, err := os.Stat(filepath.Join(g.run.dir, name)); err == nil {
-			// Never overwrite: the topic's offsets restarted without a new topic ID (a broker that reports none).
-			cleanup()
-			return nil, fmt.Errorf("sink: shard %s already exists in %s; the topic's offsets were reset on a broker that reports no topic IDs, use a new output directory", name, g.run.dir)
-		}
-		tmp := filepath.Join(g.run.dir, tmpPrefix+name)
-		tmps = append(tmps, tmp)
-		entry, err := writeShardFile(tmp, g.run.info, si, g.rows, rowGroupRows, s.zstd)
+		c, err := s.writeTemp(g, si, rowGroupRows)
 		if err != nil {
 			cleanup()
-			return nil, fmt.Errorf("sink: write %s: %w", tmp, err)
+			return nil, err
 		}
-		entry.File = name
+		tmps = append(tmps, filepath.Join(g.run.dir, shard.TempPrefix+name))
 		if s.crashed("shard-written") {
 			return nil, errCrashed
 		}
-		var ids []string
-		keys := make([]indexEntry, len(g.rows))
-		for i, r := range g.rows {
-			keys[i] = indexEntry{rowKey{r.id, r.turn}, indexValue(r.stopReason, r.reply, si.Log)}
-			if r.stopReason != topics.StopContinued {
-				ids = append(ids, r.id)
-			}
-		}
-		counts := &countTable{}
-		counts.addOutputs(g.rows)
-		out = append(out, committedShard{run: g.run, entry: entry, ids: ids, keys: keys, counts: counts})
+		out = append(out, c)
 		dirs[g.run.dir] = true
 	}
 	for d := range dirs {
@@ -467,7 +360,7 @@ func (s *store) commitFlushKey(k cpKey, first, last int64, groups []runRows, row
 	// Commit point.
 	p := s.cp[k]
 	if p == nil {
-		p = &cpPartition{Log: k.log, Topic: pk.topic, Partition: pk.partition}
+		p = &journal.Partition{Log: k.Log, Topic: k.Topic, Partition: k.Partition}
 		s.cp[k] = p
 	}
 	prev := *p
@@ -477,7 +370,7 @@ func (s *store) commitFlushKey(k cpKey, first, last int64, groups []runRows, row
 		p.LastFlush = append(p.LastFlush, filepath.ToSlash(filepath.Join(filepath.Base(c.run.dir), name)))
 	}
 	if err := s.writeCheckpoint(); err != nil {
-		if errors.Is(err, errRenamedNotSynced) {
+		if errors.Is(err, durable.ErrRenamedNotSynced) {
 			// The new checkpoint may be the one a restart reads: keep the temporary shards it names, so the
 			// roll-forward publishes them (or, if the old checkpoint survived, deletes them as torn). The sink
 			// stops; nothing of this flush is acknowledged.
@@ -491,17 +384,70 @@ func (s *store) commitFlushKey(k cpKey, first, last int64, groups []runRows, row
 	if s.crashed("checkpoint-written") {
 		return nil, errCrashed
 	}
+	if err := s.publish(out, name, dirs); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// writeTemp writes the rows of g as the temporary shard of origin si in the run's directory (creating the
+// directory and the run's id index if new) and returns what committing it will take.
+func (s *store) writeTemp(g runRows, si shard.Origin, rowGroupRows int) (committedShard, error) {
+	name := si.Name()
+	if _, err := os.Stat(g.run.dir); errors.Is(err, fs.ErrNotExist) {
+		if err := os.MkdirAll(g.run.dir, 0o755); err != nil {
+			return committedShard{}, err
+		}
+		if err := durable.SyncDir(s.dir); err != nil {
+			return committedShard{}, err
+		}
+	}
+	if g.run.index == nil {
+		// A new run: its index starts empty, covering its empty manifest.
+		x, err := openIndex(context.Background(), g.run.dir, &g.run.manifest, s.log)
+		if err != nil {
+			return committedShard{}, err
+		}
+		g.run.index = x
+	}
+	if _, err := os.Stat(filepath.Join(g.run.dir, name)); err == nil {
+		// Never overwrite: the topic's offsets restarted without a new topic ID (a broker that reports none).
+		return committedShard{}, fmt.Errorf("sink: shard %s already exists in %s; the topic's offsets were reset on a broker that reports no topic IDs, use a new output directory", name, g.run.dir)
+	}
+	tmp := filepath.Join(g.run.dir, shard.TempPrefix+name)
+	entry, err := shard.WriteFile(tmp, g.run.info, si, g.rows, shard.WriteOptions{RowGroupRows: rowGroupRows, ZstdLevel: s.zstd})
+	if err != nil {
+		os.Remove(tmp)
+		return committedShard{}, fmt.Errorf("sink: write %s: %w", tmp, err)
+	}
+	entry.File = name
+	var ids []string
+	keys := make([]indexEntry, len(g.rows))
+	for i, r := range g.rows {
+		keys[i] = indexEntry{rowKey{r.ID, r.Turn}, indexValue(r.StopReason, r.Reply, si.Log)}
+		if r.StopReason != topics.StopContinued {
+			ids = append(ids, r.ID)
+		}
+	}
+	counts := &shard.Counts{}
+	counts.AddOutputs(g.rows)
+	return committedShard{run: g.run, entry: entry, ids: ids, keys: keys, counts: counts}, nil
+}
+
+// publish makes the committed shards of a flush (temporary name name in the run directories dirs) what readers
+// see: it renames them to their final name, then updates each run's manifest, token counts and id index.
+func (s *store) publish(out []committedShard, name string, dirs map[string]bool) error {
 	for _, c := range out {
-		if err := os.Rename(filepath.Join(c.run.dir, tmpPrefix+name), filepath.Join(c.run.dir, name)); err != nil {
-			return nil, fmt.Errorf("sink: publish shard: %w", err)
+		if err := os.Rename(filepath.Join(c.run.dir, shard.TempPrefix+name), filepath.Join(c.run.dir, name)); err != nil {
+			return fmt.Errorf("sink: publish shard: %w", err)
 		}
 		if s.crashed("shard-renamed") {
-			return nil, errCrashed
+			return errCrashed
 		}
 	}
 	for d := range dirs {
 		if err := durable.SyncDir(d); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	for _, c := range out {
@@ -509,51 +455,25 @@ func (s *store) commitFlushKey(k cpKey, first, last int64, groups []runRows, row
 		if c.run.manifest.ModelPath == "" {
 			c.run.manifest.ModelPath = s.modelPath
 		}
-		if err := writeManifest(c.run.dir, &c.run.manifest); err != nil {
-			return nil, fmt.Errorf("sink: write manifest: %w", err)
+		if err := shard.WriteManifest(c.run.dir, &c.run.manifest); err != nil {
+			return fmt.Errorf("sink: write manifest: %w", err)
 		}
 		if s.crashed("manifest-written") {
-			return nil, errCrashed
+			return errCrashed
 		}
-		c.run.counts.addTable(c.counts)
-		if err := writeRunCounts(c.run.dir, &c.run.manifest, c.run.counts); err != nil {
-			return nil, fmt.Errorf("sink: write token counts: %w", err)
+		c.run.counts.AddCounts(c.counts)
+		if err := shard.WriteCounts(c.run.dir, &c.run.manifest, c.run.counts); err != nil {
+			return fmt.Errorf("sink: write token counts: %w", err)
 		}
 		if s.crashed("counts-written") {
-			return nil, errCrashed
+			return errCrashed
 		}
 		if err := c.run.index.add(c.keys, coverOf(&c.run.manifest, len(c.run.manifest.Shards))); err != nil {
-			return nil, fmt.Errorf("sink: update id index: %w", err)
+			return fmt.Errorf("sink: update id index: %w", err)
 		}
 		if s.crashed("index-written") {
-			return nil, errCrashed
+			return errCrashed
 		}
 	}
-	return out, nil
-}
-
-// writeShardFile writes rows to path, fsyncs it and returns its manifest entry (without File).
-func writeShardFile(path string, run RunInfo, si shardInfo, rows []*row, rowGroupRows, zstdLevel int) (ManifestShard, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return ManifestShard{}, err
-	}
-	bw := bufio.NewWriterSize(f, 1<<20)
-	ch := newCountingHash(bw)
-	st, err := writeShard(ch, rows, shardKV(run, si), rowGroupRows, zstdLevel)
-	if err == nil {
-		err = bw.Flush()
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return ManifestShard{}, err
-	}
-	return ManifestShard{Rows: st.Rows, Tokens: st.Tokens, PromptTokens: st.PromptTokens, CompletionTokens: st.CompletionTokens,
-		Bytes: ch.n, SHA256: ch.sum(), Topic: si.Topic, Partition: si.Partition, FirstOffset: si.FirstOffset, LastOffset: si.LastOffset,
-		Log: si.Log}, nil
+	return nil
 }

@@ -18,8 +18,9 @@ import (
 
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/sglang/sim"
+	"github.com/draftflow/draftflow/shard"
+	"github.com/draftflow/draftflow/shard/features"
 	"github.com/draftflow/draftflow/sink"
-	"github.com/draftflow/draftflow/sink/features"
 	capturestage "github.com/draftflow/draftflow/stages/capture"
 	"github.com/draftflow/draftflow/stages/tokenize"
 	"github.com/draftflow/draftflow/topics"
@@ -116,10 +117,10 @@ func modelHidden(dir string) int {
 
 // pendingTokens counts the tokens of the shards under dir that have no feature file yet.
 func pendingTokens(dir string) int64 {
-	runs, _ := sink.RunDirs(dir)
+	runs, _ := shard.RunDirs(dir)
 	var n int64
 	for _, rd := range runs {
-		m, err := sink.ReadManifest(rd)
+		m, err := shard.ReadManifest(rd)
 		if err != nil {
 			continue
 		}
@@ -134,7 +135,7 @@ func pendingTokens(dir string) int64 {
 
 // measuredRatio is the compressed/raw ratio of the feature files already under dir, 0 when there are none.
 func measuredRatio(dir string) (float64, int) {
-	runs, _ := sink.RunDirs(dir)
+	runs, _ := shard.RunDirs(dir)
 	var raw, stored float64
 	for _, rd := range runs {
 		m, err := features.ReadManifest(rd)
@@ -292,9 +293,9 @@ func (rc *runCapture) finish(ctx context.Context, kc kafka.Config, dir string, b
 		return err
 	}
 	want := map[string]bool{}
-	runs, _ := sink.RunDirs(dir)
+	runs, _ := shard.RunDirs(dir)
 	for _, rd := range runs {
-		m, err := sink.ReadManifest(rd)
+		m, err := shard.ReadManifest(rd)
 		if err != nil {
 			return err
 		}

@@ -19,9 +19,11 @@ import (
 	"github.com/draftflow/draftflow/internal/durable"
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/kafka/kafkatest"
+	"github.com/draftflow/draftflow/offline"
 	"github.com/draftflow/draftflow/sglang/sim"
+	"github.com/draftflow/draftflow/shard"
+	"github.com/draftflow/draftflow/shard/features"
 	"github.com/draftflow/draftflow/sink"
-	"github.com/draftflow/draftflow/sink/features"
 	capturestage "github.com/draftflow/draftflow/stages/capture"
 	"github.com/draftflow/draftflow/stages/ingest"
 	"github.com/draftflow/draftflow/topics"
@@ -73,14 +75,14 @@ func captureSims(t *testing.T, finalCtx int, onRequest func(n int64)) (aux, fina
 // (sim.HiddenValue of its token and position in each layer: bf16-exact), and returns the missing rows.
 func checkFeatures(t *testing.T, out string) []features.MissingRow {
 	t.Helper()
-	runs, err := sink.RunDirs(out)
+	runs, err := shard.RunDirs(out)
 	if err != nil || len(runs) == 0 {
 		t.Fatalf("runs under %s: %v %v", out, runs, err)
 	}
 	var missing []features.MissingRow
 	shards := 0
 	for _, rd := range runs {
-		m, err := sink.ReadManifest(rd)
+		m, err := shard.ReadManifest(rd)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -106,7 +108,7 @@ func checkFeatures(t *testing.T, out string) []features.MissingRow {
 			path := filepath.Join(rd, sh.File)
 			var refs []features.RowRef
 			var ids [][]int32
-			if err := sink.ScanShard(context.Background(), path, func(r *sink.ShardRow) error {
+			if err := shard.ScanFile(context.Background(), path, nil, func(r *shard.Row) error {
 				refs = append(refs, features.RowRef{ID: r.ID, Turn: int(r.Turn), Tokens: len(r.InputIDs)})
 				ids = append(ids, append([]int32(nil), r.InputIDs...))
 				return nil
@@ -165,9 +167,9 @@ func runCaptureUntil(t *testing.T, kc kafka.Config, out, aux, final string, stop
 		t.Fatal(err)
 	}
 	want := map[string]bool{}
-	runs, _ := sink.RunDirs(out)
+	runs, _ := shard.RunDirs(out)
 	for _, rd := range runs {
-		m, _ := sink.ReadManifest(rd)
+		m, _ := shard.ReadManifest(rd)
 		for _, sh := range m.Shards {
 			want[filepath.Join(rd, sh.File)] = true
 		}
@@ -225,7 +227,7 @@ func TestPipelineCaptureExactlyOnce(t *testing.T) {
 	if missing := checkFeatures(t, out); len(missing) != 0 {
 		t.Fatalf("rows without features: %+v", missing)
 	}
-	if _, err := sink.Inspect(out, os.Stderr); err != nil {
+	if _, err := offline.Inspect(context.Background(), out, os.Stderr); err != nil {
 		t.Fatal(err)
 	}
 
@@ -236,9 +238,9 @@ func TestPipelineCaptureExactlyOnce(t *testing.T) {
 	}
 	before := map[string]fileState{}
 	var featPaths []string
-	runs, _ := sink.RunDirs(out)
+	runs, _ := shard.RunDirs(out)
 	for _, rd := range runs {
-		m, _ := sink.ReadManifest(rd)
+		m, _ := shard.ReadManifest(rd)
 		for _, sh := range m.Shards {
 			for _, p := range []string{filepath.Join(rd, sh.File), features.PathFor(filepath.Join(rd, sh.File))} {
 				st, err := os.Stat(p)
@@ -313,7 +315,7 @@ func TestPipelineCaptureExactlyOnce(t *testing.T) {
 			f.Close()
 		}
 	}
-	if _, err := sink.Inspect(out, os.Stderr); err != nil {
+	if _, err := offline.Inspect(context.Background(), out, os.Stderr); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -335,7 +337,7 @@ func TestCaptureRejectsRowsOverContext(t *testing.T) {
 		t.Fatal(err)
 	}
 	var lens []int
-	if err := sink.ScanRows(out, func(r *sink.ShardRow) error {
+	if err := shard.ScanRows(context.Background(), out, func(r *shard.Row) error {
 		lens = append(lens, int(r.PromptLen+r.CompletionLen))
 		return nil
 	}); err != nil {
@@ -375,7 +377,7 @@ func TestCaptureRejectsRowsOverContext(t *testing.T) {
 		}
 	}
 	var report strings.Builder
-	sum, err := sink.Inspect(out, &report)
+	sum, err := offline.Inspect(context.Background(), out, &report)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -471,7 +473,7 @@ func TestCaptureShardAnnouncedTwice(t *testing.T) {
 	if missing := checkFeatures(t, out); len(missing) != 0 {
 		t.Fatalf("rows without features: %+v", missing)
 	}
-	if _, err := sink.Inspect(out, os.Stderr); err != nil {
+	if _, err := offline.Inspect(context.Background(), out, os.Stderr); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -19,7 +20,8 @@ import (
 
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/kafka/kafkatest"
-	"github.com/draftflow/draftflow/sink"
+	"github.com/draftflow/draftflow/offline"
+	"github.com/draftflow/draftflow/shard"
 	"github.com/draftflow/draftflow/stages/tokenize/tokenizer/bundled"
 	"github.com/draftflow/draftflow/topics"
 )
@@ -131,7 +133,7 @@ func (p *proc) stop() error {
 // every valid conversation is in the shards, every turn (id, turn) exactly once and each conversation whole
 // (turns 0..n, each continued but the last); every malformed line is on the rejected topic with its file,
 // line and reason and nothing valid is; no shard is partial; the manifests match the shards and the token
-// counts match the rows (sink.Inspect). It needs a broker it may restart: DRAFTFLOW_CHAOS_KAFKA_DIR names
+// counts match the rows (offline.Inspect). It needs a broker it may restart: DRAFTFLOW_CHAOS_KAFKA_DIR names
 // the state dir of a deploy/kafka/kafka.sh broker (`make chaos` starts one); DRAFTFLOW_CHAOS_SEED replays a
 // run, DRAFTFLOW_CHAOS_ROUNDS sets how many times each stage is killed (default 2).
 func TestChaosSeparateStages(t *testing.T) {
@@ -296,7 +298,7 @@ func TestChaosSeparateStages(t *testing.T) {
 	}
 
 	// No partial shard, manifests and token counts match the rows.
-	if _, err := sink.Inspect(out, &bytes.Buffer{}); err != nil {
+	if _, err := offline.Inspect(context.Background(), out, &bytes.Buffer{}); err != nil {
 		t.Fatalf("inspect: %v", err)
 	}
 	// Every (id, turn) once, every conversation whole, exactly the valid ids.
@@ -344,7 +346,7 @@ func TestChaosSeparateStages(t *testing.T) {
 // endedConversations counts the conversations whose last turn in the shards under out ended it (0 while the
 // shards cannot be read).
 func endedConversations(out string) int {
-	runs, err := sink.RunDirs(out)
+	runs, err := shard.RunDirs(out)
 	if err != nil || len(runs) == 0 {
 		return 0
 	}
@@ -352,7 +354,7 @@ func endedConversations(out string) int {
 		turn int32
 		stop string
 	}{}
-	err = sink.ScanRows(out, func(r *sink.ShardRow) error {
+	err = shard.ScanRows(context.Background(), out, func(r *shard.Row) error {
 		if l, ok := last[r.ID]; !ok || r.Turn > l.turn {
 			last[r.ID] = struct {
 				turn int32

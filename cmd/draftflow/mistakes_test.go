@@ -12,8 +12,9 @@ import (
 	"time"
 
 	"github.com/draftflow/draftflow/kafka/kafkatest"
+	"github.com/draftflow/draftflow/offline"
 	"github.com/draftflow/draftflow/sglang"
-	"github.com/draftflow/draftflow/sink"
+	"github.com/draftflow/draftflow/shard"
 	"github.com/draftflow/draftflow/stages/tokenize/tokenizer/bundled"
 )
 
@@ -97,7 +98,7 @@ func TestVocabFindsTheRunsModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct{ name, model, want string }{
-		{"bundled", "", sink.BundledModelPath},
+		{"bundled", "", shard.BundledModelPath},
 		{"dir", modelDir, modelDir},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -118,11 +119,11 @@ func TestVocabFindsTheRunsModel(t *testing.T) {
 			if _, err := runPipeline(context.Background(), rc); err != nil {
 				t.Fatal(err)
 			}
-			runs, err := sink.RunDirs(rc.Sink.Dir)
+			runs, err := shard.RunDirs(rc.Sink.Dir)
 			if err != nil || len(runs) != 1 {
 				t.Fatalf("runs %v %v", runs, err)
 			}
-			m, err := sink.ReadManifest(runs[0])
+			m, err := shard.ReadManifest(runs[0])
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -133,7 +134,7 @@ func TestVocabFindsTheRunsModel(t *testing.T) {
 			if err := cmdVocab(context.Background(), []string{rc.Sink.Dir, "--draft-vocab-size", "16"}); err != nil {
 				t.Fatalf("vocab without --model: %v", err)
 			}
-			if _, err := os.Stat(filepath.Join(runs[0], sink.VocabInfoName)); err != nil {
+			if _, err := os.Stat(filepath.Join(runs[0], offline.VocabInfoName)); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -147,8 +148,8 @@ func TestVocabFindsTheRunsModel(t *testing.T) {
 	if _, err := runPipeline(context.Background(), rc); err != nil {
 		t.Fatal(err)
 	}
-	runs, _ := sink.RunDirs(rc.Sink.Dir)
-	mpath := filepath.Join(runs[0], sink.ManifestName)
+	runs, _ := shard.RunDirs(rc.Sink.Dir)
+	mpath := filepath.Join(runs[0], shard.ManifestName)
 	b, _ := os.ReadFile(mpath)
 	var raw map[string]any
 	json.Unmarshal(b, &raw)

@@ -16,6 +16,7 @@ import (
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/kafka/kafkatest"
 	"github.com/draftflow/draftflow/sglang/sim"
+	"github.com/draftflow/draftflow/shard"
 	"github.com/draftflow/draftflow/sink"
 	"github.com/draftflow/draftflow/stages/generate"
 	"github.com/draftflow/draftflow/stages/tokenize"
@@ -67,7 +68,7 @@ func replayCLI(t *testing.T, kc kafka.Config, args ...string) error {
 
 // runStages runs the given stages (tokenize and/or generate, always sink into out) on kc until the sink made
 // every id of want durable, and returns the manifests of out's runs.
-func runStages(t *testing.T, kc kafka.Config, tk *tokenize.Config, gen generate.Config, out string, want map[string]bool) []sink.Manifest {
+func runStages(t *testing.T, kc kafka.Config, tk *tokenize.Config, gen generate.Config, out string, want map[string]bool) []shard.Manifest {
 	t.Helper()
 	log := slog.Default()
 	model, cleanup, err := loadModelOrBundled("")
@@ -145,16 +146,16 @@ func runStages(t *testing.T, kc kafka.Config, tk *tokenize.Config, gen generate.
 	return manifests(t, out)
 }
 
-func manifests(t *testing.T, out string) []sink.Manifest {
+func manifests(t *testing.T, out string) []shard.Manifest {
 	t.Helper()
 	paths, _ := filepath.Glob(filepath.Join(out, "*", "manifest.json"))
-	var ms []sink.Manifest
+	var ms []shard.Manifest
 	for _, p := range paths {
 		b, err := os.ReadFile(p)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var m sink.Manifest
+		var m shard.Manifest
 		if err := json.Unmarshal(b, &m); err != nil {
 			t.Fatal(err)
 		}
@@ -274,7 +275,7 @@ func TestStageReplayRetokenize(t *testing.T) {
 }
 
 // runStagesIn runs tokenize (reading kc.InputNamespace), generate and sink in kc.Namespace.
-func runStagesIn(t *testing.T, kc kafka.Config, tk *tokenize.Config, gen generate.Config, out string, want map[string]bool) []sink.Manifest {
+func runStagesIn(t *testing.T, kc kafka.Config, tk *tokenize.Config, gen generate.Config, out string, want map[string]bool) []shard.Manifest {
 	t.Helper()
 	tkc := *tk
 	tkc.Kafka = kc

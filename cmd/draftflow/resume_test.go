@@ -22,6 +22,7 @@ import (
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/kafka/kafkatest"
 	"github.com/draftflow/draftflow/sglang/sim"
+	"github.com/draftflow/draftflow/shard"
 	"github.com/draftflow/draftflow/sink"
 	"github.com/draftflow/draftflow/stages/generate"
 	"github.com/draftflow/draftflow/stages/ingest"
@@ -88,13 +89,13 @@ func writeThreeTurnChats(t *testing.T, n int) string {
 // shardRows counts the rows the manifests of out list (what a reader sees; committed flushes only).
 func shardRows(t *testing.T, out string) int64 {
 	t.Helper()
-	dirs, err := sink.RunDirs(out)
+	dirs, err := shard.RunDirs(out)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var n int64
 	for _, d := range dirs {
-		m, err := sink.ReadManifest(d)
+		m, err := shard.ReadManifest(d)
 		if err != nil {
 			t.Fatal(err)
 		}

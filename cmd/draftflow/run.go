@@ -25,7 +25,9 @@ import (
 
 	"github.com/draftflow/draftflow/internal/idset"
 	"github.com/draftflow/draftflow/internal/progress"
+	"github.com/draftflow/draftflow/offline"
 	"github.com/draftflow/draftflow/sglang/sim"
+	"github.com/draftflow/draftflow/shard"
 	"github.com/draftflow/draftflow/sink"
 	capturestage "github.com/draftflow/draftflow/stages/capture"
 	"github.com/draftflow/draftflow/stages/generate"
@@ -46,7 +48,7 @@ type runConfig struct {
 	Capture runCapture
 	// Timeout bounds the whole run (0: none).
 	Timeout time.Duration
-	// MergeTurns, when set, is where the run's conversations are also written merged (sink.MergeTurns).
+	// MergeTurns, when set, is where the run's conversations are also written merged (offline.MergeTurns).
 	MergeTurns string
 	// Progress receives a progress bar (nil: none).
 	Progress io.Writer
@@ -136,7 +138,7 @@ func cmdRun(ctx context.Context, args []string) error {
 		return err
 	}
 	if rc.MergeTurns != "" {
-		dirs, err := sink.RunDirs(rc.Sink.Dir)
+		dirs, err := shard.RunDirs(rc.Sink.Dir)
 		if err != nil {
 			return err
 		}
@@ -144,7 +146,8 @@ func cmdRun(ctx context.Context, args []string) error {
 		for _, d := range dirs {
 			names = append(names, filepath.Base(d))
 		}
-		sum, err := sink.MergeTurns(rc.Sink.Dir, rc.MergeTurns, sink.MergeOptions{Runs: names})
+		// After a first signal the run stopped gracefully and its shards are merged still; a second signal exits.
+		sum, err := offline.MergeTurns(context.WithoutCancel(ctx), rc.Sink.Dir, rc.MergeTurns, offline.MergeOptions{Runs: names})
 		if err != nil {
 			return err
 		}
@@ -570,7 +573,7 @@ func (p *pipeline) sinkConfig(rc runConfig, onSeeded func()) sink.Config {
 	sk := rc.Sink
 	sk.Kafka, sk.Logger = p.kc, p.log
 	if sk.ModelPath == "" { // where vocab finds the model later
-		sk.ModelPath = sink.BundledModelPath
+		sk.ModelPath = shard.BundledModelPath
 		if rc.Tokenize.ModelDir != "" {
 			sk.ModelPath, _ = filepath.Abs(rc.Tokenize.ModelDir)
 		} else if rc.Tokenize.Model != nil {
@@ -647,9 +650,9 @@ func (p *pipeline) result(dir string, ires ingest.Result, elapsed time.Duration,
 	if res.RejectedFile, res.Examples, rerr = p.rejs.close(); rerr != nil && runErr == nil {
 		runErr = rerr
 	}
-	if runs, _ := sink.RunDirs(dir); len(runs) == 0 && res.Written == 0 {
+	if runs, _ := shard.RunDirs(dir); len(runs) == 0 && res.Written == 0 {
 		// Nothing was written, now or before: no shards to inspect.
-	} else if sum, err := sink.Inspect(dir, io.Discard); err == nil {
+	} else if sum, err := offline.Inspect(context.Background(), dir, io.Discard); err == nil { // also after an interrupted run
 		res.Tokens, res.Shards, res.Rows = sum.Tokens, sum.Shards, sum.Rows
 		res.FeatureFiles, res.FeatureRows, res.FeatureMissing = sum.FeatureFiles, sum.FeatureRows, sum.FeatureRowsMissing
 	} else if runErr == nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/draftflow/draftflow/kafka"
+	"github.com/draftflow/draftflow/offline"
 
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
@@ -19,7 +20,6 @@ import (
 	"github.com/apache/arrow/go/v17/parquet/pqarrow"
 
 	"github.com/draftflow/draftflow/kafka/kafkatest"
-	"github.com/draftflow/draftflow/sink"
 	"github.com/draftflow/draftflow/stages/ingest"
 	"github.com/draftflow/draftflow/topics"
 )
@@ -246,7 +246,7 @@ func TestPipelineEndToEndSample(t *testing.T) {
 	}
 
 	// inspect agrees, and a second run on the same output adds nothing.
-	sum, err := sink.Inspect(out, os.Stderr)
+	sum, err := offline.Inspect(context.Background(), out, os.Stderr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/draftflow/draftflow/kafka/kafkatest"
 	"github.com/draftflow/draftflow/metrics"
-	"github.com/draftflow/draftflow/sink"
+	"github.com/draftflow/draftflow/shard"
 	"github.com/draftflow/draftflow/stages/generate"
 	"github.com/draftflow/draftflow/status"
 	"github.com/draftflow/draftflow/topics"
@@ -245,12 +245,12 @@ func TestStatusCapture(t *testing.T) {
 		t.Fatal(err)
 	}
 	var shards, tokens int64
-	runs, err := sink.RunDirs(out)
+	runs, err := shard.RunDirs(out)
 	if err != nil || len(runs) == 0 {
 		t.Fatalf("runs under %s: %v %v", out, runs, err)
 	}
 	for _, rd := range runs {
-		m, err := sink.ReadManifest(rd)
+		m, err := shard.ReadManifest(rd)
 		if err != nil {
 			t.Fatal(err)
 		}

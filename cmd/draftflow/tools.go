@@ -15,7 +15,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/draftflow/draftflow/sink"
+	"github.com/draftflow/draftflow/offline"
+	"github.com/draftflow/draftflow/shard"
 	"github.com/draftflow/draftflow/stages/ingest"
 	"github.com/draftflow/draftflow/stages/tokenize"
 	"github.com/draftflow/draftflow/stages/tokenize/tokenizer/bundled"
@@ -160,7 +161,7 @@ func cmdInspect(ctx context.Context, args []string) error {
 	if fs.NArg() != 1 {
 		return errors.New("usage: draftflow inspect DIR")
 	}
-	_, err := sink.Inspect(fs.Arg(0), os.Stdout)
+	_, err := offline.Inspect(ctx, fs.Arg(0), os.Stdout)
 	return err
 }
 
@@ -181,10 +182,10 @@ func parseAnywhere(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 // limitFlags registers the length options export and vocab share.
-func limitFlags(fs *flag.FlagSet) *sink.Limits {
-	l := &sink.Limits{}
+func limitFlags(fs *flag.FlagSet) *offline.Limits {
+	l := &offline.Limits{}
 	fs.IntVar(&l.MaxLength, "max-length", 0, "most tokens per row, as the trainer's max length (0: no limit)")
-	fs.StringVar(&l.Overlong, "overlong", sink.OverlongTruncate, "a row longer than --max-length: truncate (as the trainers do) or drop")
+	fs.StringVar(&l.Overlong, "overlong", offline.OverlongTruncate, "a row longer than --max-length: truncate (as the trainers do) or drop")
 	fs.IntVar(&l.MinLossTokens, "min-loss-tokens", 1, "leave out rows with fewer generated tokens (counted after truncation)")
 	return l
 }
@@ -200,7 +201,7 @@ func cmdMergeTurns(ctx context.Context, args []string) error {
 	if len(pos) != 2 {
 		return errors.New("usage: draftflow merge-turns [--run NAME] DIR OUT_DIR")
 	}
-	sum, err := sink.MergeTurns(pos[0], pos[1], sink.MergeOptions{Runs: runs})
+	sum, err := offline.MergeTurns(ctx, pos[0], pos[1], offline.MergeOptions{Runs: runs})
 	if err != nil {
 		return err
 	}
@@ -208,15 +209,15 @@ func cmdMergeTurns(ctx context.Context, args []string) error {
 	return nil
 }
 
-// printMergeSummary says what MergeTurns did.
-func printMergeSummary(w io.Writer, sum sink.MergeSummary, out string) {
+// printMergeSummary says what offline.MergeTurns did.
+func printMergeSummary(w io.Writer, sum offline.MergeSummary, out string) {
 	fmt.Fprintf(w, "%d conversations: %d merged into one row each, %d kept as turn rows", sum.Conversations, sum.Merged, sum.Conversations-sum.Merged)
 	if len(sum.Separate) > 0 {
 		var parts []string
 		for _, class := range slices.Sorted(maps.Keys(sum.Separate)) {
 			parts = append(parts, fmt.Sprintf("%d %s", sum.Separate[class], class))
 		}
-		fmt.Fprintf(w, " (%s; reasons in %s)", strings.Join(parts, ", "), sink.MergeReportFile)
+		fmt.Fprintf(w, " (%s; reasons in %s)", strings.Join(parts, ", "), offline.MergeReportFile)
 	}
 	fmt.Fprintf(w, "; written to %s\n", out)
 }
@@ -241,7 +242,7 @@ func cmdExport(ctx context.Context, args []string) error {
 	}
 	defer os.Remove(tmp.Name())
 	bw := bufio.NewWriterSize(tmp, 1<<20)
-	rep, err := sink.Export(pos[0], sink.ExportOptions{Format: *format, Runs: runs, Limits: *limits}, bw)
+	rep, err := offline.Export(ctx, pos[0], offline.ExportOptions{Format: *format, Runs: runs, Limits: *limits}, bw)
 	if err == nil {
 		err = bw.Flush()
 	}
@@ -263,9 +264,9 @@ func cmdExport(ctx context.Context, args []string) error {
 // runModelDir finds the model directory a run was made with, from its manifest: the bundled sample model
 // (written to a temporary directory that cleanup removes), the path `run --model DIR` recorded, else the
 // model name itself, for a run whose writer recorded no path (a directory name given to tokenize).
-func runModelDir(m *sink.Manifest) (dir string, cleanup func(), err error) {
+func runModelDir(m *shard.Manifest) (dir string, cleanup func(), err error) {
 	switch {
-	case m.ModelPath == sink.BundledModelPath:
+	case m.ModelPath == shard.BundledModelPath:
 		return bundledFor(m, true)
 	case m.ModelPath != "":
 		return m.ModelPath, func() {}, nil
@@ -277,7 +278,7 @@ func runModelDir(m *sink.Manifest) (dir string, cleanup func(), err error) {
 }
 
 // bundledFor writes the bundled model for a run that names it; unless sure, its tokenizer hash must match.
-func bundledFor(m *sink.Manifest, sure bool) (string, func(), error) {
+func bundledFor(m *shard.Manifest, sure bool) (string, func(), error) {
 	bm, cleanup, err := loadModelOrBundled("")
 	if err != nil {
 		return "", cleanup, err
@@ -304,7 +305,7 @@ func cmdVocab(ctx context.Context, args []string) error {
 	if len(pos) != 1 || *draft <= 0 {
 		return errors.New("usage: draftflow vocab DIR [--run NAME] --draft-vocab-size N [--model DIR | --target-vocab-size N] [--out DIR2] [--max-length N [--overlong truncate|drop]] [--min-loss-tokens N]")
 	}
-	dirs, err := sink.SelectRuns(pos[0], runs)
+	dirs, err := shard.SelectRuns(pos[0], runs)
 	if err != nil {
 		return err
 	}
@@ -321,7 +322,7 @@ func cmdVocab(ctx context.Context, args []string) error {
 	if tsize == 0 {
 		md := *modelDir
 		if md == "" {
-			m, err := sink.ReadManifest(dirs[0])
+			m, err := shard.ReadManifest(dirs[0])
 			if err != nil {
 				return err
 			}
@@ -332,11 +333,11 @@ func cmdVocab(ctx context.Context, args []string) error {
 				return err
 			}
 		}
-		if tsize, err = sink.TargetVocabSize(md); err != nil {
+		if tsize, err = offline.TargetVocabSize(md); err != nil {
 			return fmt.Errorf("target vocabulary size: %w (pass --model DIR or --target-vocab-size N)", err)
 		}
 	}
-	v, err := sink.Vocab(pos[0], sink.VocabOptions{Runs: runs, DraftVocabSize: *draft, TargetVocabSize: tsize, Limits: *limits})
+	v, err := offline.Vocab(ctx, pos[0], offline.VocabOptions{Runs: runs, DraftVocabSize: *draft, TargetVocabSize: tsize, Limits: *limits})
 	if err != nil {
 		return err
 	}
@@ -352,7 +353,7 @@ func cmdVocab(ctx context.Context, args []string) error {
 	}
 	fmt.Fprintf(os.Stderr, "%d generated tokens (%s counts), %d distinct ids; the top %d cover %.2f%%\n", v.Info.GeneratedTokens,
 		v.Info.Source, v.Info.DistinctTokens, *draft, 100*cover)
-	fmt.Fprintf(os.Stderr, "wrote %s, %s (target vocabulary %d), %s and %s to %s\n", sink.D2TName, sink.T2DName, tsize,
-		sink.TokenCountsName, sink.VocabInfoName, *outDir)
+	fmt.Fprintf(os.Stderr, "wrote %s, %s (target vocabulary %d), %s and %s to %s\n", offline.D2TName, offline.T2DName, tsize,
+		offline.TokenCountsName, offline.VocabInfoName, *outDir)
 	return nil
 }

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/draftflow/draftflow/kafka"
+	"github.com/draftflow/draftflow/offline"
+	"github.com/draftflow/draftflow/shard"
 
 	"github.com/draftflow/draftflow/kafka/kafkatest"
 	"github.com/draftflow/draftflow/sink"
@@ -136,7 +138,7 @@ func TestEncodeContextLength(t *testing.T) {
 func TestVocabAndExportCommands(t *testing.T) {
 	dir := t.TempDir()
 	writeSampleRun(t, dir)
-	runs, err := sink.RunDirs(dir)
+	runs, err := shard.RunDirs(dir)
 	if err != nil || len(runs) != 1 {
 		t.Fatalf("runs %v %v", runs, err)
 	}
@@ -149,18 +151,18 @@ func TestVocabAndExportCommands(t *testing.T) {
 	if err := cmdVocab(context.Background(), []string{dir, "--draft-vocab-size", "8", "--model", model}); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{sink.D2TName, sink.T2DName, sink.TokenCountsName, sink.VocabInfoName} {
+	for _, f := range []string{offline.D2TName, offline.T2DName, offline.TokenCountsName, offline.VocabInfoName} {
 		if _, err := os.Stat(filepath.Join(runs[0], f)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	var info sink.VocabInfo
-	b, _ := os.ReadFile(filepath.Join(runs[0], sink.VocabInfoName))
+	var info offline.VocabInfo
+	b, _ := os.ReadFile(filepath.Join(runs[0], offline.VocabInfoName))
 	if err := json.Unmarshal(b, &info); err != nil || info.TargetVocabSize != 1000 || info.DraftVocabSize != 8 || info.Source != "sink" {
 		t.Fatalf("vocab.json %+v %v", info, err)
 	}
 	// vocab.json and the maps are not shards: the run still inspects clean.
-	if _, err := sink.Inspect(dir, nil); err != nil {
+	if _, err := offline.Inspect(context.Background(), dir, nil); err != nil {
 		t.Fatal(err)
 	}
 	out := filepath.Join(t.TempDir(), "rows.jsonl")

@@ -20,7 +20,7 @@ import (
 
 	"github.com/draftflow/draftflow/secret"
 	"github.com/draftflow/draftflow/sglang"
-	"github.com/draftflow/draftflow/sink/features"
+	"github.com/draftflow/draftflow/shard/features"
 )
 
 // featureLayers is the model of TestFeaturesMatchTransformers: 8 layers, where SGLang's default EAGLE-3

@@ -31,7 +31,7 @@ import (
 	"github.com/apache/arrow/go/v17/parquet/pqarrow"
 
 	"github.com/draftflow/draftflow/internal/testassets"
-	"github.com/draftflow/draftflow/sink"
+	"github.com/draftflow/draftflow/shard"
 )
 
 // envLive turns the tier on; make test-sglang sets it.
@@ -506,7 +506,7 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 
 // shardRow is one row of the shards, every column, as the sink defines it (read back here with a Parquet
 // reader of the test's own, not the sink's).
-type shardRow = sink.ShardRow
+type shardRow = shard.Row
 
 // readRows reads every row of every shard under the output directory, failing on an (id, turn) written twice.
 func readRows(t *testing.T, out string) map[string]map[int]shardRow {
@@ -624,7 +624,7 @@ func python(t *testing.T, interp, script string, req, resp any) {
 // countRows counts the conversations in the output directory's committed shards so far (0 before the first).
 func countRows(out string) int {
 	ids := map[string]bool{}
-	if err := sink.ScanRows(out, func(r *sink.ShardRow) error {
+	if err := shard.ScanRows(context.Background(), out, func(r *shard.Row) error {
 		ids[r.ID] = true
 		return nil
 	}); err != nil {

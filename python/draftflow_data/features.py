@@ -1,5 +1,5 @@
 """Read draftflow feature files: the target model's EAGLE-3 hidden states of each row (Go writer:
-sink/features; format: docs/hidden-states.md).
+shard/features; format: docs/hidden-states.md).
 
 A file holds the rows of one shard, each a bf16 array [tokens, width], width = len(layers) x hidden, layers
 in the order ``FeatureFile.layers`` names them ("aux:N": the input of decoder layer N, transformers'

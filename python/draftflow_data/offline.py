@@ -28,7 +28,7 @@ Outputs:
   vector has RMS 1, so ``RMSNorm_w(final / w) = final`` up to the norm's epsilon, and speculators' teacher
   logits equal the target's.
 
-``--features`` may also be draftflow's own feature files (``sink/features``, read with
+``--features`` may also be draftflow's own feature files (``shard/features``, read with
 ``draftflow_data.features.FeatureFile``): a ``.dff`` file or a directory of them (a ``draftflow run`` run
 directory, the same as ``--rows``), the same four planes per row as bf16 [T, 4 x H] (layers three ``aux:N`` then
 ``final``), keyed by (row id, turn) as the shards are.
@@ -106,7 +106,7 @@ def read_index(features: str) -> Dict[Tuple[str, int], str]:
 
 
 def read_feature_files(features: str) -> Dict[Tuple[str, int], Tuple[Any, int]]:
-    """draftflow's own feature files (``sink/features``; one ``.dff`` file, or a directory of them, such as a run
+    """draftflow's own feature files (``shard/features``; one ``.dff`` file, or a directory of them, such as a run
     directory) as {(row id, turn): (FeatureFile, row index in it)}. Their planes must be three ``aux:`` layers
     then ``final``. Rows a capture server refused (a file's ``missing``) have no entry."""
     from .features import FeatureFile

@@ -1,4 +1,4 @@
-"""draftflow feature files (written by the real Go writer, sink/features) read by draftflow_data.features."""
+"""draftflow feature files (written by the real Go writer, shard/features) read by draftflow_data.features."""
 
 import json
 import os
@@ -22,7 +22,7 @@ def sample(tmp_path_factory):
     if shutil.which("go") is None:
         _require_or_skip("go is not on PATH; cannot write sample feature files")
     out = tmp_path_factory.mktemp("features")
-    subprocess.run(["go", "run", "./sink/features/internal/mkfeatures", "-out", str(out)], cwd=REPO, check=True, timeout=600)
+    subprocess.run(["go", "run", "./shard/features/internal/mkfeatures", "-out", str(out)], cwd=REPO, check=True, timeout=600)
     with open(out / "expected.json") as f:
         return out, json.load(f)
 

@@ -423,7 +423,7 @@ print("speculators rows", len(ds))
 
 
 def test_specforge_v1_from_draftflow_feature_files(tmp_path):
-    """draftflow's own feature files (the real Go writer, sink/features) as --features: the v1 dicts equal
+    """draftflow's own feature files (the real Go writer, shard/features) as --features: the v1 dicts equal
     FeatureFile.specforge_v1's; a row with non-finite values and a missing row are refused by name."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("pyarrow")
@@ -435,7 +435,7 @@ def test_specforge_v1_from_draftflow_feature_files(tmp_path):
     if shutil.which("go") is None:
         pytest.skip("go is not on PATH; cannot write feature files")
     out = tmp_path / "dff"
-    subprocess.run(["go", "run", "./sink/features/internal/mkfeatures", "-out", str(out)], cwd=REPO, check=True, timeout=600)
+    subprocess.run(["go", "run", "./shard/features/internal/mkfeatures", "-out", str(out)], cwd=REPO, check=True, timeout=600)
     ff = FeatureFile(str(out / "zstd-planes.dff"))
     feats = tmp_path / "one"
     feats.mkdir()

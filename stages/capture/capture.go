@@ -1,5 +1,6 @@
 // Package capture is the capture stage: it writes the target model's EAGLE-3 features of every row of the
-// sink's shards into a feature file beside each shard (sink/features), for offline drafter training.
+// sink's shards into a feature file beside each shard (shard/features), for offline drafter training. It reads
+// the shards through package shard, never through the sink stage.
 //
 // It consumes topics.TopicShardFiles, on which the sink announces each committed shard (sink
 // Config.AnnounceShards). For each shard it reads the rows, asks two SGLang servers for a prefill of each row's
@@ -27,7 +28,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/draftflow/draftflow/internal/durable"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -42,14 +42,15 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/draftflow/draftflow/internal/durable"
 	"github.com/draftflow/draftflow/internal/progress"
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/kafka/stream"
 	"github.com/draftflow/draftflow/metrics"
 	"github.com/draftflow/draftflow/secret"
 	"github.com/draftflow/draftflow/sglang"
-	"github.com/draftflow/draftflow/sink"
-	"github.com/draftflow/draftflow/sink/features"
+	"github.com/draftflow/draftflow/shard"
+	"github.com/draftflow/draftflow/shard/features"
 	"github.com/draftflow/draftflow/topics"
 )
 
@@ -168,11 +169,14 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := kcl.Admin().EnsureCompactedTopic(ctx, topics.TopicShardFiles); err != nil {
 		return fmt.Errorf("capture: %w", err)
 	}
-	dirID, _ := os.ReadFile(filepath.Join(cfg.Dir, sink.DirIDFile))
+	dirID, err := shard.ReadDirID(cfg.Dir)
+	if err != nil {
+		return fmt.Errorf("capture: %w", err)
+	}
 	hc := cmp.Or(cfg.HTTPClient, http.DefaultClient)
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
-	c := &capturer{ctx: ctx, cfg: cfg, log: log, dirID: strings.TrimSpace(string(dirID)), met: newMetrics(cfg.Registerer), stop: stop,
+	c := &capturer{ctx: ctx, cfg: cfg, log: log, dirID: dirID, met: newMetrics(cfg.Registerer), stop: stop,
 		aux: sglang.NewClient(cfg.Aux, hc, secret.Value{}), final: sglang.NewClient(cfg.Final, hc, secret.Value{}),
 		auxSlots: make(chan struct{}, cfg.Concurrency), finalSlots: make(chan struct{}, cfg.Concurrency),
 		shardSlots: make(chan struct{}, cfg.Shards)}
@@ -200,10 +204,10 @@ func Run(ctx context.Context, cfg Config) error {
 
 // totalTokens sums the tokens of the shards under dir (0 when none can be read).
 func totalTokens(dir string) int64 {
-	runs, _ := sink.RunDirs(dir)
+	runs, _ := shard.RunDirs(dir)
 	var n int64
 	for _, rd := range runs {
-		if m, err := sink.ReadManifest(rd); err == nil {
+		if m, err := shard.ReadManifest(rd); err == nil {
 			n += m.Totals.Tokens
 		}
 	}
@@ -215,7 +219,7 @@ type capturer struct {
 	ctx   context.Context // the stage's: work stops when it ends
 	cfg   Config
 	log   *slog.Logger
-	dirID string
+	dirID string // the output directory's identity (shard.DirIDFile), "" while the sink has not written it
 	life  *stream.Stage
 	met   *captureMetrics
 	stop  context.CancelCauseFunc
@@ -225,8 +229,9 @@ type capturer struct {
 	auxSlots, finalSlots, shardSlots chan struct{}
 	work                             sync.WaitGroup
 
-	hidden atomic.Int64 // the final server's width, once known
-	busy   sync.Map     // shard path -> *sync.Mutex: one capture of a shard at a time (shard)
+	hidden    atomic.Int64            // the final server's width, once known
+	busy      sync.Map                // shard path -> *sync.Mutex: one capture of a shard at a time (shard)
+	manifests features.ManifestWriter // the run directories' features.json
 }
 
 // handle takes one announcement: it waits for a shard slot, then captures the shard on its own goroutine.
@@ -295,7 +300,8 @@ func (c *capturer) shard(r *stream.Record[topics.ShardFile]) {
 		return
 	}
 	var rows []shardRow
-	err = sink.ScanShard(ctx, path, func(sr *sink.ShardRow) error {
+	cols := []shard.Col{shard.ColID, shard.ColInputIDs, shard.ColTurn, shard.ColDataset}
+	err = shard.ScanFile(ctx, path, cols, func(sr *shard.Row) error {
 		ids := make([]uint32, len(sr.InputIDs))
 		for i, v := range sr.InputIDs {
 			ids[i] = uint32(v)
@@ -364,7 +370,7 @@ func (c *capturer) list(runDir, featPath, shard string) error {
 	if err != nil {
 		return err
 	}
-	return features.AddToManifest(runDir, h, e)
+	return c.manifests.Add(runDir, h, e)
 }
 
 // complete reports whether featPath is a complete feature file of rows (features.Check) with this stage's

@@ -20,7 +20,7 @@ import (
 
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/kafka/embedded"
-
+	"github.com/draftflow/draftflow/shard"
 	"github.com/draftflow/draftflow/sink"
 	"github.com/draftflow/draftflow/topics"
 )
@@ -162,7 +162,7 @@ func run(out, expected string, n, rotate, rowGroup int) error {
 	}
 	enc := json.NewEncoder(f)
 	for _, g := range gens {
-		row := expectedRow{RunDir: sink.RunOf(g).DirName(), ID: g.ID, PromptLen: len(g.PromptIDs), CompletionLen: len(g.OutputIDs),
+		row := expectedRow{RunDir: shard.RunOf(g).DirName(), ID: g.ID, PromptLen: len(g.PromptIDs), CompletionLen: len(g.OutputIDs),
 			Dataset: g.Dataset, FinishReason: g.Meta.FinishReason}
 		row.InputIDs = append(append(row.InputIDs, g.PromptIDs...), g.OutputIDs...)
 		row.LossMask = make([]int, len(row.InputIDs))
