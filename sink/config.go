@@ -13,8 +13,8 @@ import (
 
 // Config configures Run. Zero values are the documented defaults.
 type Config struct {
-	// Kafka says how to reach the brokers and the topic namespace.
-	Kafka kafka.Config
+	// Client is the process's client of the cluster (required); Run does not close it.
+	Client *kafka.Client
 	// Group is the consumer group of the sink (default "draftflow-sink").
 	Group string
 	// Dir is the output directory; each run gets a subdirectory (required).
@@ -98,6 +98,9 @@ const (
 func (c Config) withDefaults() (Config, error) {
 	if c.Dir == "" {
 		return c, errors.New("sink: Config.Dir is required")
+	}
+	if c.Client == nil {
+		return c, errors.New("sink: Config.Client is required")
 	}
 	if c.Group == "" {
 		c.Group = DefaultGroup

@@ -51,11 +51,7 @@ func Run(ctx context.Context, cfg Config) (_ Result, err error) {
 	if cfg, err = cfg.withDefaults(); err != nil {
 		return Result{}, err
 	}
-	kcl, err := kafka.NewClient(cfg.Kafka)
-	if err != nil {
-		return Result{}, fmt.Errorf("sink: %w", err)
-	}
-	defer kcl.Close()
+	kcl := cfg.Client
 	st, tid, unlock, err := openDir(ctx, cfg, kcl.Admin())
 	if err != nil {
 		return Result{}, err
@@ -124,7 +120,7 @@ func openDir(ctx context.Context, cfg Config, admin *kafka.Admin) (*store, strin
 		unlock()
 		return nil, "", nil, err
 	}
-	st.setLog(cfg.Kafka.Topic(topics.TopicGenerated), tid)
+	st.setLog(cfg.Client.Config().Topic(topics.TopicGenerated), tid)
 	st.zstd = cfg.ZstdLevel
 	return st, tid, unlock, nil
 }

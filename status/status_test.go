@@ -139,8 +139,7 @@ func TestReportWarnsOfRetentionLoss(t *testing.T) {
 	if err := cl.Admin().StartGroupAt(ctx, "gen", topics.TopicTokenized, map[int]int64{0: 1}); err != nil {
 		t.Fatal(err)
 	}
-	col := NewCollector(CollectorConfig{Kafka: kc, Stages: []Stage{{Name: "generate", Group: "gen", Topic: topics.TopicTokenized}}})
-	defer col.Close()
+	col := NewCollector(CollectorConfig{Client: cl, Stages: []Stage{{Name: "generate", Group: "gen", Topic: topics.TopicTokenized}}})
 	r, err := col.Collect(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/kafka/kafkatest"
+	"github.com/draftflow/draftflow/pipeline"
 	"github.com/draftflow/draftflow/sglang/sim"
 	"github.com/draftflow/draftflow/sink"
 	"github.com/draftflow/draftflow/stages/generate"
@@ -42,7 +43,7 @@ func firstRun(t *testing.T, kc kafka.Config, out string, maxNew int) map[string]
 	rc.Generate.DefaultMaxNewTokens = maxNew
 	rc.Sim.OutputLenMean = 200
 	rc.Timeout = 3 * time.Minute
-	res, err := runPipeline(context.Background(), rc)
+	res, err := pipeline.Run(context.Background(), rc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,12 +66,12 @@ func replayCLI(t *testing.T, kc kafka.Config, args ...string) error {
 	return cmdReplay(context.Background(), append([]string{"--brokers", strings.Join(kc.Brokers, ","), "--namespace", kc.Namespace}, args...))
 }
 
-// runStages runs the given stages (tokenize and/or generate, always sink into out) on kc until the sink made
-// every id of want durable, and returns the manifests of out's runs.
+// runStages runs the given stages (tokenize and/or generate, always sink into out) on one client of kc until the
+// sink made every id of want durable, and returns the manifests of out's runs. tk's InputNamespace is kept.
 func runStages(t *testing.T, kc kafka.Config, tk *tokenize.Config, gen generate.Config, out string, want map[string]bool) []sink.Manifest {
 	t.Helper()
 	log := slog.Default()
-	model, cleanup, err := loadModelOrBundled("")
+	model, cleanup, err := tokenize.LoadModelOrBundled("")
 	defer cleanup()
 	if err != nil {
 		t.Fatal(err)
@@ -79,11 +80,12 @@ func runStages(t *testing.T, kc kafka.Config, tk *tokenize.Config, gen generate.
 	if err != nil {
 		t.Fatal(err)
 	}
-	url, stopSim, err := startSim(sim.Config{Instant: true, OutputLenMean: 200}, model, ctxLen, log)
+	url, stopSim, err := pipeline.StartSim(sim.Config{Instant: true, OutputLenMean: 200}, model, ctxLen, log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stopSim()
+	kcl := kafkatest.Client(t, kc)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -98,21 +100,18 @@ func runStages(t *testing.T, kc kafka.Config, tk *tokenize.Config, gen generate.
 		}()
 	}
 	if tk != nil {
-		tk.Kafka, tk.Logger = kc, log
+		tk.Client, tk.Logger = kcl, log
 		if tk.Model == nil {
 			tk.Model = model
 		}
 		start("tokenize", func(ctx context.Context) error { return tokenize.Run(ctx, *tk) })
 	}
-	gen.Kafka, gen.Logger, gen.Endpoints = kc, log, []string{url}
-	if tk != nil {
-		gen.Kafka.InputNamespace = "" // generate reads the new namespace's tokenized
-	}
+	gen.Client, gen.Logger, gen.Endpoints = kcl, log, []string{url}
 	start("generate", func(ctx context.Context) error { return generate.Run(ctx, gen) })
 	var mu sync.Mutex
 	durable := map[string]bool{}
 	done := make(chan struct{})
-	sk := sink.Config{Kafka: kc, Logger: log, Dir: out, IdleFlush: 200 * time.Millisecond, OnDurable: func(ids []string) {
+	sk := sink.Config{Client: kcl, Logger: log, Dir: out, IdleFlush: 200 * time.Millisecond, OnDurable: func(ids []string) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, id := range ids {
@@ -126,7 +125,6 @@ func runStages(t *testing.T, kc kafka.Config, tk *tokenize.Config, gen generate.
 			}
 		}
 	}}
-	sk.Kafka.InputNamespace = ""
 	start("sink", func(ctx context.Context) error { _, err := sink.Run(ctx, sk); return err })
 	select {
 	case <-done:
@@ -244,12 +242,7 @@ func TestStageReplayRetokenize(t *testing.T) {
 	if err := kafkatest.Client(t, kcB).Admin().EnsureTopics(ctx, topics.All...); err != nil {
 		t.Fatal(err)
 	}
-	tkB := kcB
-	tkB.InputNamespace = kcA.Namespace
-	if got := tkB.InputTopic(topics.TopicPrompts); got != kcA.Topic(topics.TopicPrompts) {
-		t.Fatalf("InputTopic = %s", got)
-	}
-	ms := runStagesIn(t, tkB, &tokenize.Config{ModelName: "other-model"}, generate.Config{DefaultMaxNewTokens: 64}, out2, want)
+	ms := runStages(t, kcB, &tokenize.Config{ModelName: "other-model", InputNamespace: kcA.Namespace}, generate.Config{DefaultMaxNewTokens: 64}, out2, want)
 	if len(ms) != 1 || ms[0].Run.Model != "other-model" {
 		t.Fatalf("second run's manifests: %+v, want one run of other-model", ms)
 	}
@@ -271,15 +264,6 @@ func TestStageReplayRetokenize(t *testing.T) {
 		t.Error("B sent no later turns: the sample's multi-turn conversations were not regenerated turn by turn in B")
 	}
 	checkConversationsHang(t, out2)
-}
-
-// runStagesIn runs tokenize (reading kc.InputNamespace), generate and sink in kc.Namespace.
-func runStagesIn(t *testing.T, kc kafka.Config, tk *tokenize.Config, gen generate.Config, out string, want map[string]bool) []sink.Manifest {
-	t.Helper()
-	tkc := *tk
-	tkc.Kafka = kc
-	// runStages sets Kafka on each stage; tokenize keeps the input namespace, the others read kc.Namespace.
-	return runStages(t, kc, &tkc, gen, out, want)
 }
 
 // TestConsumerReplayRefusesLiveGroup: `draftflow replay` on a group with a live member fails, naming it.
