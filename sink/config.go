@@ -99,9 +99,6 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Dir == "" {
 		return c, errors.New("sink: Config.Dir is required")
 	}
-	if c.Client == nil {
-		return c, errors.New("sink: Config.Client is required")
-	}
 	if c.Group == "" {
 		c.Group = DefaultGroup
 	}

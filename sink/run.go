@@ -52,6 +52,9 @@ func Run(ctx context.Context, cfg Config) (_ Result, err error) {
 		return Result{}, err
 	}
 	kcl := cfg.Client
+	if kcl == nil {
+		return Result{}, errors.New("sink: Config.Client is required")
+	}
 	st, tid, unlock, err := openDir(ctx, cfg, kcl.Admin())
 	if err != nil {
 		return Result{}, err
