@@ -22,8 +22,8 @@ import (
 type ConsumerConfig struct {
 	// Group is the consumer group id; replicas of a stage share it. Required. It is namespaced like topics.
 	Group string
-	// Namespace, when set, is the namespace the topic is read from instead of the Client's (Config.InputNamespace,
-	// else Config.Namespace); the group stays in the Client's Namespace. It lets a stage read another pipeline's
+	// Namespace, when set, is the namespace the topic is read from instead of the Client's; the group stays in
+	// the Client's Namespace. It lets a stage read another pipeline's
 	// topic and write its own: re-tokenizing the prompts of namespace A for another model into namespace B.
 	Namespace string
 	// MaxInFlight bounds deliveries handed out and not yet Done (default 1024). Fetching pauses at the bound.
@@ -169,14 +169,13 @@ type Consumer struct {
 }
 
 // NewConsumer returns a Consumer of the logical topic in group cc.Group: the topic in cc.Namespace when it is
-// set (else Config.InputTopic of topic), the group namespaced like topics (neither namespace of the input moves
-// it).
+// set, else namespaced like every topic; the group namespaced like topics (cc.Namespace does not move it).
 func (cl *Client) NewConsumer(topic string, cc ConsumerConfig) *Consumer {
 	c := cl.cfg
 	if cc.Namespace != "" {
 		topic = Config{Namespace: cc.Namespace}.Topic(topic)
 	} else {
-		topic = c.InputTopic(topic)
+		topic = c.Topic(topic)
 	}
 	cc.Group = c.Topic(cc.Group)
 	if cc.MaxInFlight <= 0 {

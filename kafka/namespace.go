@@ -4,6 +4,6 @@ package kafka
 // ns's (a stage reading another pipeline's topic checks it exists). It shares the Client's connections.
 func (a *Admin) In(ns string) *Admin {
 	cfg := a.cfg
-	cfg.Namespace, cfg.InputNamespace = ns, ""
+	cfg.Namespace = ns
 	return &Admin{cfg: cfg, cl: a.cl}
 }
