@@ -5,8 +5,9 @@
 // "sim"), the account of every ingested prompt (written, already in the shards, rejected or lost), the run's
 // rejections file beside the shards, and its status records.
 //
-// Its API is Run with a Config and the Result it returns; StartSim and StatusStage are the pieces the
-// commands of the single stages share with it.
+// Its API is Run with a Config and the Result it returns. StatusStage names the pipeline's stages as status sees
+// them (the single-stage commands and `draftflow status` use it too); StartSim serves the simulated SGLang server
+// a run uses; RejectionLine is a line of the run's rejections file.
 package pipeline
 
 import (

@@ -11,9 +11,9 @@ import (
 	"github.com/draftflow/draftflow/stages/tokenize"
 )
 
-// SimFor returns cfg shaped after model (context window ctxLen): its vocabulary, EOS ids and special tokens,
+// simFor returns cfg shaped after model (context window ctxLen): its vocabulary, EOS ids and special tokens,
 // and, where the model has the tokens, reasoning and tool-call segments as a thinking model emits them.
-func SimFor(cfg sim.Config, model *tokenize.Model, ctxLen int) sim.Config {
+func simFor(cfg sim.Config, model *tokenize.Model, ctxLen int) sim.Config {
 	cfg.VocabSize = model.Tokenizer.VocabSize()
 	cfg.EOSTokenIDs = nil
 	for _, id := range model.EOSTokenIDs {
@@ -34,10 +34,10 @@ func SimFor(cfg sim.Config, model *tokenize.Model, ctxLen int) sim.Config {
 	return cfg
 }
 
-// StartSim serves a simulated SGLang server for model (context window ctxLen; SimFor) on a free loopback port
+// StartSim serves a simulated SGLang server for model (context window ctxLen; simFor) on a free loopback port
 // and returns its URL and the function that stops it: it closes the server and waits for its serving goroutine.
 func StartSim(cfg sim.Config, model *tokenize.Model, ctxLen int, log *slog.Logger) (url string, stop func(), err error) {
-	cfg = SimFor(cfg, model, ctxLen)
+	cfg = simFor(cfg, model, ctxLen)
 	cfg.Logger = log
 	s, err := sim.New(cfg)
 	if err != nil {

@@ -199,8 +199,8 @@ func (c *common) register(fs *flag.FlagSet, metricsDefault string) {
 	})
 }
 
-// process is what a command holds while it runs: its logger, Kafka settings and one Kafka client, metrics registry,
-// readiness checks and HTTP server. close releases them.
+// process is what a command holds while it runs: its logger, Kafka settings and one Kafka client, metrics
+// registry, readiness checks and HTTP server. close releases them.
 type process struct {
 	log   *slog.Logger
 	kc    kafka.Config         // brokers may be empty (run, sim)
@@ -214,7 +214,7 @@ type process struct {
 // server of the process (/metrics, /healthz, /readyz) when --metrics-addr is set, and returns them with the
 // Kafka settings (brokers may be empty). The process is not ready until each part named in expect has Added
 // its own readiness check: those parts are registered as "starting" before the server answers its first
-// /readyz. Close the process once the command is done.
+// /readyz. The command calls close when it is done.
 func (c *common) setup(ctx context.Context, expect ...string) (*process, error) {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {

@@ -22,7 +22,8 @@ import (
 
 // prepare parses the flags of a stage's command (t), sets up logging, metrics and the process's one Kafka
 // client, named to the brokers by the process's status instance (so that `draftflow status` lists group members
-// by the same name as their status records), and makes sure the topics exist. Close the process when done.
+// by the same name as their status records), and makes sure the topics exist. The command calls close when it
+// is done.
 func prepare(ctx context.Context, c *common, t *cli.Table, args []string, expect ...string) (*process, error) {
 	if _, err := t.Parse(args); err != nil {
 		return nil, err
