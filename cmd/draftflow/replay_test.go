@@ -20,6 +20,7 @@ import (
 	"github.com/draftflow/draftflow/sink"
 	"github.com/draftflow/draftflow/stages/generate"
 	"github.com/draftflow/draftflow/stages/tokenize"
+	"github.com/draftflow/draftflow/stages/tokenize/tokenizer/bundled"
 	"github.com/draftflow/draftflow/topics"
 )
 
@@ -264,6 +265,23 @@ func TestStageReplayRetokenize(t *testing.T) {
 		t.Error("B sent no later turns: the sample's multi-turn conversations were not regenerated turn by turn in B")
 	}
 	checkConversationsHang(t, out2)
+}
+
+// `draftflow tokenize --input-namespace NS` checks, on the process's one client, that NS's prompts topic exists
+// (the topics of its own namespace do): a namespace without one is an error naming it, before the stage starts.
+func TestInputNamespaceMustExist(t *testing.T) {
+	kc := kafkatest.Config(t, 1)
+	modelDir := t.TempDir()
+	if err := bundled.WriteDir(modelDir); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := cmdTokenize(ctx, []string{"--brokers", strings.Join(kc.Brokers, ","), "--namespace", kc.Namespace, "--metrics-addr", "",
+		"--model", modelDir, "--input-namespace", kc.Namespace + "-none"})
+	if err == nil || !strings.Contains(err.Error(), "--input-namespace "+kc.Namespace+"-none: topic "+kc.Namespace+"-none.prompts") {
+		t.Fatalf("tokenize reading a namespace without topics: %v", err)
+	}
 }
 
 // TestConsumerReplayRefusesLiveGroup: `draftflow replay` on a group with a live member fails, naming it.
