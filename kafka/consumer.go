@@ -22,6 +22,10 @@ import (
 type ConsumerConfig struct {
 	// Group is the consumer group id; replicas of a stage share it. Required. It is namespaced like topics.
 	Group string
+	// Namespace, when set, is the namespace the topic is read from instead of the Client's; the group stays in
+	// the Client's Namespace. It lets a stage read another pipeline's
+	// topic and write its own: re-tokenizing the prompts of namespace A for another model into namespace B.
+	Namespace string
 	// MaxInFlight bounds deliveries handed out and not yet Done (default 1024). Fetching pauses at the bound.
 	MaxInFlight int
 	// CommitInterval is how often finished offsets are committed (default 200 ms). Commits are synchronous, so
@@ -164,11 +168,15 @@ type Consumer struct {
 	log      *slog.Logger
 }
 
-// NewConsumer returns a Consumer of the logical topic in group cc.Group: Config.InputTopic of topic, the group
-// namespaced like topics (InputNamespace does not move it).
+// NewConsumer returns a Consumer of the logical topic in group cc.Group: the topic in cc.Namespace when it is
+// set, else namespaced like every topic; the group namespaced like topics (cc.Namespace does not move it).
 func (cl *Client) NewConsumer(topic string, cc ConsumerConfig) *Consumer {
 	c := cl.cfg
-	topic = c.InputTopic(topic)
+	if cc.Namespace != "" {
+		topic = Config{Namespace: cc.Namespace}.Topic(topic)
+	} else {
+		topic = c.Topic(topic)
+	}
 	cc.Group = c.Topic(cc.Group)
 	if cc.MaxInFlight <= 0 {
 		cc.MaxInFlight = 1024

@@ -141,26 +141,60 @@ func Handler(gatherer prometheus.Gatherer, ready *Readiness, profile bool) http.
 	return mux
 }
 
-// Serve listens on addr and serves Handler until ctx ends. It returns the address it listens on (addr with
-// the port chosen when addr gives port 0) once the listener is open, or an error when it cannot be, so a bad
-// address fails the command at once.
-func Serve(ctx context.Context, addr string, gatherer prometheus.Gatherer, ready *Readiness, profile bool, log *slog.Logger) (string, error) {
+// Server is the process's one HTTP server of Handler, serving on a goroutine of its own until its context ends
+// or Close is called.
+type Server struct {
+	srv  *http.Server
+	addr string
+	stop context.CancelFunc
+	done chan struct{} // closed once the serving goroutine and the shutdown returned
+	err  error         // why serving ended, when not by a shutdown
+}
+
+// Serve listens on addr and serves Handler until ctx ends or Close is called. It returns once the listener is
+// open, or with an error when it cannot be, so a bad address fails the command at once.
+func Serve(ctx context.Context, addr string, gatherer prometheus.Gatherer, ready *Readiness, profile bool, log *slog.Logger) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return "", fmt.Errorf("metrics: listen %s: %w", addr, err)
+		return nil, fmt.Errorf("metrics: listen %s: %w", addr, err)
 	}
-	srv := &http.Server{Handler: Handler(gatherer, ready, profile), ReadHeaderTimeout: 5 * time.Second}
+	ctx, stop := context.WithCancel(ctx)
+	s := &Server{srv: &http.Server{Handler: Handler(gatherer, ready, profile), ReadHeaderTimeout: 5 * time.Second},
+		addr: ln.Addr().String(), stop: stop, done: make(chan struct{})}
+	served := make(chan error, 1)
+	go func() { served <- s.srv.Serve(ln) }()
 	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Warn("metrics endpoint", "addr", addr, "err", err)
+		defer close(s.done)
+		select {
+		case err := <-served: // the listener failed
+			s.err = fmt.Errorf("metrics: serve %s: %w", s.addr, err)
+			log.Warn("metrics endpoint stopped", "addr", s.addr, "err", err)
+			return
+		case <-ctx.Done():
 		}
-	}()
-	go func() {
-		<-ctx.Done()
-		shut, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		shut, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
-		_ = srv.Shutdown(shut)
+		if err := s.srv.Shutdown(shut); err != nil {
+			s.srv.Close() // requests still running after the grace: cut them off
+		}
+		<-served // http.ErrServerClosed
 	}()
-	log.Info("serving /metrics, /healthz and /readyz", "addr", ln.Addr().String(), "pprof", profile)
-	return ln.Addr().String(), nil
+	log.Info("serving /metrics, /healthz and /readyz", "addr", s.addr, "pprof", profile)
+	return s, nil
+}
+
+// Addr is the address the server listens on: Serve's addr with the port chosen when addr gave port 0.
+func (s *Server) Addr() string { return s.addr }
+
+// Wait waits until the server has stopped (its context ended, or Close) and returns why serving ended when it
+// was not a shutdown.
+func (s *Server) Wait() error {
+	<-s.done
+	return s.err
+}
+
+// Close stops the server (requests in flight get two seconds to finish) and waits for it, as Wait.
+func (s *Server) Close() error {
+	s.stop()
+	return s.Wait()
 }

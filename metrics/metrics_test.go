@@ -1,12 +1,15 @@
 package metrics
 
 import (
+	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -75,5 +78,88 @@ func TestHandlerServesMetricsHealthAndReadiness(t *testing.T) {
 	none.Add("x", func() error { return errors.New("never") })
 	if none.Check() != nil {
 		t.Fatal("nil Readiness not ready")
+	}
+}
+
+// Serve's server runs until its context ends; Wait returns only once the requests in flight have finished and
+// the serving goroutine has returned, after which nothing listens on the address.
+func TestServeIsWaitedFor(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var ready Readiness
+	entered, release := make(chan struct{}), make(chan struct{})
+	ready.Add("slow", func() error {
+		select {
+		case entered <- struct{}{}:
+			<-release
+		default: // only the first request waits
+		}
+		return nil
+	})
+	s, err := Serve(ctx, "127.0.0.1:0", NewRegistry(), &ready, false, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- s.Wait() }()
+	select {
+	case err := <-waited:
+		t.Fatalf("Wait returned while serving: %v", err)
+	default:
+	}
+	answer := make(chan int, 1)
+	go func() {
+		resp, err := http.Get("http://" + s.Addr() + "/readyz")
+		if err != nil {
+			answer <- 0
+			return
+		}
+		resp.Body.Close()
+		answer <- resp.StatusCode
+	}()
+	<-entered
+	cancel()
+	select {
+	case err := <-waited:
+		t.Fatalf("Wait returned with a request in flight: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	if err := <-waited; err != nil {
+		t.Fatalf("Wait: %v", err)
+	}
+	if code := <-answer; code != http.StatusOK {
+		t.Fatalf("the request in flight at shutdown got %d, want 200", code)
+	}
+	if _, err := http.Get("http://" + s.Addr() + "/healthz"); err == nil {
+		t.Fatal("the address still answers after Wait returned")
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close after the shutdown: %v", err)
+	}
+}
+
+// Close stops a server whose context lives on, and an address in use is an error of Serve itself.
+func TestServeCloseAndListenError(t *testing.T) {
+	t.Parallel()
+	log := slog.New(slog.DiscardHandler)
+	s, err := Serve(context.Background(), "127.0.0.1:0", NewRegistry(), nil, false, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Serve(context.Background(), s.Addr(), NewRegistry(), nil, false, log); err == nil {
+		t.Fatalf("a second server on %s: no error", s.Addr())
+	}
+	resp, err := http.Get("http://" + s.Addr() + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := http.Get("http://" + s.Addr() + "/healthz"); err == nil {
+		t.Fatal("the address still answers after Close")
 	}
 }

@@ -14,8 +14,8 @@ import (
 
 // Config configures Run. Zero values are the documented defaults.
 type Config struct {
-	// Kafka says how to reach the brokers and the topic namespace.
-	Kafka kafka.Config
+	// Client is the process's client of the cluster (required); Run does not close it.
+	Client *kafka.Client
 	// Group is the consumer group of the sink (default "draftflow-sink").
 	Group string
 	// Dir is the output directory; each run gets a subdirectory (required).

@@ -104,7 +104,7 @@ func TestSinkSendsNextTurns(t *testing.T) {
 	dir := t.TempDir()
 	gens := mkTurns(0, 90)
 	produceGens(t, kc, gens)
-	cfg := baseConfig(kc, dir)
+	cfg := baseConfig(t, kc, dir)
 	sr := startSink(t, cfg)
 	var ended []string
 	for _, g := range gens {
@@ -191,7 +191,7 @@ func TestSinkNextTurnsSurviveKills(t *testing.T) {
 		cmd.Wait()
 		kills++
 	}
-	cfg := baseConfig(kc, dir)
+	cfg := baseConfig(t, kc, dir)
 	sr := startSink(t, cfg)
 	var ended []string
 	for _, g := range gens {
@@ -254,7 +254,7 @@ func TestSinkSendsNextTurnsAgainForANewBroker(t *testing.T) {
 	gens := mkTurns(0, 30)
 	kc := broker()
 	produceGens(t, kc, gens)
-	cfg := baseConfig(kc, dir)
+	cfg := baseConfig(t, kc, dir)
 	sr := startSink(t, cfg)
 	sr.waitFor(t, "first broker's rows durable", func(d, _ map[string]int) bool { return len(readRowsQuiet(dir)) == len(gens) })
 	waitConsumed(t, kc, cfg.Group)
@@ -269,7 +269,7 @@ func TestSinkSendsNextTurnsAgainForANewBroker(t *testing.T) {
 		g.Reply = &topics.Message{Role: "assistant", Content: "a different reply"}
 	}
 	produceGens(t, kc, replay)
-	sr = startSink(t, baseConfig(kc, dir))
+	sr = startSink(t, baseConfig(t, kc, dir))
 	// Every replayed copy handled: each continued one has sent its next turn (acknowledged before its offset is
 	// committed), and one that sent a wrong or second copy has done so too.
 	waitConsumed(t, kc, cfg.Group)
@@ -294,7 +294,7 @@ func TestNextTurnsNotHeldByShards(t *testing.T) {
 		}
 	}
 	produceGens(t, kc, gens)
-	cfg := baseConfig(kc, dir)
+	cfg := baseConfig(t, kc, dir)
 	cfg.RotateRows, cfg.IdleFlush = 1_000_000, -1
 	sr := startSink(t, cfg)
 	deadline := time.Now().Add(60 * time.Second)
@@ -355,7 +355,7 @@ func TestJournalKeepsSentNextTurns(t *testing.T) {
 		t.Fatalf("%d next turns on the prompts topic before the restart, want %d", n, continued)
 	}
 
-	cfg := baseConfig(kc, dir)
+	cfg := baseConfig(t, kc, dir)
 	cfg.Group = "sink-after-kill" // the killed member would hold the partitions until its session timed out
 	sr := startSink(t, cfg)
 	var ended []string

@@ -362,7 +362,7 @@ func TestRebalanceFlushesBeforeHandingOver(t *testing.T) {
 	produceGens(t, kc, first)
 	var mu sync.Mutex
 	journaled := map[string]bool{}
-	cfg := baseConfig(kc, t.TempDir())
+	cfg := baseConfig(t, kc, t.TempDir())
 	cfg.RotateRows, cfg.IdleFlush = 1_000_000, -1
 	cfg.OnJournaled = func(ids []string) {
 		mu.Lock()
@@ -388,7 +388,7 @@ func TestRebalanceFlushesBeforeHandingOver(t *testing.T) {
 	if runs, _ := shard.RunDirs(cfg.Dir); len(runs) != 0 {
 		t.Fatal("the first sink wrote a shard before the rebalance; the test proves nothing")
 	}
-	cfgB := baseConfig(kc, t.TempDir())
+	cfgB := baseConfig(t, kc, t.TempDir())
 	cfgB.Ready = &metrics.Readiness{}
 	cfgB.Ready.Expect("sink") // not ready until the sink owns a partition
 	b := startSink(t, cfgB)

@@ -82,7 +82,7 @@ func TestSinkPublishesShardsAndResumesFromThem(t *testing.T) {
 	gens := mkTurns(0, 30)
 	kc := freshBroker(t, "pub1")
 	produceGens(t, kc, gens)
-	cfg := baseConfig(kc, dir)
+	cfg := baseConfig(t, kc, dir)
 	sr := startSink(t, cfg)
 	sr.waitFor(t, "rows durable", func(d, _ map[string]int) bool { return len(readRowsQuiet(dir)) == len(gens) })
 	waitConsumed(t, kc, cfg.Group)
@@ -113,7 +113,7 @@ func TestSinkPublishesShardsAndResumesFromThem(t *testing.T) {
 	if err := kafkatest.Client(t, kc).Admin().EnsureCompactedTopic(ctx, topics.TopicShards); err != nil { // to read it while the sink starts
 		t.Fatal(err)
 	}
-	sr = startSink(t, baseConfig(kc, dir))
+	sr = startSink(t, baseConfig(t, kc, dir))
 	var second shardsTopic
 	deadline := time.Now().Add(60 * time.Second)
 	for {

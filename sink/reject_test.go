@@ -31,7 +31,7 @@ func TestSlowDeadLetterDoesNotStallSink(t *testing.T) {
 	partOf := func(key string) int { return kafka.PartitionOf(key, 2) }
 	junkPart := partOf(junkKey)
 	produce(t, kc, []string{junkKey}, [][]byte{[]byte("not a record")})
-	cfg := Config{Kafka: kc, Dir: t.TempDir(), Group: "slow-dl", IdleFlush: 200 * time.Millisecond}
+	cfg := Config{Client: cl, Dir: t.TempDir(), Group: "slow-dl", IdleFlush: 200 * time.Millisecond}
 	sr := startSink(t, cfg)
 	select {
 	case <-held:

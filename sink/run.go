@@ -46,11 +46,10 @@ func Run(ctx context.Context, cfg Config) (_ Result, err error) {
 	if cfg, err = cfg.withDefaults(); err != nil {
 		return Result{}, err
 	}
-	kcl, err := kafka.NewClient(cfg.Kafka)
-	if err != nil {
-		return Result{}, fmt.Errorf("sink: %w", err)
+	kcl := cfg.Client
+	if kcl == nil {
+		return Result{}, errors.New("sink: Config.Client is required")
 	}
-	defer kcl.Close()
 	st, tid, unlock, err := openDir(ctx, cfg, kcl.Admin())
 	if err != nil {
 		return Result{}, err
@@ -119,7 +118,7 @@ func openDir(ctx context.Context, cfg Config, admin *kafka.Admin) (*store, strin
 		unlock()
 		return nil, "", nil, err
 	}
-	st.setLog(cfg.Kafka.Topic(topics.TopicGenerated), tid)
+	st.setLog(cfg.Client.Config().Topic(topics.TopicGenerated), tid)
 	st.zstd = cfg.ZstdLevel
 	return st, tid, unlock, nil
 }

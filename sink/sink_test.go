@@ -30,8 +30,8 @@ import (
 // testIdleFlush is the idle flush of baseConfig: the tests' inputs are finite and short.
 const testIdleFlush = 300 * time.Millisecond
 
-func baseConfig(kc kafka.Config, dir string) Config {
-	return Config{Kafka: kc, Dir: dir, Group: "sink-test", RotateRows: 40, IdleFlush: testIdleFlush, RowGroupRows: 16}
+func baseConfig(t testing.TB, kc kafka.Config, dir string) Config {
+	return Config{Client: kafkatest.Client(t, kc), Dir: dir, Group: "sink-test", RotateRows: 40, IdleFlush: testIdleFlush, RowGroupRows: 16}
 }
 
 func allDurable(ids []string) func(durable, dups map[string]int) bool {
@@ -74,7 +74,7 @@ func TestSinkEndToEnd(t *testing.T) {
 	emptyVal, _ := topics.Marshal(empty)
 	produce(t, kc, []string{"junk", empty.ID}, [][]byte{[]byte("not a record"), emptyVal})
 
-	sr := startSink(t, baseConfig(kc, dir))
+	sr := startSink(t, baseConfig(t, kc, dir))
 	sr.waitFor(t, "every generation durable", allDurable(idsOf(gens)))
 	rej := collectRejections(t, kc, 2)
 	if err := sr.stop(t); err != nil {
@@ -196,7 +196,7 @@ func TestSinkRestartDuplicatesAndRewind(t *testing.T) {
 	dir := t.TempDir()
 	first := mkGens(0, 200, 0.7)
 	produceGens(t, kc, first)
-	cfg := baseConfig(kc, dir)
+	cfg := baseConfig(t, kc, dir)
 	cfg.RotateRows = 25
 	sr := startSink(t, cfg)
 	sr.waitFor(t, "some shards", func(d, _ map[string]int) bool { return len(d) >= 60 })
@@ -260,7 +260,7 @@ func TestReplayWithNewSamplingGoesToNewRun(t *testing.T) {
 		mixed = append(mixed, a[i], b[i]) // interleaved in each partition
 	}
 	produceGens(t, kc, mixed)
-	sr := startSink(t, baseConfig(kc, dir))
+	sr := startSink(t, baseConfig(t, kc, dir))
 	sr.waitFor(t, "both runs durable", func(d, _ map[string]int) bool {
 		for _, g := range a {
 			if d[g.ID] < 2 {
@@ -332,7 +332,7 @@ func TestSinkKilledMidRun(t *testing.T) {
 	}
 	t.Logf("killed the child with %d of %d rows durable", before, len(gens))
 
-	cfg := baseConfig(kc, dir)
+	cfg := baseConfig(t, kc, dir)
 	cfg.Group = "sink-after-kill"
 	sr := startSink(t, cfg)
 	sentinels := mkGens(1000, 1040, 0.7)
@@ -402,7 +402,7 @@ func TestSinkKilledKeepsJournaledRows(t *testing.T) {
 	}
 
 	kc = freshBroker(t, "journal")
-	sr := startSink(t, baseConfig(kc, dir))
+	sr := startSink(t, baseConfig(t, kc, dir))
 	sr.waitFor(t, "the journal's rows durable", func(d, _ map[string]int) bool { return len(d) >= len(reported) })
 	inShards := readRowsQuiet(dir)
 	for id := range reported {
@@ -444,7 +444,7 @@ func TestHelperSinkProcess(t *testing.T) {
 		t.Skip("helper process only")
 	}
 	kc := kafka.Config{Brokers: strings.Split(os.Getenv("HELPER_BROKERS"), ","), Namespace: os.Getenv("HELPER_NAMESPACE")}
-	cfg := baseConfig(kc, os.Getenv("HELPER_DIR"))
+	cfg := baseConfig(t, kc, os.Getenv("HELPER_DIR"))
 	cfg.RotateRows = 7
 	cfg.Logger = quietLogger()
 	if os.Getenv("HELPER_MODE") == "journal" {
@@ -472,7 +472,7 @@ func TestNewBrokerSameDir(t *testing.T) {
 	first := mkGens(0, 80, 0.7)
 	kc := broker()
 	produceGens(t, kc, first)
-	sr := startSink(t, baseConfig(kc, dir))
+	sr := startSink(t, baseConfig(t, kc, dir))
 	sr.waitFor(t, "first run durable", allDurable(idsOf(first)))
 	if err := sr.stop(t); err != nil {
 		t.Fatal(err)
@@ -481,7 +481,7 @@ func TestNewBrokerSameDir(t *testing.T) {
 	kc = broker()
 	second := mkGens(0, 120, 0.7)
 	produceGens(t, kc, second)
-	sr = startSink(t, baseConfig(kc, dir))
+	sr = startSink(t, baseConfig(t, kc, dir))
 	sr.waitFor(t, "replay resolved", func(d, dups map[string]int) bool {
 		for i, g := range second {
 			if (i < 80 && dups[g.ID] == 0) || (i >= 80 && d[g.ID] == 0) {

@@ -1,7 +1,9 @@
 package status
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -29,8 +31,8 @@ type Stage struct {
 
 // PublisherConfig configures Publish; zero values are documented defaults.
 type PublisherConfig struct {
-	// Kafka says where the status topic is.
-	Kafka kafka.Config
+	// Client is the process's client of the cluster the status topic is on; required. Publish does not close it.
+	Client *kafka.Client
 	// Gatherer is the process's registry, the one its stages register their metrics on.
 	Gatherer prometheus.Gatherer
 	// Stages are the stages this process runs (one record each per interval).
@@ -68,8 +70,7 @@ type sample struct {
 // Interval, until ctx ends; then it writes a last one in state stopped (waiting up to 5 s for it) and returns.
 // Call it after the stages' metrics exist and stop it after the stages returned, so the last record holds
 // their final figures. A failed write is logged and the next interval tries again: status is never a reason
-// for a stage to stop. It returns an error only when it cannot start (no usable Kafka settings) or its producer
-// fails to close.
+// for a stage to stop. It returns an error only when it has no client or its producer fails to close.
 func Publish(ctx context.Context, cfg PublisherConfig) (err error) {
 	if cfg.Instance == "" {
 		cfg.Instance = DefaultInstance()
@@ -85,12 +86,10 @@ func Publish(ctx context.Context, cfg PublisherConfig) (err error) {
 		log = slog.Default()
 	}
 	host, _ := os.Hostname()
-	kcl, err := kafka.NewClient(cfg.Kafka)
-	if err != nil {
-		return fmt.Errorf("status: %w", err)
+	if cfg.Client == nil {
+		return errors.New("status: no Kafka client")
 	}
-	defer kcl.Close()
-	p := kcl.NewProducer(topics.TopicStatus, kafka.ProducerConfig{})
+	p := cfg.Client.NewProducer(topics.TopicStatus, kafka.ProducerConfig{})
 	defer func() {
 		if cerr := p.Close(); cerr != nil && err == nil {
 			err = fmt.Errorf("status: close producer: %w", cerr)
@@ -164,4 +163,20 @@ func rates(s *topics.Status, hist []sample, window time.Duration) []sample {
 		s.Endpoints[i].OutputTokensPerSecond = float64(s.Endpoints[i].OutputTokens-first.endpoint[s.Endpoints[i].Name]) / dt
 	}
 	return hist
+}
+
+// Start runs Publish on a goroutine of its own and returns the function that stops it: stop ends the
+// publishing (the last record, in state stopped, is written then), waits for the goroutine and logs why
+// publishing failed, if it did. ctx ending does not stop it (its values are kept): call stop once the stages
+// have returned, so the last record holds their final figures.
+func Start(ctx context.Context, cfg PublisherConfig) (stop func()) {
+	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := Publish(pctx, cfg); err != nil {
+			cmp.Or(cfg.Logger, slog.Default()).Warn("status: publishing stopped", "err", err)
+		}
+	}()
+	return func() { cancel(); <-done }
 }

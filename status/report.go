@@ -117,8 +117,8 @@ type RejectionCount struct {
 
 // CollectorConfig configures a Collector; zero values are documented defaults.
 type CollectorConfig struct {
-	// Kafka says where the pipeline is (Namespace included).
-	Kafka kafka.Config
+	// Client is the process's client of the cluster the pipeline is on (its Namespace included); required.
+	Client *kafka.Client
 	// Stages are the groups always shown, Optional ones once they have an input topic or a process (a group
 	// a status record names is added).
 	Stages []Stage
@@ -131,12 +131,11 @@ type CollectorConfig struct {
 }
 
 // Collector builds Reports. It keeps what it read before (the rejected topic's position and counts, the
-// status records, the committed offsets of earlier reads), and its connections to the cluster, so calling
-// Collect again under `--watch` reads only what is new and computes rates over its window. Close it when done.
-// Not safe for concurrent use.
+// status records, the committed offsets of earlier reads), so calling Collect again under `--watch` reads only
+// what is new and computes rates over its window. Not safe for concurrent use.
 type Collector struct {
 	cfg CollectorConfig
-	cl  *kafka.Client // made by the first Collect, closed by Close
+	cl  *kafka.Client // cfg.Client
 
 	rejNext  map[int]int64 // rejected topic: partition -> next offset to read
 	rejected map[[2]string]*RejectionCount
@@ -162,24 +161,17 @@ func NewCollector(cfg CollectorConfig) *Collector {
 	if cfg.Forget <= 0 {
 		cfg.Forget = 15 * time.Minute
 	}
-	return &Collector{cfg: cfg, rejNext: map[int]int64{}, rejected: map[[2]string]*RejectionCount{},
+	return &Collector{cfg: cfg, cl: cfg.Client, rejNext: map[int]int64{}, rejected: map[[2]string]*RejectionCount{},
 		statNext: map[int]int64{}, statuses: map[string][]topics.Status{}, reads: map[string][]committedAt{}, now: time.Now}
 }
 
 // Collect reads the pipeline's state from Kafka and returns a Report. A part that cannot be read (a topic
 // not created yet) becomes a warning; only an unreachable cluster is an error.
 func (c *Collector) Collect(ctx context.Context) (*Report, error) {
-	kc := c.cfg.Kafka
-	if len(kc.Brokers) == 0 {
-		return nil, errors.New("status: no Kafka brokers")
-	}
 	if c.cl == nil {
-		cl, err := kafka.NewClient(kc)
-		if err != nil {
-			return nil, err
-		}
-		c.cl = cl
+		return nil, errors.New("status: no Kafka client")
 	}
+	kc := c.cl.Config()
 	now := c.now()
 	r := &Report{Time: now.UTC(), Namespace: kc.Namespace, Stages: []StageReport{}, Rejections: []RejectionCount{}, Warnings: []string{}}
 	if _, err := c.cl.Admin().Groups(ctx); err != nil {
@@ -212,14 +204,6 @@ func (c *Collector) Collect(ctx context.Context) (*Report, error) {
 	})
 	r.Warnings = append(r.Warnings, retentionWarnings(ctx, kc, c.cl.Admin(), r)...)
 	return r, nil
-}
-
-// Close closes the Collector's connections.
-func (c *Collector) Close() error {
-	if c.cl == nil {
-		return nil
-	}
-	return c.cl.Close()
 }
 
 // retentionWarnings says where retention may cost a stage records: records of its input topic deleted before
@@ -274,7 +258,7 @@ func (c *Collector) stages() []Stage {
 
 // stage reports one stage's group, with the warnings it gives rise to.
 func (c *Collector) stage(ctx context.Context, st Stage, now time.Time) (StageReport, []string) {
-	kc := c.cfg.Kafka
+	kc := c.cl.Config()
 	sr := StageReport{Stage: st.Name, Group: st.Group, Topic: st.Topic, Members: []kafka.GroupMember{},
 		Partitions: []PartitionReport{}, Instances: []InstanceReport{}}
 	var warn []string

@@ -139,8 +139,7 @@ func TestReportWarnsOfRetentionLoss(t *testing.T) {
 	if err := cl.Admin().StartGroupAt(ctx, "gen", topics.TopicTokenized, map[int]int64{0: 1}); err != nil {
 		t.Fatal(err)
 	}
-	col := NewCollector(CollectorConfig{Kafka: kc, Stages: []Stage{{Name: "generate", Group: "gen", Topic: topics.TopicTokenized}}})
-	defer col.Close()
+	col := NewCollector(CollectorConfig{Client: cl, Stages: []Stage{{Name: "generate", Group: "gen", Topic: topics.TopicTokenized}}})
 	r, err := col.Collect(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -159,5 +158,36 @@ func TestReportWarnsOfRetentionLoss(t *testing.T) {
 		return strings.Contains(w, "retention.tokenized/0") && strings.Contains(w, "deleted by retention") && strings.Contains(w, "retention.gen")
 	}) {
 		t.Fatalf("no retention warning: %q", r.Warnings)
+	}
+}
+
+// Start publishes until its stop is called, and stop returns only once the last record, in state stopped, is
+// on the topic: the publisher's goroutine is waited for.
+func TestStartIsWaitedFor(t *testing.T) {
+	kc := kafkatest.Config(t, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	stop := Start(ctx, PublisherConfig{Client: kafkatest.Client(t, kc), Gatherer: prometheus.NewRegistry(),
+		Stages: []Stage{{Name: "generate"}}, Instance: "test", Interval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	deadline := time.Now().Add(30 * time.Second)
+	for kafkatest.Size(t, kc, topics.TopicStatus) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("no running records within 30s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel() // a signal: the publisher keeps going until stop
+	stop()
+	n := kafkatest.Size(t, kc, topics.TopicStatus)
+	recs := kafkatest.Collect[topics.Status](t, kc, topics.TopicStatus, n, 30*time.Second)
+	if len(recs) != n || n < 3 {
+		t.Fatalf("%d of %d records read, want at least 3", len(recs), n)
+	}
+	if last := recs[len(recs)-1]; last.State != topics.StatusStopped || last.Stage != "generate" || last.Instance != "test" {
+		t.Fatalf("last record %+v, want generate's, stopped", last)
+	}
+	for _, r := range recs[:len(recs)-1] {
+		if r.State != topics.StatusRunning {
+			t.Fatalf("a record before the last in state %q", r.State)
+		}
 	}
 }

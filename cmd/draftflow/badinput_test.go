@@ -18,6 +18,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/draftflow/draftflow/kafka/kafkatest"
+	"github.com/draftflow/draftflow/pipeline"
 	"github.com/draftflow/draftflow/topics"
 )
 
@@ -109,7 +110,7 @@ func TestBadInputCorpus(t *testing.T) {
 	rc.Tokenize.ContextLength = 1024
 	rc.Sim.OutputLenMean = 50
 	rc.Timeout = 3 * time.Minute
-	res, err := runPipeline(context.Background(), rc)
+	res, err := pipeline.Run(context.Background(), rc)
 	if err != nil {
 		t.Fatalf("the run stopped: %v", err)
 	}

@@ -20,12 +20,14 @@ import (
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/kafka/kafkatest"
 	"github.com/draftflow/draftflow/offline"
+	"github.com/draftflow/draftflow/pipeline"
 	"github.com/draftflow/draftflow/sglang/sim"
 	"github.com/draftflow/draftflow/shard"
 	"github.com/draftflow/draftflow/shard/features"
 	"github.com/draftflow/draftflow/sink"
 	capturestage "github.com/draftflow/draftflow/stages/capture"
 	"github.com/draftflow/draftflow/stages/ingest"
+	"github.com/draftflow/draftflow/stages/tokenize"
 	"github.com/draftflow/draftflow/topics"
 )
 
@@ -37,7 +39,7 @@ var captureTestLayers = []int{2, 4, 5}
 // 0: the model's) through handlers that count requests and call onRequest (when set) before each.
 func captureSims(t *testing.T, finalCtx int, onRequest func(n int64)) (aux, final string) {
 	t.Helper()
-	model, cleanup, err := loadModelOrBundled("")
+	model, cleanup, err := tokenize.LoadModelOrBundled("")
 	t.Cleanup(cleanup)
 	if err != nil {
 		t.Fatal(err)
@@ -175,7 +177,7 @@ func runCaptureUntil(t *testing.T, kc kafka.Config, out, aux, final string, stop
 		}
 	}
 	var mu sync.Mutex
-	cfg := capturestage.Config{Kafka: kc, Dir: out, Aux: aux, Final: final, AuxLayers: captureTestLayers, Concurrency: 3,
+	cfg := capturestage.Config{Client: kcl, Dir: out, Aux: aux, Final: final, AuxLayers: captureTestLayers, Concurrency: 3,
 		Registerer: prometheus.NewRegistry(), Logger: slog.New(slog.DiscardHandler),
 		OnShard: func(p string) {
 			mu.Lock()
@@ -217,7 +219,7 @@ func TestPipelineCaptureExactlyOnce(t *testing.T) {
 	rc.Timeout = 5 * time.Minute
 	rc.Ingest.Turns = "" // every turn: a shard may hold several turns of one conversation
 	simCapture(&rc, prometheus.NewRegistry())
-	res, err := runPipeline(context.Background(), rc)
+	res, err := pipeline.Run(context.Background(), rc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,7 +335,7 @@ func TestCaptureRejectsRowsOverContext(t *testing.T) {
 	rc.Sink.AnnounceShards = true
 	rc.Sim.OutputLenMean = 40
 	rc.Timeout = 5 * time.Minute
-	if _, err := runPipeline(context.Background(), rc); err != nil {
+	if _, err := pipeline.Run(context.Background(), rc); err != nil {
 		t.Fatal(err)
 	}
 	var lens []int
@@ -423,7 +425,7 @@ func TestCaptureShardAnnouncedTwice(t *testing.T) {
 	rc.Sink.RotateRows = 25
 	rc.Sim.OutputLenMean = 20
 	rc.Timeout = 3 * time.Minute
-	if _, err := runPipeline(context.Background(), rc); err != nil {
+	if _, err := pipeline.Run(context.Background(), rc); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -443,7 +445,7 @@ func TestCaptureShardAnnouncedTwice(t *testing.T) {
 	aux, final := captureSims(t, 0, nil)
 	reg := prometheus.NewRegistry()
 	var finished atomic.Int64
-	cfg := capturestage.Config{Kafka: kc, Dir: out, Aux: aux, Final: final, AuxLayers: captureTestLayers, Concurrency: 2,
+	cfg := capturestage.Config{Client: kcl, Dir: out, Aux: aux, Final: final, AuxLayers: captureTestLayers, Concurrency: 2,
 		Shards:     4 * shards, // every announcement at once: both of a shard are in flight together
 		Registerer: reg, Logger: slog.New(slog.DiscardHandler),
 		OnShard: func(string) {
@@ -480,9 +482,9 @@ func TestCaptureShardAnnouncedTwice(t *testing.T) {
 
 // simCapture turns on the capture stage of rc against the simulator (both server modes), at the test width and
 // layers, its metrics in reg.
-func simCapture(rc *runConfig, reg prometheus.Registerer) {
-	rc.Capture.cfg.Aux, rc.Capture.cfg.Final = "sim", "sim"
-	rc.Capture.simSize = captureTestHidden
-	rc.Capture.cfg.AuxLayers = captureTestLayers
-	rc.Capture.cfg.Registerer = reg
+func simCapture(rc *pipeline.Config, reg prometheus.Registerer) {
+	rc.Capture.Stage.Aux, rc.Capture.Stage.Final = "sim", "sim"
+	rc.Capture.SimHidden = captureTestHidden
+	rc.Capture.Stage.AuxLayers = captureTestLayers
+	rc.Capture.Stage.Registerer = reg
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/draftflow/draftflow/kafka/kafkatest"
 	"github.com/draftflow/draftflow/metrics"
+	"github.com/draftflow/draftflow/pipeline"
 	"github.com/draftflow/draftflow/status"
 )
 
@@ -71,7 +72,7 @@ func stageMetrics(t *testing.T) exported {
 	if err := os.WriteFile(input, []byte(`{"id": "a", "messages": [{"role": "user", "content": "hi"}]}`+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var rc runConfig
+	var rc pipeline.Config
 	rc.Kafka, rc.Logger = kc, kc.Logger
 	rc.Ingest.Inputs = []string{input}
 	rc.Ingest.Defaults.MaxNewTokens = 16
@@ -80,7 +81,7 @@ func stageMetrics(t *testing.T) exported {
 	rc.Sim.Instant, rc.Sim.OutputLenMean = true, 8
 	rc.Gatherer, rc.StatusInterval = reg, 100*time.Millisecond
 	rc.Timeout = 2 * time.Minute
-	if _, err := runPipeline(context.Background(), rc); err != nil {
+	if _, err := pipeline.Run(context.Background(), rc); err != nil {
 		t.Fatal(err)
 	}
 	out := exported{}

@@ -2,7 +2,7 @@ package main
 
 // Integration tests of the pipeline against a Kafka cluster: the embedded broker under plain `go test`, a real
 // Apache Kafka when DRAFTFLOW_TEST_BROKERS is set (`make test-integration`). Unlike the end-to-end test, which
-// runs runPipeline as a whole, these assemble the stages one by one so that a test can run two replicas of a
+// runs pipeline.Run as a whole, these assemble the stages one by one so that a test can run two replicas of a
 // stage, stop one mid-run, or restart it, and then check the shards row by row.
 
 import (
@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	pipelinebench "github.com/draftflow/draftflow/bench/pipeline"
 	"github.com/draftflow/draftflow/kafka"
 
 	"github.com/apache/arrow/go/v17/arrow"
@@ -44,6 +45,7 @@ const itestDataset = "itest"
 type itest struct {
 	t     *testing.T
 	kc    kafka.Config
+	kcl   *kafka.Client // every stage's: the replicas of a stage differ by their consumers, not their clients
 	model *tokenize.Model
 	log   *slog.Logger
 	out   string // the sink's output directory
@@ -57,7 +59,7 @@ type itest struct {
 
 func newITest(t *testing.T, kc kafka.Config) *itest {
 	t.Helper()
-	model, cleanup, err := loadModelOrBundled("")
+	model, cleanup, err := tokenize.LoadModelOrBundled("")
 	t.Cleanup(cleanup)
 	if err != nil {
 		t.Fatal(err)
@@ -65,6 +67,9 @@ func newITest(t *testing.T, kc kafka.Config) *itest {
 	h := &itest{t: t, kc: kc, model: model, log: testLogger(t), out: t.TempDir(), turns: ingest.TurnsLast, fatal: make(chan error, 16),
 		durable: map[string]int{}}
 	h.kc.Logger = h.log
+	if len(kc.Brokers) > 0 { // else the test runs whole processes, with brokers of their own
+		h.kcl = kafkatest.Client(t, h.kc) // registered before any stage: closed after every stage stopped
+	}
 	return h
 }
 
@@ -191,21 +196,21 @@ func (h *itest) startSim(cfg sim.Config) (*sim.Server, string) {
 }
 
 func (h *itest) tokenize(group string) func(context.Context) error {
-	cfg := tokenize.Config{Kafka: h.kc, Group: group, Model: h.model, Logger: h.log}
+	cfg := tokenize.Config{Client: h.kcl, Group: group, Model: h.model, Logger: h.log}
 	return func(ctx context.Context) error { return tokenize.Run(ctx, cfg) }
 }
 
 // generate runs the generate stage with the fixed policy: concurrency requests at a time per endpoint, at most
 // maxInFlight records fetched and unfinished.
 func (h *itest) generate(group string, concurrency, maxInFlight int, endpoints ...string) func(context.Context) error {
-	cfg := generate.Config{Kafka: h.kc, Group: group, Endpoints: endpoints, Policy: generate.PolicyFixed,
+	cfg := generate.Config{Client: h.kcl, Group: group, Endpoints: endpoints, Policy: generate.PolicyFixed,
 		Concurrency: concurrency, MaxInFlight: maxInFlight, HealthInterval: 500 * time.Millisecond, Logger: h.log}
 	return func(ctx context.Context) error { return generate.Run(ctx, cfg) }
 }
 
 // sink runs the sink on h.out, counting every id it reports durable; rotateRows 0 is the sink's default.
 func (h *itest) sink(rotateRows int) func(context.Context) error {
-	cfg := sink.Config{Kafka: h.kc, Dir: h.out, RotateRows: rotateRows, IdleFlush: 200 * time.Millisecond, Logger: h.log,
+	cfg := sink.Config{Client: h.kcl, Dir: h.out, RotateRows: rotateRows, IdleFlush: 200 * time.Millisecond, Logger: h.log,
 		OnDurable: func(ids []string) {
 			h.mu.Lock()
 			for _, id := range ids {
@@ -243,7 +248,7 @@ func (h *itest) ingest(path string, maxNewTokens int) []string {
 	defer cancel()
 	var mu sync.Mutex
 	var ids []string
-	res, err := ingest.Run(ctx, ingest.Config{Kafka: h.kc, Inputs: []string{path}, Dataset: itestDataset,
+	res, err := ingest.Run(ctx, ingest.Config{Client: h.kcl, Inputs: []string{path}, Dataset: itestDataset,
 		Defaults: topics.Sampling{MaxNewTokens: maxNewTokens}, Logger: h.log, Turns: h.turns,
 		OnPrompt: func(id string, _ topics.Source) { mu.Lock(); ids = append(ids, id); mu.Unlock() }})
 	if err != nil {
@@ -377,7 +382,7 @@ func (h *itest) produced(topic string) int {
 func writeDataset(t *testing.T, n, words int, seed uint64) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "conversations.jsonl")
-	if err := writeSyntheticDataset(path, n, words, seed); err != nil {
+	if err := pipelinebench.WriteSyntheticDataset(path, n, words, seed); err != nil {
 		t.Fatal(err)
 	}
 	return path
@@ -558,7 +563,7 @@ func TestIntegrationLargeRecords(t *testing.T) {
 	for i := 0; i < n; i++ {
 		words := promptTokens / 2
 		for {
-			p := topics.Prompt{ID: fmt.Sprintf("long-%d", i), Messages: []topics.Message{{Role: "user", Content: syntheticText(r, words)}}}
+			p := topics.Prompt{ID: fmt.Sprintf("long-%d", i), Messages: []topics.Message{{Role: "user", Content: pipelinebench.SyntheticText(r, words)}}}
 			ids, err := h.model.Encode(&p)
 			if err != nil {
 				t.Fatal(err)
@@ -585,7 +590,7 @@ func TestIntegrationLargeRecords(t *testing.T) {
 	biggest := h.tapSizes(topics.TopicPrompts, topics.TopicTokenized, topics.TopicGenerated)
 	gens := h.tapGenerations()
 	h.start("sink", h.sink(0))
-	tk := tokenize.Config{Kafka: h.kc, Model: h.model, ContextLength: 65536, Logger: h.log}
+	tk := tokenize.Config{Client: h.kcl, Model: h.model, ContextLength: 65536, Logger: h.log}
 	h.start("tokenize", func(ctx context.Context) error { return tokenize.Run(ctx, tk) })
 	h.start("generate", h.generate("", 4, 16, url))
 	if ids := h.ingest(path, outputTokens); len(ids) != n {

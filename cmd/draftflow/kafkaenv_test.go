@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/draftflow/draftflow/kafka"
+	"github.com/draftflow/draftflow/pipeline"
 	"github.com/draftflow/draftflow/stages/generate"
 )
 
@@ -88,11 +89,15 @@ func TestAPIKeyFromEnv(t *testing.T) {
 	if cfg.APIKey.Reveal() != "from-file" {
 		t.Errorf("APIKey %q, want the file's", cfg.APIKey.Reveal())
 	}
-	// The merged flag sets of `draftflow generate` and `draftflow run` keep the help.
-	gfs := newFlagSet("generate")
-	var g generate.Config
-	mergeFlags(gfs, "generate", func(fs *flag.FlagSet) { registerGenerateFlags(fs, &g) })
-	if f := gfs.Lookup("sglang-api-key-file"); f == nil || !strings.Contains(f.Usage, envSGLangAPIKey) {
-		t.Errorf("merged --sglang-api-key-file help: %+v", f)
+	// The flag set of `draftflow run` keeps the help.
+	var c common
+	var rc pipeline.Config
+	var mergeTurns string
+	rfs, err := runFlags(&c, &rc, &mergeTurns).FlagSet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := rfs.Lookup("sglang-api-key-file"); f == nil || !strings.Contains(f.Usage, envSGLangAPIKey) {
+		t.Errorf("run's --sglang-api-key-file help: %+v", f)
 	}
 }

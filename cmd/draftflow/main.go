@@ -157,9 +157,6 @@ type common struct {
 	security    kafka.Security // --kafka-tls*, --kafka-sasl-* (and DRAFTFLOW_KAFKA_* variables)
 	retention   time.Duration  // --retention of created topics (0: forever)
 
-	reg   *prometheus.Registry // the process's metrics (setup)
-	ready *metrics.Readiness   // the process's readiness checks (setup)
-
 	// served, when not nil, is told the address the process's HTTP server listens on once it does
 	// (--metrics-addr may name port 0).
 	served func(addr string)
@@ -172,7 +169,9 @@ func (c *common) register(fs *flag.FlagSet, metricsDefault string) {
 	fs.IntVar(&c.maxMsgBytes, "max-message-bytes", kafka.DefaultMaxMessageBytes, "largest Kafka record batch, set on created topics and writers")
 	registerSecurityFlags(fs, &c.security)
 	if v := os.Getenv("DRAFTFLOW_RETENTION"); v != "" {
-		c.retention, _ = kafka.ParseRetention(v) // a bad value is reported by setup
+		if d, err := kafka.ParseRetention(v); err == nil {
+			c.retention = d
+		} // else setup reports it
 	}
 	fs.Func("retention", "how long topics this process creates keep records: forever (default), a duration (72h) or days (7d); existing topics keep theirs (env DRAFTFLOW_RETENTION)",
 		func(v string) error {
@@ -200,65 +199,97 @@ func (c *common) register(fs *flag.FlagSet, metricsDefault string) {
 	})
 }
 
+// process is what a command holds while it runs: its logger, Kafka settings and one Kafka client, metrics
+// registry, readiness checks and HTTP server. close releases them.
+type process struct {
+	log   *slog.Logger
+	kc    kafka.Config         // brokers may be empty (run, sim)
+	kcl   *kafka.Client        // the process's one client of the cluster (connect)
+	reg   *prometheus.Registry // the process's metrics
+	ready *metrics.Readiness   // the process's readiness checks
+	srv   *metrics.Server      // nil without --metrics-addr
+}
+
 // setup installs the logger, makes the process's metrics registry and readiness checks, starts the one HTTP
-// server of the process (/metrics, /healthz, /readyz) when --metrics-addr is set, and returns the Kafka config
-// (brokers may be empty) with that registry. The process is not ready until each part named in expect has Added
-// its own readiness check: those parts are registered as "starting" before the server answers its first /readyz.
-func (c *common) setup(ctx context.Context, expect ...string) (kafka.Config, *slog.Logger, error) {
+// server of the process (/metrics, /healthz, /readyz) when --metrics-addr is set, and returns them with the
+// Kafka settings (brokers may be empty). The process is not ready until each part named in expect has Added
+// its own readiness check: those parts are registered as "starting" before the server answers its first
+// /readyz. The command calls close when it is done.
+func (c *common) setup(ctx context.Context, expect ...string) (*process, error) {
 	var level slog.Level
-	_ = level.UnmarshalText([]byte(c.logLevel)) // checked when the flag was parsed
+	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
+		return nil, err // checked when the flag was parsed
+	}
 	opts := &slog.HandlerOptions{Level: level}
 	// Logs go through the console progress lines are drawn on, so that neither tears the other.
 	var h slog.Handler = slog.NewTextHandler(stderr(), opts)
 	if c.logFormat == "json" {
 		h = slog.NewJSONHandler(stderr(), opts)
 	}
-	log := slog.New(h)
-	slog.SetDefault(log)
-	c.reg, c.ready = metrics.NewRegistry(), &metrics.Readiness{}
-	c.ready.Expect(expect...)
-	kc := kafka.Config{
+	p := &process{log: slog.New(h), reg: metrics.NewRegistry(), ready: &metrics.Readiness{}}
+	slog.SetDefault(p.log)
+	p.ready.Expect(expect...)
+	p.kc = kafka.Config{
 		Brokers:         parseBrokers(c.brokers),
 		Partitions:      c.partitions,
 		MaxMessageBytes: c.maxMsgBytes,
 		Namespace:       c.namespace,
 		Security:        c.security,
 		Retention:       c.retention,
-		Logger:          log,
-		Registerer:      c.reg,
+		Logger:          p.log,
+		Registerer:      p.reg,
 	}
 	if v := os.Getenv("DRAFTFLOW_RETENTION"); v != "" {
 		if _, err := kafka.ParseRetention(v); err != nil {
-			return kc, log, fmt.Errorf("DRAFTFLOW_RETENTION: %w", err)
+			return nil, fmt.Errorf("DRAFTFLOW_RETENTION: %w", err)
 		}
 	}
-	if err := checkSecurity(kc.Security); err != nil {
-		return kc, log, err
+	if err := checkSecurity(p.kc.Security); err != nil {
+		return nil, err
 	}
-	if kc.Security != (kafka.Security{}) {
-		if len(kc.Brokers) == 0 {
-			return kc, log, errors.New("--kafka-tls*/--kafka-sasl-* settings need --brokers: the embedded broker speaks plaintext only")
+	if p.kc.Security != (kafka.Security{}) {
+		if len(p.kc.Brokers) == 0 {
+			return nil, errors.New("--kafka-tls*/--kafka-sasl-* settings need --brokers: the embedded broker speaks plaintext only")
 		}
-		log.Info("Kafka security", kc.Security.Describe()...)
+		p.log.Info("Kafka security", p.kc.Security.Describe()...)
 	}
 	if c.metricsAddr != "" {
-		addr, err := metrics.Serve(ctx, c.metricsAddr, c.reg, c.ready, c.pprof, log)
+		srv, err := metrics.Serve(ctx, c.metricsAddr, p.reg, p.ready, c.pprof, p.log)
 		if err != nil {
-			return kc, log, err
+			return nil, err
 		}
+		p.srv = srv
 		if c.served != nil {
-			c.served(addr)
+			c.served(srv.Addr())
 		}
 	}
-	return kc, log, nil
+	return p, nil
 }
 
-// requireBrokers returns an error naming the flag when a stage runs without brokers.
-func requireBrokers(cfg kafka.Config) error {
-	if len(cfg.Brokers) == 0 {
+// connect makes the process's one client of the cluster --brokers names: every stage of the process is handed
+// it. It is an error, naming the flag, when there are no brokers.
+func (p *process) connect() error {
+	if len(p.kc.Brokers) == 0 {
 		return errors.New("no Kafka brokers: pass --brokers host:port[,host:port] or set DRAFTFLOW_BROKERS (only `draftflow run` starts an embedded broker)")
 	}
+	kcl, err := kafka.NewClient(p.kc)
+	if err != nil {
+		return err
+	}
+	p.kcl = kcl
 	return nil
+}
+
+// close closes the Kafka client and stops the HTTP server, waiting for it.
+func (p *process) close() {
+	if p.kcl != nil {
+		p.kcl.Close()
+	}
+	if p.srv != nil {
+		if err := p.srv.Close(); err != nil {
+			p.log.Warn("metrics endpoint", "err", err)
+		}
+	}
 }
 
 // stringList is a repeatable string flag that also splits commas.
@@ -275,28 +306,7 @@ func (s *stringList) Set(v string) error {
 	return nil
 }
 
-// mergeFlags registers a stage's flags into fs, leaving out the names in skip. A flag every process shares
-// (metrics-addr) keeps the common definition; any other name fs already has is registered as prefix-name.
-func mergeFlags(fs *flag.FlagSet, prefix string, register func(*flag.FlagSet), skip ...string) {
-	tmp := flag.NewFlagSet("", flag.ContinueOnError)
-	register(tmp)
-	tmp.VisitAll(func(f *flag.Flag) {
-		name := f.Name
-		for _, s := range skip {
-			if name == s {
-				return
-			}
-		}
-		if fs.Lookup(name) != nil {
-			if name == "metrics-addr" {
-				return
-			}
-			name = prefix + "-" + name
-		}
-		fs.Var(f.Value, name, f.Usage)
-	})
-}
-
+// newFlagSet is the flag set of a command that has no cli.Table yet.
 func newFlagSet(name string) *flag.FlagSet {
 	fs := flag.NewFlagSet("draftflow "+name, flag.ContinueOnError)
 	return fs

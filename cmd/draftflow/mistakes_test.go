@@ -13,6 +13,7 @@ import (
 
 	"github.com/draftflow/draftflow/kafka/kafkatest"
 	"github.com/draftflow/draftflow/offline"
+	"github.com/draftflow/draftflow/pipeline"
 	"github.com/draftflow/draftflow/sglang"
 	"github.com/draftflow/draftflow/shard"
 	"github.com/draftflow/draftflow/stages/tokenize/tokenizer/bundled"
@@ -30,7 +31,7 @@ not json
 `), 0o644)
 	rc := simRun(kafkatest.Config(t, 2), filepath.Join(dir, "out"), in)
 	rc.Timeout = 2 * time.Minute
-	res, err := runPipeline(context.Background(), rc)
+	res, err := pipeline.Run(context.Background(), rc)
 	if err == nil || !strings.Contains(err.Error(), "every input line was rejected (3)") {
 		t.Fatalf("all-rejected run: %v", err)
 	}
@@ -43,7 +44,7 @@ not json
 		!strings.Contains(sum.String(), res.RejectedFile) {
 		t.Errorf("summary shows %d examples, or not the file:\n%s", n, sum.String())
 	}
-	if res.RejectedFile != filepath.Join(rc.Sink.Dir, RejectedFileName) {
+	if res.RejectedFile != filepath.Join(rc.Sink.Dir, pipeline.RejectedFileName) {
 		t.Fatalf("rejections in %q", res.RejectedFile)
 	}
 	lines := readRejectionFile(t, res.RejectedFile)
@@ -60,17 +61,17 @@ not json
 	}
 }
 
-func readRejectionFile(t *testing.T, path string) []rejectionLine {
+func readRejectionFile(t *testing.T, path string) []pipeline.RejectionLine {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var out []rejectionLine
+	var out []pipeline.RejectionLine
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		var l rejectionLine
+		var l pipeline.RejectionLine
 		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
 			t.Fatalf("%s: %v", path, err)
 		}
@@ -116,7 +117,7 @@ func TestVocabFindsTheRunsModel(t *testing.T) {
 			}
 			rc.Sim.OutputLenMean = 20
 			rc.Timeout = 2 * time.Minute
-			if _, err := runPipeline(context.Background(), rc); err != nil {
+			if _, err := pipeline.Run(context.Background(), rc); err != nil {
 				t.Fatal(err)
 			}
 			runs, err := shard.RunDirs(rc.Sink.Dir)
@@ -145,7 +146,7 @@ func TestVocabFindsTheRunsModel(t *testing.T) {
 	rc.Sink.ModelPath = "-" // set, so run records nothing useful; rewritten to empty below
 	rc.Sim.OutputLenMean = 20
 	rc.Timeout = 2 * time.Minute
-	if _, err := runPipeline(context.Background(), rc); err != nil {
+	if _, err := pipeline.Run(context.Background(), rc); err != nil {
 		t.Fatal(err)
 	}
 	runs, _ := shard.RunDirs(rc.Sink.Dir)
@@ -171,7 +172,7 @@ func TestRunStopsOnAFailedStage(t *testing.T) {
 	rc.Sim.APIKey = "the-server-wants-this"
 	rc.Timeout = 2 * time.Minute
 	start := time.Now()
-	_, err := runPipeline(context.Background(), rc)
+	_, err := pipeline.Run(context.Background(), rc)
 	var auth *sglang.AuthError
 	if !errors.As(err, &auth) || !strings.HasPrefix(err.Error(), "generate: ") {
 		t.Fatalf("run against a server refusing the key: %v", err)

@@ -15,8 +15,10 @@ import (
 	"github.com/apache/arrow/go/v17/arrow/array"
 
 	"github.com/draftflow/draftflow/kafka/kafkatest"
+	"github.com/draftflow/draftflow/pipeline"
 	"github.com/draftflow/draftflow/sglang/sim"
 	"github.com/draftflow/draftflow/stages/ingest"
+	"github.com/draftflow/draftflow/stages/tokenize"
 	"github.com/draftflow/draftflow/topics"
 )
 
@@ -52,14 +54,14 @@ func TestPipelineMultiTurn(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := t.TempDir()
-	var rc runConfig
+	var rc pipeline.Config
 	rc.Kafka = kafkatest.Config(t, 4)
 	rc.Ingest.Inputs = []string{data}
 	rc.Ingest.Defaults.MaxNewTokens = 512
 	rc.Sink.Dir = out
 	rc.Sim = sim.Config{Instant: true, OutputLenMean: 100, Seed: 5, Conversations: data, ReplyFormat: "qwen3", ToolDivergenceRate: 0.5}
 	rc.Timeout = 5 * time.Minute
-	res, err := runPipeline(context.Background(), rc)
+	res, err := pipeline.Run(context.Background(), rc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +96,7 @@ func TestPipelineMultiTurn(t *testing.T) {
 		}
 	})
 
-	model, cleanup, err := loadModelOrBundled("")
+	model, cleanup, err := tokenize.LoadModelOrBundled("")
 	defer cleanup()
 	if err != nil {
 		t.Fatal(err)

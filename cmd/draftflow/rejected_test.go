@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/draftflow/draftflow/kafka/kafkatest"
+	"github.com/draftflow/draftflow/pipeline"
 )
 
 // A run counts only the rejections of its own prompts made during it: a second run on the same broker and
@@ -29,7 +30,7 @@ func TestRunIgnoresEarlierRunsRejections(t *testing.T) {
 	short := `{"id": "short", "messages": [{"role": "user", "content": "hi"}]}`
 	long := fmt.Sprintf(`{"id": "long", "messages": [{"role": "user", "content": %q}]}`,
 		strings.Repeat("tell me about the weather in every city you know ", 40))
-	run := func(input, out string, contextLength int, latency time.Duration) *runResult {
+	run := func(input, out string, contextLength int, latency time.Duration) *pipeline.Result {
 		t.Helper()
 		rc := simRun(kc, out, input)
 		rc.Ingest.Defaults.MaxNewTokens = 32
@@ -37,7 +38,7 @@ func TestRunIgnoresEarlierRunsRejections(t *testing.T) {
 		rc.Sim.OutputLenMean = 300
 		rc.Sim.Faults.AddedLatency = latency
 		rc.Timeout = 2 * time.Minute
-		res, err := runPipeline(context.Background(), rc)
+		res, err := pipeline.Run(context.Background(), rc)
 		if err != nil {
 			t.Fatal(err)
 		}

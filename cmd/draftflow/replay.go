@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -14,18 +15,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/draftflow/draftflow/internal/cli"
 	"github.com/draftflow/draftflow/kafka"
-	"github.com/draftflow/draftflow/sink"
-	"github.com/draftflow/draftflow/stages/generate"
+	"github.com/draftflow/draftflow/pipeline"
 	"github.com/draftflow/draftflow/topics"
 )
-
-// stageGroups maps a stage to the consumer group it uses by default and the topic that group reads.
-var stageGroups = map[string]struct{ group, topic string }{
-	"tokenize": {"draftflow-tokenize", topics.TopicPrompts},
-	"generate": {generate.DefaultGroup, topics.TopicTokenized},
-	"sink":     {sink.DefaultGroup, topics.TopicGenerated},
-}
 
 // replayTarget is where `draftflow replay` moves a group: exactly one of its fields is set.
 type replayTarget struct {
@@ -60,19 +54,24 @@ func parseOffsets(s string) (map[string]map[int]int64, error) {
 }
 
 func cmdReplay(ctx context.Context, args []string) error {
-	fs := newFlagSet("replay")
 	var c common
-	c.register(fs, "")
-	stage := fs.String("stage", "", "the stage whose consumer group to reset: tokenize (reads prompts), generate (tokenized) or sink (generated)")
-	group := fs.String("group", "", "consumer group to reset (default: the stage's; namespaced like the stages' groups)")
+	var stage, group, toTime, toOffsets string
 	var topicList stringList
-	fs.Var(&topicList, "topic", "logical topic(s) the group reads (default: the stage's)")
-	toEarliest := fs.Bool("to-earliest", false, "replay everything still on the topic (each partition's log start)")
-	toLatest := fs.Bool("to-latest", false, "skip everything on the topic now (each partition's end)")
-	toTime := fs.String("to-time", "", "replay the records written at or after this RFC 3339 time")
-	toOffsets := fs.String("to-offsets", "", "explicit offsets: topic:partition=offset,... (partitions not named keep theirs)")
-	dryRun := fs.Bool("dry-run", false, "print the offsets the group would get, change nothing")
-	if err := fs.Parse(args); err != nil {
+	var toEarliest, toLatest, dryRun bool
+	t := cli.New("replay")
+	t.Add("", func(fs *flag.FlagSet) {
+		c.register(fs, "")
+		fs.StringVar(&stage, "stage", "", "the stage whose consumer group to reset: tokenize (reads prompts), generate (tokenized) or sink (generated)")
+		fs.StringVar(&group, "group", "", "consumer group to reset (default: the stage's; namespaced like the stages' groups)")
+		fs.Var(&topicList, "topic", "logical topic(s) the group reads (default: the stage's)")
+		fs.BoolVar(&toEarliest, "to-earliest", false, "replay everything still on the topic (each partition's log start)")
+		fs.BoolVar(&toLatest, "to-latest", false, "skip everything on the topic now (each partition's end)")
+		fs.StringVar(&toTime, "to-time", "", "replay the records written at or after this RFC 3339 time")
+		fs.StringVar(&toOffsets, "to-offsets", "", "explicit offsets: topic:partition=offset,... (partitions not named keep theirs)")
+		fs.BoolVar(&dryRun, "dry-run", false, "print the offsets the group would get, change nothing")
+	})
+	fs, err := t.Parse(args)
+	if err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -80,21 +79,21 @@ func cmdReplay(ctx context.Context, args []string) error {
 	}
 	var target replayTarget
 	chosen := 0
-	if *toEarliest {
+	if toEarliest {
 		target.earliest, chosen = true, chosen+1
 	}
-	if *toLatest {
+	if toLatest {
 		target.latest, chosen = true, chosen+1
 	}
-	if *toTime != "" {
-		t, err := time.Parse(time.RFC3339, *toTime)
+	if toTime != "" {
+		t, err := time.Parse(time.RFC3339, toTime)
 		if err != nil {
-			return fmt.Errorf("--to-time %q: want an RFC 3339 time such as 2026-12-03T18:00:00Z", *toTime)
+			return fmt.Errorf("--to-time %q: want an RFC 3339 time such as 2026-12-03T18:00:00Z", toTime)
 		}
 		target.at, chosen = t, chosen+1
 	}
-	if *toOffsets != "" {
-		offs, err := parseOffsets(*toOffsets)
+	if toOffsets != "" {
+		offs, err := parseOffsets(toOffsets)
 		if err != nil {
 			return err
 		}
@@ -103,17 +102,17 @@ func cmdReplay(ctx context.Context, args []string) error {
 	if chosen != 1 {
 		return errors.New("say where to move the group: exactly one of --to-earliest, --to-latest, --to-time, --to-offsets")
 	}
-	g, tops := *group, []string(topicList)
-	if *stage != "" {
-		sg, ok := stageGroups[*stage]
-		if !ok {
-			return fmt.Errorf("--stage %q: want tokenize, generate or sink", *stage)
+	g, tops := group, []string(topicList)
+	if stage != "" {
+		if !slices.Contains([]string{"tokenize", "generate", "sink"}, stage) {
+			return fmt.Errorf("--stage %q: want tokenize, generate or sink", stage)
 		}
+		st := pipeline.StatusStage(stage, g)
 		if g == "" {
-			g = sg.group
+			g = st.Group
 		}
 		if len(tops) == 0 && target.offsets == nil {
-			tops = []string{sg.topic}
+			tops = []string{st.Topic}
 		}
 	}
 	if g == "" {
@@ -133,20 +132,16 @@ func cmdReplay(ctx context.Context, args []string) error {
 	if len(tops) == 0 {
 		return errors.New("name the topic the group reads: --topic NAME (or --stage)")
 	}
-	kc, log, err := c.setup(ctx)
+	p, err := c.setup(ctx)
 	if err != nil {
 		return err
 	}
-	if err := requireBrokers(kc); err != nil {
+	defer p.close()
+	if err := p.connect(); err != nil {
 		return err
 	}
-	log.Debug("replay", "group", kc.Topic(g), "topics", tops)
-	kcl, err := kafka.NewClient(kc)
-	if err != nil {
-		return err
-	}
-	defer kcl.Close()
-	return replay(ctx, kcl, os.Stdout, g, tops, target, *dryRun)
+	p.log.Debug("replay", "group", p.kc.Topic(g), "topics", tops)
+	return replay(ctx, p.kcl, os.Stdout, g, tops, target, dryRun)
 }
 
 // replay resets group on each topic to target and prints, per partition, the committed offset before and after.
@@ -220,7 +215,7 @@ func voidShardsEpoch(ctx context.Context, kcl *kafka.Client) error {
 		return err
 	}
 	var b [8]byte
-	_, _ = rand.Read(b[:])
+	rand.Read(b[:]) // never fails (crypto/rand)
 	p := kcl.NewProducer(topics.TopicShards, kafka.ProducerConfig{})
 	err := p.SendSync(ctx, topics.ShardsEpochKey, &topics.ShardsEpoch{Epoch: hex.EncodeToString(b[:]), State: topics.EpochVoid, Time: time.Now().UTC()})
 	if cerr := p.Close(); err == nil {

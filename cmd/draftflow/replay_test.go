@@ -15,11 +15,13 @@ import (
 
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/kafka/kafkatest"
+	"github.com/draftflow/draftflow/pipeline"
 	"github.com/draftflow/draftflow/sglang/sim"
 	"github.com/draftflow/draftflow/shard"
 	"github.com/draftflow/draftflow/sink"
 	"github.com/draftflow/draftflow/stages/generate"
 	"github.com/draftflow/draftflow/stages/tokenize"
+	"github.com/draftflow/draftflow/stages/tokenize/tokenizer/bundled"
 	"github.com/draftflow/draftflow/topics"
 )
 
@@ -43,7 +45,7 @@ func firstRun(t *testing.T, kc kafka.Config, out string, maxNew int) map[string]
 	rc.Generate.DefaultMaxNewTokens = maxNew
 	rc.Sim.OutputLenMean = 200
 	rc.Timeout = 3 * time.Minute
-	res, err := runPipeline(context.Background(), rc)
+	res, err := pipeline.Run(context.Background(), rc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,12 +68,12 @@ func replayCLI(t *testing.T, kc kafka.Config, args ...string) error {
 	return cmdReplay(context.Background(), append([]string{"--brokers", strings.Join(kc.Brokers, ","), "--namespace", kc.Namespace}, args...))
 }
 
-// runStages runs the given stages (tokenize and/or generate, always sink into out) on kc until the sink made
-// every id of want durable, and returns the manifests of out's runs.
+// runStages runs the given stages (tokenize and/or generate, always sink into out) on one client of kc until the
+// sink made every id of want durable, and returns the manifests of out's runs. tk's InputNamespace is kept.
 func runStages(t *testing.T, kc kafka.Config, tk *tokenize.Config, gen generate.Config, out string, want map[string]bool) []shard.Manifest {
 	t.Helper()
 	log := slog.Default()
-	model, cleanup, err := loadModelOrBundled("")
+	model, cleanup, err := tokenize.LoadModelOrBundled("")
 	defer cleanup()
 	if err != nil {
 		t.Fatal(err)
@@ -80,11 +82,12 @@ func runStages(t *testing.T, kc kafka.Config, tk *tokenize.Config, gen generate.
 	if err != nil {
 		t.Fatal(err)
 	}
-	url, stopSim, err := startSim(sim.Config{Instant: true, OutputLenMean: 200}, model, ctxLen, log)
+	url, stopSim, err := pipeline.StartSim(sim.Config{Instant: true, OutputLenMean: 200}, model, ctxLen, log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stopSim()
+	kcl := kafkatest.Client(t, kc)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -99,21 +102,18 @@ func runStages(t *testing.T, kc kafka.Config, tk *tokenize.Config, gen generate.
 		}()
 	}
 	if tk != nil {
-		tk.Kafka, tk.Logger = kc, log
+		tk.Client, tk.Logger = kcl, log
 		if tk.Model == nil {
 			tk.Model = model
 		}
 		start("tokenize", func(ctx context.Context) error { return tokenize.Run(ctx, *tk) })
 	}
-	gen.Kafka, gen.Logger, gen.Endpoints = kc, log, []string{url}
-	if tk != nil {
-		gen.Kafka.InputNamespace = "" // generate reads the new namespace's tokenized
-	}
+	gen.Client, gen.Logger, gen.Endpoints = kcl, log, []string{url}
 	start("generate", func(ctx context.Context) error { return generate.Run(ctx, gen) })
 	var mu sync.Mutex
 	durable := map[string]bool{}
 	done := make(chan struct{})
-	sk := sink.Config{Kafka: kc, Logger: log, Dir: out, IdleFlush: 200 * time.Millisecond, OnDurable: func(ids []string) {
+	sk := sink.Config{Client: kcl, Logger: log, Dir: out, IdleFlush: 200 * time.Millisecond, OnDurable: func(ids []string) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, id := range ids {
@@ -127,7 +127,6 @@ func runStages(t *testing.T, kc kafka.Config, tk *tokenize.Config, gen generate.
 			}
 		}
 	}}
-	sk.Kafka.InputNamespace = ""
 	start("sink", func(ctx context.Context) error { _, err := sink.Run(ctx, sk); return err })
 	select {
 	case <-done:
@@ -245,12 +244,7 @@ func TestStageReplayRetokenize(t *testing.T) {
 	if err := kafkatest.Client(t, kcB).Admin().EnsureTopics(ctx, topics.Retained()...); err != nil {
 		t.Fatal(err)
 	}
-	tkB := kcB
-	tkB.InputNamespace = kcA.Namespace
-	if got := tkB.InputTopic(topics.TopicPrompts); got != kcA.Topic(topics.TopicPrompts) {
-		t.Fatalf("InputTopic = %s", got)
-	}
-	ms := runStagesIn(t, tkB, &tokenize.Config{ModelName: "other-model"}, generate.Config{DefaultMaxNewTokens: 64}, out2, want)
+	ms := runStages(t, kcB, &tokenize.Config{ModelName: "other-model", InputNamespace: kcA.Namespace}, generate.Config{DefaultMaxNewTokens: 64}, out2, want)
 	if len(ms) != 1 || ms[0].Run.Model != "other-model" {
 		t.Fatalf("second run's manifests: %+v, want one run of other-model", ms)
 	}
@@ -274,13 +268,21 @@ func TestStageReplayRetokenize(t *testing.T) {
 	checkConversationsHang(t, out2)
 }
 
-// runStagesIn runs tokenize (reading kc.InputNamespace), generate and sink in kc.Namespace.
-func runStagesIn(t *testing.T, kc kafka.Config, tk *tokenize.Config, gen generate.Config, out string, want map[string]bool) []shard.Manifest {
-	t.Helper()
-	tkc := *tk
-	tkc.Kafka = kc
-	// runStages sets Kafka on each stage; tokenize keeps the input namespace, the others read kc.Namespace.
-	return runStages(t, kc, &tkc, gen, out, want)
+// `draftflow tokenize --input-namespace NS` checks, on the process's one client, that NS's prompts topic exists
+// (the topics of its own namespace do): a namespace without one is an error naming it, before the stage starts.
+func TestInputNamespaceMustExist(t *testing.T) {
+	kc := kafkatest.Config(t, 1)
+	modelDir := t.TempDir()
+	if err := bundled.WriteDir(modelDir); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := cmdTokenize(ctx, []string{"--brokers", strings.Join(kc.Brokers, ","), "--namespace", kc.Namespace, "--metrics-addr", "",
+		"--model", modelDir, "--input-namespace", kc.Namespace + "-none"})
+	if err == nil || !strings.Contains(err.Error(), "--input-namespace "+kc.Namespace+"-none: topic "+kc.Namespace+"-none.prompts") {
+		t.Fatalf("tokenize reading a namespace without topics: %v", err)
+	}
 }
 
 // TestConsumerReplayRefusesLiveGroup: `draftflow replay` on a group with a live member fails, naming it.

@@ -21,6 +21,7 @@ import (
 
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/kafka/kafkatest"
+	"github.com/draftflow/draftflow/pipeline"
 	"github.com/draftflow/draftflow/sglang/sim"
 	"github.com/draftflow/draftflow/shard"
 	"github.com/draftflow/draftflow/sink"
@@ -221,7 +222,7 @@ func TestStagesResumeAfterTopicsLost(t *testing.T) {
 	srv, url := startCountingSim(t, h, sim.Config{Instant: true, OutputLenDistribution: sim.DistFixed, OutputLenMean: 24, Seed: 9,
 		Faults: sim.Faults{AddedLatency: 20 * time.Millisecond}})
 	genCfg := func(kc kafka.Config) func(context.Context) error {
-		cfg := generate.Config{Kafka: kc, Endpoints: []string{url}, Policy: generate.PolicyFixed, Concurrency: concurrency,
+		cfg := generate.Config{Client: kafkatest.Client(t, kc), Endpoints: []string{url}, Policy: generate.PolicyFixed, Concurrency: concurrency,
 			MaxInFlight: maxInFlight, HealthInterval: 500 * time.Millisecond, ShardsWait: time.Minute, Logger: h.log}
 		return func(ctx context.Context) error { return generate.Run(ctx, cfg) }
 	}
@@ -247,7 +248,7 @@ func TestStagesResumeAfterTopicsLost(t *testing.T) {
 	if err := kafkatest.Client(t, kc2).Admin().EnsureTopics(ctx, topics.Retained()...); err != nil {
 		t.Fatal(err)
 	}
-	h.kc = kc2
+	h.kc, h.kcl = kc2, kafkatest.Client(t, kc2)
 	h.start("generate (topics lost)", genCfg(kc2))
 	h.start("tokenize (topics lost)", h.tokenize(""))
 	h.ingest(data, 64)
@@ -325,16 +326,16 @@ func TestRunTwiceOnSameTopics(t *testing.T) {
 	srv, url := startCountingSim(t, h, sim.Config{Instant: true, OutputLenDistribution: sim.DistFixed, OutputLenMean: 24, Seed: 4})
 	data := writeThreeTurnChats(t, conversations)
 	out := t.TempDir()
-	run := func() *runResult {
+	run := func() *pipeline.Result {
 		t.Helper()
-		var rc runConfig
+		var rc pipeline.Config
 		rc.Kafka = kc
 		rc.Ingest.Inputs = []string{data}
 		rc.Sink.Dir = out
 		rc.Generate.Endpoints = []string{url}
 		rc.Logger = h.log
 		rc.Timeout = 3 * time.Minute
-		res, err := runPipeline(context.Background(), rc)
+		res, err := pipeline.Run(context.Background(), rc)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -20,7 +20,9 @@ import (
 	"github.com/apache/arrow/go/v17/parquet/pqarrow"
 
 	"github.com/draftflow/draftflow/kafka/kafkatest"
+	"github.com/draftflow/draftflow/pipeline"
 	"github.com/draftflow/draftflow/stages/ingest"
+	"github.com/draftflow/draftflow/stages/tokenize"
 	"github.com/draftflow/draftflow/topics"
 )
 
@@ -151,7 +153,7 @@ func TestPipelineEndToEndSample(t *testing.T) {
 	rc.Ingest.Turns = ingest.TurnsLast // one row per id, checked token by token below (TestPipelineMultiTurn: every turn)
 	rc.Sim.OutputLenMean = 300
 	rc.Timeout = 5 * time.Minute
-	res, err := runPipeline(context.Background(), rc)
+	res, err := pipeline.Run(context.Background(), rc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +166,7 @@ func TestPipelineEndToEndSample(t *testing.T) {
 	}
 
 	// What the tokenize stage must have produced for each prompt.
-	model, cleanup, err := loadModelOrBundled("")
+	model, cleanup, err := tokenize.LoadModelOrBundled("")
 	defer cleanup()
 	if err != nil {
 		t.Fatal(err)
@@ -253,7 +255,7 @@ func TestPipelineEndToEndSample(t *testing.T) {
 	if sum.Rows != int64(expected.Valid) {
 		t.Fatalf("inspect counts %d rows, want %d", sum.Rows, expected.Valid)
 	}
-	again, err := runPipeline(context.Background(), rc)
+	again, err := pipeline.Run(context.Background(), rc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,10 +267,10 @@ func TestPipelineEndToEndSample(t *testing.T) {
 	}
 }
 
-// simRun is the runConfig most pipeline tests start from: the broker kc, the shards in out, the inputs, the
+// simRun is the pipeline.Config most pipeline tests start from: the broker kc, the shards in out, the inputs, the
 // simulated server answering at once. A test sets what it varies (its timeout among them) on the result.
-func simRun(kc kafka.Config, out string, inputs ...string) runConfig {
-	var rc runConfig
+func simRun(kc kafka.Config, out string, inputs ...string) pipeline.Config {
+	var rc pipeline.Config
 	rc.Kafka = kc
 	rc.Ingest.Inputs = inputs
 	rc.Sink.Dir = out

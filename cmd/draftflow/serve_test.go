@@ -76,14 +76,16 @@ func TestSetupExpectsStagesBeforeServing(t *testing.T) {
 	if err := fs.Parse([]string{"--log-level", "warn"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := c.setup(context.Background(), "sink"); err != nil {
+	p, err := c.setup(context.Background(), "sink")
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.ready.Check(); err == nil || !strings.Contains(err.Error(), "sink: starting") {
+	defer p.close()
+	if err := p.ready.Check(); err == nil || !strings.Contains(err.Error(), "sink: starting") {
 		t.Fatalf("ready before the sink added its check: %v", err)
 	}
-	c.ready.Add("sink", func() error { return nil })
-	if err := c.ready.Check(); err != nil {
+	p.ready.Add("sink", func() error { return nil })
+	if err := p.ready.Check(); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -8,58 +8,70 @@ import (
 	"os"
 	"time"
 
+	"github.com/draftflow/draftflow/internal/cli"
 	"github.com/draftflow/draftflow/internal/progress"
-	"github.com/draftflow/draftflow/kafka"
-
+	"github.com/draftflow/draftflow/pipeline"
 	"github.com/draftflow/draftflow/sglang/sim"
 	"github.com/draftflow/draftflow/sink"
 	"github.com/draftflow/draftflow/stages/generate"
 	"github.com/draftflow/draftflow/stages/ingest"
 	"github.com/draftflow/draftflow/stages/tokenize"
+	"github.com/draftflow/draftflow/status"
 	"github.com/draftflow/draftflow/topics"
 )
 
-// prepare parses flags, sets up logging/metrics and makes sure the topics exist.
-func prepare(ctx context.Context, c *common, fs interface{ Parse([]string) error }, args []string, expect ...string) (kafka.Config, error) {
-	if err := fs.Parse(args); err != nil {
-		return kafka.Config{}, err
+// prepare parses the flags of a stage's command (t), sets up logging, metrics and the process's one Kafka
+// client, named to the brokers by the process's status instance (so that `draftflow status` lists group members
+// by the same name as their status records), and makes sure the topics exist. The command calls close when it
+// is done.
+func prepare(ctx context.Context, c *common, t *cli.Table, args []string, expect ...string) (*process, error) {
+	if _, err := t.Parse(args); err != nil {
+		return nil, err
 	}
-	kc, _, err := c.setup(ctx, expect...)
+	p, err := c.setup(ctx, expect...)
 	if err != nil {
-		return kc, err
+		return nil, err
 	}
-	if err := requireBrokers(kc); err != nil {
-		return kc, err
+	p.kc.ClientID = "draftflow-" + status.DefaultInstance()
+	if err := p.connect(); err != nil {
+		p.close()
+		return nil, err
 	}
-	kcl, err := kafka.NewClient(kc)
-	if err != nil {
-		return kc, err
-	}
-	defer kcl.Close()
 	tctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	if err := kcl.Admin().EnsureTopics(tctx, topics.Retained()...); err != nil {
-		return kc, err
+	if err := p.kcl.Admin().EnsureTopics(tctx, topics.Retained()...); err != nil {
+		p.close()
+		return nil, err
 	}
-	return kc, nil
+	return p, nil
+}
+
+// publishStatus starts publishing this process's status records for stage (status.Start) on p's client, from
+// its registry, and returns the function that stops it after writing the last record: call it once the stage
+// returned.
+func (p *process) publishStatus(ctx context.Context, stage status.Stage) (stop func()) {
+	return status.Start(ctx, status.PublisherConfig{Client: p.kcl, Gatherer: p.reg, Stages: []status.Stage{stage},
+		Instance: status.DefaultInstance(), Logger: p.log})
 }
 
 func cmdIngest(ctx context.Context, args []string) error {
-	fs := newFlagSet("ingest")
 	var c common
-	c.register(fs, "")
 	var cfg ingest.Config
-	mergeFlags(fs, "ingest", cfg.RegisterFlags)
-	progress := fs.Bool("progress", true, "show a progress bar on stderr")
-	kc, err := prepare(ctx, &c, fs, args)
+	showProgress := true
+	t := cli.New("ingest")
+	t.Add("", func(fs *flag.FlagSet) {
+		c.register(fs, "")
+		fs.BoolVar(&showProgress, "progress", showProgress, "show a progress bar on stderr")
+	})
+	t.Add(ingest.Stage, cfg.RegisterFlags)
+	p, err := prepare(ctx, &c, t, args)
 	if err != nil {
 		return err
 	}
-	stopStatus := startStatus(ctx, &kc, c.reg, statusIngest)
-	cfg.Kafka = kc
-	cfg.Logger = kc.Logger
-	cfg.Registerer = c.reg
-	if *progress {
+	defer p.close()
+	stopStatus := p.publishStatus(ctx, pipeline.StatusStage(ingest.Stage, ""))
+	cfg.Client, cfg.Logger, cfg.Registerer = p.kcl, p.log, p.reg
+	if showProgress {
 		cfg.Progress = &ingestBar{w: stderr()}
 	}
 	res, err := ingest.Run(ctx, cfg)
@@ -71,72 +83,73 @@ func cmdIngest(ctx context.Context, args []string) error {
 	return nil
 }
 
-// registerInputNamespace adds --input-namespace to a stage that consumes a topic.
-func registerInputNamespace(fs *flag.FlagSet, topic string) *string {
-	return fs.String("input-namespace", "", "read "+topic+" from this namespace instead of --namespace (its group, outputs and "+
+// registerInputNamespace binds --input-namespace of a stage that consumes topic to ns.
+func registerInputNamespace(fs *flag.FlagSet, ns *string, topic string) {
+	fs.StringVar(ns, "input-namespace", *ns, "read "+topic+" from this namespace instead of --namespace (its group, outputs and "+
 		"dead letters stay in --namespace): e.g. re-tokenize one pipeline's prompts for another model")
 }
 
-// useInputNamespace points kc's consumers at the topic of namespace ns, which must exist.
-func useInputNamespace(ctx context.Context, kc kafka.Config, ns, topic string) (kafka.Config, error) {
+// checkInputNamespace checks that topic exists in namespace ns, the one a stage reads with --input-namespace.
+func (p *process) checkInputNamespace(ctx context.Context, ns, topic string) error {
 	if ns == "" {
-		return kc, nil
+		return nil
 	}
-	src := kc
-	src.Namespace = ns
-	kcl, err := kafka.NewClient(src)
-	if err != nil {
-		return kc, err
-	}
-	defer kcl.Close()
 	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if _, err := kcl.Admin().PartitionCount(tctx, topic); err != nil {
-		return kc, fmt.Errorf("--input-namespace %s: topic %s: %w", ns, src.Topic(topic), err)
+	if _, err := p.kcl.Admin().In(ns).PartitionCount(tctx, topic); err != nil {
+		return fmt.Errorf("--input-namespace %s: topic %s.%s: %w", ns, ns, topic, err)
 	}
-	kc.InputNamespace = ns
-	kc.Logger.Info("reading another namespace", "topic", kc.InputTopic(topic), "writing_namespace", kc.Namespace)
-	return kc, nil
+	p.log.Info("reading another namespace", "topic", ns+"."+topic, "writing_namespace", p.kc.Namespace)
+	return nil
 }
 
 func cmdTokenize(ctx context.Context, args []string) error {
-	fs := newFlagSet("tokenize")
 	var c common
-	c.register(fs, ":9090")
 	var cfg tokenize.Config
-	mergeFlags(fs, "tokenize", cfg.RegisterFlags)
-	inputNS := registerInputNamespace(fs, topics.TopicPrompts)
-	kc, err := prepare(ctx, &c, fs, args, "tokenize")
+	t := cli.New("tokenize")
+	t.Add("", func(fs *flag.FlagSet) {
+		c.register(fs, ":9090")
+		registerInputNamespace(fs, &cfg.InputNamespace, topics.TopicPrompts)
+	})
+	t.Add("tokenize", cfg.RegisterFlags)
+	t.Check(func() error {
+		if cfg.ModelDir == "" {
+			return fmt.Errorf("--model is required")
+		}
+		return nil
+	})
+	p, err := prepare(ctx, &c, t, args, "tokenize")
 	if err != nil {
 		return err
 	}
-	if kc, err = useInputNamespace(ctx, kc, *inputNS, topics.TopicPrompts); err != nil {
+	defer p.close()
+	if err := p.checkInputNamespace(ctx, cfg.InputNamespace, topics.TopicPrompts); err != nil {
 		return err
 	}
-	if cfg.ModelDir == "" {
-		return fmt.Errorf("--model is required")
-	}
-	defer startStatus(ctx, &kc, c.reg, withGroup(statusTokenize, cfg.Group))()
-	cfg.Kafka, cfg.Logger, cfg.Registerer, cfg.Ready = kc, kc.Logger, c.reg, c.ready
+	defer p.publishStatus(ctx, pipeline.StatusStage("tokenize", cfg.Group))()
+	cfg.Client, cfg.Logger, cfg.Registerer, cfg.Ready = p.kcl, p.log, p.reg, p.ready
 	return tokenize.Run(ctx, cfg)
 }
 
 func cmdGenerate(ctx context.Context, args []string) error {
-	fs := newFlagSet("generate")
 	var c common
-	c.register(fs, ":9090")
 	var cfg generate.Config
-	mergeFlags(fs, "generate", func(fs *flag.FlagSet) { registerGenerateFlags(fs, &cfg) })
-	inputNS := registerInputNamespace(fs, topics.TopicTokenized)
-	kc, err := prepare(ctx, &c, fs, args, "generate")
+	t := cli.New("generate")
+	t.Add("", func(fs *flag.FlagSet) {
+		c.register(fs, ":9090")
+		registerInputNamespace(fs, &cfg.InputNamespace, topics.TopicTokenized)
+	})
+	t.Add("generate", func(fs *flag.FlagSet) { registerGenerateFlags(fs, &cfg) })
+	p, err := prepare(ctx, &c, t, args, "generate")
 	if err != nil {
 		return err
 	}
-	if kc, err = useInputNamespace(ctx, kc, *inputNS, topics.TopicTokenized); err != nil {
+	defer p.close()
+	if err := p.checkInputNamespace(ctx, cfg.InputNamespace, topics.TopicTokenized); err != nil {
 		return err
 	}
-	defer startStatus(ctx, &kc, c.reg, withGroup(statusGenerate, cfg.Group))()
-	cfg.Kafka, cfg.Logger, cfg.Registerer, cfg.Ready = kc, kc.Logger, c.reg, c.ready
+	defer p.publishStatus(ctx, pipeline.StatusStage("generate", cfg.Group))()
+	cfg.Client, cfg.Logger, cfg.Registerer, cfg.Ready = p.kcl, p.log, p.reg, p.ready
 	return generate.Run(ctx, cfg)
 }
 
@@ -145,59 +158,48 @@ func cmdSink(ctx context.Context, args []string) error { return runSinkCommand(c
 // runSinkCommand is `draftflow sink args`; served, when not nil, is told the address the metrics
 // server listens on.
 func runSinkCommand(ctx context.Context, args []string, served func(addr string)) error {
-	fs := newFlagSet("sink")
 	c := common{served: served}
-	c.register(fs, ":9090")
 	var cfg sink.Config
-	registerSinkFlags(fs, &cfg)
-	kc, err := prepare(ctx, &c, fs, args, "sink")
+	t := cli.New("sink")
+	t.Add("", func(fs *flag.FlagSet) { c.register(fs, ":9090") })
+	t.Add("sink", cfg.RegisterFlags)
+	p, err := prepare(ctx, &c, t, args, "sink")
 	if err != nil {
 		return err
 	}
-	defer startStatus(ctx, &kc, c.reg, withGroup(statusSink, cfg.Group))()
-	cfg.Kafka, cfg.Logger, cfg.Registerer, cfg.Ready = kc, kc.Logger, c.reg, c.ready
+	defer p.close()
+	defer p.publishStatus(ctx, pipeline.StatusStage("sink", cfg.Group))()
+	cfg.Client, cfg.Logger, cfg.Registerer, cfg.Ready = p.kcl, p.log, p.reg, p.ready
 	_, err = sink.Run(ctx, cfg)
 	return err
 }
 
-// simFlags is the `draftflow sim` flag set: the common flags, --addr and every sim.Config flag
+// simFlags is the `draftflow sim` settings: the common flags, --addr and every sim.Config flag
 // (--conversations, --reply-format, --tool-divergence-rate among them).
-func simFlags() (fs *flag.FlagSet, c *common, cfg *sim.Config, addr *string) {
-	fs = newFlagSet("sim")
-	c, cfg = &common{}, &sim.Config{}
-	c.register(fs, "")
-	addr = fs.String("addr", "127.0.0.1:30000", "listen address")
-	mergeFlags(fs, "sim", cfg.RegisterFlags)
-	return fs, c, cfg, addr
+func simFlags() (t *cli.Table, c *common, cfg *sim.Config, addr *string) {
+	c, cfg, addr = &common{}, &sim.Config{}, new(string)
+	t = cli.New("sim")
+	t.Add("", func(fs *flag.FlagSet) {
+		c.register(fs, "")
+		fs.StringVar(addr, "addr", "127.0.0.1:30000", "listen address")
+	})
+	t.Add("sim", cfg.RegisterFlags)
+	return t, c, cfg, addr
 }
 
 func cmdSim(ctx context.Context, args []string) error {
-	fs, c, cfg, addr := simFlags()
-	if err := fs.Parse(args); err != nil {
+	t, c, cfg, addr := simFlags()
+	if _, err := t.Parse(args); err != nil {
 		return err
 	}
-	_, log, err := c.setup(ctx)
+	p, err := c.setup(ctx)
 	if err != nil {
 		return err
 	}
-	cfg.Logger = log
-	log.Info("simulated SGLang server", "addr", *addr)
+	defer p.close()
+	cfg.Logger = p.log
+	p.log.Info("simulated SGLang server", "addr", *addr)
 	return sim.ListenAndServe(ctx, *addr, *cfg)
-}
-
-func registerSinkFlags(fs *flag.FlagSet, cfg *sink.Config) {
-	if cfg.Dir == "" {
-		cfg.Dir = "out/run"
-	}
-	fs.StringVar(&cfg.Dir, "out", cfg.Dir, "output directory for shards (one subdirectory per run)")
-	fs.IntVar(&cfg.RotateRows, "shard-rows", cfg.RotateRows, "rotate a shard after this many rows (0: sink default)")
-	fs.Int64Var(&cfg.RotateBytes, "shard-bytes", cfg.RotateBytes, "rotate a shard after about this many bytes (0: sink default)")
-	fs.DurationVar(&cfg.RotateInterval, "shard-interval", cfg.RotateInterval, "also rotate a shard once its oldest row is this old (0: never; rows wait in the journal, durable)")
-	fs.DurationVar(&cfg.IdleFlush, "idle-flush", cfg.IdleFlush, "write every buffered row into shards once no record arrived for this long (0: 1m; negative: never)")
-	fs.DurationVar(&cfg.JournalSync, "journal-sync", cfg.JournalSync, "fsync the journal of buffered rows this often: what a machine crash can lose (0: 1s)")
-	fs.IntVar(&cfg.ZstdLevel, "zstd-level", cfg.ZstdLevel, "zstd level of the shards: 1, 3, 7 or 11 (0: zstd's default, 3; higher writes fewer bytes, slower)")
-	fs.StringVar(&cfg.Group, "group", cfg.Group, "consumer group (default draftflow-sink)")
-	fs.BoolVar(&cfg.AnnounceShards, "announce-shards", cfg.AnnounceShards, "announce each committed shard on the shard-files topic for `draftflow capture`")
 }
 
 // ingestBar draws an ingest run's progress (input bytes read, rate and ETA) as a progress bar on w.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/draftflow/draftflow/kafka/kafkatest"
 	"github.com/draftflow/draftflow/metrics"
+	"github.com/draftflow/draftflow/pipeline"
 	"github.com/draftflow/draftflow/shard"
 	"github.com/draftflow/draftflow/stages/generate"
 	"github.com/draftflow/draftflow/status"
@@ -62,18 +63,17 @@ func TestIntegrationStatus(t *testing.T) {
 	rc.StatusInterval = 200 * time.Millisecond
 	rc.Timeout = 3 * time.Minute
 	type result struct {
-		res *runResult
+		res *pipeline.Result
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
-		res, err := runPipeline(context.Background(), rc)
+		res, err := pipeline.Run(context.Background(), rc)
 		done <- result{res, err}
 	}()
 
 	// The stages `draftflow status` shows: capture among them, but only where a pipeline runs it (not here).
-	col := status.NewCollector(status.CollectorConfig{Kafka: kc, Stages: statusStages("", "", "", "")})
-	defer col.Close()
+	col := status.NewCollector(status.CollectorConfig{Client: kafkatest.Client(t, kc), Stages: statusStages("", "", "", "")})
 	collect := func() *status.Report {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -241,7 +241,7 @@ func TestStatusCapture(t *testing.T) {
 	rc.Gatherer = reg
 	rc.StatusInterval = 200 * time.Millisecond
 	rc.Timeout = 3 * time.Minute
-	if _, err := runPipeline(context.Background(), rc); err != nil {
+	if _, err := pipeline.Run(context.Background(), rc); err != nil {
 		t.Fatal(err)
 	}
 	var shards, tokens int64
@@ -258,8 +258,7 @@ func TestStatusCapture(t *testing.T) {
 		tokens += m.Totals.Tokens
 	}
 
-	col := status.NewCollector(status.CollectorConfig{Kafka: kc, Stages: statusStages("", "", "", "")})
-	defer col.Close()
+	col := status.NewCollector(status.CollectorConfig{Client: kafkatest.Client(t, kc), Stages: statusStages("", "", "", "")})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	r, err := col.Collect(ctx)

@@ -21,12 +21,13 @@ import (
 	"github.com/draftflow/draftflow/kafka/kafkatest"
 	"github.com/draftflow/draftflow/sink"
 	"github.com/draftflow/draftflow/stages/ingest"
+	"github.com/draftflow/draftflow/stages/tokenize"
 	"github.com/draftflow/draftflow/stages/tokenize/tokenizer/bundled"
 	"github.com/draftflow/draftflow/topics"
 )
 
 func TestEncodeStream(t *testing.T) {
-	m, cleanup, err := loadModelOrBundled("")
+	m, cleanup, err := tokenize.LoadModelOrBundled("")
 	defer cleanup()
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +94,7 @@ func TestEncodeStream(t *testing.T) {
 // TestEncodeContextLength: encode applies the stage's too-long check where the context window is known; a
 // model directory without a usable context length still encodes (the ids need none).
 func TestEncodeContextLength(t *testing.T) {
-	m, cleanup, err := loadModelOrBundled("")
+	m, cleanup, err := tokenize.LoadModelOrBundled("")
 	defer cleanup()
 	if err != nil {
 		t.Fatal(err)
@@ -182,7 +183,8 @@ func TestVocabAndExportCommands(t *testing.T) {
 func writeSampleRun(t *testing.T, dir string) {
 	t.Helper()
 	kc := kafkatest.Config(t, 1)
-	p := kafkatest.Client(t, kc).NewProducer(topics.TopicGenerated, kafka.ProducerConfig{})
+	kcl := kafkatest.Client(t, kc)
+	p := kcl.NewProducer(topics.TopicGenerated, kafka.ProducerConfig{})
 	for i, n := range []int{5, 8, 12} {
 		g := &topics.Generation{ID: fmt.Sprintf("c%d", i), Model: "draftflow-sample-bpe", TokenizerHash: "h",
 			Meta: topics.GenerationMeta{FinishReason: "stop"}}
@@ -206,7 +208,7 @@ func writeSampleRun(t *testing.T, dir string) {
 	durable := 0
 	all := make(chan struct{})
 	go func() {
-		_, err := sink.Run(ctx, sink.Config{Kafka: kc, Dir: dir, IdleFlush: 100 * time.Millisecond,
+		_, err := sink.Run(ctx, sink.Config{Client: kcl, Dir: dir, IdleFlush: 100 * time.Millisecond,
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), OnDurable: func(ids []string) {
 				mu.Lock()
 				defer mu.Unlock()

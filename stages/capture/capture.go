@@ -76,8 +76,8 @@ const (
 
 // Config configures the capture stage. Zero values are documented defaults.
 type Config struct {
-	// Kafka says where the topics are.
-	Kafka kafka.Config
+	// Client is the process's client of the cluster (required); Run does not close it.
+	Client *kafka.Client
 	// Group is the consumer group (default DefaultGroup).
 	Group string
 	// Dir is the sink's output directory (the run directories are in it); the feature files go beside the
@@ -158,14 +158,13 @@ func Run(ctx context.Context, cfg Config) error {
 	if len(cfg.AuxLayers) == 0 {
 		return errors.New("capture: the aux layers are required (--aux-layers, or --num-layers / a model directory)")
 	}
+	if cfg.Client == nil {
+		return errors.New("capture: Config.Client is required")
+	}
 	cfg.Concurrency = cmp.Or(max(cfg.Concurrency, 0), 4)
 	cfg.Shards = cmp.Or(max(cfg.Shards, 0), 2)
 	log := cmp.Or(cfg.Logger, slog.Default()).With("stage", Stage)
-	kcl, err := kafka.NewClient(cfg.Kafka)
-	if err != nil {
-		return err
-	}
-	defer kcl.Close()
+	kcl := cfg.Client
 	if err := kcl.Admin().EnsureCompactedTopic(ctx, topics.TopicShardFiles); err != nil {
 		return fmt.Errorf("capture: %w", err)
 	}

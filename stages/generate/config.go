@@ -63,11 +63,14 @@ func ParseLane(s string) (Lane, error) { return admission.ParseLane(s) }
 // BudgetConfig tunes the kv-budget policy. Zero values are the documented defaults.
 type BudgetConfig = admission.BudgetConfig
 
-// Config configures the generate stage and its Controller. The zero value of every field but Kafka and
+// Config configures the generate stage and its Controller. The zero value of every field but Client and
 // Endpoints is a documented default.
 type Config struct {
-	// Kafka says how to reach the brokers.
-	Kafka kafka.Config
+	// Client is the process's client of the cluster (required); Run does not close it.
+	Client *kafka.Client
+	// InputNamespace, when set, is the namespace the tokenized topic is read from instead of the Client's; the
+	// group, outputs and dead letters stay in the Client's.
+	InputNamespace string
 	// Group is the consumer group (default "draftflow-generate").
 	Group string
 	// Endpoints are SGLang base URLs ("http://host:30000").

@@ -88,7 +88,7 @@ func TestStageSkipsTurnsInShards(t *testing.T) {
 	sendTokenized(t, kc, recs)
 
 	reg := prometheus.NewRegistry()
-	stop := runStage(t, Config{Kafka: kc, Endpoints: []string{url}, Policy: PolicyFixed, Concurrency: 4,
+	stop := runStage(t, Config{Client: kafkatest.Client(t, kc), Endpoints: []string{url}, Policy: PolicyFixed, Concurrency: 4,
 		HealthInterval: 200 * time.Millisecond, ShardsWait: time.Minute, Registerer: reg, Logger: testLogger(t)})
 	// The latest epoch is seeding, from another directory than the complete one before it: the stage waits.
 	time.Sleep(time.Second)

@@ -55,11 +55,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.validate(); err != nil {
 		return err
 	}
-	kcl, err := kafka.NewClient(cfg.Kafka)
-	if err != nil {
-		return err
+	kcl := cfg.Client
+	if kcl == nil {
+		return errors.New("generate: Config.Client is required")
 	}
-	defer kcl.Close()
 	if err := ensureTopics(ctx, kcl); err != nil {
 		return err
 	}
@@ -86,7 +85,7 @@ func Run(ctx context.Context, cfg Config) error {
 		shards: newShardsView(log), work: work}
 	stopBackground := s.background(ctx, kcl)
 	defer stopBackground()
-	cons := kcl.NewConsumer(topics.TopicTokenized, kafka.ConsumerConfig{Group: cfg.Group, MaxInFlight: cfg.MaxInFlight,
+	cons := kcl.NewConsumer(topics.TopicTokenized, kafka.ConsumerConfig{Group: cfg.Group, Namespace: cfg.InputNamespace, MaxInFlight: cfg.MaxInFlight,
 		DrainTimeout: cfg.ShutdownGrace + ackDrainTime, RevokeTimeout: cfg.RevokeTimeout})
 	cfg.Ready.Add("generate", func() error {
 		switch {

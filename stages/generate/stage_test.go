@@ -193,7 +193,7 @@ func TestStageEndToEnd(t *testing.T) {
 			_ = p.Close()
 
 			stop := runStage(t, Config{
-				Kafka: kc, Endpoints: []string{url}, Policy: tc.policy, Concurrency: 8,
+				Client: cl, Endpoints: []string{url}, Policy: tc.policy, Concurrency: 8,
 				RetryInitial: 5 * time.Millisecond, RetryMax: 50 * time.Millisecond, MaxServerErrors: 50,
 				HealthInterval: 200 * time.Millisecond, Budget: BudgetConfig{PollInterval: 20 * time.Millisecond},
 				Registerer: prometheus.NewRegistry(), Logger: testLogger(t),
@@ -286,7 +286,7 @@ func TestStageShutdownAbandons(t *testing.T) {
 		}
 	}
 	_ = p.Close()
-	cfg := Config{Kafka: kc, Endpoints: []string{url}, HealthInterval: 100 * time.Millisecond,
+	cfg := Config{Client: cl, Endpoints: []string{url}, HealthInterval: 100 * time.Millisecond,
 		Registerer: prometheus.NewRegistry(), Logger: testLogger(t)}
 	stop := runStage(t, cfg)
 	deadline := time.Now().Add(30 * time.Second)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/draftflow/draftflow/kafka/kafkatest"
 	"github.com/draftflow/draftflow/topics"
 )
 
@@ -85,7 +86,7 @@ func TestRunReportsIgnoredKeysOncePerDataset(t *testing.T) {
 	path := filepath.Join(dir, "mtbench.jsonl")
 	os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644)
 	var logs bytes.Buffer
-	cfg := Config{Kafka: startKafka(t), Inputs: []string{path}, TempDir: t.TempDir(), Registerer: prometheus.NewRegistry(),
+	cfg := Config{Client: kafkatest.Client(t, startKafka(t)), Inputs: []string{path}, TempDir: t.TempDir(), Registerer: prometheus.NewRegistry(),
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))}
 	res, err := Run(t.Context(), cfg)
 	if err != nil {

@@ -40,10 +40,11 @@ type Progress interface {
 	End(ok bool)
 }
 
-// Config configures Run. Zero values are documented defaults; Kafka.Brokers and Inputs are required.
+// Config configures Run. Zero values are documented defaults; Client and Inputs are required.
 type Config struct {
-	// Kafka says how to reach the brokers; prompts and rejected are created if missing.
-	Kafka kafka.Config
+	// Client is the process's client of the cluster; prompts and rejected are created if missing. Run does not
+	// close it.
+	Client *kafka.Client
 	// Inputs are JSONL (optionally .gz/.zst) or Parquet files, or directories holding them.
 	Inputs []string
 	// Dataset names the dataset of every input; empty means each file's stem (see DatasetName).
@@ -112,11 +113,10 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	kcl, err := connect(ctx, cfg.Kafka)
-	if err != nil {
-		return Result{}, err
+	kcl := cfg.Client
+	if err := kcl.Admin().EnsureTopics(ctx, topics.TopicPrompts, topics.TopicRejected); err != nil {
+		return Result{}, fmt.Errorf("ingest: %w", err)
 	}
-	defer kcl.Close()
 	seen, err := idset.New(cfg.TempDir)
 	if err != nil {
 		return Result{}, fmt.Errorf("ingest: %w", err)
@@ -160,8 +160,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 // prepare checks cfg (filling in its defaults), expands the inputs and loads the settings; it returns the input
 // files and their total size.
 func prepare(cfg *Config) (inputs []string, total int64, settings Settings, err error) {
-	if len(cfg.Kafka.Brokers) == 0 {
-		return nil, 0, settings, errors.New("ingest: no Kafka brokers configured")
+	if cfg.Client == nil {
+		return nil, 0, settings, errors.New("ingest: no Kafka client")
 	}
 	if len(cfg.Inputs) == 0 {
 		return nil, 0, settings, errors.New("ingest: no inputs (use --input)")
@@ -186,19 +186,6 @@ func prepare(cfg *Config) (inputs []string, total int64, settings Settings, err 
 		total += st.Size()
 	}
 	return inputs, total, settings, nil
-}
-
-// connect returns a client of kc, with the topics ingest writes created.
-func connect(ctx context.Context, kc kafka.Config) (*kafka.Client, error) {
-	kcl, err := kafka.NewClient(kc)
-	if err != nil {
-		return nil, fmt.Errorf("ingest: %w", err)
-	}
-	if err := kcl.Admin().EnsureTopics(ctx, topics.TopicPrompts, topics.TopicRejected); err != nil {
-		kcl.Close()
-		return nil, fmt.Errorf("ingest: %w", err)
-	}
-	return kcl, nil
 }
 
 // readAll reads every input in turn; the rest of a file that cannot be read is one rejection, and the next file

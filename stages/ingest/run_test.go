@@ -78,7 +78,7 @@ func TestRunSample(t *testing.T) {
 	os.WriteFile(settings, []byte(`{"default": {"max_new_tokens": 512},
 		"datasets": {"conversations": {"lane": "long", "temperature": 0.7, "template_kwargs": {"enable_thinking": false}}}}`), 0o644)
 	var progress recordedProgress
-	cfg := Config{Kafka: kc, Inputs: []string{samplePath}, SettingsFile: settings,
+	cfg := Config{Client: kafkatest.Client(t, kc), Inputs: []string{samplePath}, SettingsFile: settings,
 		Defaults: topics.Sampling{TopP: 0.9, MaxNewTokens: 100}, Logger: slog.New(slog.DiscardHandler), Progress: &progress,
 		Registerer: prometheus.NewRegistry()}
 	ids := collectIDs(&cfg)
@@ -159,7 +159,7 @@ func TestRunSample(t *testing.T) {
 	}
 
 	// A second run sends the same ids again (the sink deduplicates), nothing new.
-	cfg2 := Config{Kafka: kc, Inputs: []string{samplePath}, Logger: slog.New(slog.DiscardHandler)}
+	cfg2 := Config{Client: kafkatest.Client(t, kc), Inputs: []string{samplePath}, Logger: slog.New(slog.DiscardHandler)}
 	ids2 := collectIDs(&cfg2)
 	if _, err := Run(context.Background(), cfg2); err != nil {
 		t.Fatal(err)
@@ -180,7 +180,7 @@ func TestRunDuplicatesDatasetAndBadFiles(t *testing.T) {
 	os.WriteFile(a, []byte(userLine("x", "1")+"\n"+userLine("y", "2")+"\n"+userLine("x", "3")+"\n"), 0o644)
 	os.WriteFile(b, []byte(userLine("y", "4")+"\n"+userLine("z", "5")+"\n"+"{oops\n"), 0o644)
 	seed := int64(9)
-	cfg := Config{Kafka: kc, Inputs: []string{dir}, Dataset: "merged",
+	cfg := Config{Client: kafkatest.Client(t, kc), Inputs: []string{dir}, Dataset: "merged",
 		Defaults: topics.Sampling{Seed: &seed}, Logger: slog.New(slog.DiscardHandler)}
 	ids := collectIDs(&cfg)
 	res, err := Run(context.Background(), cfg)
@@ -208,10 +208,10 @@ func TestRunDuplicatesDatasetAndBadFiles(t *testing.T) {
 
 	// Configuration errors fail before anything is written.
 	for name, cfg := range map[string]Config{
-		"no inputs":   {Kafka: kc},
-		"missing":     {Kafka: kc, Inputs: []string{filepath.Join(dir, "nope.jsonl")}},
+		"no inputs":   {Client: kafkatest.Client(t, kc)},
+		"missing":     {Client: kafkatest.Client(t, kc), Inputs: []string{filepath.Join(dir, "nope.jsonl")}},
 		"no brokers":  {Inputs: []string{a}},
-		"bad setting": {Kafka: kc, Inputs: []string{a}, SettingsFile: a},
+		"bad setting": {Client: kafkatest.Client(t, kc), Inputs: []string{a}, SettingsFile: a},
 	} {
 		if _, err := Run(context.Background(), cfg); err == nil {
 			t.Errorf("%s: no error", name)
@@ -223,7 +223,7 @@ func TestRunCancelled(t *testing.T) {
 	kc := startKafka(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := Run(ctx, Config{Kafka: kc, Inputs: []string{samplePath}, Logger: slog.New(slog.DiscardHandler)})
+	_, err := Run(ctx, Config{Client: kafkatest.Client(t, kc), Inputs: []string{samplePath}, Logger: slog.New(slog.DiscardHandler)})
 	if err == nil {
 		t.Fatal("cancelled run returned no error")
 	}
@@ -258,7 +258,7 @@ func TestRunRejectsPromptRefusedByBroker(t *testing.T) {
 	if err := os.WriteFile(input, []byte(lines), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Kafka: kc, Inputs: []string{input}, Logger: slog.New(slog.DiscardHandler)}
+	cfg := Config{Client: kafkatest.Client(t, kc), Inputs: []string{input}, Logger: slog.New(slog.DiscardHandler)}
 	ids := collectIDs(&cfg)
 	res, err := Run(ctx, cfg)
 	if err != nil {
@@ -326,7 +326,7 @@ func TestRunBadInputCorpus(t *testing.T) {
 	rb.Release()
 	write("zz-last.jsonl", []byte(userLine("last", "still read after the bad files")+"\n"))
 
-	cfg := Config{Kafka: kc, Inputs: []string{dir}, MaxLineBytes: 1 << 20, Logger: slog.New(slog.DiscardHandler)}
+	cfg := Config{Client: kafkatest.Client(t, kc), Inputs: []string{dir}, MaxLineBytes: 1 << 20, Logger: slog.New(slog.DiscardHandler)}
 	ids := collectIDs(&cfg)
 	res, err := Run(context.Background(), cfg)
 	if err != nil {

@@ -56,9 +56,8 @@ func TestStageNamesTemplateErrorsAndWarnsOfIgnoredTools(t *testing.T) {
 	var logs syncBuffer
 	stageCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() {
-		done <- Run(stageCtx, Config{Kafka: kc, Model: m, ContextLength: 256, Workers: 2, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	}()
+	cfg := Config{Client: kafkatest.Client(t, kc), Model: m, ContextLength: 256, Workers: 2, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+	go func() { done <- Run(stageCtx, cfg) }()
 	n := kafkatest.Size(t, kc, topics.TopicTokenized)
 	for ; n < 8; n = kafkatest.Size(t, kc, topics.TopicTokenized) {
 		if ctx.Err() != nil {

@@ -31,8 +31,11 @@ const DefaultGroup = "draftflow-tokenize"
 
 // Config configures the tokenize stage. Zero values are documented defaults.
 type Config struct {
-	// Kafka says where the topics are.
-	Kafka kafka.Config
+	// Client is the process's client of the cluster (required); Run does not close it.
+	Client *kafka.Client
+	// InputNamespace, when set, is the namespace the prompts are read from instead of the Client's; the group,
+	// outputs and dead letters stay in the Client's (see consumers).
+	InputNamespace string
 	// Group is the consumer group (default "draftflow-tokenize"); replicas share it.
 	Group string
 	// ModelDir holds tokenizer.json and tokenizer_config.json. Ignored when Model is set.
@@ -101,18 +104,13 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	log.Info("tokenize starting", "model", t.name, "hash", t.m.Hash, "context_length", t.ctxLen, "workers", workers,
 		"reasoning_parser", t.parsers.Reasoning, "tool_call_parser", t.parsers.Tools)
-	kcl, err := kafka.NewClient(cfg.Kafka)
-	if err != nil {
-		return err
+	kcl := cfg.Client
+	if kcl == nil {
+		return errors.New("tokenize: Config.Client is required")
 	}
-	defer kcl.Close()
 	life := stream.New(ctx, stream.Config{Client: kcl, Stage: "tokenize", Logger: cmp.Or(cfg.Logger, slog.Default()), Registerer: cfg.Registerer})
 	t.out = life.Output(topics.TopicTokenized)
-	ins, closeOwn, err := t.consumers(cfg, kcl, log)
-	if err != nil {
-		return errors.Join(err, life.Close())
-	}
-	defer closeOwn()
+	ins := t.consumers(cfg, kcl, log)
 	cfg.Ready.Add("tokenize", func() error {
 		if ins[0].Assigned() == 0 {
 			return errors.New("no partitions of the prompts topic assigned")
@@ -160,27 +158,21 @@ func newWorker(cfg Config, log *slog.Logger) (*worker, error) {
 }
 
 // consumers returns the stage's consumers of the prompts topic: its group's, and, when it reads another
-// namespace's prompts (--input-namespace), a second one (group "<group>-turns", on a client of its own that the
-// returned function closes) for the later turns of this namespace's conversations, which come back on this
-// namespace's prompts topic. The foreign ingested prompts are ours to tokenize, the foreign continuations (later
-// turns built from that namespace's replies) are not.
-func (t *worker) consumers(cfg Config, kcl *kafka.Client, log *slog.Logger) ([]*kafka.Consumer, func(), error) {
+// namespace's prompts (InputNamespace), a second one (group "<group>-turns") for the later turns of this
+// namespace's conversations, which come back on this namespace's prompts topic. The foreign ingested prompts
+// are ours to tokenize, the foreign continuations (later turns built from that namespace's replies) are not.
+func (t *worker) consumers(cfg Config, kcl *kafka.Client, log *slog.Logger) []*kafka.Consumer {
 	group := cmp.Or(cfg.Group, DefaultGroup)
-	ins := []*kafka.Consumer{kcl.NewConsumer(topics.TopicPrompts, kafka.ConsumerConfig{Group: group, MaxInFlight: 4096})}
-	if cfg.Kafka.InputNamespace == "" || cfg.Kafka.InputNamespace == cfg.Kafka.Namespace {
-		return ins, func() {}, nil
+	own := kcl.Config()
+	ins := []*kafka.Consumer{kcl.NewConsumer(topics.TopicPrompts, kafka.ConsumerConfig{Group: group, Namespace: cfg.InputNamespace, MaxInFlight: 4096})}
+	if cfg.InputNamespace == "" || cfg.InputNamespace == own.Namespace {
+		return ins
 	}
-	own := cfg.Kafka
-	own.InputNamespace = ""
-	ownCl, err := kafka.NewClient(own)
-	if err != nil {
-		return nil, nil, err
-	}
-	t.foreign = cfg.Kafka.InputTopic(topics.TopicPrompts)
+	t.foreign = kafka.Config{Namespace: cfg.InputNamespace}.Topic(topics.TopicPrompts)
 	log.Info("reading another namespace's prompts; this namespace's later turns from its own prompts topic",
 		"input", t.foreign, "turns", own.Topic(topics.TopicPrompts))
-	turns := ownCl.NewConsumer(topics.TopicPrompts, kafka.ConsumerConfig{Group: group + "-turns", MaxInFlight: 4096})
-	return append(ins, turns), func() { ownCl.Close() }, nil
+	turns := kcl.NewConsumer(topics.TopicPrompts, kafka.ConsumerConfig{Group: group + "-turns", Namespace: own.Namespace, MaxInFlight: 4096})
+	return append(ins, turns)
 }
 
 // handle tokenizes one prompt and produces its Tokenized record, or rejects it.

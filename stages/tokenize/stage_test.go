@@ -84,7 +84,7 @@ func TestStageTokenizesAndRejects(t *testing.T) {
 
 	stageCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- Run(stageCtx, Config{Kafka: kc, Model: m, ContextLength: 256, Workers: 2}) }()
+	go func() { done <- Run(stageCtx, Config{Client: cl, Model: m, ContextLength: 256, Workers: 2}) }()
 
 	var mu sync.Mutex
 	got := map[string][]uint32{}
@@ -171,7 +171,8 @@ func TestStageRejectsOversizedRecord(t *testing.T) {
 	in.Close()
 	stageCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	go Run(stageCtx, Config{Kafka: kc, Model: m})
+	stageCl := kafkatest.Client(t, kc)
+	go Run(stageCtx, Config{Client: stageCl, Model: m})
 	joined := stageOutputs(t, ctx, stageCtx, kc, nil, 2)
 	if !strings.Contains(joined, "tokenized small") || !strings.Contains(joined, "rejected huge") ||
 		!strings.Contains(joined, "over the 8192-byte limit") {
@@ -215,7 +216,8 @@ func TestStageRejectsRecordRefusedByBroker(t *testing.T) {
 	stageCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	stageErr := make(chan error, 1)
-	go func() { stageErr <- Run(stageCtx, Config{Kafka: kc, Model: m}) }()
+	stageCl := kafkatest.Client(t, kc)
+	go func() { stageErr <- Run(stageCtx, Config{Client: stageCl, Model: m}) }()
 	joined := stageOutputs(t, ctx, stageCtx, kc, stageErr, 2)
 	if !strings.Contains(joined, "tokenized small") || !strings.Contains(joined, "rejected huge") ||
 		!strings.Contains(joined, "16384-byte max.message.bytes") {

@@ -132,7 +132,7 @@ func run(out, expected string, n, rotate, rowGroup int) error {
 	defer stop()
 	errc := make(chan error, 1)
 	go func() {
-		_, err := sink.Run(sinkCtx, sink.Config{Kafka: kc, Dir: out, RotateRows: rotate, RowGroupRows: rowGroup,
+		_, err := sink.Run(sinkCtx, sink.Config{Client: kcl, Dir: out, RotateRows: rotate, RowGroupRows: rowGroup,
 			IdleFlush: 200 * time.Millisecond, Logger: log,
 			OnDurable: func(ids []string) {
 				mu.Lock()

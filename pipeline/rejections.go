@@ -1,4 +1,4 @@
-package main
+package pipeline
 
 import (
 	"bufio"
@@ -44,8 +44,8 @@ func newRejectionLog(dir string) (*rejectionLog, error) {
 	return &rejectionLog{path: path, byStage: map[string]int{}}, nil
 }
 
-// rejectionLine is one line of the file.
-type rejectionLine struct {
+// RejectionLine is one line of a run's rejections file (RejectedFileName), as JSON.
+type RejectionLine struct {
 	File    string `json:"file,omitempty"`
 	Line    int64  `json:"line,omitempty"`
 	Stage   string `json:"stage"`
@@ -78,7 +78,7 @@ func (l *rejectionLog) add(r *topics.Rejection) {
 		}
 		l.w = bufio.NewWriter(l.f)
 	}
-	b, err := json.Marshal(rejectionLine{File: r.Source.File, Line: r.Source.Line, Stage: r.Stage, Class: r.Class,
+	b, err := json.Marshal(RejectionLine{File: r.Source.File, Line: r.Source.Line, Stage: r.Stage, Class: r.Class,
 		Reason: r.Reason, ID: r.ID, Dataset: r.Dataset})
 	if err != nil {
 		l.err = err

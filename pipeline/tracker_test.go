@@ -1,4 +1,4 @@
-package main
+package pipeline
 
 import (
 	"fmt"
@@ -23,7 +23,7 @@ func TestTrackerAccounts(t *testing.T) {
 	if done, missing, err := tr.status(); done != 4 || missing != 30 || err != nil {
 		t.Fatalf("status = %d done, %d missing, %v; want 4 and 30", done, missing, err)
 	}
-	var res runResult
+	var res Result
 	if err := tr.account(&res); err != nil {
 		t.Fatal(err)
 	}
