@@ -16,7 +16,7 @@ import (
 	"github.com/draftflow/draftflow/kafka"
 	dfmetrics "github.com/draftflow/draftflow/metrics"
 	"github.com/draftflow/draftflow/secret"
-	"github.com/draftflow/draftflow/stages/generate/internal/admission"
+	"github.com/draftflow/draftflow/stages/generate/admission"
 )
 
 // Admission policies accepted by Config.Policy.

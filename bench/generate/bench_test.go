@@ -1,4 +1,4 @@
-package bench
+package generate
 
 import (
 	"context"
@@ -133,7 +133,7 @@ func TestBenchFull(t *testing.T) {
 	t.Logf("\n%s\nwall time %s", out.String(), time.Since(start).Round(time.Second))
 }
 
-// TestThroughputBudgetApplies checks that PolicyKVThroughput runs the controller with ThroughputBudget: its
+// TestThroughputBudgetApplies checks that PolicyKVThroughput runs the controller with its looser gate settings: its
 // looser gate runs the simulated pool fuller than the default kv-budget policy on the same workload.
 func TestThroughputBudgetApplies(t *testing.T) {
 	res, err := Bench(context.Background(), BenchOptions{Scenarios: []string{ScenarioOneServer},

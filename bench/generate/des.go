@@ -1,4 +1,4 @@
-package bench
+package generate
 
 import (
 	"container/heap"
@@ -15,7 +15,7 @@ import (
 
 	"github.com/draftflow/draftflow/sglang"
 	"github.com/draftflow/draftflow/sglang/sim"
-	"github.com/draftflow/draftflow/stages/generate/internal/admission"
+	"github.com/draftflow/draftflow/stages/generate/admission"
 )
 
 // Client-side delays of the simulated network, in simulated seconds: from admission to the server's queue,
