@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -21,9 +22,10 @@ import (
 // files; these tests keep every such name in README.md, docs/*.md and the other READMEs real, so that a rename in
 // the code fails here instead of leaving the manual stale. The rules (what counts as a mention):
 //
-//   - A command line is a line of a code block, or an inline code span, whose program is `draftflow` (or a path
-//     ending in /draftflow; after VAR=value settings, if any): its subcommand must be one main dispatches (for
-//     `bench`, one cmdBench dispatches), and every --flag after it must be one that subcommand's flag set defines
+//   - A command line is a line of a code block, or an inline code span, whose program is `draftflow` or
+//     `draftflow-bench` (or a path ending in /draftflow or /draftflow-bench; after VAR=value settings, if any): its
+//     subcommand must be one main dispatches (for `draftflow bench`, one cmdBench dispatches; for draftflow-bench,
+//     one its usage lists), and every --flag after it must be one that subcommand's flag set defines
 //     (`--kafka-tls*` names a prefix).
 //   - An inline code span that begins with --flag (`--shards-wait 30s`) names flags of draftflow: each must be
 //     defined by at least one subcommand, unless it is listed in foreignFlags with the program it belongs to.
@@ -136,9 +138,14 @@ func helpFlags(t *testing.T, name string, run func(context.Context, []string) er
 	if !strings.Contains(out.String(), "Usage of draftflow "+name+":") {
 		t.Fatalf("draftflow %s -h printed no usage on stderr:\n%s", name, out.String())
 	}
+	return parseUsage(out.String())
+}
+
+// parseUsage returns the flags a flag set's usage text lists.
+func parseUsage(usage string) flagSet {
 	flags := flagSet{}
 	last := ""
-	for _, line := range strings.Split(out.String(), "\n") {
+	for _, line := range strings.Split(usage, "\n") {
 		// PrintDefaults: "  -name type" (or "  -name\t..." for short names), then the usage, indented by a tab,
 		// ending in (default X) where the default is not the zero value.
 		if m := regexp.MustCompile(`^  -([A-Za-z0-9][A-Za-z0-9_.-]*)`).FindStringSubmatch(line); m != nil {
@@ -152,8 +159,9 @@ func helpFlags(t *testing.T, name string, run func(context.Context, []string) er
 	return flags
 }
 
-// commandFlags returns every subcommand's flags, keyed "run", "ingest", ..., "bench generate", "bench pipeline".
-// The bench subcommands are the ones cmdBench's usage names.
+// commandFlags returns every subcommand's flags, keyed "run", "ingest", ..., "bench pipeline", and those of
+// draftflow-bench's benchmarks, keyed "draftflow-bench generate", .... The bench subcommands are the ones
+// cmdBench's usage names.
 func commandFlags(t *testing.T) map[string]flagSet {
 	t.Helper()
 	sets := map[string]flagSet{}
@@ -176,6 +184,33 @@ func commandFlags(t *testing.T) map[string]flagSet {
 			continue
 		}
 		sets[c.name] = helpFlags(t, c.name, c.run)
+	}
+	for name, fs := range benchCommandFlags(t) {
+		sets["draftflow-bench "+name] = fs
+	}
+	return sets
+}
+
+// benchCommandFlags builds cmd/draftflow-bench and returns the flags of each benchmark its usage lists, as the
+// benchmark's -h prints them, keyed by the benchmark's name.
+func benchCommandFlags(t *testing.T) map[string]flagSet {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "draftflow-bench")
+	if out, err := exec.Command("go", "build", "-o", bin, "../draftflow-bench").CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/draftflow-bench: %v\n%s", err, out)
+	}
+	out, _ := exec.Command(bin, "-h").CombinedOutput()
+	_, list, _ := strings.Cut(string(out), "benchmarks:\n")
+	sets := map[string]flagSet{}
+	for _, m := range regexp.MustCompile(`(?m)^  ([a-z][a-z-]*)  `).FindAllStringSubmatch(list, -1) {
+		usage, err := exec.Command(bin, m[1], "-h").CombinedOutput()
+		if err != nil || !strings.Contains(string(usage), "Usage of draftflow-bench "+m[1]+":") {
+			t.Fatalf("draftflow-bench %s -h: %v\n%s", m[1], err, usage)
+		}
+		sets[m[1]] = parseUsage(string(usage))
+	}
+	if len(sets) == 0 {
+		t.Fatalf("draftflow-bench -h lists no benchmark:\n%s", out)
 	}
 	return sets
 }
@@ -308,7 +343,7 @@ func backticks(s string, i int) int {
 }
 
 var (
-	draftflowCmd = regexp.MustCompile(`^(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:\S*/)?draftflow\s+([a-z][a-z-]*)(.*)$`)
+	draftflowCmd = regexp.MustCompile(`^(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:\S*/)?(draftflow(?:-bench)?)\s+([a-z][a-z-]*)(.*)$`)
 	flagToken    = regexp.MustCompile(`(?:^|[\s\[(|,="'])--([a-z0-9][a-z0-9-]*)(\*?)`)
 	makeCmd      = regexp.MustCompile(`^make\s+(.*)$`)
 	envVar       = regexp.MustCompile(`DRAFTFLOW_[A-Z0-9_]*[A-Z0-9]\*?|DRAFTFLOW_\*`)
@@ -347,9 +382,11 @@ func checkMentions(ms []mention, sets map[string]flagSet, targets map[string]boo
 				continue
 			}
 			if loc := draftflowCmd.FindStringSubmatchIndex(seg); loc != nil {
-				name := seg[loc[2]:loc[3]]
-				rest := seg[loc[3]:]
-				if name == "bench" {
+				prog, name := seg[loc[2]:loc[3]], seg[loc[4]:loc[5]]
+				rest := seg[loc[5]:]
+				if prog != "draftflow" {
+					name = prog + " " + name
+				} else if name == "bench" {
 					if sub := regexp.MustCompile(`^\s+([a-z][a-z-]*)`).FindStringSubmatch(rest); sub != nil {
 						name += " " + sub[1]
 						rest = rest[len(sub[0]):]
@@ -358,14 +395,18 @@ func checkMentions(ms []mention, sets map[string]flagSet, targets map[string]boo
 				if name == "bench" && strings.TrimSpace(rest) == "" {
 					continue // the command itself; its benchmarks are named elsewhere
 				}
+				command := name
+				if prog == "draftflow" {
+					command = prog + " " + name
+				}
 				flags, ok := sets[name]
 				if !ok {
-					problems = append(problems, fmt.Sprintf("%s: draftflow %s: no such subcommand", m, name))
+					problems = append(problems, fmt.Sprintf("%s: %s: no such subcommand", m, command))
 					continue
 				}
 				for _, f := range flagToken.FindAllStringSubmatch(rest, -1) {
 					if !flags.has(f[1], f[2] == "*") {
-						problems = append(problems, fmt.Sprintf("%s: draftflow %s has no flag --%s%s", m, name, f[1], f[2]))
+						problems = append(problems, fmt.Sprintf("%s: %s has no flag --%s%s", m, command, f[1], f[2]))
 					}
 				}
 				continue
@@ -456,7 +497,8 @@ func TestDocsCheckRejectsWrongNames(t *testing.T) {
 		"draftflow tokenize --model DIR \\\n" +
 		"   --bogus-flag x    # --not-checked-in-a-comment\n" +
 		"bin/draftflow bench pipeline --namespace x\n" +
-		"draftflow bench generate --multi-turn --turns 4\n" +
+		"draftflow-bench generate --multi-turn --turns 4\n" +
+		"bin/draftflow-bench sglang --pools 512 --no-pools\n" +
 		"speculators train --whatever 1\n" +
 		"make chaos CHAOS_ROUNDS=2 && make nothing-here\n" +
 		"```\n"
@@ -469,6 +511,7 @@ func TestDocsCheckRejectsWrongNames(t *testing.T) {
 		"draftflow frobnicate: no such subcommand",
 		"draftflow tokenize has no flag --bogus-flag",
 		"draftflow bench pipeline has no flag --namespace",
+		"draftflow-bench sglang has no flag --no-pools",
 		"make nothing-here: no such Makefile target",
 	}
 	got := strings.Join(problems, "\n")
@@ -512,7 +555,7 @@ func TestDocsFlagSetsAreReal(t *testing.T) {
 			t.Errorf("draftflow bench pipeline has --%s; docs/operating.md says it does not", f)
 		}
 	}
-	tools := []string{"encode", "inspect", "merge-turns", "export", "vocab", "bench generate", "bench sglang"}
+	tools := []string{"encode", "inspect", "merge-turns", "export", "vocab", "draftflow-bench generate", "draftflow-bench sglang"}
 	for _, name := range tools {
 		fs, ok := sets[name]
 		if !ok {
