@@ -694,7 +694,7 @@ func (d *des) reply(f *flight) error {
 	}
 	d.settle(f)
 	lat := a.resp.MetaInfo.E2ELatency
-	if err := f.c.ctl.Finish(f.t, a.resp, time.Duration(lat*float64(time.Second))); err != nil {
+	if _, err := f.c.ctl.Finish(f.t, a.resp, time.Duration(lat*float64(time.Second))); err != nil {
 		return err
 	}
 	fc := f.c

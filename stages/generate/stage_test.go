@@ -192,12 +192,12 @@ func TestStageEndToEnd(t *testing.T) {
 			}
 			_ = p.Close()
 
-			stop := runStage(t, Config{
-				Kafka: kc, Endpoints: []string{url}, Policy: tc.policy, Concurrency: 8,
+			stop := runStage(t, Config{Kafka: kc, Config: admission.Config{
+				Endpoints: []string{url}, Policy: tc.policy, Concurrency: 8,
 				RetryInitial: 5 * time.Millisecond, RetryMax: 50 * time.Millisecond, MaxServerErrors: 50,
 				HealthInterval: 200 * time.Millisecond, Budget: BudgetConfig{PollInterval: 20 * time.Millisecond},
 				Registerer: prometheus.NewRegistry(), Logger: testLogger(t),
-			})
+			}})
 			gens := kafkatest.Collect[topics.Generation](t, kc, topics.TopicGenerated, n-1, 60*time.Second)
 			rejs := kafkatest.Collect[topics.Rejection](t, kc, topics.TopicRejected, 1, 30*time.Second)
 			if err := stop(); err != nil {
@@ -286,8 +286,8 @@ func TestStageShutdownAbandons(t *testing.T) {
 		}
 	}
 	_ = p.Close()
-	cfg := Config{Kafka: kc, Endpoints: []string{url}, HealthInterval: 100 * time.Millisecond,
-		Registerer: prometheus.NewRegistry(), Logger: testLogger(t)}
+	cfg := Config{Kafka: kc, Config: admission.Config{Endpoints: []string{url}, HealthInterval: 100 * time.Millisecond,
+		Registerer: prometheus.NewRegistry(), Logger: testLogger(t)}}
 	stop := runStage(t, cfg)
 	deadline := time.Now().Add(30 * time.Second)
 	for s.Stats().Running < 5 && time.Now().Before(deadline) {

@@ -2,217 +2,42 @@ package admission
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"slices"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/draftflow/draftflow/metrics/metricstest"
 	"github.com/draftflow/draftflow/sglang"
+	"github.com/draftflow/draftflow/stages/generate/internal/fakesglang"
 )
 
-// fakeServer is a scriptable SGLang: /generate waits on the gate unless a scripted answer says otherwise.
-type fakeServer struct {
-	t       *testing.T
-	pool    int
-	healthy atomic.Bool
-	infos   atomic.Int32 // /server_info calls
+// The Controller keeps no goroutines or timers, so its tests call it step by step as a driver does: Probe
+// brings the fake servers up, Offer queues requests, Finish, Fail, Abandon and Withdraw settle them, Health
+// and Poll stand for the driver's timers. Nothing waits for time to pass; a test that needs time to pass
+// moves the Controller's clock.
 
-	mu        sync.Mutex
-	running   int
-	maxSeen   int
-	gate      chan struct{} // one token per request allowed to finish
-	script    []func(w http.ResponseWriter) bool
-	rids      []string
-	routed    []int    // routed_dp_rank of /generate calls that set one
-	aborts    []string // rids of /abort_request calls, healthy or not
-	dp        int      // data-parallel ranks the server reports (0: one, no dp fields)
-	load      map[string]any
-	retracted float64
-	outLen    int
-	startup   float64 // the startup_time durations: a change means a restart
-	maxRun    int     // effective_max_running_requests_per_dp
-	apiKey    string  // --api-key: 401 without it
-	legacy    bool    // an SGLang release before /v1/loads, /server_info and meta_info retraction counts
-	noMetrics bool    // no --enable-metrics: /metrics is 404
-	noCounter bool    // metrics, but no retraction yet: the labelled counter has no sample
-	srv       *httptest.Server
-}
-
-func newFake(t *testing.T, pool int) *fakeServer {
-	f := &fakeServer{t: t, pool: pool, gate: make(chan struct{}, 1000), outLen: 10, startup: 12.25, maxRun: 1000,
-		load: map[string]any{"num_running_reqs": 0, "num_waiting_reqs": 0, "token_usage": 0.0}}
-	f.healthy.Store(true)
-	f.srv = httptest.NewServer(f)
-	t.Cleanup(f.srv.Close)
-	return f
-}
-
-func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path == "/abort_request" {
-		var body struct {
-			RID string `json:"rid"`
-		}
-		_ = json.NewDecoder(r.Body).Decode(&body)
-		f.mu.Lock()
-		f.aborts = append(f.aborts, body.RID)
-		f.mu.Unlock()
-	}
-	if !f.healthy.Load() {
-		w.WriteHeader(http.StatusServiceUnavailable)
-		return
-	}
-	f.mu.Lock()
-	key, legacy, noMetrics, noCounter := f.apiKey, f.legacy, f.noMetrics, f.noCounter
-	f.mu.Unlock()
-	if key != "" && r.URL.Path != "/health" && r.URL.Path != "/metrics" && r.Header.Get("Authorization") != "Bearer "+key {
-		// sglang 0.5.23 utils/auth.py: every route but health and metrics needs the key.
-		w.WriteHeader(http.StatusUnauthorized)
-		_, _ = io.WriteString(w, `{"error":"Unauthorized"}`)
-		return
-	}
-	if (legacy && (r.URL.Path == "/v1/loads" || r.URL.Path == "/server_info")) || (noMetrics && r.URL.Path == "/metrics") {
-		w.WriteHeader(http.StatusNotFound)
-		_, _ = io.WriteString(w, `{"detail":"Not Found"}`)
-		return
-	}
-	switch r.URL.Path {
-	case "/health":
-	case "/get_server_info", "/server_info":
-		// SGLang 0.5.23: server arguments (max_running_requests and context_length null unless set), the
-		// scheduler's pool, startup_time, and one internal state per DP rank.
-		f.infos.Add(1)
-		f.mu.Lock()
-		startup := f.startup
-		f.mu.Unlock()
-		ranks := max(f.dp, 1)
-		states := make([]any, ranks)
-		for i := range states {
-			states[i] = map[string]any{"dp_rank": i, "effective_max_running_requests_per_dp": f.maxRun,
-				"memory_usage": map[string]any{"token_capacity": f.pool}, "startup_time": map[string]any{"scheduler_e2e": startup}}
-		}
-		info := map[string]any{"max_total_num_tokens": f.pool, "max_running_requests": nil, "context_length": nil,
-			"model_path": "fake/model", "dp_size": ranks, "internal_states": states, "version": "0.5.23",
-			"startup_time": map[string]any{"load_weight": 1.5, "scheduler_e2e": startup}}
-		_ = json.NewEncoder(w).Encode(info)
-	case "/v1/loads":
-		f.mu.Lock()
-		var loads []any
-		for rank := range max(f.dp, 1) {
-			// num_total_tokens adds the waiting requests' tokens to the used ones (load_inquirer.get_loads).
-			l := map[string]any{"dp_rank": rank, "max_total_num_tokens": f.pool, "num_total_tokens": f.pool,
-				"num_used_tokens": 0, "gen_throughput": 0.0, "max_running_requests": 1000}
-			for k, v := range f.load {
-				l[k] = v
-			}
-			loads = append(loads, l)
-		}
-		f.mu.Unlock()
-		_ = json.NewEncoder(w).Encode(map[string]any{"version": "0.5.23", "loads": loads})
-	case "/metrics":
-		f.mu.Lock()
-		fmt.Fprintf(w, "# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs{model_name=\"x\"} %d\n", f.running)
-		if !noCounter {
-			fmt.Fprintf(w, "# TYPE sglang:num_retracted_requests_total counter\nsglang:num_retracted_requests_total{model_name=\"x\"} %g\n", f.retracted)
-		}
-		f.mu.Unlock()
-	case "/abort_request": // recorded above
-	case "/generate":
-		var req sglang.GenerateRequest
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-			f.t.Errorf("bad request body: %v", err)
-		}
-		f.mu.Lock()
-		f.rids = append(f.rids, req.RID)
-		if req.RoutedDPRank != nil {
-			f.routed = append(f.routed, *req.RoutedDPRank)
-		}
-		var step func(http.ResponseWriter) bool
-		if len(f.script) > 0 {
-			step, f.script = f.script[0], f.script[1:]
-		}
-		f.mu.Unlock()
-		if step != nil && step(w) {
-			return
-		}
-		f.mu.Lock()
-		f.running++
-		f.maxSeen = max(f.maxSeen, f.running)
-		f.mu.Unlock()
-		defer func() { f.mu.Lock(); f.running--; f.mu.Unlock() }()
-		select {
-		case <-f.gate:
-		case <-r.Context().Done():
-			return
-		}
-		out := make([]uint32, f.outLen)
-		for i := range out {
-			out[i] = uint32(i + 1)
-		}
-		meta := map[string]any{"id": req.RID, "finish_reason": map[string]any{"type": "stop", "matched": 2},
-			"prompt_tokens": len(req.InputIDs), "completion_tokens": len(out), "num_retractions": 0}
-		if legacy {
-			delete(meta, "num_retractions") // releases before per-request retraction counts
-		}
-		_ = json.NewEncoder(w).Encode(map[string]any{"output_ids": out, "meta_info": meta})
-	default:
-		w.WriteHeader(http.StatusNotFound)
-	}
-}
-
-func (f *fakeServer) release(n int) {
-	for range n {
-		f.gate <- struct{}{}
-	}
-}
-
-func (f *fakeServer) runningNow() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.running
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
+// newDriven returns a Controller for the fake servers, each brought up with Probe.
+func newDriven(t *testing.T, fakes *fakesglang.Net, cfg Config) *Controller {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
+	cfg.HTTPClient = fakes.Client()
+	if cfg.Registerer == nil {
+		cfg.Registerer = prometheus.NewRegistry()
 	}
-}
-
-func newTestController(t *testing.T, cfg Config) *Controller {
-	t.Helper()
-	cfg.Registerer = prometheus.NewRegistry()
-	cfg.Logger = testLogger(t)
-	if cfg.RetryInitial == 0 {
-		cfg.RetryInitial, cfg.RetryMax = time.Millisecond, 10*time.Millisecond
-	}
-	if cfg.HealthInterval == 0 {
-		cfg.HealthInterval = 20 * time.Millisecond
-	}
-	if cfg.Budget.PollInterval == 0 {
-		cfg.Budget.PollInterval = time.Hour // feedback off unless a test turns it on
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger(t)
 	}
 	c, err := NewController(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = c.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	for i := range cfg.Endpoints {
+		if err := c.Probe(context.Background(), i); err != nil {
+			t.Fatal(err)
+		}
+	}
 	return c
 }
 
@@ -221,207 +46,163 @@ func req(rid string, prompt, maxNew int) *Request {
 		Sampling: sglang.SamplingParams{MaxNewTokens: maxNew}}
 }
 
-// doAsync runs Do in the background and returns a channel with its error.
-func doAsync(c *Controller, ctx context.Context, r *Request) <-chan error {
-	ch := make(chan error, 1)
-	go func() { _, err := c.Do(ctx, r); ch <- err }()
-	return ch
+// offer offers n requests and returns their tickets.
+func offer(c *Controller, n int, mk func(i int) *Request) []*Ticket {
+	var ts []*Ticket
+	for i := range n {
+		ts = append(ts, c.Offer(mk(i), nil))
+	}
+	return ts
+}
+
+// admitted returns the tickets of ts admitted so far, and how many each server got.
+func admitted(ts []*Ticket) (in []*Ticket, perServer map[int]int) {
+	perServer = map[int]int{}
+	for _, t := range ts {
+		if i := t.Endpoint(); i >= 0 {
+			in = append(in, t)
+			perServer[i]++
+		}
+	}
+	return in, perServer
+}
+
+// finishAll answers every ticket of ts as it is admitted, until all are.
+func finishAll(t *testing.T, c *Controller, ts []*Ticket) {
+	t.Helper()
+	done := map[*Ticket]bool{}
+	for len(done) < len(ts) {
+		progress := false
+		for _, tk := range ts {
+			if done[tk] || tk.Endpoint() < 0 {
+				continue
+			}
+			if _, err := c.Finish(tk, answer(10), time.Second); err != nil {
+				t.Fatal(err)
+			}
+			done[tk], progress = true, true
+		}
+		if !progress {
+			t.Fatalf("%d of %d tickets never admitted", len(ts)-len(done), len(ts))
+		}
+	}
 }
 
 func TestAdmissionAgainstKVBudget(t *testing.T) {
-	f := newFake(t, 10000)
-	c := newTestController(t, Config{Endpoints: []string{f.srv.URL}})
-	waitFor(t, "endpoint ready", func() bool { return c.Endpoints()[0].Ready })
+	fakes := fakesglang.NewNet()
+	f := fakes.Add(t, 10000)
+	c := newDriven(t, fakes, Config{Endpoints: []string{f.URL}})
 	// Each request charges 1000 prompt + 1000 (prior = max_new_tokens): five fit a 10000-token budget.
-	var errs []<-chan error
-	for i := range 8 {
-		errs = append(errs, doAsync(c, context.Background(), req(fmt.Sprint("r", i), 1000, 1000)))
-	}
-	// Admission happens only when a request is offered or one finishes: once all eight were offered and five
-	// reached the server, nothing else is admitted until a release.
-	waitFor(t, "five running, three waiting", func() bool { return f.runningNow() == 5 && c.Waiting() == 3 })
-	if got := f.runningNow(); got != 5 {
-		t.Fatalf("%d running, want 5 (budget 10000 / charge 2000)", got)
-	}
-	if w := c.Waiting(); w != 3 {
-		t.Fatalf("%d waiting, want 3", w)
+	ts := offer(c, 8, func(i int) *Request { return req(fmt.Sprint("r", i), 1000, 1000) })
+	in, _ := admitted(ts)
+	if len(in) != 5 || c.Waiting() != 3 {
+		t.Fatalf("%d admitted, %d waiting; want 5 (budget 10000 / charge 2000) and 3", len(in), c.Waiting())
 	}
 	if st := c.Endpoints()[0]; st.Used != 10000 || st.InFlight != 5 {
 		t.Fatalf("endpoint state %+v", st)
 	}
-	f.release(1)
-	waitFor(t, "a sixth admitted", func() bool { return c.Waiting() == 2 && f.runningNow() == 5 })
-	f.release(7)
-	for _, e := range errs {
-		if err := <-e; err != nil {
-			t.Fatal(err)
-		}
+	// An answer frees its charge: the sixth goes.
+	if _, err := c.Finish(in[0], answer(10), time.Second); err != nil {
+		t.Fatal(err)
 	}
+	if in, _ = admitted(ts); len(in) != 6 || c.Waiting() != 2 || c.Endpoints()[0].InFlight != 5 {
+		t.Fatalf("%d admitted, %d waiting, %d in flight after an answer; want 6, 2 and 5", len(in), c.Waiting(), c.Endpoints()[0].InFlight)
+	}
+	finishAll(t, c, ts[1:])
 	if st := c.Endpoints()[0]; st.Used != 0 || st.InFlight != 0 {
 		t.Fatalf("charges not returned: %+v", st)
-	}
-	if f.maxSeen != 5 {
-		t.Fatalf("server saw %d concurrent requests, want at most 5", f.maxSeen)
 	}
 }
 
 func TestFixedPolicyRoundRobin(t *testing.T) {
-	a, b := newFake(t, 1000), newFake(t, 1000)
-	c := newTestController(t, Config{Endpoints: []string{a.srv.URL, b.srv.URL}, Policy: PolicyFixed, Concurrency: 3,
+	fakes := fakesglang.NewNet()
+	a, b := fakes.Add(t, 1000), fakes.Add(t, 1000)
+	c := newDriven(t, fakes, Config{Endpoints: []string{a.URL, b.URL}, Policy: PolicyFixed, Concurrency: 3,
 		Routing: RouteRoundRobin})
-	waitFor(t, "endpoints ready", func() bool { e := c.Endpoints(); return e[0].Ready && e[1].Ready })
-	var errs []<-chan error
-	for i := range 10 {
-		errs = append(errs, doAsync(c, context.Background(), req(fmt.Sprint("r", i), 10, 10)))
+	ts := offer(c, 10, func(i int) *Request { return req(fmt.Sprint("r", i), 10, 10) })
+	in, per := admitted(ts)
+	if per[0] != 3 || per[1] != 3 || c.Waiting() != 4 {
+		t.Fatalf("admitted %v, %d waiting; want 3 on each and 4 waiting", per, c.Waiting())
 	}
-	waitFor(t, "3+3 running", func() bool { return a.runningNow() == 3 && b.runningNow() == 3 })
-	if c.Waiting() != 4 {
-		t.Fatalf("%d waiting, want 4", c.Waiting())
-	}
-	a.release(10)
-	b.release(10)
-	for _, e := range errs {
-		if err := <-e; err != nil {
-			t.Fatal(err)
+	// Round robin: the servers take turns.
+	for i, tk := range in {
+		if tk.Endpoint() != i%2 {
+			t.Fatalf("ticket %d on server %d, want %d", i, tk.Endpoint(), i%2)
 		}
 	}
+	finishAll(t, c, ts)
 }
 
-func TestRetriesAndRejections(t *testing.T) {
-	status := func(code int, msg string) func(w http.ResponseWriter) bool {
-		return func(w http.ResponseWriter) bool {
-			w.WriteHeader(code)
-			_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"message": msg}})
-			return true
-		}
+// TestWithdraw: a request given up while it waits leaves the queue; one given up once admitted returns its
+// charge, and the next waiting one takes its place.
+func TestWithdraw(t *testing.T) {
+	fakes := fakesglang.NewNet()
+	f := fakes.Add(t, 1000)
+	c := newDriven(t, fakes, Config{Endpoints: []string{f.URL}, Policy: PolicyFixed, Concurrency: 1})
+	ts := offer(c, 3, func(i int) *Request { return req(fmt.Sprint("r", i), 1, 1) })
+	c.Withdraw(ts[1])
+	if c.Waiting() != 1 {
+		t.Fatalf("%d waiting after a waiting request was withdrawn, want 1", c.Waiting())
 	}
-	reset := func(w http.ResponseWriter) bool {
-		conn, _, _ := w.(http.Hijacker).Hijack()
-		_ = conn.Close()
-		return true
+	c.Withdraw(ts[0])
+	if ts[2].Endpoint() != 0 || c.Waiting() != 0 || c.Endpoints()[0].InFlight != 1 {
+		t.Fatalf("after the admitted request was withdrawn: last on %d, %d waiting, %+v", ts[2].Endpoint(), c.Waiting(), c.Endpoints()[0])
 	}
-	abort := func(w http.ResponseWriter) bool {
-		_ = json.NewEncoder(w).Encode(map[string]any{"output_ids": []int{}, "meta_info": map[string]any{
-			"finish_reason": map[string]any{"type": "abort", "message": "bad grammar", "status_code": 400}}})
-		return true
-	}
-	garbage := func(w http.ResponseWriter) bool { _, _ = w.Write([]byte(`{"text": "no ids"}`)); return true }
-	// abort_all, pause_generation and weight updates end running requests with an abort without status.
-	abortAll := func(w http.ResponseWriter) bool {
-		_ = json.NewEncoder(w).Encode(map[string]any{"output_ids": []int{}, "meta_info": map[string]any{
-			"finish_reason": map[string]any{"type": "abort", "message": "Abort all requests", "status_code": nil}}})
-		return true
-	}
-
-	f := newFake(t, 100000)
-	f.release(100)
-	c := newTestController(t, Config{Endpoints: []string{f.srv.URL}, MaxServerErrors: 3, HealthFailures: 100})
-	waitFor(t, "endpoint ready", func() bool { return c.Endpoints()[0].Ready })
-
-	// 503, 500, a reset connection, a 502 and an abort without status, then success: retried, with a fresh rid
-	// each attempt.
-	f.script = append(f.script, status(503, "The request queue is full."), status(500, "boom"), reset, status(502, "gw"), abortAll)
-	res, err := c.Do(context.Background(), req("ok", 10, 20))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Attempts != 6 || len(res.Response.OutputIDs) != 10 || res.ServedModel != "fake/model" {
-		t.Fatalf("result %+v", res)
-	}
-	f.mu.Lock()
-	rids := strings.Join(f.rids, " ")
-	f.rids = nil
-	f.mu.Unlock()
-	if rids != "ok.1; ok.2; ok.3; ok.4; ok.5; ok.6;" {
-		t.Fatalf("rids %q", rids)
-	}
-
-	cases := []struct {
-		script []func(http.ResponseWriter) bool
-		reason string
-	}{
-		{[]func(http.ResponseWriter) bool{status(400, "The input (9 tokens) is longer than the model's context length")}, "context length"},
-		{[]func(http.ResponseWriter) bool{status(500, "a"), status(500, "b"), status(500, "c")}, "3 times, last: c"},
-		{[]func(http.ResponseWriter) bool{abort}, "bad grammar"},
-		{[]func(http.ResponseWriter) bool{garbage}, "no output_ids"},
-	}
-	for _, tc := range cases {
-		f.script = tc.script
-		_, err := c.Do(context.Background(), req("bad", 10, 20))
-		var rej *RejectedError
-		if !errors.As(err, &rej) || !strings.Contains(rej.Reason, tc.reason) {
-			t.Errorf("got %v, want a rejection mentioning %q", err, tc.reason)
-		}
-	}
+	c.Withdraw(ts[2])
+	c.Withdraw(ts[2]) // settled: nothing happens
 	if st := c.Endpoints()[0]; st.InFlight != 0 || st.Used != 0 {
 		t.Fatalf("charges leaked: %+v", st)
 	}
-}
-
-func TestCancelWhileWaitingAndRunning(t *testing.T) {
-	f := newFake(t, 1000)
-	c := newTestController(t, Config{Endpoints: []string{f.srv.URL}, Policy: PolicyFixed, Concurrency: 1})
-	waitFor(t, "endpoint ready", func() bool { return c.Endpoints()[0].Ready })
-	ctx, cancel := context.WithCancel(context.Background())
-	running := doAsync(c, ctx, req("a", 1, 1))
-	waitFor(t, "one running", func() bool { return f.runningNow() == 1 })
-	waiting := doAsync(c, ctx, req("b", 1, 1))
-	waitFor(t, "one waiting", func() bool { return c.Waiting() == 1 })
-	cancel()
-	for _, ch := range []<-chan error{running, waiting} {
-		if err := <-ch; !errors.Is(err, context.Canceled) {
-			t.Fatalf("got %v, want context.Canceled", err)
-		}
-	}
-	if st := c.Endpoints()[0]; st.InFlight != 0 || c.Waiting() != 0 {
-		t.Fatalf("state after cancel: %+v, %d waiting", st, c.Waiting())
+	if _, err := c.Finish(ts[2], answer(1), time.Second); err == nil {
+		t.Fatal("a withdrawn ticket finished")
 	}
 }
 
+// TestDrainAndReadmit: HealthFailures failed health checks in a row drain a server (requests go elsewhere);
+// a probe brings it back with a fresh capacity read.
 func TestDrainAndReadmit(t *testing.T) {
-	a, b := newFake(t, 10000), newFake(t, 10000)
-	a.release(1000)
-	b.release(1000)
-	c := newTestController(t, Config{Endpoints: []string{a.srv.URL, b.srv.URL}, Policy: PolicyFixed, Concurrency: 4})
-	waitFor(t, "endpoints ready", func() bool { e := c.Endpoints(); return e[0].Ready && e[1].Ready })
-	infos := a.infos.Load()
-
-	a.healthy.Store(false)
-	waitFor(t, "a drained", func() bool { return !c.Endpoints()[0].Ready })
-	for i := range 10 {
-		res, err := c.Do(context.Background(), req(fmt.Sprint("x", i), 5, 5))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if res.Endpoint != b.srv.URL {
-			t.Fatalf("request went to drained endpoint %s", res.Endpoint)
+	fakes := fakesglang.NewNet()
+	a, b := fakes.Add(t, 10000), fakes.Add(t, 10000)
+	c := newDriven(t, fakes, Config{Endpoints: []string{a.URL, b.URL}, Policy: PolicyFixed, Concurrency: 4})
+	drained := c.Drained(0)
+	infos := a.Infos.Load()
+	a.Healthy.Store(false)
+	for range DefaultHealthFailures {
+		if err := c.Health(context.Background(), 0); err == nil {
+			t.Fatal("health check of an unhealthy server passed")
 		}
 	}
-	a.healthy.Store(true)
-	waitFor(t, "a re-admitted", func() bool { return c.Endpoints()[0].Ready })
-	if a.infos.Load() <= infos {
+	select {
+	case <-drained:
+	default:
+		t.Fatal("Drained not closed")
+	}
+	if c.Ready(0) || !c.Ready(1) {
+		t.Fatal("a not drained, or b drained")
+	}
+	ts := offer(c, 4, func(i int) *Request { return req(fmt.Sprint("x", i), 5, 5) })
+	if _, per := admitted(ts); per[1] != 4 {
+		t.Fatalf("admitted %v, want all four on b", per)
+	}
+	if err := c.Probe(context.Background(), 0); err == nil {
+		t.Fatal("probe of an unhealthy server passed")
+	}
+	a.Healthy.Store(true)
+	if err := c.Probe(context.Background(), 0); err != nil || !c.Ready(0) {
+		t.Fatalf("probe of a healthy server: %v", err)
+	}
+	if a.Infos.Load() <= infos {
 		t.Fatal("re-admission did not re-read the server's capacity")
 	}
-	// A request that fails on a dying endpoint moves to the other one.
-	a.mu.Lock()
-	a.script = []func(http.ResponseWriter) bool{func(w http.ResponseWriter) bool {
-		a.healthy.Store(false)
-		conn, _, _ := w.(http.Hijacker).Hijack()
-		_ = conn.Close()
-		return true
-	}}
-	a.mu.Unlock()
-	for i := range 4 {
-		if _, err := c.Do(context.Background(), req(fmt.Sprint("y", i), 5, 5)); err != nil {
-			t.Fatal(err)
-		}
+	if tk := c.Offer(req("y", 5, 5), nil); tk.Endpoint() != 0 {
+		t.Fatalf("request on server %d once a is back with room, want 0", tk.Endpoint())
 	}
 }
 
 func TestBudgetFeedback(t *testing.T) {
-	f := newFake(t, 100000)
-	c := newTestController(t, Config{Endpoints: []string{f.srv.URL}})
-	waitFor(t, "endpoint ready", func() bool { return c.Endpoints()[0].Ready })
+	fakes := fakesglang.NewNet()
+	f := fakes.Add(t, 100000)
+	c := newDriven(t, fakes, Config{Endpoints: []string{f.URL}})
 	ep := c.eps[0]
 	budget := func() float64 { c.mu.Lock(); defer c.mu.Unlock(); return ep.budget }
 	setUsed := func(u float64) { c.mu.Lock(); ep.used = u; c.mu.Unlock() }
@@ -495,106 +276,74 @@ func TestBudgetFeedback(t *testing.T) {
 }
 
 func TestBudgetFeedbackFromPolls(t *testing.T) {
-	f := newFake(t, 100000)
-	c := newTestController(t, Config{Endpoints: []string{f.srv.URL}, Budget: BudgetConfig{PollInterval: 5 * time.Millisecond}})
-	waitFor(t, "endpoint ready", func() bool { return c.Endpoints()[0].Ready })
-	waitFor(t, "first load poll", func() bool { return c.Endpoints()[0].Load.MaxTokens == 100000 })
+	fakes := fakesglang.NewNet()
+	f := fakes.Add(t, 100000)
+	c := newDriven(t, fakes, Config{Endpoints: []string{f.URL}})
+	polls(t, c, 0, 1)
+	if c.Endpoints()[0].Load.MaxTokens != 100000 {
+		t.Fatalf("no load read: %+v", c.Endpoints()[0])
+	}
 	b0 := c.Endpoints()[0].Budget
-	f.mu.Lock()
-	f.retracted = 5
-	f.mu.Unlock()
-	waitFor(t, "budget cut after the server's retraction counter rose", func() bool { return c.Endpoints()[0].Budget < b0 })
+	f.Lock()
+	f.Retracted = 5
+	f.Unlock()
+	polls(t, c, 0, 1)
+	if b := c.Endpoints()[0].Budget; b >= b0 {
+		t.Fatalf("budget %g after the server's retraction counter rose, want below %g", b, b0)
+	}
 }
 
 func TestLanesShareTheBudget(t *testing.T) {
-	f := newFake(t, 10000)
-	c := newTestController(t, Config{Endpoints: []string{f.srv.URL}, Policy: PolicyFixed, Concurrency: 4,
+	fakes := fakesglang.NewNet()
+	f := fakes.Add(t, 10000)
+	c := newDriven(t, fakes, Config{Endpoints: []string{f.URL}, Policy: PolicyFixed, Concurrency: 4,
 		Lanes: []Lane{{Name: "short", Share: 0.5}, {Name: "long", Share: 0.5, MaxNewTokens: 16384, Datasets: []string{"books"}}}})
-	waitFor(t, "endpoint ready", func() bool { return c.Endpoints()[0].Ready })
 	if l := c.ResolveLane("books", ""); l.Name != "long" || c.MaxNewTokens(0, l) != 16384 || c.MaxNewTokens(99, l) != 99 {
 		t.Fatalf("lane resolution: %+v", l)
 	}
 	if l := c.ResolveLane("chat", ""); l.Name != "short" || c.MaxNewTokens(0, l) != DefaultMaxNewTokens {
 		t.Fatalf("default lane: %+v", l)
 	}
-	mk := func(lane string, i int) *Request {
-		r := req(fmt.Sprint(lane, i), 10, 10)
-		r.Key.Lane = lane
-		return r
+	mk := func(lane string) func(int) *Request {
+		return func(i int) *Request {
+			r := req(fmt.Sprint(lane, i), 10, 10)
+			r.Key.Lane = lane
+			return r
+		}
 	}
 	// The short lane fills the endpoint while the long lane is idle (work-conserving)...
-	var errs []<-chan error
-	for i := range 8 {
-		errs = append(errs, doAsync(c, context.Background(), mk("short", i)))
+	short := offer(c, 8, mk("short"))
+	in, _ := admitted(short)
+	if len(in) != 4 {
+		t.Fatalf("short lane holds %d slots, want all 4", len(in))
 	}
-	waitFor(t, "short lane uses all 4 slots", func() bool { return f.runningNow() == 4 })
 	// ...but once long requests wait, freed slots go to them until they hold their half.
-	for i := range 4 {
-		errs = append(errs, doAsync(c, context.Background(), mk("long", i)))
+	long := offer(c, 4, mk("long"))
+	if c.Waiting() != 8 {
+		t.Fatalf("%d waiting, want 8", c.Waiting())
 	}
-	waitFor(t, "long requests queued", func() bool { return c.Waiting() == 8 })
-	f.release(2)
-	waitFor(t, "two slots freed", func() bool { return c.Waiting() == 6 })
-	c.mu.Lock()
-	long := c.lanes["long"].used
-	c.mu.Unlock()
-	if long != 2 {
-		t.Fatalf("long lane holds %g slots after two were freed, want 2", long)
-	}
-	f.release(100)
-	for _, e := range errs {
-		if err := <-e; err != nil {
+	for _, tk := range in[:2] {
+		if _, err := c.Finish(tk, answer(10), time.Second); err != nil {
 			t.Fatal(err)
 		}
 	}
-}
-
-func TestTimeoutsAreBounded(t *testing.T) {
-	f := newFake(t, 100000) // the gate stays shut: every attempt runs into RequestTimeout
-	c := newTestController(t, Config{Endpoints: []string{f.srv.URL}, RequestTimeout: 30 * time.Millisecond})
-	waitFor(t, "endpoint ready", func() bool { return c.Endpoints()[0].Ready })
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_, err := c.Do(ctx, req("slow", 10, 20))
-	var rej *RejectedError
-	if !errors.As(err, &rej) || !strings.Contains(rej.Reason, "timed out 3 times") {
-		t.Fatalf("got %v, want a rejection after %d timeouts", err, DefaultMaxTimeouts)
+	if got, _ := admitted(long); len(got) != 2 || c.Waiting() != 6 {
+		t.Fatalf("long lane holds %d slots after two were freed (%d waiting), want 2 (6)", len(got), c.Waiting())
 	}
-	f.mu.Lock()
-	rids, aborts := strings.Join(f.rids, " "), strings.Join(f.aborts, " ")
-	f.rids, f.aborts = nil, nil
-	f.mu.Unlock()
-	if want := "slow.1; slow.2; slow.3;"; rids != want || aborts != want {
-		t.Fatalf("rids %q, aborts %q, want %q for both", rids, aborts, want)
-	}
-	if n := attempts(t, c, f.srv.URL, "timeout"); n != 3 {
-		t.Fatalf("%g timeouts counted, want 3", n)
-	}
-	if st := c.Endpoints()[0]; st.InFlight != 0 || st.Used != 0 || !st.Ready {
-		t.Fatalf("endpoint after timeouts: %+v", st)
-	}
-	// Fewer timeouts than the limit: the request still succeeds.
-	slow := func(http.ResponseWriter) bool { time.Sleep(60 * time.Millisecond); return true }
-	f.mu.Lock()
-	f.script = []func(http.ResponseWriter) bool{slow, slow}
-	f.mu.Unlock()
-	f.release(1)
-	res, err := c.Do(ctx, req("late", 10, 20))
-	if err != nil || res.Attempts != 3 {
-		t.Fatalf("got %+v, %v; want success on attempt 3", res, err)
-	}
+	finishAll(t, c, append(short[2:], long...))
 }
 
 func TestDataParallelRanksAdmittedSeparately(t *testing.T) {
-	f := newFake(t, 50000)
-	f.dp = 4 // four ranks of 50000 tokens each, each its own pool
-	c := newDriven(t, Config{Endpoints: []string{f.srv.URL}})
+	fakes := fakesglang.NewNet()
+	f := fakes.Add(t, 50000)
+	f.DP = 4 // four ranks of 50000 tokens each, each its own pool
+	c := newDriven(t, fakes, Config{Endpoints: []string{f.URL}})
 	if e := c.Endpoints(); len(e) != 4 || !e[3].Ready {
 		t.Fatalf("units %+v, want four ready ranks", e)
 	}
-	infos := f.infos.Load()
+	infos := f.Infos.Load()
 	polls(t, c, 0, 20)
-	if n := f.infos.Load() - infos; n != 20/capacityCheckPolls {
+	if n := f.Infos.Load() - infos; n != 20/capacityCheckPolls {
 		t.Fatalf("capacity re-read %d times in 20 polls: polls looked like restarts", n)
 	}
 	if c.Endpoints()[3].Load.MaxTokens != 50000 {
@@ -607,149 +356,39 @@ func TestDataParallelRanksAdmittedSeparately(t *testing.T) {
 	}
 	// Each rank holds one request charged 30000 tokens (a second would overflow its pool); a fifth waits,
 	// although the ranks' sum (200000) would hold six.
-	t.Cleanup(func() { f.release(5) }) // before the server's Close, should the test fail early
-	var errs []<-chan error
-	for i := range 5 {
-		errs = append(errs, doAsync(c, context.Background(), req(fmt.Sprint("r", i), 15000, 15000)))
+	ts := offer(c, 5, func(i int) *Request { return req(fmt.Sprint("r", i), 15000, 15000) })
+	in, _ := admitted(ts)
+	if len(in) != 4 || c.Waiting() != 1 {
+		t.Fatalf("%d admitted, %d waiting; want 4 and 1 (one 30000-token request per 50000-token rank)", len(in), c.Waiting())
 	}
-	waitFor(t, "four running, one waiting", func() bool { return f.runningNow() == 4 && c.Waiting() == 1 })
-	if n, w := f.runningNow(), c.Waiting(); n != 4 || w != 1 {
-		t.Fatalf("%d running, %d waiting; want 4 and 1 (one 30000-token request per 50000-token rank)", n, w)
-	}
-	f.mu.Lock()
 	ranks := map[int]bool{}
-	for _, r := range f.routed {
-		ranks[r] = true
+	for _, tk := range in {
+		if g := c.GenerateRequest(tk); g.RoutedDPRank != nil {
+			ranks[*g.RoutedDPRank] = true
+		}
 	}
-	f.mu.Unlock()
 	if len(ranks) != 4 {
 		t.Fatalf("requests pinned to ranks %v, want each of 0-3 once (routed_dp_rank)", ranks)
 	}
-	f.release(5)
-	for _, e := range errs {
-		if err := <-e; err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-func TestDrainMovesInFlightRequests(t *testing.T) {
-	a, b := newFake(t, 10000), newFake(t, 10000)
-	b.healthy.Store(false)
-	// MaxTimeouts 1: were the cancelled attempt counted as a timeout, the request would be dead-lettered.
-	c := newTestController(t, Config{Endpoints: []string{a.srv.URL, b.srv.URL}, Policy: PolicyFixed, Concurrency: 4,
-		RequestTimeout: time.Minute, MaxTimeouts: 1})
-	waitFor(t, "a ready", func() bool { return c.Endpoints()[0].Ready })
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	type outcome struct {
-		res *Result
-		err error
-	}
-	done := make(chan outcome, 1)
-	go func() { res, err := c.Do(ctx, req("m", 5, 5)); done <- outcome{res, err} }()
-	waitFor(t, "running on a", func() bool { return a.runningNow() == 1 })
-	b.healthy.Store(true)
-	waitFor(t, "b ready", func() bool { return c.Endpoints()[1].Ready })
-	b.release(1)
-	a.healthy.Store(false) // a's gate stays shut: the request finishes only if it moves to b
-	o := <-done
-	if o.err != nil {
-		t.Fatalf("request on the drained endpoint: %v", o.err)
-	}
-	if o.res.Endpoint != b.srv.URL || o.res.Attempts != 2 {
-		t.Fatalf("result %+v, want attempt 2 on %s", o.res, b.srv.URL)
-	}
-	waitFor(t, "abort of the cancelled attempt on a", func() bool {
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		return slices.Contains(a.aborts, "m.1;")
-	})
-	if n := attempts(t, c, a.srv.URL, "drained"); n != 1 {
-		t.Fatalf("%g drained attempts counted, want 1", n)
-	}
-	if n := attempts(t, c, a.srv.URL, "timeout"); n != 0 {
-		t.Fatalf("%g timeouts counted, want 0", n)
-	}
-}
-
-// attempts reads draftflow_generate_requests_total of an endpoint and outcome from c's registry.
-func attempts(t *testing.T, c *Controller, endpoint, outcome string) float64 {
-	t.Helper()
-	fams, err := c.cfg.Registerer.(prometheus.Gatherer).Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range fams {
-		if f.GetName() != "draftflow_generate_requests_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["endpoint"] == endpoint && labels["outcome"] == outcome {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
-}
-
-// TestStartByLeavesQueuedWorkUnstarted: when a record's partition is being handed over (StartBy closes), a
-// request still waiting for a server returns ErrNotStarted and is never sent, while the running one finishes.
-func TestStartByLeavesQueuedWorkUnstarted(t *testing.T) {
-	f := newFake(t, 1000)
-	c := newTestController(t, Config{Endpoints: []string{f.srv.URL}, Policy: PolicyFixed, Concurrency: 1})
-	waitFor(t, "endpoint ready", func() bool { return c.Endpoints()[0].Ready })
-	revoking := make(chan struct{})
-	ra, rb := req("a", 1, 1), req("b", 1, 1)
-	ra.StartBy, rb.StartBy = revoking, revoking
-	running := doAsync(c, context.Background(), ra)
-	waitFor(t, "one running", func() bool { return f.runningNow() == 1 })
-	waiting := doAsync(c, context.Background(), rb)
-	waitFor(t, "one waiting", func() bool { return c.Waiting() == 1 })
-	close(revoking)
-	if err := <-waiting; !errors.Is(err, ErrNotStarted) {
-		t.Fatalf("queued request: %v, want ErrNotStarted", err)
-	}
-	f.release(1)
-	if err := <-running; err != nil {
-		t.Fatalf("the running request was stopped: %v", err)
-	}
-	if f.maxSeen != 1 || c.Waiting() != 0 {
-		t.Fatalf("server saw %d at once, %d still waiting", f.maxSeen, c.Waiting())
-	}
+	finishAll(t, c, ts)
 }
 
 // TestLaterTurnsWaitAheadOfFirstTurns: a request that continues a conversation (Prefer set) waits for
 // admission ahead of the first turns queued in its lane, behind the later turns queued before it.
 func TestLaterTurnsWaitAheadOfFirstTurns(t *testing.T) {
-	// An endpoint that never answers: nothing is admitted, the queue order stays to be seen.
-	c := newTestController(t, Config{Endpoints: []string{"http://127.0.0.1:1"}})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	offer := func(rid, prefer string) {
-		r := req(rid, 10, 10)
-		r.Prefer = prefer
-		doAsync(c, ctx, r)
-		waitFor(t, rid+" queued", func() bool {
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			for _, w := range c.laneOf(r).waiters {
-				if w.req.RID == rid {
-					return true
-				}
-			}
-			return false
-		})
+	// No server is up: nothing is admitted, the queue order stays to be seen.
+	c, err := NewController(Config{Endpoints: []string{"http://fake.invalid:30000"}, Registerer: prometheus.NewRegistry(),
+		Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
 	}
-	offer("first-1", "")
-	offer("first-2", "")
-	offer("later-1", "http://a")
-	offer("first-3", "")
-	offer("later-2", "http://b")
+	for _, o := range []struct{ rid, prefer string }{
+		{"first-1", ""}, {"first-2", ""}, {"later-1", "http://a"}, {"first-3", ""}, {"later-2", "http://b"},
+	} {
+		r := req(o.rid, 10, 10)
+		r.Prefer = o.prefer
+		c.Offer(r, nil)
+	}
 	c.mu.Lock()
 	var order []string
 	for _, w := range c.lanes[DefaultLane].waiters {
@@ -759,4 +398,11 @@ func TestLaterTurnsWaitAheadOfFirstTurns(t *testing.T) {
 	if want := []string{"later-1", "later-2", "first-1", "first-2", "first-3"}; !slices.Equal(order, want) {
 		t.Fatalf("queue %v, want %v", order, want)
 	}
+}
+
+// attempts reads draftflow_generate_requests_total of an endpoint and outcome from c's registry.
+func attempts(t *testing.T, c *Controller, endpoint, outcome string) float64 {
+	t.Helper()
+	return metricstest.Counter(t, c.cfg.Registerer.(prometheus.Gatherer), "draftflow_generate_requests_total",
+		map[string]string{"endpoint": endpoint, "outcome": outcome})
 }
