@@ -15,7 +15,7 @@
 // shift halfway. Finite scenarios run a dataset the size of one reference-run partition (14,700 prompts) on
 // the fleet to its end and measure the makespan, once as is and once with the 160K server down for 10
 // simulated minutes (its requests in flight lost, retried elsewhere) and a fourth server joining later. The
-// workload is the issue's: prompts of 1-4K tokens, heavy-tailed (lognormal) outputs clipped at 10,240 new
+// workload is the reference run's: prompts of 1-4K tokens, heavy-tailed (lognormal) outputs clipped at 10,240 new
 // tokens. Policies: fixed 150 in flight per server (the reference run), fixed 64 per server round-robin
 // (SpecForge's default), the KV-budgeted controller with its defaults (what `draftflow generate` runs) and
 // tuned for throughput, and the oracle: the best fixed concurrency per server, found by sweeping (on the
@@ -72,7 +72,7 @@ const (
 	ScenarioPartitionOutage = "partition-outage"
 	// ScenarioShared is one server (the reference pool) that another client shares: it keeps SharedPeerN
 	// requests on the server (a fixed-concurrency client, such as another team's job), and the policy's
-	// client runs beside it. Its oracle is the issue's reference: a fixed client with SharedPeerN in flight
+	// client runs beside it. Its oracle is the reference: a fixed client with SharedPeerN in flight
 	// in the policy's place.
 	ScenarioShared = "shared-server"
 	// ScenarioReplicas is ScenarioPartition run by two replicas of the policy (two `draftflow generate`
@@ -100,7 +100,7 @@ func smallPoolGrid() []int { return []int{4, 6, 8, 10, 12, 16, 24, 32, 64} }
 
 // SharedPeerN is how many requests the other client of ScenarioShared keeps on the server: as many as the
 // reference pool holds at the workload's mean length (159,277 tokens over a mean prompt of 2,560 and a mean
-// output of 2,500, half of it generated on average: ~42; the issue's 40).
+// output of 2,500, half of it generated on average: ~42; rounded to 40).
 const SharedPeerN = 40
 
 // Replicas is how many replicas of the policy run ScenarioReplicas.
