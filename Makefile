@@ -5,6 +5,7 @@ SHELL := /bin/bash
 GO ?= go
 PYTHON ?= python3
 BIN := bin/draftflow
+BENCH_BIN := bin/draftflow-bench
 DEMO_OUT ?= out/demo
 export DRAFTFLOW_CACHE ?= $(HOME)/.cache/draftflow
 GOTEST_FLAGS ?= -timeout 45m
@@ -13,8 +14,10 @@ GOTEST_FLAGS ?= -timeout 45m
 
 all: build
 
+# draftflow is the product; draftflow-bench the benchmarks (make bench, make bench-sglang), built beside it.
 build:
 	$(GO) build -o $(BIN) ./cmd/draftflow
+	$(GO) build -o $(BENCH_BIN) ./cmd/draftflow-bench
 
 ## demo: the whole pipeline on the bundled sample, in one process, nothing from outside.
 demo: build
@@ -104,18 +107,18 @@ test-train:
 
 ## bench-sglang: the generate policies and SGLang's bench_serving against the real SGLang 0.5.23 on this machine's
 ## CPU, one server per pool, interleaved repeats (docs/performance.md; long: not in make bench or .ci/run).
-## BENCH_SGLANG_ARGS sizes it (draftflow bench sglang -h); the table goes to stdout, JSON to bench-sglang.json.
+## BENCH_SGLANG_ARGS sizes it (draftflow-bench sglang -h); the table goes to stdout, JSON to bench-sglang.json.
 BENCH_SGLANG_ARGS ?= --pools 512,1024 --prompts 32 --new-tokens 24 --sweep ""
 bench-sglang: build
 	@bash deploy/sglang/sglang.sh install >/dev/null
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(BIN) bench sglang --json bench-sglang.json $(BENCH_SGLANG_ARGS)
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(BENCH_BIN) sglang --draftflow $(BIN) --json bench-sglang.json $(BENCH_SGLANG_ARGS)
 
 ## bench: the benchmarks whose figures docs/performance.md reports (bench-kafka adds the real-broker side).
 bench: build
-	$(BIN) bench generate --plot bench-generate.svg
-	$(BIN) bench generate --multi-turn
-	$(BIN) bench generate --multi-turn --backlog 4
-	$(BIN) bench generate --multi-turn --conversations 150 --turns 4
+	$(BENCH_BIN) generate --plot bench-generate.svg
+	$(BENCH_BIN) generate --multi-turn
+	$(BENCH_BIN) generate --multi-turn --backlog 4
+	$(BENCH_BIN) generate --multi-turn --conversations 150 --turns 4
 	$(BIN) bench pipeline $(if $(DRAFTFLOW_TEST_BROKERS),--brokers $(DRAFTFLOW_TEST_BROKERS))
 	$(GO) test -run '^$$' -bench 'ShardEncode|JSONLZstd|TokenBounds|Flush|TokenCounting' -cpu 1 -benchtime 5x ./shard/ ./sink/
 	bash stages/tokenize/tokenizer/bench.sh

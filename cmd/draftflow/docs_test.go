@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -23,9 +24,10 @@ import (
 // files; these tests keep every such name in README.md, docs/*.md and the other READMEs real, so that a rename in
 // the code fails here instead of leaving the manual stale. The rules (what counts as a mention):
 //
-//   - A command line is a line of a code block, or an inline code span, whose program is `draftflow` (or a path
-//     ending in /draftflow; after VAR=value settings, if any): its subcommand must be one main dispatches (for a
-//     command of subcommands, `bench`, one it dispatches), and every --flag after it must be one that
+//   - A command line is a line of a code block, or an inline code span, whose program is `draftflow` or
+//     `draftflow-bench` (or a path ending in /draftflow or /draftflow-bench; after VAR=value settings, if any): its
+//     subcommand must be one main dispatches (for a command of subcommands, `bench`, one it dispatches; for
+//     draftflow-bench, one its usage lists), and every --flag after it must be one that
 //     subcommand's flag set defines (`--kafka-tls*` names a prefix).
 //   - An inline code span that begins with --flag (`--shards-wait 30s`) names flags of draftflow: each must be
 //     defined by at least one subcommand, unless it is listed in foreignFlags with the program it belongs to.
@@ -141,9 +143,14 @@ func helpFlags(t *testing.T, name string, run func(context.Context, []string) er
 	if !strings.Contains(out.String(), "Usage of draftflow "+name+":") {
 		t.Fatalf("draftflow %s -h printed no usage on stderr:\n%s", name, out.String())
 	}
+	return parseUsage(out.String())
+}
+
+// parseUsage returns the flags a flag set's usage text lists.
+func parseUsage(usage string) flagSet {
 	flags := flagSet{}
 	last := ""
-	for _, line := range strings.Split(out.String(), "\n") {
+	for _, line := range strings.Split(usage, "\n") {
 		// PrintDefaults: "  -name type" (or "  -name\t..." for short names), then the usage, indented by a tab,
 		// ending in (default X) where the default is not the zero value.
 		if m := regexp.MustCompile(`^  -([A-Za-z0-9][A-Za-z0-9_.-]*)`).FindStringSubmatch(line); m != nil {
@@ -157,8 +164,10 @@ func helpFlags(t *testing.T, name string, run func(context.Context, []string) er
 	return flags
 }
 
-// commandFlags returns every subcommand's flags, keyed "run", "ingest", ..., "bench generate", "bench pipeline".
-// The bench subcommands are the ones cmdBench's usage names.
+
+// commandFlags returns every subcommand's flags, keyed "run", "ingest", ..., "bench pipeline", and those of
+// draftflow-bench's benchmarks, keyed "draftflow-bench generate", .... The bench subcommands are the ones
+// cmdBench's usage names.
 func commandFlags(t *testing.T) map[string]flagSet {
 	t.Helper()
 	sets := map[string]flagSet{}
@@ -181,6 +190,32 @@ func commandFlags(t *testing.T) map[string]flagSet {
 			continue
 		}
 		sets[c.name] = helpFlags(t, c.name, c.run)
+	}
+	for name, fs := range benchCommandFlags(t) {
+		sets["draftflow-bench "+name] = fs
+	}
+	return sets
+}
+// benchCommandFlags builds cmd/draftflow-bench and returns the flags of each benchmark its usage lists, as the
+// benchmark's -h prints them, keyed by the benchmark's name.
+func benchCommandFlags(t *testing.T) map[string]flagSet {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "draftflow-bench")
+	if out, err := exec.Command("go", "build", "-o", bin, "../draftflow-bench").CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/draftflow-bench: %v\n%s", err, out)
+	}
+	out, _ := exec.Command(bin, "-h").CombinedOutput()
+	_, list, _ := strings.Cut(string(out), "benchmarks:\n")
+	sets := map[string]flagSet{}
+	for _, m := range regexp.MustCompile(`(?m)^  ([a-z][a-z-]*)  `).FindAllStringSubmatch(list, -1) {
+		usage, err := exec.Command(bin, m[1], "-h").CombinedOutput()
+		if err != nil || !strings.Contains(string(usage), "Usage of draftflow-bench "+m[1]+":") {
+			t.Fatalf("draftflow-bench %s -h: %v\n%s", m[1], err, usage)
+		}
+		sets[m[1]] = parseUsage(string(usage))
+	}
+	if len(sets) == 0 {
+		t.Fatalf("draftflow-bench -h lists no benchmark:\n%s", out)
 	}
 	return sets
 }
@@ -313,7 +348,7 @@ func backticks(s string, i int) int {
 }
 
 var (
-	draftflowCmd = regexp.MustCompile(`^(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:\S*/)?draftflow\s+([a-z][a-z-]*)(.*)$`)
+	draftflowCmd = regexp.MustCompile(`^(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:\S*/)?draftflow(-bench)?\s+([a-z][a-z-]*)(.*)$`)
 	flagToken    = regexp.MustCompile(`(?:^|[\s\[(|,="'])--([a-z0-9][a-z0-9-]*)(\*?)`)
 	makeCmd      = regexp.MustCompile(`^make\s+(.*)$`)
 	envVar       = regexp.MustCompile(`DRAFTFLOW_[A-Z0-9_]*[A-Z0-9]\*?|DRAFTFLOW_\*`)
@@ -335,6 +370,15 @@ func subcommands(sets map[string]flagSet) map[string][]string {
 	return groups
 }
 
+// display is how a key of sets is written on a command line: `draftflow run`, `draftflow bench pipeline`,
+// `draftflow-bench generate`.
+func display(key string) string {
+	if strings.HasPrefix(key, "draftflow-bench") {
+		return key
+	}
+	return "draftflow " + key
+}
+
 // commandOf reads a command line of draftflow (see draftflowCmd): the subcommand it runs, as sets keys it
 // ("run", "bench generate"; a command of subcommands followed by a word takes the word as its subcommand), and
 // the rest of the line.
@@ -343,7 +387,10 @@ func commandOf(seg string, sets map[string]flagSet) (name, rest string, ok bool)
 	if loc == nil {
 		return "", "", false
 	}
-	name, rest = seg[loc[2]:loc[3]], seg[loc[3]:]
+	name, rest = seg[loc[4]:loc[5]], seg[loc[5]:]
+	if loc[2] >= 0 {
+		return "draftflow-bench " + name, rest, true
+	}
 	if _, isGroup := subcommands(sets)[name]; isGroup {
 		if sub := regexp.MustCompile(`^\s+([a-z][a-z-]*)`).FindStringSubmatch(rest); sub != nil {
 			name += " " + sub[1]
@@ -387,12 +434,12 @@ func checkMentions(ms []mention, sets map[string]flagSet, targets map[string]boo
 				}
 				flags, ok := sets[name]
 				if !ok {
-					problems = append(problems, fmt.Sprintf("%s: draftflow %s: no such subcommand", m, name))
+					problems = append(problems, fmt.Sprintf("%s: %s: no such subcommand", m, display(name)))
 					continue
 				}
 				for _, f := range flagToken.FindAllStringSubmatch(rest, -1) {
 					if !flags.has(f[1], f[2] == "*") {
-						problems = append(problems, fmt.Sprintf("%s: draftflow %s has no flag --%s%s", m, name, f[1], f[2]))
+						problems = append(problems, fmt.Sprintf("%s: %s has no flag --%s%s", m, display(name), f[1], f[2]))
 					}
 				}
 				continue
@@ -483,7 +530,8 @@ func TestDocsCheckRejectsWrongNames(t *testing.T) {
 		"draftflow tokenize --model DIR \\\n" +
 		"   --bogus-flag x    # --not-checked-in-a-comment\n" +
 		"bin/draftflow bench pipeline --namespace x\n" +
-		"draftflow bench generate --multi-turn --turns 4\n" +
+		"draftflow-bench generate --multi-turn --turns 4\n" +
+		"bin/draftflow-bench sglang --pools 512 --no-pools\n" +
 		"speculators train --whatever 1\n" +
 		"make chaos CHAOS_ROUNDS=2 && make nothing-here\n" +
 		"```\n"
@@ -496,6 +544,7 @@ func TestDocsCheckRejectsWrongNames(t *testing.T) {
 		"draftflow frobnicate: no such subcommand",
 		"draftflow tokenize has no flag --bogus-flag",
 		"draftflow bench pipeline has no flag --namespace",
+		"draftflow-bench sglang has no flag --no-pools",
 		"make nothing-here: no such Makefile target",
 	}
 	got := strings.Join(problems, "\n")
@@ -539,7 +588,7 @@ func TestDocsFlagSetsAreReal(t *testing.T) {
 			t.Errorf("draftflow bench pipeline has --%s; docs/operating.md says it does not", f)
 		}
 	}
-	tools := []string{"encode", "inspect", "merge-turns", "export", "vocab", "bench generate", "bench sglang"}
+	tools := []string{"encode", "inspect", "merge-turns", "export", "vocab", "draftflow-bench generate", "draftflow-bench sglang"}
 	for _, name := range tools {
 		fs, ok := sets[name]
 		if !ok {
@@ -885,8 +934,8 @@ func readmeCoverage(readme string, names []string, sets map[string]flagSet, topi
 	rowCommands, rowCells := map[string]bool{}, map[string]bool{}
 	for _, r := range tableRows(readme) {
 		rowCells[r.first] = true
-		if m := draftflowCmd.FindStringSubmatch(r.first); m != nil {
-			rowCommands[m[1]] = true
+		if m := draftflowCmd.FindStringSubmatch(r.first); m != nil && m[1] == "" {
+			rowCommands[m[2]] = true
 		}
 	}
 	named := map[string]bool{}
@@ -910,7 +959,7 @@ func readmeCoverage(readme string, names []string, sets map[string]flagSet, topi
 	sort.Strings(nested)
 	for _, name := range nested {
 		if !named[name] {
-			problems = append(problems, fmt.Sprintf("README.md never names `draftflow %s`", name))
+			problems = append(problems, fmt.Sprintf("README.md never names `%s`", display(name)))
 		}
 	}
 	for _, topic := range topicNames {
@@ -976,7 +1025,7 @@ func TestREADMECoverageCheckFails(t *testing.T) {
 	for _, name := range names {
 		doc := without(func(first string) bool {
 			m := draftflowCmd.FindStringSubmatch(first)
-			return m != nil && m[1] == name
+			return m != nil && m[1] == "" && m[2] == name
 		})
 		if _, isGroup := subcommands(sets)[name]; isGroup {
 			// Its row may be where its subcommands are named: only the row's absence is planted here.
@@ -990,8 +1039,8 @@ func TestREADMECoverageCheckFails(t *testing.T) {
 	}
 	for group, subs := range subcommands(sets) {
 		for _, sub := range subs {
-			doc := strings.ReplaceAll(readme, "draftflow "+group+" "+sub, "draftflow "+group)
-			expect("draftflow "+group+" "+sub, doc, "`draftflow "+group+" "+sub+"`")
+			doc := strings.ReplaceAll(readme, display(group+" "+sub), display(group))
+			expect(display(group+" "+sub), doc, "`"+display(group+" "+sub)+"`")
 		}
 	}
 	for _, topic := range topicNames {

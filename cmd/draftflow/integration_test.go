@@ -33,6 +33,7 @@ import (
 	"github.com/draftflow/draftflow/sglang/sim"
 	"github.com/draftflow/draftflow/sink"
 	"github.com/draftflow/draftflow/stages/generate"
+	"github.com/draftflow/draftflow/stages/generate/admission"
 	"github.com/draftflow/draftflow/stages/ingest"
 	"github.com/draftflow/draftflow/stages/tokenize"
 	"github.com/draftflow/draftflow/topics"
@@ -203,8 +204,8 @@ func (h *itest) tokenize(group string) func(context.Context) error {
 // generate runs the generate stage with the fixed policy: concurrency requests at a time per endpoint, at most
 // maxInFlight records fetched and unfinished.
 func (h *itest) generate(group string, concurrency, maxInFlight int, endpoints ...string) func(context.Context) error {
-	cfg := generate.Config{Client: h.kcl, Group: group, Endpoints: endpoints, Policy: generate.PolicyFixed,
-		Concurrency: concurrency, MaxInFlight: maxInFlight, HealthInterval: 500 * time.Millisecond, Logger: h.log}
+	cfg := generate.Config{Client: h.kcl, Group: group, MaxInFlight: maxInFlight, Config: admission.Config{Endpoints: endpoints,
+		Policy: generate.PolicyFixed, Concurrency: concurrency, HealthInterval: 500 * time.Millisecond, Logger: h.log}}
 	return func(ctx context.Context) error { return generate.Run(ctx, cfg) }
 }
 

@@ -50,7 +50,7 @@ func commands() []command {
 		{"merge-turns", "write one row per conversation where the turns merge token-exactly (the rest stay turn rows, with the reason)", cmdMergeTurns},
 		{"export", "export one run's shards as SpecForge or speculators JSONL, with the trainer's length limits", cmdExport},
 		{"vocab", "count a run's generated tokens and write the draft vocabulary maps (d2t.npy, t2d.npy)", cmdVocab},
-		{"bench", "benchmarks: bench generate (serving policies), bench pipeline (Kafka throughput), bench sglang (policies on live servers)", cmdBench},
+		{"bench", "benchmarks: bench pipeline (Kafka throughput); the serving-policy benchmarks are draftflow-bench's", cmdBench},
 	}
 }
 

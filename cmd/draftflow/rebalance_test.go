@@ -21,7 +21,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/draftflow/draftflow/internal/sglangbench"
+	sglangbench "github.com/draftflow/draftflow/bench/sglang"
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/kafka/kafkatest"
 	"github.com/draftflow/draftflow/topics"

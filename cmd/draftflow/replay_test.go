@@ -20,6 +20,7 @@ import (
 	"github.com/draftflow/draftflow/shard"
 	"github.com/draftflow/draftflow/sink"
 	"github.com/draftflow/draftflow/stages/generate"
+	"github.com/draftflow/draftflow/stages/generate/admission"
 	"github.com/draftflow/draftflow/stages/tokenize"
 	"github.com/draftflow/draftflow/stages/tokenize/tokenizer/bundled"
 	"github.com/draftflow/draftflow/topics"
@@ -244,7 +245,7 @@ func TestStageReplayRetokenize(t *testing.T) {
 	if err := kafkatest.Client(t, kcB).Admin().EnsureTopics(ctx, topics.Retained()...); err != nil {
 		t.Fatal(err)
 	}
-	ms := runStages(t, kcB, &tokenize.Config{ModelName: "other-model", InputNamespace: kcA.Namespace}, generate.Config{DefaultMaxNewTokens: 64}, out2, want)
+	ms := runStages(t, kcB, &tokenize.Config{ModelName: "other-model", InputNamespace: kcA.Namespace}, generate.Config{Config: admission.Config{DefaultMaxNewTokens: 64}}, out2, want)
 	if len(ms) != 1 || ms[0].Run.Model != "other-model" {
 		t.Fatalf("second run's manifests: %+v, want one run of other-model", ms)
 	}
@@ -320,7 +321,7 @@ func TestStageReplaySameSettingsNewOut(t *testing.T) {
 	if err := replayCLI(t, kc, "--stage", "generate", "--to-earliest"); err != nil {
 		t.Fatal(err)
 	}
-	ms := runStages(t, kc, &tokenize.Config{}, generate.Config{DefaultMaxNewTokens: 256}, out2, want)
+	ms := runStages(t, kc, &tokenize.Config{}, generate.Config{Config: admission.Config{DefaultMaxNewTokens: 256}}, out2, want)
 	first := manifests(t, out1)
 	if len(ms) != 1 || len(first) != 1 || ms[0].Run.Fingerprint != first[0].Run.Fingerprint {
 		t.Fatalf("the replay's run %+v, the first %+v: want one run with the same settings", ms, first)

@@ -26,6 +26,7 @@ import (
 	"github.com/draftflow/draftflow/shard"
 	"github.com/draftflow/draftflow/sink"
 	"github.com/draftflow/draftflow/stages/generate"
+	"github.com/draftflow/draftflow/stages/generate/admission"
 	"github.com/draftflow/draftflow/stages/ingest"
 	"github.com/draftflow/draftflow/topics"
 )
@@ -222,8 +223,9 @@ func TestStagesResumeAfterTopicsLost(t *testing.T) {
 	srv, url := startCountingSim(t, h, sim.Config{Instant: true, OutputLenDistribution: sim.DistFixed, OutputLenMean: 24, Seed: 9,
 		Faults: sim.Faults{AddedLatency: 20 * time.Millisecond}})
 	genCfg := func(kc kafka.Config) func(context.Context) error {
-		cfg := generate.Config{Client: kafkatest.Client(t, kc), Endpoints: []string{url}, Policy: generate.PolicyFixed, Concurrency: concurrency,
-			MaxInFlight: maxInFlight, HealthInterval: 500 * time.Millisecond, ShardsWait: time.Minute, Logger: h.log}
+		cfg := generate.Config{Client: kafkatest.Client(t, kc), MaxInFlight: maxInFlight, ShardsWait: time.Minute, Config: admission.Config{
+			Endpoints: []string{url}, Policy: generate.PolicyFixed, Concurrency: concurrency,
+			HealthInterval: 500 * time.Millisecond, Logger: h.log}}
 		return func(ctx context.Context) error { return generate.Run(ctx, cfg) }
 	}
 

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -16,7 +15,7 @@ import (
 	"github.com/draftflow/draftflow/kafka"
 	dfmetrics "github.com/draftflow/draftflow/metrics"
 	"github.com/draftflow/draftflow/secret"
-	"github.com/draftflow/draftflow/stages/generate/internal/admission"
+	"github.com/draftflow/draftflow/stages/generate/admission"
 )
 
 // Admission policies accepted by Config.Policy.
@@ -66,6 +65,9 @@ type BudgetConfig = admission.BudgetConfig
 // Config configures the generate stage and its Controller. The zero value of every field but Client and
 // Endpoints is a documented default.
 type Config struct {
+	// Config is the admission Controller's: the SGLang endpoints, the API key, the policy and its budgets, the
+	// lanes, the retry and health timings and the HTTP client. Its Registerer and Logger are the stage's too.
+	admission.Config
 	// Client is the process's client of the cluster (required); Run does not close it.
 	Client *kafka.Client
 	// InputNamespace, when set, is the namespace the tokenized topic is read from instead of the Client's; the
@@ -73,38 +75,8 @@ type Config struct {
 	InputNamespace string
 	// Group is the consumer group (default "draftflow-generate").
 	Group string
-	// Endpoints are SGLang base URLs ("http://host:30000").
-	Endpoints []string
-	// APIKey is sent as "Authorization: Bearer" to servers started with --api-key (flag
-	// --sglang-api-key-file, environment DRAFTFLOW_SGLANG_API_KEY). A server refusing it (HTTP 401/403)
-	// stops the stage with an error naming the server.
-	APIKey secret.Value
-	// Policy is PolicyKVBudget (default) or PolicyFixed.
-	Policy string
-	// Concurrency is the per-endpoint in-flight limit of PolicyFixed (default 64). Under PolicyKVBudget it is
-	// ignored.
-	Concurrency int
-	// Routing is RouteHeadroom (default) or RouteRoundRobin.
-	Routing string
-	// Lanes are the scheduling classes; with none, every record is in DefaultLane.
-	Lanes []Lane
-	// DefaultMaxNewTokens applies to records whose sampling settings and lane set none (default 4096).
-	DefaultMaxNewTokens int
 	// Override replaces sampling settings of every record (none by default).
 	Override Override
-	// RequestTimeout bounds one attempt of one request (default 30 min); a timed-out request is aborted on the
-	// server and retried, up to MaxTimeouts attempts.
-	RequestTimeout time.Duration
-	// MaxTimeouts is how many attempts of one request may run into RequestTimeout before it is dead-lettered,
-	// so a request the servers never finish cannot hold back its partition's commits (default 3). Attempts
-	// cut short because their endpoint was drained do not count.
-	MaxTimeouts int
-	// MaxServerErrors is how many HTTP 500 answers one request may get before it is dead-lettered as a request
-	// the server cannot process (default 8). Connection errors and 503s are retried without limit.
-	MaxServerErrors int
-	// RetryInitial and RetryMax bound the exponential backoff between attempts of one request (defaults
-	// 250 ms and 30 s).
-	RetryInitial, RetryMax time.Duration
 	// MaxInFlight bounds records fetched and not yet finished (default 4096); it must exceed what the
 	// endpoints can run at once, or it becomes the limit.
 	MaxInFlight int
@@ -123,28 +95,9 @@ type Config struct {
 	// may hold. After it, every record is sent until a sink says. The zero value does not wait (Run still reads
 	// what the topic holds first); the command line defaults to DefaultShardsWait.
 	ShardsWait time.Duration
-	// HealthInterval is how often every endpoint's /health is checked (default 5 s).
-	HealthInterval time.Duration
-	// HealthFailures is how many consecutive failed checks (or connection errors) drain an endpoint (default 2).
-	HealthFailures int
-	// UnreachableTimeout is how long the stage waits, from its start, while no endpoint has answered at all
-	// (connections refused, nothing listening: a wrong --sglang, or a server not started) before it gives up
-	// with an error (default 15 min; negative: never). An endpoint that answers anything,
-	// such as 503 while SGLang warms up, or that answered once and is restarting, is never given up on.
-	// SGLang listens only once its weights are loaded: raise it for a server started with the stage.
-	UnreachableTimeout time.Duration
-	// Budget tunes PolicyKVBudget.
-	Budget BudgetConfig
-	// HTTPClient sends requests to the servers (default: a client with pooled keep-alive connections and
-	// no overall timeout; RequestTimeout bounds each attempt).
-	HTTPClient *http.Client
-	// Registerer receives the stage's metrics (default prometheus.DefaultRegisterer).
-	Registerer prometheus.Registerer
 	// Ready, when set, gets the stage's readiness check (Run only): it owns partitions of the tokenized topic
 	// and at least one endpoint is up.
 	Ready *dfmetrics.Readiness
-	// Logger receives the stage's logs (default slog.Default()).
-	Logger *slog.Logger
 }
 
 // withDefaults returns a copy with the stage's zero values replaced by defaults; the Controller applies its
@@ -168,34 +121,9 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// admission returns the Controller's part of c.
-func (c Config) admission() admission.Config {
-	return admission.Config{
-		Endpoints:           c.Endpoints,
-		APIKey:              c.APIKey,
-		Policy:              c.Policy,
-		Concurrency:         c.Concurrency,
-		Routing:             c.Routing,
-		Lanes:               c.Lanes,
-		DefaultMaxNewTokens: c.DefaultMaxNewTokens,
-		RequestTimeout:      c.RequestTimeout,
-		MaxTimeouts:         c.MaxTimeouts,
-		MaxServerErrors:     c.MaxServerErrors,
-		RetryInitial:        c.RetryInitial,
-		RetryMax:            c.RetryMax,
-		HealthInterval:      c.HealthInterval,
-		HealthFailures:      c.HealthFailures,
-		UnreachableTimeout:  c.UnreachableTimeout,
-		Budget:              c.Budget,
-		HTTPClient:          c.HTTPClient,
-		Registerer:          c.Registerer,
-		Logger:              c.Logger,
-	}
-}
-
 // validate reports a configuration the stage cannot run with.
 func (c Config) validate() error {
-	return errors.Join(c.Override.validate(), c.admission().WithDefaults().Validate())
+	return errors.Join(c.Override.validate(), c.Config.WithDefaults().Validate())
 }
 
 // RegisterFlags binds the stage's settings to flags: --sglang (repeatable), --sglang-file, --policy,

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/draftflow/draftflow/secret"
+	"github.com/draftflow/draftflow/stages/generate/admission"
 )
 
 func TestFlagsAndLanes(t *testing.T) {
@@ -44,14 +45,14 @@ func TestFlagsAndLanes(t *testing.T) {
 			t.Errorf("lane %q accepted", bad)
 		}
 	}
-	for _, bad := range []Config{
+	for _, bad := range []admission.Config{
 		{},
 		{Endpoints: []string{"a:1"}},
 		{Endpoints: []string{"http://a:1", "http://a:1"}},
 		{Endpoints: []string{"http://a:1"}, Policy: "magic"},
 		{Endpoints: []string{"http://a:1"}, Lanes: []Lane{{Name: "x", Share: 0.7}, {Name: "y", Share: 0.7}}},
 	} {
-		if err := bad.withDefaults().validate(); err == nil {
+		if err := (Config{Config: bad}).withDefaults().validate(); err == nil {
 			t.Errorf("config %+v accepted", bad)
 		}
 	}
@@ -66,7 +67,7 @@ func TestAPIKeyFlags(t *testing.T) {
 	if err := os.WriteFile(path, []byte(key+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{APIKey: secret.New("from-env")}
+	cfg := Config{Config: admission.Config{APIKey: secret.New("from-env")}}
 	fs := flag.NewFlagSet("generate", flag.ContinueOnError)
 	cfg.RegisterFlags(fs)
 	if err := fs.Parse([]string{"--sglang", "http://a:30000", "--sglang-api-key-file", path, "--policy", "fixed"}); err != nil {

@@ -3,6 +3,9 @@ package generate
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +14,7 @@ import (
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/kafka/kafkatest"
 	"github.com/draftflow/draftflow/sglang/sim"
+	"github.com/draftflow/draftflow/stages/generate/admission"
 	"github.com/draftflow/draftflow/topics"
 )
 
@@ -88,10 +92,19 @@ func TestStageSkipsTurnsInShards(t *testing.T) {
 	sendTokenized(t, kc, recs)
 
 	reg := prometheus.NewRegistry()
-	stop := runStage(t, Config{Client: kafkatest.Client(t, kc), Endpoints: []string{url}, Policy: PolicyFixed, Concurrency: 4,
-		HealthInterval: 200 * time.Millisecond, ShardsWait: time.Minute, Registerer: reg, Logger: testLogger(t)})
-	// The latest epoch is seeding, from another directory than the complete one before it: the stage waits.
-	time.Sleep(time.Second)
+	var logs lockedBuffer
+	log := slog.New(slog.NewTextHandler(io.MultiWriter(&logs, testWriter{t}), nil))
+	stop := runStage(t, Config{Client: kafkatest.Client(t, kc), ShardsWait: time.Minute, Config: admission.Config{Endpoints: []string{url},
+		Policy: PolicyFixed, Concurrency: 4, HealthInterval: 200 * time.Millisecond, Registerer: reg, Logger: log}})
+	// The latest epoch is seeding, from another directory than the complete one before it: once the stage has
+	// read the shards topic to its end it says it waits, and sends nothing.
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(logs.String(), "waiting for a sink to say what its shards hold") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the stage never said it waits for the shards:\n%s", logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	rec.mu.Lock()
 	early := rec.calls
 	rec.mu.Unlock()

@@ -11,7 +11,7 @@ import (
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/kafka/stream"
 	"github.com/draftflow/draftflow/sglang"
-	"github.com/draftflow/draftflow/stages/generate/internal/admission"
+	"github.com/draftflow/draftflow/stages/generate/admission"
 	"github.com/draftflow/draftflow/topics"
 )
 
@@ -34,6 +34,7 @@ type stage struct {
 	cfg     Config
 	log     *slog.Logger
 	ctl     *admission.Controller
+	drv     *driver // runs ctl: its servers' health and load, each request's attempts
 	met     *stageMetrics
 	life    *stream.Stage  // the record lifecycle; its writes are retried while work lives
 	gen     *stream.Output // topics.TopicGenerated
@@ -62,27 +63,29 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := ensureTopics(ctx, kcl); err != nil {
 		return err
 	}
-	ctl, err := admission.NewController(cfg.admission())
+	ctl, err := admission.NewController(cfg.Config)
 	if err != nil {
 		return err
 	}
 	// A fatal Controller error (a server refusing the API key) stops the stage as a shutdown does, without
 	// the grace period: nothing in flight can finish.
 	ctx, stopRun := context.WithCancel(ctx)
-	defer stopRun()
+	fatalWatch := make(chan struct{})
 	go func() {
+		defer close(fatalWatch)
 		select {
 		case <-ctl.Fatal():
 			stopRun()
 		case <-ctx.Done():
 		}
 	}()
+	defer func() { stopRun(); <-fatalWatch }()
 	work, stopWork := graceful(ctx, ctl, cfg.ShutdownGrace)
 	defer stopWork()
 	log := cfg.Logger.With("stage", "generate")
 	life := stream.New(work, stream.Config{Client: kcl, Stage: "generate", Logger: cfg.Logger, Registerer: cfg.Registerer})
-	s := &stage{cfg: cfg, log: log, ctl: ctl, met: newStageMetrics(cfg.Registerer), life: life, gen: life.Output(topics.TopicGenerated),
-		shards: newShardsView(log), work: work}
+	s := &stage{cfg: cfg, log: log, ctl: ctl, drv: newDriver(ctl, log), met: newStageMetrics(cfg.Registerer), life: life,
+		gen: life.Output(topics.TopicGenerated), shards: newShardsView(log), work: work}
 	stopBackground := s.background(ctx, kcl)
 	defer stopBackground()
 	cons := kcl.NewConsumer(topics.TopicTokenized, kafka.ConsumerConfig{Group: cfg.Group, Namespace: cfg.InputNamespace, MaxInFlight: cfg.MaxInFlight,
@@ -104,6 +107,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// The consumer has committed what finished. Abandon what is left, then flush the outputs.
 	stopWork()
 	s.workers.Wait()
+	s.drv.wait()
 	closeErr := life.Close()
 	stopBackground()
 	log.Info("generate stage stopped")
@@ -119,10 +123,13 @@ func ensureTopics(ctx context.Context, kcl *kafka.Client) error {
 }
 
 // graceful returns the context the stage's work runs in: cancelled grace after ctx ends (at once when the
-// Controller failed), or by the returned function.
+// Controller failed), or by the returned function, which also waits for the goroutine that keeps the grace
+// (more than once is fine).
 func graceful(ctx context.Context, ctl *admission.Controller, grace time.Duration) (context.Context, context.CancelFunc) {
 	work, stopWork := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		select {
 		case <-ctx.Done():
 		case <-work.Done():
@@ -138,7 +145,7 @@ func graceful(ctx context.Context, ctl *admission.Controller, grace time.Duratio
 		}
 		stopWork()
 	}()
-	return work, stopWork
+	return work, func() { stopWork(); <-done }
 }
 
 // background starts what runs beside the consumer: following the shards topic and the Controller. The returned
@@ -149,7 +156,7 @@ func (s *stage) background(ctx context.Context, kcl *kafka.Client) func() {
 	go func() { defer close(followDone); s.shards.follow(followCtx, kcl) }()
 	ctlCtx, stopCtl := context.WithCancel(context.WithoutCancel(ctx))
 	ctlDone := make(chan struct{})
-	go func() { defer close(ctlDone); _ = s.ctl.Run(ctlCtx) }()
+	go func() { defer close(ctlDone); _ = s.drv.run(ctlCtx) }() // its error is ctl.Err(), which Run returns
 	return func() {
 		stopCtl()
 		<-ctlDone
@@ -186,16 +193,15 @@ func (s *stage) handle(r *record) {
 		return
 	}
 	req := request(t, sampling, lane.Name)
-	// A record whose partition is being given up starts no request; one already running is stopped (and
-	// aborted on its server) once the partition is gone, since its next owner generates it again.
-	req.StartBy = r.Revoking()
 	s.workers.Add(1)
 	go func() {
 		defer s.workers.Done()
 		ctx, cancel := context.WithCancel(s.work)
 		defer cancel()
 		defer context.AfterFunc(r.Lost(), cancel)()
-		res, err := s.ctl.Do(ctx, req)
+		// A record whose partition is being given up starts no request; one already running is stopped (and
+		// aborted on its server) once the partition is gone, since its next owner generates it again.
+		res, err := s.drv.do(ctx, req, r.Revoking())
 		var rej *admission.RejectedError
 		switch {
 		case err == nil:
@@ -211,7 +217,7 @@ func (s *stage) handle(r *record) {
 		case errors.As(err, &rej):
 			r.Reject("server_rejected", rej.Reason, nil)
 		default:
-			// Abandoned on shutdown or handed over on a rebalance (ErrNotStarted, or stopped once its partition
+			// Abandoned on shutdown or handed over on a rebalance (errNotStarted, or stopped once its partition
 			// was lost): its slot is freed at once (the consumer need not wait out its drain timeout) and its
 			// offset is never committed, so the record is redelivered.
 			s.log.Debug("request abandoned", "id", t.ID, "at", r.Where(), "err", err)

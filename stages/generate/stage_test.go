@@ -24,7 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/draftflow/draftflow/sglang/sim"
-	"github.com/draftflow/draftflow/stages/generate/internal/admission"
+	"github.com/draftflow/draftflow/stages/generate/admission"
 	"github.com/draftflow/draftflow/topics"
 )
 
@@ -192,12 +192,12 @@ func TestStageEndToEnd(t *testing.T) {
 			}
 			_ = p.Close()
 
-			stop := runStage(t, Config{
-				Client: cl, Endpoints: []string{url}, Policy: tc.policy, Concurrency: 8,
+			stop := runStage(t, Config{Client: cl, Config: admission.Config{
+				Endpoints: []string{url}, Policy: tc.policy, Concurrency: 8,
 				RetryInitial: 5 * time.Millisecond, RetryMax: 50 * time.Millisecond, MaxServerErrors: 50,
 				HealthInterval: 200 * time.Millisecond, Budget: BudgetConfig{PollInterval: 20 * time.Millisecond},
 				Registerer: prometheus.NewRegistry(), Logger: testLogger(t),
-			})
+			}})
 			gens := kafkatest.Collect[topics.Generation](t, kc, topics.TopicGenerated, n-1, 60*time.Second)
 			rejs := kafkatest.Collect[topics.Rejection](t, kc, topics.TopicRejected, 1, 30*time.Second)
 			if err := stop(); err != nil {
@@ -286,8 +286,8 @@ func TestStageShutdownAbandons(t *testing.T) {
 		}
 	}
 	_ = p.Close()
-	cfg := Config{Client: cl, Endpoints: []string{url}, HealthInterval: 100 * time.Millisecond,
-		Registerer: prometheus.NewRegistry(), Logger: testLogger(t)}
+	cfg := Config{Client: cl, Config: admission.Config{Endpoints: []string{url}, HealthInterval: 100 * time.Millisecond,
+		Registerer: prometheus.NewRegistry(), Logger: testLogger(t)}}
 	stop := runStage(t, cfg)
 	deadline := time.Now().Add(30 * time.Second)
 	for s.Stats().Running < 5 && time.Now().Before(deadline) {

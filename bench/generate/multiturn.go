@@ -1,4 +1,4 @@
-package bench
+package generate
 
 import (
 	"context"
@@ -14,8 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/draftflow/draftflow/sglang/sim"
-	"github.com/draftflow/draftflow/stages/generate"
-	"github.com/draftflow/draftflow/stages/generate/internal/admission"
+	"github.com/draftflow/draftflow/stages/generate/admission"
 )
 
 // ScenarioMultiTurn names the multi-turn workload (MultiTurn): conversations whose every assistant turn is
@@ -52,7 +51,7 @@ type MultiTurnOptions struct {
 	// Seed makes the workload reproducible (default 1). Both modes run the same conversations.
 	Seed int64
 	// Budget tunes the kv-budget controller (default: the stage's defaults).
-	Budget generate.BudgetConfig
+	Budget admission.BudgetConfig
 	// Parallel runs at once (default: the number of CPUs, at most 2). It changes the wall time only.
 	Parallel int
 	// JSON makes MultiTurn print nothing on w (the caller prints the results as JSON).

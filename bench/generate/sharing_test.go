@@ -1,4 +1,4 @@
-package bench
+package generate
 
 import (
 	"context"
@@ -9,8 +9,8 @@ import (
 
 // TestSharedServerTargets runs the default policy on a server another client keeps SharedPeerN requests on,
 // and a fixed client with SharedPeerN in flight in its place (the oracle of ScenarioShared): the default
-// gets at least 90% of the fixed client's output tok/s with no more retractions and no client aborts
-// (issue 22). The figures are simulated time, the same on any machine.
+// gets at least 90% of the fixed client's output tok/s with no more retractions and no client aborts.
+// The figures are simulated time, the same on any machine.
 func TestSharedServerTargets(t *testing.T) {
 	res, err := Bench(context.Background(), BenchOptions{Scenarios: []string{ScenarioShared},
 		Policies: []string{PolicyKVBudget, PolicyOracle}, SimDuration: 30 * time.Minute}, nil)
@@ -43,7 +43,7 @@ func TestSharedServerTargets(t *testing.T) {
 // TestReplicasTargets runs a finite dataset through two replicas of the default policy sharing the fleet,
 // and through one replica on the same servers: the two finish within 2% of the one's makespan, and over the
 // middle 80% of the run (and each quarter of it) neither replica's output tok/s falls below 0.8x the
-// other's (issue 22).
+// other's.
 func TestReplicasTargets(t *testing.T) {
 	const prompts = 1500
 	res, err := Bench(context.Background(), BenchOptions{Scenarios: []string{ScenarioReplicas},

@@ -1,4 +1,4 @@
-package sglangbench
+package sglang
 
 import (
 	"bufio"

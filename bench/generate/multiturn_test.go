@@ -1,14 +1,10 @@
-package bench
+package generate
 
 import (
 	"context"
-	"log/slog"
-	"os"
 	"reflect"
-	"strconv"
 	"strings"
 	"testing"
-	"time"
 )
 
 // TestMultiTurnAffinity runs a small multi-turn workload with and without affinity. The DES is a pure
@@ -66,35 +62,23 @@ func TestMultiTurnAffinity(t *testing.T) {
 	}
 }
 
-// TestMultiTurnFull runs the full multi-turn benchmark when DRAFTFLOW_BENCH is set (make bench uses the CLI:
-// draftflow bench generate --multi-turn). DRAFTFLOW_BENCH_CONVERSATIONS, DRAFTFLOW_BENCH_TURNS,
-// DRAFTFLOW_BENCH_BACKLOG and DRAFTFLOW_BENCH_SEED change the workload.
-func TestMultiTurnFull(t *testing.T) {
-	if os.Getenv("DRAFTFLOW_BENCH") == "" {
-		t.Skip("set DRAFTFLOW_BENCH=1 to run the full benchmark")
-	}
-	opts := MultiTurnOptions{Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))}
-	for env, dst := range map[string]*int{"DRAFTFLOW_BENCH_CONVERSATIONS": &opts.Conversations,
-		"DRAFTFLOW_BENCH_TURNS": &opts.Turns, "DRAFTFLOW_BENCH_BACKLOG": &opts.Backlog} {
-		if s := os.Getenv(env); s != "" {
-			n, err := strconv.Atoi(s)
-			if err != nil {
-				t.Fatalf("%s: %v", env, err)
-			}
-			*dst = n
+// BenchmarkMultiTurn runs a small multi-turn workload (150 conversations of 4 turns), affinity on and off,
+// once per iteration: ns/op is what it costs the machine, cache-hit% and sim-tok/s the figures of each mode,
+// the same in every iteration. draftflow-bench generate --multi-turn runs the full workload.
+func BenchmarkMultiTurn(b *testing.B) {
+	var res []MultiTurnResult
+	for b.Loop() {
+		var err error
+		if res, err = MultiTurn(context.Background(), MultiTurnOptions{Conversations: 150, Turns: 4, Seed: 3}, nil); err != nil {
+			b.Fatal(err)
 		}
 	}
-	if s := os.Getenv("DRAFTFLOW_BENCH_SEED"); s != "" {
-		seed, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			t.Fatal(err)
+	for _, r := range res {
+		mode := "off"
+		if r.Affinity {
+			mode = "on"
 		}
-		opts.Seed = seed
+		b.ReportMetric(100*r.CacheHitRate, "cache-hit%-affinity-"+mode)
+		b.ReportMetric(r.TokPerS, "sim-tok/s-affinity-"+mode)
 	}
-	var out strings.Builder
-	start := time.Now()
-	if _, err := MultiTurn(context.Background(), opts, &out); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("\n%s\nwall time %s", out.String(), time.Since(start).Round(time.Second))
 }

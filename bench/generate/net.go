@@ -1,4 +1,4 @@
-package bench
+package generate
 
 import (
 	"bytes"
@@ -19,8 +19,9 @@ import (
 // in-process. A slot without a running server (down, or not started yet) refuses connections, and taking a
 // server down resets the connections of the calls it is serving, as a crashed SGLang does.
 type simNet struct {
-	mu    sync.Mutex
-	slots []*netSlot
+	mu       sync.Mutex
+	slots    []*netSlot
+	handlers sync.WaitGroup // the servers' handlers still serving calls
 }
 
 type netSlot struct {
@@ -58,6 +59,10 @@ func (n *simNet) down(i int) *sim.Server {
 	return sl.srv
 }
 
+// wait waits for the handlers of every call made: the caller closes the servers first (a closed server ends
+// its calls).
+func (n *simNet) wait() { n.handlers.Wait() }
+
 // server returns slot i's server, or nil.
 func (n *simNet) server(i int) *sim.Server {
 	n.mu.Lock()
@@ -90,10 +95,10 @@ func (n *simNet) RoundTrip(req *http.Request) (*http.Response, error) {
 	sreq.Header = req.Header.Clone()
 	rec := httptest.NewRecorder()
 	done := make(chan struct{})
-	go func() {
+	n.handlers.Go(func() {
 		defer close(done)
 		sl.srv.ServeHTTP(rec, sreq)
-	}()
+	})
 	select {
 	case <-done:
 		return rec.Result(), nil

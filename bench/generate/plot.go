@@ -1,4 +1,4 @@
-package bench
+package generate
 
 import (
 	"bufio"
@@ -10,7 +10,7 @@ import (
 	"strings"
 )
 
-// plotColors are the series colours, one per policy in Policies order.
+// plotColors are the series colours, one per policy in Policies() order.
 var plotColors = []string{"#d62728", "#ff7f0e", "#1f77b4", "#2ca02c", "#9467bd", "#8c564b"}
 
 // WritePlot writes an SVG figure of the results' time series: one row per scenario, with output tok/s on the
@@ -93,9 +93,10 @@ func WritePlot(w io.Writer, results []BenchResult) error {
 }
 
 func policyColor(p string) string {
-	i := slices.Index(Policies, p)
+	policies := Policies()
+	i := slices.Index(policies, p)
 	if i < 0 {
-		i = len(Policies)
+		i = len(policies)
 	}
 	return plotColors[i%len(plotColors)]
 }

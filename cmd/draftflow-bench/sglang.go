@@ -10,13 +10,13 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/draftflow/draftflow/internal/sglangbench"
+	"github.com/draftflow/draftflow/bench/sglang"
 )
 
-// cmdBenchSGLang runs the benchmark against live SGLang servers on this machine (make bench-sglang).
-func cmdBenchSGLang(ctx context.Context, args []string) error {
-	fs := newFlagSet("bench sglang")
-	var o sglangbench.Options
+// cmdSGLang runs the benchmark against live SGLang servers on this machine (make bench-sglang).
+func cmdSGLang(ctx context.Context, args []string) error {
+	fs := newFlagSet("sglang")
+	var o sglang.Options
 	pools := fs.String("pools", "2048,4096", "KV pool sizes (--max-total-tokens), one server each")
 	fixed := fs.String("fixed", "8,16,32,64", "--policy fixed --concurrency values run in every repeat")
 	sweep := fs.String("sweep", "4,12,24,48", "concurrencies run once per pool before the repeats; the best joins the repeats "+
@@ -31,10 +31,14 @@ func cmdBenchSGLang(ctx context.Context, args []string) error {
 	serverArgs := fs.String("server-args", "", "more arguments for every server, space-separated")
 	fs.StringVar(&o.URL, "url", "", "benchmark this running server (started with --enable-metrics) instead of starting one per pool")
 	jsonOut := fs.String("json", "", "also write the result (rows and every run) as JSON to this file")
+	fs.StringVar(&o.Draftflow, "draftflow", "", "the draftflow binary whose run command is measured (default: draftflow beside this command)")
 	fs.DurationVar(&o.PollInterval, "poll", 0, "/v1/loads sampling interval (default 250ms)")
 	fs.DurationVar(&o.RunTimeout, "run-timeout", 0, "one run's limit (default 20m)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	var err error
 	if o.Pools, err = ints(*pools); err != nil {
@@ -47,7 +51,12 @@ func cmdBenchSGLang(ctx context.Context, args []string) error {
 		return fmt.Errorf("--sweep: %w", err)
 	}
 	o.ServerArgs = strings.Fields(*serverArgs)
-	if o.Draftflow, err = os.Executable(); err != nil {
+	if o.Draftflow == "" {
+		o.Draftflow, err = besideThis("draftflow")
+	} else {
+		o.Draftflow, err = filepath.Abs(o.Draftflow)
+	}
+	if err != nil {
 		return err
 	}
 	if o.WorkDir == "" {
@@ -59,7 +68,7 @@ func cmdBenchSGLang(ctx context.Context, args []string) error {
 		return err
 	}
 	o.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
-	res, err := sglangbench.Bench(ctx, o, os.Stdout)
+	res, err := sglang.Bench(ctx, o, os.Stdout)
 	if *jsonOut != "" && res != nil {
 		data, jerr := json.MarshalIndent(res, "", "  ")
 		if jerr == nil {
@@ -86,4 +95,18 @@ func ints(s string) ([]int, error) {
 		out = append(out, n)
 	}
 	return out, nil
+}
+
+// besideThis is the path of the program name in this command's directory (make build puts draftflow and
+// draftflow-bench side by side in bin/).
+func besideThis(name string) (string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(filepath.Dir(exe), name)
+	if _, err := os.Stat(path); err != nil {
+		return "", fmt.Errorf("no %s beside %s (make build puts both in bin/; --draftflow names another): %w", name, exe, err)
+	}
+	return path, nil
 }

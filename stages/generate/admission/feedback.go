@@ -3,11 +3,8 @@ package admission
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"strconv"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/draftflow/draftflow/sglang"
@@ -35,118 +32,6 @@ const (
 // that left no other trace; a poll whose figures disagree with the capacity, or a retraction counter that
 // went backwards, triggers the read at once.
 const capacityCheckPolls = 30
-
-// Run brings every server up (a health check and a capacity read) and keeps its health, capacity and, under
-// kv-budget, its budgets current until ctx ends or the Controller fails (see Fatal); it returns the fatal
-// error, or nil. Do admits requests only to servers Run has brought up.
-func (c *Controller) Run(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	c.mu.Lock()
-	c.started = c.now()
-	c.mu.Unlock()
-	go func() {
-		select {
-		case <-c.failed:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	var wg sync.WaitGroup
-	for _, s := range c.srv {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				if !c.probe(ctx, s) {
-					return
-				}
-				c.watch(ctx, s)
-			}
-		}()
-	}
-	wg.Wait()
-	return c.Err()
-}
-
-// probe waits until s answers its health check and (under kv-budget) its capacity read, then admits to it
-// with fresh budgets. It returns false when ctx ended first or the server refused the API key.
-func (c *Controller) probe(ctx context.Context, s *server) bool {
-	wait := c.cfg.RetryInitial
-	since := c.now()
-	var logged time.Time
-	for {
-		info, err := c.readCapacity(ctx, s)
-		if err == nil || answered(err) {
-			c.mu.Lock()
-			c.answered = true
-			c.mu.Unlock()
-		}
-		if err == nil {
-			c.bringUp(s, info)
-			c.log.Info("endpoint ready", "endpoint", s.url, "max_total_num_tokens", info.MaxTotalTokens,
-				"dp_ranks", len(info.Ranks), "max_running_requests", info.MaxRunningRequests,
-				"context_length", info.ContextLength, "version", info.Version, "policy", c.cfg.Policy)
-			return true
-		}
-		var ae *sglang.AuthError
-		if errors.As(err, &ae) {
-			c.fail(err)
-			return false
-		}
-		// The warning repeats while the endpoint stays down, so a wrong --sglang does not pass for a slow start.
-		now := c.now()
-		switch {
-		case logged.IsZero():
-			c.log.Warn("endpoint not ready; will keep trying", "endpoint", s.url, "err", err)
-			logged = now
-		case now.Sub(logged) >= unreadyWarnEvery:
-			c.log.Warn("endpoint still not ready; will keep trying", "endpoint", s.url, "for", now.Sub(since).Round(time.Second), "err", err)
-			logged = now
-		}
-		if err := c.unreachable(now, err); err != nil {
-			c.fail(err)
-			return false
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return false
-		case <-t.C:
-		}
-		wait = min(2*wait, c.cfg.HealthInterval)
-	}
-}
-
-// unreadyWarnEvery is how often the warning about an endpoint that is not ready repeats.
-const unreadyWarnEvery = time.Minute
-
-// answered reports whether err came with an answer from the server (an HTTP status, an unusable body): it
-// is running, if not ready. Anything else (refused, unreachable, timed out) is no answer.
-func answered(err error) bool {
-	var se *sglang.StatusError
-	var ie *sglang.InvalidResponseError
-	var ae *sglang.AuthError
-	return errors.As(err, &se) || errors.As(err, &ie) || errors.As(err, &ae)
-}
-
-// unreachable returns the error that ends the stage when no endpoint has answered anything since the start,
-// UnreachableTimeout ago; last is the latest failure.
-func (c *Controller) unreachable(now time.Time, last error) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.answered || c.cfg.UnreachableTimeout < 0 || now.Sub(c.started) < c.cfg.UnreachableTimeout {
-		return nil
-	}
-	urls := make([]string, len(c.srv))
-	for i, s := range c.srv {
-		urls[i] = s.url
-	}
-	return fmt.Errorf("no SGLang endpoint answered in %s (%s; last error: %v): check --sglang and that the server is "+
-		"running; --unreachable-timeout waits longer (a server that answers, even 503 while it loads, is waited for)",
-		c.cfg.UnreachableTimeout, strings.Join(urls, ", "), last)
-}
 
 // bringUp admits to s with fresh budgets for the capacity just read. Under kv-budget a server with several
 // data-parallel ranks gets one admission unit per rank (each rank has its own KV pool, and a budget summed
@@ -212,55 +97,6 @@ func (c *Controller) readCapacity(ctx context.Context, s *server) (sglang.Capaci
 		return sglang.Capacity{}, nil
 	}
 	return info, err
-}
-
-// watch health-checks s and, under kv-budget, polls its load and adapts its budgets. It returns when s is
-// drained (the caller probes it again), ctx ends or the Controller fails.
-func (c *Controller) watch(ctx context.Context, s *server) {
-	c.mu.Lock()
-	drained := s.drainedSignal
-	c.mu.Unlock()
-	health := time.NewTicker(c.cfg.HealthInterval)
-	defer health.Stop()
-	var poll <-chan time.Time
-	if c.cfg.Policy == PolicyKVBudget {
-		t := time.NewTicker(c.cfg.Budget.PollInterval)
-		defer t.Stop()
-		poll = t.C
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-drained:
-			return
-		case <-health.C:
-			hctx, cancel := context.WithTimeout(ctx, max(c.cfg.HealthInterval, healthTimeout))
-			err := s.cl.Health(hctx)
-			cancel()
-			if ctx.Err() != nil {
-				return
-			}
-			if c.countHealth(s, err) {
-				return
-			}
-		case <-poll:
-			pctx, cancel := context.WithTimeout(ctx, max(c.cfg.Budget.PollInterval, time.Second))
-			restarted, err := c.poll(pctx, s)
-			cancel()
-			if ctx.Err() != nil {
-				return
-			}
-			var ae *sglang.AuthError
-			if errors.As(err, &ae) {
-				c.fail(err)
-				return
-			}
-			if restarted {
-				return
-			}
-		}
-	}
 }
 
 // poll reads s's load (/v1/loads) and retraction counter (/metrics), checks whether the server restarted,

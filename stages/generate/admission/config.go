@@ -181,8 +181,9 @@ type BudgetConfig struct {
 type Config struct {
 	// Endpoints are SGLang base URLs ("http://host:30000").
 	Endpoints []string
-	// APIKey is sent as "Authorization: Bearer" to servers started with --api-key. A server refusing it (HTTP
-	// 401/403) is fatal (see Controller.Fatal).
+	// APIKey is sent as "Authorization: Bearer" to servers started with --api-key (the stage's flag
+	// --sglang-api-key-file, environment DRAFTFLOW_SGLANG_API_KEY). A server refusing it (HTTP 401/403) is
+	// fatal (see Controller.Fatal): the stage stops with an error naming the server.
 	APIKey secret.Value
 	// Policy is PolicyKVBudget (default) or PolicyFixed.
 	Policy string
@@ -198,7 +199,8 @@ type Config struct {
 	// RequestTimeout bounds one attempt of one request (default 30 min); a timed-out request is aborted on the
 	// server and retried, up to MaxTimeouts attempts.
 	RequestTimeout time.Duration
-	// MaxTimeouts is how many attempts of one request may run into RequestTimeout before it is rejected
+	// MaxTimeouts is how many attempts of one request may run into RequestTimeout before it is rejected (the
+	// stage dead-letters it), so a request the servers never finish cannot hold back its partition's commits
 	// (default 3). Attempts cut short because their endpoint was drained do not count.
 	MaxTimeouts int
 	// MaxServerErrors is how many HTTP 500 answers one request may get before it is rejected as a request the
@@ -211,9 +213,11 @@ type Config struct {
 	HealthInterval time.Duration
 	// HealthFailures is how many consecutive failed checks (or connection errors) drain an endpoint (default 2).
 	HealthFailures int
-	// UnreachableTimeout is how long Run waits, from its start, while no endpoint has answered at all before
-	// it fails (default DefaultUnreachableTimeout; negative: never). An endpoint that answers anything, such
-	// as 503 while SGLang warms up, or that answered once and is restarting, is never given up on.
+	// UnreachableTimeout is how long, from NewController, Probe keeps failing while no endpoint has answered
+	// at all (connections refused, nothing listening: a wrong --sglang, or a server not started) before the
+	// Controller fails (default DefaultUnreachableTimeout; negative: never). An endpoint that answers
+	// anything, such as 503 while SGLang warms up, or that answered once and is restarting, is never given up
+	// on. SGLang listens only once its weights are loaded: raise it for a server started with the stage.
 	UnreachableTimeout time.Duration
 	// Budget tunes PolicyKVBudget.
 	Budget BudgetConfig
@@ -224,8 +228,8 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Logger receives the Controller's logs (default slog.Default()).
 	Logger *slog.Logger
-	// Clock tells the Controller the time (default time.Now). A discrete-event simulation that drives the
-	// Controller through Offer, Finish and Poll on simulated time injects its own (stages/generate/bench).
+	// Clock tells the Controller the time (default time.Now). A driver on another clock (the benchmark's
+	// discrete-event simulation, on simulated time) injects its own.
 	Clock func() time.Time
 }
 

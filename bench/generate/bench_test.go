@@ -1,12 +1,9 @@
-package bench
+package generate
 
 import (
 	"context"
 	"encoding/xml"
-	"log/slog"
-	"os"
 	"reflect"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -98,42 +95,27 @@ func TestBenchDeterministic(t *testing.T) {
 	}
 }
 
-// TestBenchFull runs the whole benchmark when DRAFTFLOW_BENCH is set (make bench uses the CLI instead).
-func TestBenchFull(t *testing.T) {
-	if os.Getenv("DRAFTFLOW_BENCH") == "" {
-		t.Skip("set DRAFTFLOW_BENCH=1 to run the full benchmark")
+// BenchmarkPolicies runs the one-server scenario for ten simulated minutes under each policy, once per
+// iteration: ns/op is what a run costs the machine (the oracle's includes its sweep), sim-tok/s the policy's
+// figure, the same in every iteration. draftflow-bench generate runs the whole benchmark.
+func BenchmarkPolicies(b *testing.B) {
+	for _, p := range Policies() {
+		b.Run(p, func(b *testing.B) {
+			var res []BenchResult
+			for b.Loop() {
+				var err error
+				res, err = Bench(context.Background(), BenchOptions{Scenarios: []string{ScenarioOneServer}, Policies: []string{p},
+					SimDuration: 10 * time.Minute}, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(res[0].TokPerS, "sim-tok/s")
+		})
 	}
-	opts := BenchOptions{Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))}
-	if s := os.Getenv("DRAFTFLOW_BENCH_SCENARIOS"); s != "" {
-		opts.Scenarios = strings.Split(s, ",")
-	}
-	if s := os.Getenv("DRAFTFLOW_BENCH_POLICIES"); s != "" {
-		opts.Policies = strings.Split(s, ",")
-	}
-	if s := os.Getenv("DRAFTFLOW_BENCH_DURATION"); s != "" {
-		d, err := time.ParseDuration(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		opts.SimDuration = d
-	}
-	if s := os.Getenv("DRAFTFLOW_BENCH_SEED"); s != "" {
-		seed, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		opts.Seed = seed
-	}
-	opts.PlotFile = os.Getenv("DRAFTFLOW_BENCH_PLOT")
-	var out strings.Builder
-	start := time.Now()
-	if _, err := Bench(context.Background(), opts, &out); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("\n%s\nwall time %s", out.String(), time.Since(start).Round(time.Second))
 }
 
-// TestThroughputBudgetApplies checks that PolicyKVThroughput runs the controller with ThroughputBudget: its
+// TestThroughputBudgetApplies checks that PolicyKVThroughput runs the controller with its looser gate settings: its
 // looser gate runs the simulated pool fuller than the default kv-budget policy on the same workload.
 func TestThroughputBudgetApplies(t *testing.T) {
 	res, err := Bench(context.Background(), BenchOptions{Scenarios: []string{ScenarioOneServer},
@@ -157,6 +139,9 @@ func TestPartitionOutage(t *testing.T) {
 		Policies: []string{PolicyKVBudget, PolicyFixed150}, Prompts: 600}, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(res) != 2 {
+		t.Fatalf("results %+v, want one per policy", res)
 	}
 	for _, r := range res {
 		if r.MakespanS <= 0.5*600+600 || r.TokPerS <= 0 || r.ClientAborts != 0 {

@@ -1,7 +1,9 @@
 // Package admission is the generate stage's admission controller: it decides which SGLang request goes to
-// which server when, sends it with retries, and learns from the outcomes. It is internal to the stage
-// (stages/generate runs it; stages/generate/bench measures it) and takes its own Config: the policy, the
-// budgets, the lanes and the timings, nothing of Kafka.
+// which server when, classifies and counts the outcomes, and learns from them and from the servers' health
+// and load. It takes its own Config (the policy, the budgets, the lanes and the timings, nothing of Kafka)
+// and keeps no goroutines or timers: a driver calls it on its own clock. The generate stage
+// (stages/generate) drives it in real time, sending each request with retries; the benchmark (bench/generate)
+// drives the same calls on simulated time.
 //
 // The Controller owns the admission policy. Policy "fixed" keeps at most Concurrency requests in flight per
 // endpoint. Policy "kv-budget" (the default) keeps, per endpoint, as much work in flight as that server's KV
@@ -39,12 +41,16 @@
 // is a changed startup_time in /server_info; a server refusing the API key (Config.APIKey) is fatal
 // (Controller.Fatal): the stage stops.
 //
-// Offer, Finish, Fail, Abandon, Probe, Health and Poll expose that logic without goroutines and timers, on an
-// injected clock (Config.Clock), through the same sglang.Client: the benchmark (stages/generate/bench) drives
-// the Controller with them in a deterministic discrete-event simulation over the simulator's HTTP handlers
-// (sglang/sim).
+// The driving API: Probe brings a server up (a health check and a capacity read), Health checks it, Poll reads
+// its load and adapts its budgets; Offer queues a request and Retry its next attempt, and every admitted
+// attempt is settled with Finish (the answer), Fail (an error, classified: retry, reject or fatal), Abandon
+// (its server was drained) or Withdraw (the caller gave up). The Controller learns everything through the
+// sglang.Client of each server (Client), so the benchmark's simulation over the simulator's HTTP handlers
+// (sglang/sim) exercises the same parsing and feedback as the stage.
 //
-// Files: config.go (Config, lanes, budgets), controller.go (admission, the KV gate, routing, retries),
-// feedback.go (capacity reads, load polling, budget adaptation, health checks), estimate.go (output length
-// learning), driver.go (the I/O-free API), metrics.go (Prometheus).
+// Files: config.go (Config, lanes, budgets), controller.go (the Controller and its state), ticket.go (the
+// requests' life: offer, settle, retry counts), route.go (queueing and routing), gate.go (the budget charge
+// and the KV gate), health.go (bringing servers up, health checks, draining), feedback.go (capacity reads,
+// load polling, budget adaptation), classify.go (what a failed attempt means), estimate.go (output length
+// learning), metrics.go (Prometheus).
 package admission

@@ -10,7 +10,7 @@ import (
 	"github.com/draftflow/draftflow/sglang"
 )
 
-// virtualController builds a Controller driven through the synchronous API (Offer, Finish, Feedback) on a
+// virtualController builds a Controller driven through its API (Offer, Finish, its feedback) on a
 // clock the test moves, with one endpoint of pool tokens brought up.
 func virtualController(t *testing.T, cfg Config, pool int) (*Controller, *time.Time) {
 	t.Helper()
@@ -23,7 +23,7 @@ func virtualController(t *testing.T, cfg Config, pool int) (*Controller, *time.T
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.EndpointUp(0, sglang.Capacity{MaxTotalTokens: pool, MaxRunningRequests: 1000})
+	c.bringUp(c.srv[0], sglang.Capacity{MaxTotalTokens: pool, MaxRunningRequests: 1000})
 	return c, &now
 }
 
@@ -42,16 +42,16 @@ func TestDriverFixedPolicy(t *testing.T) {
 	if len(granted) != 2 || a.Endpoint() != 0 || b.Endpoint() != 0 || d.Endpoint() != -1 {
 		t.Fatalf("granted %d, endpoints %d %d %d; want the first two on endpoint 0", len(granted), a.Endpoint(), b.Endpoint(), d.Endpoint())
 	}
-	if err := c.Finish(d, answer(5), time.Second); err == nil {
+	if _, err := c.Finish(d, answer(5), time.Second); err == nil {
 		t.Fatal("Finish of a waiting ticket succeeded")
 	}
-	if err := c.Finish(a, answer(50), time.Second); err != nil {
+	if _, err := c.Finish(a, answer(50), time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if len(granted) != 3 || granted[2] != d || d.Endpoint() != 0 {
 		t.Fatalf("the waiting ticket was not admitted when a slot freed (granted %d)", len(granted))
 	}
-	if err := c.Finish(a, answer(50), time.Second); err == nil {
+	if _, err := c.Finish(a, answer(50), time.Second); err == nil {
 		t.Fatal("a ticket finished twice")
 	}
 	if got := c.Estimator().Snapshot()[LengthKey{Dataset: "d", Lane: DefaultLane}].Samples; got != 1 {
@@ -98,7 +98,7 @@ func TestKVGate(t *testing.T) {
 		t.Fatalf("prediction grew %v in 10 s at 200 tok/s, want 2000", p1-p0)
 	}
 	p1 := predicted()
-	if err := c.Finish(tickets[0], answer(1500), time.Minute); err != nil {
+	if _, err := c.Finish(tickets[0], answer(1500), time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if p2 := predicted(); p1-p2 != 2500 {
@@ -114,7 +114,7 @@ func TestKVGate(t *testing.T) {
 	}
 	// Once most of them are answered, the worst case fits and the request goes.
 	for _, tk := range tickets[1:9] {
-		if err := c.Finish(tk, answer(3000), time.Minute); err != nil {
+		if _, err := c.Finish(tk, answer(3000), time.Minute); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -148,7 +148,7 @@ func TestRechargeByAge(t *testing.T) {
 	if got := c.Endpoints()[0].Used; got != 1000+4000 {
 		t.Fatalf("an outlier is charged %v, want 5000", got)
 	}
-	if err := c.Finish(tk, answer(3000), time.Hour); err != nil {
+	if _, err := c.Finish(tk, answer(3000), time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	if ep := c.Endpoints()[0]; ep.Used != 0 || ep.InFlight != 0 {

@@ -1,4 +1,4 @@
-// Package sglangbench is the benchmark of the generate stage against a live SGLang server (draftflow bench
+// Package sglang is the benchmark of the generate stage against a live SGLang server (draftflow-bench
 // sglang, make bench-sglang): it starts the real server (deploy/sglang/sglang.sh) at each KV pool size, runs
 // one finite dataset through draftflow's own run command under each policy (the default, --policy fixed at
 // several concurrencies, the best uniform concurrency found by a sweep) and through SGLang's own
@@ -12,7 +12,7 @@
 // sglang:generation_tokens_total, retractions the delta of sglang:num_retracted_requests_total (absent until
 // the first retraction), and the queue the mean and peak of num_waiting_reqs over the busy samples. Between
 // runs the server is idle and its radix cache flushed, so no run reuses another's prefixes.
-package sglangbench
+package sglang
 
 import (
 	"bufio"
@@ -116,7 +116,7 @@ func Bench(ctx context.Context, o Options, w io.Writer) (*Result, error) {
 		o.RunTimeout = 20 * time.Minute
 	}
 	if o.Repeats < 1 || o.Prompts < 1 || o.NewTokens < 1 || len(o.Pools) == 0 {
-		return nil, errors.New("sglangbench: need at least one pool, prompt, new token and repeat")
+		return nil, errors.New("bench sglang: need at least one pool, prompt, new token and repeat")
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -127,7 +127,7 @@ func Bench(ctx context.Context, o Options, w io.Writer) (*Result, error) {
 	if o.Model == "" {
 		out, err := exec.CommandContext(ctx, "bash", o.Script, "model").Output()
 		if err != nil {
-			return nil, fmt.Errorf("sglangbench: %s model: %w", o.Script, err)
+			return nil, fmt.Errorf("bench sglang: %s model: %w", o.Script, err)
 		}
 		o.Model = lastLine(out)
 	}
@@ -141,7 +141,7 @@ func Bench(ctx context.Context, o Options, w io.Writer) (*Result, error) {
 			Pool int `json:"max_total_num_tokens"`
 		}
 		if err := getJSON(ctx, o.URL+"/server_info", &info); err != nil {
-			return nil, fmt.Errorf("sglangbench: %w", err)
+			return nil, fmt.Errorf("bench sglang: %w", err)
 		}
 		o.Pools = []int{info.Pool}
 	}
@@ -189,7 +189,7 @@ func (b *poolBench) run(ctx context.Context) ([]Run, error) {
 		_ = down.Run()
 	}()
 	if err != nil {
-		return nil, fmt.Errorf("sglangbench: server with pool %d: %w", b.pool, err)
+		return nil, fmt.Errorf("bench sglang: server with pool %d: %w", b.pool, err)
 	}
 	b.url = lastLine(out)
 	return b.policies(ctx)
@@ -280,7 +280,7 @@ func (b *poolBench) measure(ctx context.Context, policy string, rep int) (Run, e
 	close(stop)
 	ss := <-samples
 	if err != nil {
-		return r, fmt.Errorf("sglangbench: %s (pool %d, repeat %d): %w\n%s", policy, b.pool, rep, err, tail(logBuf.String(), 4000))
+		return r, fmt.Errorf("bench sglang: %s (pool %d, repeat %d): %w\n%s", policy, b.pool, rep, err, tail(logBuf.String(), 4000))
 	}
 	after, err := b.counters(ctx)
 	if err != nil {
@@ -328,7 +328,7 @@ func (b *poolBench) client(ctx context.Context, policy string, rep int) (*exec.C
 			// its own report, which it writes to the working directory otherwise
 			"--output-file", filepath.Join(b.o.WorkDir, "runs", fmt.Sprintf("bench-serving-%d-%s-%d.jsonl", b.pool, c, rep))), nil
 	}
-	return nil, fmt.Errorf("sglangbench: unknown policy %q", policy)
+	return nil, fmt.Errorf("bench sglang: unknown policy %q", policy)
 }
 
 func (b *poolBench) venv() string {
@@ -417,7 +417,7 @@ func (b *poolBench) idle(ctx context.Context) error {
 			break
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("sglangbench: server %s not idle after 5m (last: %+v, %v)", b.url, s, err)
+			return fmt.Errorf("bench sglang: server %s not idle after 5m (last: %+v, %v)", b.url, s, err)
 		}
 		select {
 		case <-ctx.Done():
@@ -431,7 +431,7 @@ func (b *poolBench) idle(ctx context.Context) error {
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("sglangbench: flush_cache: %w", err)
+		return fmt.Errorf("bench sglang: flush_cache: %w", err)
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
@@ -447,11 +447,11 @@ func (b *poolBench) counters(ctx context.Context) (counters, error) {
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return counters{}, fmt.Errorf("sglangbench: %s/metrics: %w", b.url, err)
+		return counters{}, fmt.Errorf("bench sglang: %s/metrics: %w", b.url, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return counters{}, fmt.Errorf("sglangbench: %s/metrics: %s (start the server with --enable-metrics)", b.url, resp.Status)
+		return counters{}, fmt.Errorf("bench sglang: %s/metrics: %s (start the server with --enable-metrics)", b.url, resp.Status)
 	}
 	m, err := SumMetrics(resp.Body, "sglang:generation_tokens_total", "sglang:num_retracted_requests_total")
 	if err != nil {
@@ -481,11 +481,11 @@ func SumMetrics(r io.Reader, names ...string) (map[string]float64, error) {
 			}
 			fields := strings.Fields(rest)
 			if len(fields) == 0 {
-				return nil, fmt.Errorf("sglangbench: metric line without a value: %q", line)
+				return nil, fmt.Errorf("bench sglang: metric line without a value: %q", line)
 			}
 			v, err := strconv.ParseFloat(fields[0], 64)
 			if err != nil {
-				return nil, fmt.Errorf("sglangbench: metric line %q: %w", line, err)
+				return nil, fmt.Errorf("bench sglang: metric line %q: %w", line, err)
 			}
 			out[n] += v
 		}

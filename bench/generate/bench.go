@@ -1,5 +1,5 @@
-// Package bench measures the generate stage's admission policies against the in-process SGLang simulator
-// (sglang/sim): `draftflow bench generate`. Each run is a deterministic discrete-event simulation:
+// Package generate measures the generate stage's admission policies against the in-process SGLang simulator
+// (sglang/sim): `draftflow-bench generate`. Each run is a deterministic discrete-event simulation:
 // the simulated servers' engines run pass by pass on the bench's own clock (sim.NewManual), and the stage's
 // Controller runs on the same clock (admission.Config.Clock), driven through Offer, Finish, Fail, Abandon,
 // Probe, Health and Poll: the admission, output-length estimation, routing, health and budget code that
@@ -15,7 +15,7 @@
 // shift halfway. Finite scenarios run a dataset the size of one reference-run partition (14,700 prompts) on
 // the fleet to its end and measure the makespan, once as is and once with the 160K server down for 10
 // simulated minutes (its requests in flight lost, retried elsewhere) and a fourth server joining later. The
-// workload is the issue's: prompts of 1-4K tokens, heavy-tailed (lognormal) outputs clipped at 10,240 new
+// workload is the reference run's: prompts of 1-4K tokens, heavy-tailed (lognormal) outputs clipped at 10,240 new
 // tokens. Policies: fixed 150 in flight per server (the reference run), fixed 64 per server round-robin
 // (SpecForge's default), the KV-budgeted controller with its defaults (what `draftflow generate` runs) and
 // tuned for throughput, and the oracle: the best fixed concurrency per server, found by sweeping (on the
@@ -29,13 +29,13 @@
 // splits the partition dataset between two replicas of the policy on the fleet and compares their makespan
 // with one replica's, and the replicas' tok/s with each other.
 //
-// MultiTurn (`draftflow bench generate --multi-turn`) runs conversations whose every assistant turn is
+// MultiTurn (`draftflow-bench generate --multi-turn`) runs conversations whose every assistant turn is
 // generated, each later turn offered once the previous one is answered with the previous prompt, reply and a
 // new user message as its prompt, through the same simulation twice: with affinity (Request.Prefer, the
 // server that ran the previous turn) and without. It reports the prefill the servers computed and the prompt
 // tokens their radix caches served (meta_info cached_tokens), the Controller's affinity hits and misses, the
 // makespan and output tok/s of each mode.
-package bench
+package generate
 
 import (
 	"context"
@@ -56,8 +56,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/draftflow/draftflow/sglang/sim"
-	"github.com/draftflow/draftflow/stages/generate"
-	"github.com/draftflow/draftflow/stages/generate/internal/admission"
+	"github.com/draftflow/draftflow/stages/generate/admission"
 )
 
 // Scenario names.
@@ -73,36 +72,35 @@ const (
 	ScenarioPartitionOutage = "partition-outage"
 	// ScenarioShared is one server (the reference pool) that another client shares: it keeps SharedPeerN
 	// requests on the server (a fixed-concurrency client, such as another team's job), and the policy's
-	// client runs beside it. Its oracle is the issue's reference: a fixed client with SharedPeerN in flight
+	// client runs beside it. Its oracle is the reference: a fixed client with SharedPeerN in flight
 	// in the policy's place.
 	ScenarioShared = "shared-server"
 	// ScenarioReplicas is ScenarioPartition run by two replicas of the policy (two `draftflow generate`
 	// processes, each with half the dataset's rows) on the same servers; it also runs one replica on the same
 	// servers and dataset for the comparison (BenchResult.SingleMakespanS). It has no oracle.
 	ScenarioReplicas = "two-replicas"
-	// ScenarioSmallPool and ScenarioSmallPool1K are the live benchmark's dataset (`draftflow bench sglang`'s
+	// ScenarioSmallPool and ScenarioSmallPool1K are the live benchmark's dataset (`draftflow-bench sglang`'s
 	// defaults) in the simulator: SmallPoolPrompts short chat prompts (16-28 tokens) whose outputs all run to
 	// SmallPoolNewTokens (random weights never emit EOS), on one server with a KV pool of 512 or 1,024 tokens
 	// (six or twelve requests at full length). Finite: the figure is the makespan, against fixed concurrencies
-	// from 4 to 64 (SmallPoolGrid), so the simulator's answer can be set beside the live server's.
+	// from 4 to 64 (smallPoolGrid), so the simulator's answer can be set beside the live server's.
 	ScenarioSmallPool   = "small-pool"
 	ScenarioSmallPool1K = "small-pool-1k"
 )
 
-// SmallPoolPrompts and SmallPoolNewTokens size the small-pool scenarios' dataset; SmallPoolGrid is the fixed
-// concurrencies their oracle tries.
+// SmallPoolPrompts and SmallPoolNewTokens size the small-pool scenarios' dataset.
 const (
 	SmallPoolPrompts   = 32
 	SmallPoolNewTokens = 64
 )
 
-// SmallPoolGrid is the fixed concurrencies the small-pool scenarios' oracle tries (the live benchmark's 8,
+// smallPoolGrid is the fixed concurrencies the small-pool scenarios' oracle tries (the live benchmark's 8,
 // 16, 32 and 64, and the points between).
-var SmallPoolGrid = []int{4, 6, 8, 10, 12, 16, 24, 32, 64}
+func smallPoolGrid() []int { return []int{4, 6, 8, 10, 12, 16, 24, 32, 64} }
 
 // SharedPeerN is how many requests the other client of ScenarioShared keeps on the server: as many as the
 // reference pool holds at the workload's mean length (159,277 tokens over a mean prompt of 2,560 and a mean
-// output of 2,500, half of it generated on average: ~42; the issue's 40).
+// output of 2,500, half of it generated on average: ~42; rounded to 40).
 const SharedPeerN = 40
 
 // Replicas is how many replicas of the policy run ScenarioReplicas.
@@ -117,21 +115,28 @@ const (
 	PolicyFixed64RR = "fixed-64-rr"
 	PolicyKVBudget  = "kv-budget"
 	// PolicyKVThroughput is the kv-budget controller tuned for throughput (--kv-safe-completions 4
-	// --kv-headroom-outputs 4, ThroughputBudget): a looser KV gate that runs the pool as full as SGLang's own
+	// --kv-headroom-outputs 4): a looser KV gate that runs the pool as full as SGLang's own
 	// admission does, trading a few retractions for the last percent of tok/s.
 	PolicyKVThroughput = "kv-budget-tput"
 	PolicyOracle       = "oracle"
 )
 
-// ThroughputBudget is the budget of PolicyKVThroughput.
-var ThroughputBudget = generate.BudgetConfig{SafeCompletions: 4, HeadroomOutputs: 4}
-
-// Scenarios and Policies list every scenario and policy, in report order.
-var (
-	Scenarios = []string{ScenarioOneServer, ScenarioFleet, ScenarioShift, ScenarioPartition, ScenarioPartitionOutage,
-		ScenarioShared, ScenarioReplicas, ScenarioSmallPool, ScenarioSmallPool1K}
-	Policies = []string{PolicyFixed150, PolicyFixed64RR, PolicyKVBudget, PolicyKVThroughput, PolicyOracle}
+// The gate settings of PolicyKVThroughput (its --kv-safe-completions and --kv-headroom-outputs).
+const (
+	throughputSafeCompletions = 4
+	throughputHeadroomOutputs = 4
 )
+
+// Scenarios lists every scenario, in report order.
+func Scenarios() []string {
+	return []string{ScenarioOneServer, ScenarioFleet, ScenarioShift, ScenarioPartition, ScenarioPartitionOutage,
+		ScenarioShared, ScenarioReplicas, ScenarioSmallPool, ScenarioSmallPool1K}
+}
+
+// Policies lists every policy, in report order.
+func Policies() []string {
+	return []string{PolicyFixed150, PolicyFixed64RR, PolicyKVBudget, PolicyKVThroughput, PolicyOracle}
+}
 
 // BenchOptions configures Bench. Zero values are the documented defaults.
 type BenchOptions struct {
@@ -152,8 +157,8 @@ type BenchOptions struct {
 	Seed int64
 	// Prompts is the dataset size of the finite scenarios (default PartitionPrompts).
 	Prompts int
-	// Budget tunes the kv-budget policy (default: the stage's defaults, generate.BudgetConfig{}).
-	Budget generate.BudgetConfig
+	// Budget tunes the kv-budget policy (default: the stage's defaults, admission.BudgetConfig{}).
+	Budget admission.BudgetConfig
 	// PlotFile, when set, receives an SVG figure of tok/s and KV usage over time per policy (see WritePlot).
 	PlotFile string
 	// JSON makes Bench print nothing on w (the caller prints the results as JSON).
@@ -312,8 +317,8 @@ func scenarios(opts BenchOptions) map[string]scenario {
 		ScenarioShared: {name: ScenarioShared, pools: []int{sim.DefaultMaxTotalTokens}, work: base, foreign: SharedPeerN},
 		ScenarioReplicas: {name: ScenarioReplicas, pools: []int{80000, sim.DefaultMaxTotalTokens, 320000}, work: base,
 			prompts: opts.Prompts, replicas: Replicas},
-		ScenarioSmallPool:   {name: ScenarioSmallPool, pools: []int{512}, work: small, prompts: SmallPoolPrompts, grid: SmallPoolGrid},
-		ScenarioSmallPool1K: {name: ScenarioSmallPool1K, pools: []int{1024}, work: small, prompts: SmallPoolPrompts, grid: SmallPoolGrid},
+		ScenarioSmallPool:   {name: ScenarioSmallPool, pools: []int{512}, work: small, prompts: SmallPoolPrompts, grid: smallPoolGrid()},
+		ScenarioSmallPool1K: {name: ScenarioSmallPool1K, pools: []int{1024}, work: small, prompts: SmallPoolPrompts, grid: smallPoolGrid()},
 	}
 }
 
@@ -332,10 +337,10 @@ type runSpec struct {
 // returns one result per scenario and policy.
 func Bench(ctx context.Context, opts BenchOptions, w io.Writer) ([]BenchResult, error) {
 	if len(opts.Scenarios) == 0 {
-		opts.Scenarios = Scenarios
+		opts.Scenarios = Scenarios()
 	}
 	if len(opts.Policies) == 0 {
-		opts.Policies = Policies
+		opts.Policies = Policies()
 	}
 	if opts.SimDuration <= 0 {
 		opts.SimDuration = 60 * time.Minute
@@ -358,12 +363,12 @@ func Bench(ctx context.Context, opts BenchOptions, w io.Writer) ([]BenchResult, 
 	all := scenarios(opts)
 	for _, s := range opts.Scenarios {
 		if _, ok := all[s]; !ok {
-			return nil, fmt.Errorf("bench: unknown scenario %q (want %s)", s, strings.Join(Scenarios, ", "))
+			return nil, fmt.Errorf("bench: unknown scenario %q (want %s)", s, strings.Join(Scenarios(), ", "))
 		}
 	}
 	for _, p := range opts.Policies {
-		if !slices.Contains(Policies, p) {
-			return nil, fmt.Errorf("bench: unknown policy %q (want %s)", p, strings.Join(Policies, ", "))
+		if !slices.Contains(Policies(), p) {
+			return nil, fmt.Errorf("bench: unknown policy %q (want %s)", p, strings.Join(Policies(), ", "))
 		}
 	}
 	b := &bencher{opts: opts, sem: make(chan struct{}, opts.Parallel), sweeps: map[string]*sweepOnce{}}
@@ -528,7 +533,7 @@ func (b *bencher) policyResult(ctx context.Context, sc scenario, policy string) 
 		spec = runSpec{sc: sc, policy: admission.PolicyKVBudget, routing: admission.RouteHeadroom}
 	case PolicyKVThroughput:
 		budget := b.opts.Budget
-		budget.SafeCompletions, budget.HeadroomOutputs = ThroughputBudget.SafeCompletions, ThroughputBudget.HeadroomOutputs
+		budget.SafeCompletions, budget.HeadroomOutputs = throughputSafeCompletions, throughputHeadroomOutputs
 		spec = runSpec{sc: sc, policy: admission.PolicyKVBudget, routing: admission.RouteHeadroom, budget: &budget}
 	case PolicyOracle:
 		switch {
