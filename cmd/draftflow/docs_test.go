@@ -164,7 +164,6 @@ func parseUsage(usage string) flagSet {
 	return flags
 }
 
-
 // commandFlags returns every subcommand's flags, keyed "run", "ingest", ..., "bench pipeline", and those of
 // draftflow-bench's benchmarks, keyed "draftflow-bench generate", .... The bench subcommands are the ones
 // cmdBench's usage names.
@@ -196,6 +195,7 @@ func commandFlags(t *testing.T) map[string]flagSet {
 	}
 	return sets
 }
+
 // benchCommandFlags builds cmd/draftflow-bench and returns the flags of each benchmark its usage lists, as the
 // benchmark's -h prints them, keyed by the benchmark's name.
 func benchCommandFlags(t *testing.T) map[string]flagSet {
