@@ -13,8 +13,8 @@ import (
 )
 
 // Client is a connection to the cluster a Config names: it owns the connections of the admin requests (one pool,
-// with every TLS handshake and SASL exchange paid once per broker), makes the Producers, Consumers and
-// DeadLetters of a process, and reads topics outside any group (Follow, ReadPartition). Its admin requests are
+// with every TLS handshake and SASL exchange paid once per broker), makes the Producers and Consumers
+// of a process, and reads topics outside any group (Follow, ReadPartition). Its admin requests are
 // on Admin. A process makes one Client per cluster, passes it down and Closes it when it is done; it is safe for
 // concurrent use.
 //
@@ -57,7 +57,7 @@ func (c *Client) Config() Config { return c.cfg }
 // client's connections and needs no Close of its own.
 func (c *Client) Admin() *Admin { return &Admin{cfg: c.cfg, cl: c} }
 
-// Close closes the client's connections. Requests made after it fail. Close the Producers, DeadLetters and
+// Close closes the client's connections. Requests made after it fail. Close the Producers and
 // Consumers made by the client first (a running Consumer commits through the client). Calling it again does
 // nothing.
 func (c *Client) Close() error {

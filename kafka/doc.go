@@ -6,7 +6,7 @@
 //     documented default, and nothing in this package reads the environment (cmd/draftflow fills a Config
 //     from flags and DRAFTFLOW_* variables);
 //   - Client (client.go): made from a Config by NewClient, it owns the connections: the admin requests'
-//     connection pool, the Producers, Consumers and DeadLetters it makes, and the readers of Follow and
+//     connection pool, the Producers and Consumers it makes, and the readers of Follow and
 //     ReadPartition. Close it when done; there is no process-global connection state;
 //   - Admin (admin.go, Client.Admin): EnsureTopics, partition counts, end and committed offsets, groups, topic
 //     deletion, and the topic ID lookup (topicid.go); what an operator's view needs (groups.go): a group's

@@ -12,9 +12,8 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 	kafkago "github.com/segmentio/kafka-go"
-	"github.com/segmentio/kafka-go/compress"
 
-	"github.com/draftflow/draftflow/topics"
+	"github.com/draftflow/draftflow/internal/background"
 )
 
 // ProducerConfig tunes a Producer; zero values are documented defaults.
@@ -31,7 +30,7 @@ type ProducerConfig struct {
 	NoCompression bool
 }
 
-// Producer writes encoded records to one topic. Writes are asynchronous: each Send names a done
+// Producer writes records, encoded by the caller, to one topic. Writes are asynchronous: each Send names a done
 // callback that runs once the record is acknowledged by all in-sync replicas (RequiredAcks=RequireAll),
 // or with the error that made it fail. That callback is where a stage marks its input Delivery Done,
 // so "committed" always means "durable downstream".
@@ -40,22 +39,21 @@ type ProducerConfig struct {
 // Config.MaxMessageBytes) fails like one over the client-side limit: its error wraps ErrRecordTooLarge
 // (see IsRecordTooLarge), names its size and, when the broker reports it, the topic's limit, and a later
 // Send of the same record fails at once. The records of a batch the broker refused are first written
-// again one at a time, so only a record refused on its own fails; a refused dead letter (Rejection) is
-// written again with less of its payload.
+// again one at a time, so only a record refused on its own fails. MaxValueBytes says how large a value
+// may be now, for a writer that shortens what it sends to fit (the dead letters of kafka/stream).
 type Producer struct {
-	cl        *Client
-	cfg       Config
-	name      string // logical topic
-	topic     string // physical topic
-	w         *kafkago.Writer
-	solo      *kafkago.Writer    // synchronous, one record per batch: re-sends of refused records
-	transport *kafkago.Transport // the writers' connections, closed by Close
-	met       *plumbing
+	cl       *Client
+	cfg      Config
+	name     string // logical topic
+	topic    string // physical topic
+	w        writer
+	maxBytes int64 // Config.MaxMessageBytes: the largest batch the writer sends
+	met      *plumbing
 
 	closing   chan struct{} // closed by Close: retries of SendRetrying waiting give up
 	closeOnce sync.Once
-	bg        background   // re-sends, retries of SendRetrying and their done callbacks; Close waits for them
-	limit     atomic.Int64 // largest key+value+overhead a record may have: BatchBytes, or the topic's limit once known
+	bg        background.Group // re-sends, retries of SendRetrying and their done callbacks; Close waits for them
+	limit     atomic.Int64     // largest key+value+overhead a record may have: maxBytes, or the topic's limit once known
 
 	lookup    sync.Mutex // guards looked and topicMax
 	looked    bool
@@ -66,11 +64,25 @@ type Producer struct {
 	setupErr  error               // a Security setting that cannot be used: every Send fails with it
 }
 
-// pending travels with every message as its WriterData.
+// writer is the client library a Producer writes through.
+type writer interface {
+	// write hands one record to the library, which batches it; fin runs once, from the library's goroutine,
+	// with the broker's answer (nil: acknowledged) and whether the record was alone in its batch. An error
+	// returned means fin will not run.
+	write(ctx context.Context, key, value []byte, fin func(err error, alone bool)) error
+	// writeAlone writes one record in a batch of its own and returns the broker's answer.
+	writeAlone(key, value []byte) error
+	// flush returns once every record handed to write has been answered.
+	flush() error
+	// close closes the library's clients and connections.
+	close() error
+}
+
+// pending is a record's done callback, and whether it was written on its own (a size refusal is then this
+// record's).
 type pending struct {
-	done   func(error)
-	alone  bool // written on its own, so a size refusal is this record's
-	shrunk int  // times a refused dead letter was re-encoded with less payload
+	done  func(error)
+	alone bool
 }
 
 // maxRefused bounds the fingerprints a Producer remembers.
@@ -89,126 +101,46 @@ func (cl *Client) NewProducer(topic string, pc ProducerConfig) *Producer {
 	if pc.BatchSize <= 0 {
 		pc.BatchSize = 100
 	}
-	transport, terr := c.newTransport()
-	if terr != nil {
-		// A Security setting that cannot be used any more (a file gone since NewClient): every Send fails with it.
-		transport = &kafkago.Transport{ClientID: c.clientID(), DialTimeout: 10 * time.Second}
-	}
-	// Each failed attempt is retried (MaxAttempts); a record that fails for good reaches its done callback.
-	errorLogger := kafkago.LoggerFunc(func(msg string, args ...any) { c.logger().Debug(fmt.Sprintf(msg, args...), "topic", topic) })
-	w := &kafkago.Writer{
-		Addr:         kafkago.TCP(c.Brokers...),
-		Topic:        topic,
-		Balancer:     &kafkago.Hash{},
-		BatchTimeout: pc.BatchTimeout,
-		BatchSize:    pc.BatchSize,
-		BatchBytes:   int64(c.maxMessageBytes()),
-		RequiredAcks: kafkago.RequireAll,
-		MaxAttempts:  10,
-		Async:        true,
-		Transport:    transport,
-		ErrorLogger:  errorLogger,
-	}
-	solo := &kafkago.Writer{
-		Addr:         w.Addr,
-		Topic:        topic,
-		Balancer:     &kafkago.Hash{},
-		BatchTimeout: time.Millisecond,
-		BatchSize:    1,
-		BatchBytes:   w.BatchBytes,
-		RequiredAcks: kafkago.RequireAll,
-		MaxAttempts:  10,
-		Transport:    transport,
-		ErrorLogger:  errorLogger,
-	}
-	if !pc.NoCompression {
-		w.Compression = compress.Zstd
-		solo.Compression = compress.Zstd
-	}
-	p := &Producer{cl: cl, cfg: c, name: name, topic: topic, w: w, solo: solo, transport: transport, met: cl.met,
-		closing: make(chan struct{}), setupErr: terr}
-	p.bg.idle = sync.NewCond(&p.bg.mu)
-	p.limit.Store(w.BatchBytes)
-	w.Completion = func(msgs []kafkago.Message, err error) {
-		for _, m := range msgs {
-			pd, _ := m.WriterData.(*pending)
-			if pd == nil {
-				pd = &pending{}
-			}
-			p.finish(m.Key, m.Value, pd, err, len(msgs) == 1)
-		}
-	}
+	p := &Producer{cl: cl, cfg: c, name: name, topic: topic, maxBytes: int64(c.maxMessageBytes()), met: cl.met,
+		closing: make(chan struct{})}
+	p.limit.Store(p.maxBytes)
+	p.w, p.setupErr = newKafkaGoWriter(cl, topic, pc)
 	return p
 }
 
 // Topic returns the physical topic this producer writes to.
 func (p *Producer) Topic() string { return p.topic }
 
-// Send encodes rec (a *Prompt, *Tokenized, *Generation or *topics.Rejection) and writes it keyed by key. done, if not
-// nil, runs exactly once: with nil after the broker acknowledged the record, or with the error. An encoding
-// error is returned directly and done is not called.
-func (p *Producer) Send(ctx context.Context, key string, rec any, done func(error)) error {
-	var value []byte
-	var err error
-	if r, ok := rec.(*topics.Rejection); ok {
-		value, err = p.fitRejection(key, r)
-	} else {
-		value, err = topics.Marshal(rec)
-	}
-	if err != nil {
-		return &encodeError{err}
-	}
-	return p.SendRaw(ctx, key, value, done)
-}
-
-// encodeError is a record Send could not encode: writing it again cannot help.
-type encodeError struct{ err error }
-
-func (e *encodeError) Error() string { return "kafka: encode record: " + e.err.Error() }
-func (e *encodeError) Unwrap() error { return e.err }
-
-// IsUnencodable reports whether err says a record could not be encoded (Send, SendRetrying): permanent for that
-// record, whatever the broker does.
-func IsUnencodable(err error) bool {
-	var ee *encodeError
-	return errors.As(err, &ee)
-}
-
-// SendRetrying writes rec as Send does and calls done once, never before SendRetrying returns: with nil once
-// the broker acknowledged it; at once with the error when the record can never be written (it cannot be
-// encoded, or it is over the message limit: IsRecordTooLarge); with ctx's error when ctx ends before a write
-// succeeded. Any other failure is retried with exponential backoff (100 ms, growing to 10 s) for as long as
+// SendRetrying writes value keyed by key as Send does and calls done once, never before SendRetrying returns:
+// with nil once the broker acknowledged it; at once with the error when the record can never be written (it is
+// over the message limit: IsRecordTooLarge); with ctx's error when ctx ends before a write succeeded. Any other failure is retried with exponential backoff (100 ms, growing to 10 s) for as long as
 // ctx lasts and the producer is open: a failing broker holds the record back, never drops it. Close ends the
 // retries (done gets an error saying the producer closed) and returns only after the done of every
 // SendRetrying called before it has returned.
-func (p *Producer) SendRetrying(ctx context.Context, key string, rec any, done func(error)) {
+func (p *Producer) SendRetrying(ctx context.Context, key string, value []byte, done func(error)) {
 	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
 		backoff.WithMaxInterval(10*time.Second), backoff.WithMaxElapsedTime(0))
 	var attempt func()
 	failed := func(err error) {
-		var ee *encodeError
 		// done never runs from within SendRetrying (callers may hold a lock done takes): always on a goroutine
 		// of the producer's, which Close waits for.
 		switch {
-		case errors.As(err, &ee) || IsRecordTooLarge(err):
-			p.bg.run(func() { done(err) })
-			return
-		case p.setupErr != nil:
-			p.bg.run(func() { done(err) })
+		case IsRecordTooLarge(err), p.setupErr != nil:
+			p.bg.Go(func() { done(err) })
 			return
 		}
 		// Credentials the brokers refuse: retrying cannot help (explain tells them from a broker that is down).
 		if err = p.cl.explain(ctx, err); IsAuthError(err) {
-			p.bg.run(func() { done(err) })
+			p.bg.Go(func() { done(err) })
 			return
 		}
 		if ctx.Err() != nil {
-			p.bg.run(func() { done(ctx.Err()) })
+			p.bg.Go(func() { done(ctx.Err()) })
 			return
 		}
 		wait := b.NextBackOff()
 		p.cfg.logger().Warn("write failed; retrying", "topic", p.topic, "key", key, "err", err, "in", wait)
-		p.bg.run(func() {
+		p.bg.Go(func() {
 			t := time.NewTimer(wait)
 			defer t.Stop()
 			select {
@@ -222,7 +154,7 @@ func (p *Producer) SendRetrying(ctx context.Context, key string, rec any, done f
 		})
 	}
 	attempt = func() {
-		if err := p.Send(context.WithoutCancel(ctx), key, rec, func(err error) {
+		if err := p.Send(ctx, key, value, func(err error) {
 			if err != nil {
 				failed(err)
 				return
@@ -235,28 +167,19 @@ func (p *Producer) SendRetrying(ctx context.Context, key string, rec any, done f
 	attempt()
 }
 
-// fitRejection encodes a dead letter, which must always fit: it keeps as much of the offending payload as the
-// current limit allows.
-func (p *Producer) fitRejection(key string, r *topics.Rejection) ([]byte, error) {
-	value, err := topics.Marshal(r)
-	if err != nil || !p.tooLarge(key, value) {
-		return value, err
-	}
-	c := *r
-	c.Payload = nil
-	if value, err = topics.Marshal(&c); err != nil {
-		return nil, err
-	}
-	room := (int(p.limit.Load())-len(value)-len(key)-128)*3/4 - 16 // the payload travels as base64 in JSON
-	if room > 0 {
-		c.Payload = r.Payload[:min(room, len(r.Payload))]
-		value, err = topics.Marshal(&c)
-	}
-	return value, err
-}
+// recordOverhead is what a record costs in a batch besides its key and value (length fields, offsets,
+// timestamps, attributes), rounded up.
+const recordOverhead = 64
 
 func (p *Producer) tooLarge(key string, value []byte) bool {
-	return int64(len(value)+len(key)+64) > p.limit.Load()
+	return int64(len(value)+len(key)+recordOverhead) > p.limit.Load()
+}
+
+// MaxValueBytes returns the largest value a record keyed key may have now: the message limit
+// (Config.MaxMessageBytes, or the topic's max.message.bytes once the broker refused a record over it) less the
+// key and the record's overhead.
+func (p *Producer) MaxValueBytes(key string) int {
+	return int(p.limit.Load()) - len(key) - recordOverhead
 }
 
 // ErrRecordTooLarge is wrapped by the error of a Send whose record exceeds the message limit
@@ -292,50 +215,46 @@ func brokerTooLarge(err error) bool {
 	return false
 }
 
-// SendRaw writes an already encoded value; see Send.
-func (p *Producer) SendRaw(ctx context.Context, key string, value []byte, done func(error)) error {
+// Send writes value keyed by key. done, if not nil, runs exactly once: with nil after the broker acknowledged
+// the record, or with the error. A record over the message limit (IsRecordTooLarge) fails at once: Send returns
+// the error and done is not called.
+func (p *Producer) Send(ctx context.Context, key string, value []byte, done func(error)) error {
 	if p.setupErr != nil {
 		return fmt.Errorf("kafka: write to %s: %w", p.topic, p.setupErr)
 	}
 	if p.tooLarge(key, value) {
-		if limit := p.limit.Load(); limit < p.w.BatchBytes {
+		if limit := p.limit.Load(); limit < p.maxBytes {
 			return fmt.Errorf("kafka: record %q is %d bytes, over the %d-byte max.message.bytes of %s (raise the topic's max.message.bytes): %w",
 				key, len(value), limit, p.topic, ErrRecordTooLarge)
 		}
 		return fmt.Errorf("kafka: record %q is %d bytes, over the %d-byte limit of %s (raise --max-message-bytes): %w",
-			key, len(value), p.w.BatchBytes, p.topic, ErrRecordTooLarge)
+			key, len(value), p.maxBytes, p.topic, ErrRecordTooLarge)
 	}
 	if p.wasRefused([]byte(key), value) {
 		return fmt.Errorf("kafka: record %q is %d bytes; the broker already refused it as over the message size limit of %s: %w",
 			key, len(value), p.topic, ErrRecordTooLarge)
 	}
-	msg := kafkago.Message{Key: []byte(key), Value: value, WriterData: &pending{done: done}}
-	if err := p.w.WriteMessages(ctx, msg); err != nil {
+	pd := &pending{done: done}
+	k := []byte(key)
+	if err := p.w.write(ctx, k, value, func(err error, alone bool) { p.finish(k, value, pd, err, alone) }); err != nil {
 		return fmt.Errorf("kafka: write to %s: %w", p.topic, err)
 	}
 	return nil
 }
 
 // finish settles one record the broker answered: it calls the record's done callback, unless the broker
-// refused it as too large and it is written again (on its own when it was refused within a batch, or with
-// less payload when it is a dead letter).
+// refused it as too large within a batch: it is then written again on its own.
 func (p *Producer) finish(key, value []byte, pd *pending, err error, alone bool) {
 	if err != nil && brokerTooLarge(err) {
 		if !alone && !pd.alone {
 			if !p.split.Swap(true) {
 				p.cfg.logger().Warn("the broker refused a batch as too large; writing its records one at a time",
-					"topic", p.topic, "batch_bytes", p.w.BatchBytes, "err", err)
+					"topic", p.topic, "batch_bytes", p.maxBytes, "err", err)
 			}
 			p.resend(key, value, &pending{done: pd.done, alone: true})
 			return
 		}
 		err = p.refusedAlone(key, value, err)
-		if smaller, ok := p.smallerDeadLetter(key, value, pd.shrunk); ok {
-			p.cfg.logger().Warn("dead letter refused as too large; writing it with less payload", "topic", p.topic,
-				"key", string(key), "bytes", len(value), "now", len(smaller))
-			p.resend(key, smaller, &pending{done: pd.done, alone: true, shrunk: pd.shrunk + 1})
-			return
-		}
 	}
 	err = p.cfg.authError(err)
 	if err == nil {
@@ -351,14 +270,7 @@ func (p *Producer) finish(key, value []byte, pd *pending, err error, alone bool)
 
 // resend writes one record again, on its own, in the background; Close waits for it.
 func (p *Producer) resend(key, value []byte, pd *pending) {
-	p.bg.run(func() {
-		err := p.solo.WriteMessages(context.Background(), kafkago.Message{Key: key, Value: value})
-		var werrs kafkago.WriteErrors
-		if errors.As(err, &werrs) && len(werrs) == 1 {
-			err = werrs[0]
-		}
-		p.finish(key, value, pd, err, true)
-	})
+	p.bg.Go(func() { p.finish(key, value, pd, p.w.writeAlone(key, value), true) })
 }
 
 // refusedAlone records that the broker refused this record on its own and returns the error its done callback
@@ -394,33 +306,9 @@ func (p *Producer) topicLimit() int {
 	if int64(n) < p.limit.Load() {
 		p.limit.Store(int64(n))
 		p.cfg.logger().Warn("topic accepts smaller records than this writer sends; larger records are dead-lettered",
-			"topic", p.topic, "max_message_bytes", n, "writer_max_bytes", p.w.BatchBytes)
+			"topic", p.topic, "max_message_bytes", n, "writer_max_bytes", p.maxBytes)
 	}
 	return n
-}
-
-// smallerDeadLetter re-encodes a refused dead letter with less payload: first what the topic's limit leaves
-// room for, then none. It reports false when value is no dead letter or cannot shrink.
-func (p *Producer) smallerDeadLetter(key, value []byte, shrunk int) ([]byte, bool) {
-	if kind, err := topics.PeekKind(value); err != nil || kind != topics.KindRejection || shrunk >= 2 {
-		return nil, false
-	}
-	var r topics.Rejection
-	if topics.Unmarshal(value, &r) != nil || len(r.Payload) == 0 {
-		return nil, false
-	}
-	var smaller []byte
-	if shrunk == 0 && p.tooLarge(string(key), value) {
-		smaller, _ = p.fitRejection(string(key), &r)
-	}
-	if len(smaller) == 0 || len(smaller) >= len(value) {
-		r.Payload = nil
-		var err error
-		if smaller, err = topics.Marshal(&r); err != nil {
-			return nil, false
-		}
-	}
-	return smaller, len(smaller) < len(value)
 }
 
 func fingerprint(key, value []byte) uint64 {
@@ -450,10 +338,10 @@ func (p *Producer) wasRefused(key, value []byte) bool {
 	return ok
 }
 
-// SendSync writes rec and waits for the broker's acknowledgement.
-func (p *Producer) SendSync(ctx context.Context, key string, rec any) error {
+// SendSync writes value keyed by key and waits for the broker's acknowledgement.
+func (p *Producer) SendSync(ctx context.Context, key string, value []byte) error {
 	errc := make(chan error, 1)
-	if err := p.Send(ctx, key, rec, func(err error) { errc <- err }); err != nil {
+	if err := p.Send(ctx, key, value, func(err error) { errc <- err }); err != nil {
 		return err
 	}
 	select {
@@ -469,49 +357,18 @@ func (p *Producer) SendSync(ctx context.Context, key string, rec any) error {
 // records and retries included): no callback runs after Close returns.
 func (p *Producer) Close() error {
 	p.closeOnce.Do(func() { close(p.closing) })
-	err := p.w.Close()
-	p.bg.wait()
-	if serr := p.solo.Close(); err == nil {
-		err = serr
+	if p.w == nil { // made without a writer: setupErr
+		p.bg.Wait()
+		return nil
 	}
-	p.transport.CloseIdleConnections()
+	err := p.w.flush()
+	p.bg.Wait()
+	if cerr := p.w.close(); err == nil {
+		err = cerr
+	}
+	p.bg.Wait() // callbacks of records the close failed
 	if errors.Is(err, context.Canceled) {
 		return nil
 	}
 	return err
-}
-
-// background runs the goroutines a Producer starts and lets Close wait for all of them, including those they
-// start in turn (a counter and a condition rather than a sync.WaitGroup: goroutines are started from kafka-go's
-// callbacks while Close may already be waiting).
-type background struct {
-	mu   sync.Mutex
-	n    int
-	idle *sync.Cond // signalled when n drops to 0
-}
-
-// run runs f on a new goroutine that wait waits for.
-func (b *background) run(f func()) {
-	b.mu.Lock()
-	b.n++
-	b.mu.Unlock()
-	go func() {
-		defer func() {
-			b.mu.Lock()
-			if b.n--; b.n == 0 {
-				b.idle.Broadcast()
-			}
-			b.mu.Unlock()
-		}()
-		f()
-	}()
-}
-
-// wait returns once no goroutine of run is running.
-func (b *background) wait() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for b.n > 0 {
-		b.idle.Wait()
-	}
 }

@@ -45,7 +45,7 @@ func BenchmarkProducerBatchSize(b *testing.B) {
 						wg.Add(1)
 						rec.ID = "r" + strconv.Itoa(n)
 						n++
-						if err := p.Send(context.Background(), rec.ID, rec, func(err error) {
+						if err := p.Send(context.Background(), rec.ID, kafkatest.Encode(b, rec), func(err error) {
 							if err != nil {
 								b.Error(err)
 							}

@@ -68,7 +68,7 @@ func TestSendRetryingDoneBeforeClose(t *testing.T) {
 		refused, _ := kafkatest.RefuseProduce(e, "")
 		p := cl.NewProducer(topics.TopicRejected, kafka.ProducerConfig{})
 		closeWaitsForDone(t, p, func(done func(error)) {
-			p.SendRetrying(context.Background(), "held", &topics.Rejection{ID: "held", Reason: "x"}, func(err error) {
+			p.SendRetrying(context.Background(), "held", kafkatest.Encode(t, &topics.Rejection{ID: "held", Reason: "x"}), func(err error) {
 				if err != nil && !strings.Contains(err.Error(), "closed before") {
 					t.Errorf("done(%v), want the producer's closing", err)
 				}
@@ -97,7 +97,7 @@ func TestSendRetryingDoneBeforeClose(t *testing.T) {
 		}
 		p := cl.NewProducer(topics.TopicPrompts, kafka.ProducerConfig{})
 		closeWaitsForDone(t, p, func(done func(error)) {
-			p.SendRetrying(context.Background(), "k", &topics.Prompt{ID: "k"}, func(err error) {
+			p.SendRetrying(context.Background(), "k", kafkatest.Encode(t, &topics.Prompt{ID: "k"}), func(err error) {
 				if !errors.Is(err, os.ErrNotExist) {
 					t.Errorf("done(%v), want the missing password file", err)
 				}

@@ -66,7 +66,11 @@ func (g *generateLike) member(ctx context.Context, c *kafka.Consumer, dead *atom
 			if dead != nil && dead.Load() {
 				return
 			}
-			gen := &topics.Generation{ID: rec.ID, PromptIDs: rec.InputIDs, OutputIDs: []uint32{1, 2, 3}}
+			gen, err := topics.Marshal(&topics.Generation{ID: rec.ID, PromptIDs: rec.InputIDs, OutputIDs: []uint32{1, 2, 3}})
+			if err != nil {
+				d.Abandon()
+				return
+			}
 			if err := g.out.Send(context.Background(), rec.ID, gen, func(err error) {
 				if err != nil {
 					d.Abandon()

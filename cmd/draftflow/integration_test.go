@@ -733,7 +733,7 @@ func TestIntegrationTopicsReused(t *testing.T) {
 	for i := 0; i < n; i++ {
 		rec := &topics.Prompt{ID: fmt.Sprintf("reuse-%02d", i), Dataset: "d",
 			Messages: []topics.Message{{Role: "user", Content: fmt.Sprintf("question %d", i)}}}
-		if err := p.SendSync(ctx, rec.ID, rec); err != nil {
+		if err := p.SendSync(ctx, rec.ID, kafkatest.Encode(t, rec)); err != nil {
 			t.Fatal(err)
 		}
 		sent[rec.ID] = rec.Messages[0].Content
