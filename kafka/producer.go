@@ -5,35 +5,40 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
+	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
-	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/draftflow/draftflow/internal/background"
 )
 
 // ProducerConfig tunes a Producer; zero values are documented defaults.
 type ProducerConfig struct {
-	// BatchTimeout is how long the writer waits to fill a batch (default 5 ms; kafka-go's own default of 1 s
-	// would stall every synchronous write).
+	// BatchTimeout is how long a partition's batch waits for more records before it is sent (default 5 ms): the
+	// latency a lone record pays for batching.
 	BatchTimeout time.Duration
-	// BatchSize is the most records per batch (default 100). kafka-go allocates room for BatchSize records
-	// (152 bytes each) for every batch, however few it holds, and a batch closes every BatchTimeout: with 1000
-	// a producer behind a slow broker held 150 KB per queued batch of a handful of records, most of ingest's
-	// and tokenize's heap (measured in `make scale`).
-	BatchSize int
-	// Compression codec (default zstd). Set NoCompression to send uncompressed.
+	// NoCompression sends batches uncompressed (default: zstd, level 3).
 	NoCompression bool
 }
 
 // Producer writes records, encoded by the caller, to one topic. Writes are asynchronous: each Send names a done
-// callback that runs once the record is acknowledged by all in-sync replicas (RequiredAcks=RequireAll),
-// or with the error that made it fail. That callback is where a stage marks its input Delivery Done,
-// so "committed" always means "durable downstream".
+// callback that runs once the record is acknowledged by all in-sync replicas (acks=all), or with the error that
+// made it fail. That callback is where a stage marks its input Delivery Done, so "committed" always means
+// "durable downstream".
+//
+// Records are batched per partition (ProducerConfig.BatchTimeout, batches of up to Config.MaxMessageBytes) and
+// compressed with zstd. The producer is not idempotent: a write retried after a lost acknowledgement may land
+// twice, which every consumer tolerates (delivery is at-least-once; the sink writes an id once). Records are
+// keyed by id and placed by the FNV-1a hash of the key (PartitionOf), so every version of one conversation
+// lands on one partition.
 //
 // A record the broker refuses as too large (MESSAGE_TOO_LARGE: the topic's max.message.bytes is below
 // Config.MaxMessageBytes) fails like one over the client-side limit: its error wraps ErrRecordTooLarge
@@ -44,10 +49,11 @@ type ProducerConfig struct {
 type Producer struct {
 	cl       *Client
 	cfg      Config
-	name     string // logical topic
-	topic    string // physical topic
-	w        writer
-	maxBytes int64 // Config.MaxMessageBytes: the largest batch the writer sends
+	name     string      // logical topic
+	topic    string      // physical topic
+	kc       *kgo.Client // batches and writes the records
+	opts     []kgo.Opt   // kc's options, for solo
+	maxBytes int64       // Config.MaxMessageBytes: the largest batch the producer sends
 	met      *plumbing
 
 	closing   chan struct{} // closed by Close: retries of SendRetrying waiting give up
@@ -62,51 +68,67 @@ type Producer struct {
 	refusedMu sync.Mutex
 	refused   map[uint64]struct{} // fingerprints of records the broker refused on their own
 	setupErr  error               // a Security setting that cannot be used: every Send fails with it
-}
 
-// writer is the client library a Producer writes through.
-type writer interface {
-	// write hands one record to the library, which batches it; fin runs once, from the library's goroutine,
-	// with the broker's answer (nil: acknowledged) and whether the record was alone in its batch. An error
-	// returned means fin will not run.
-	write(ctx context.Context, key, value []byte, fin func(err error, alone bool)) error
-	// writeAlone writes one record in a batch of its own and returns the broker's answer.
-	writeAlone(key, value []byte) error
-	// flush returns once every record handed to write has been answered.
-	flush() error
-	// close closes the library's clients and connections.
-	close() error
-}
+	soloOnce sync.Once
+	solo     *kgo.Client // holds one record at a time: the records written on their own; made on first use
+	soloErr  error
 
-// pending is a record's done callback, and whether it was written on its own (a size refusal is then this
-// record's).
-type pending struct {
-	done  func(error)
-	alone bool
+	authMu   sync.Mutex
+	authCtx  context.Context // the records' context: cancelled, with the AuthError as its cause, once a broker refuses the credentials
+	authFail context.CancelCauseFunc
+	pinging  atomic.Bool // a Ping of OnBrokerConnect is running
 }
 
 // maxRefused bounds the fingerprints a Producer remembers.
 const maxRefused = 4096
 
-// NewProducer returns a Producer for the logical topic (namespaced by Config.Topic), with writers of its own
-// connections. The writer keys records by id (hash balancer), so every version of one conversation lands on one
-// partition. Close it before the Client.
+// NewProducer returns a Producer for the logical topic (namespaced by Config.Topic), with a client of its own
+// connections. Close it before the Client.
 func (cl *Client) NewProducer(topic string, pc ProducerConfig) *Producer {
 	c := cl.cfg
-	name := topic
-	topic = c.Topic(topic)
 	if pc.BatchTimeout <= 0 {
 		pc.BatchTimeout = 5 * time.Millisecond
 	}
-	if pc.BatchSize <= 0 {
-		pc.BatchSize = 100
-	}
-	p := &Producer{cl: cl, cfg: c, name: name, topic: topic, maxBytes: int64(c.maxMessageBytes()), met: cl.met,
+	p := &Producer{cl: cl, cfg: c, name: topic, topic: c.Topic(topic), maxBytes: int64(c.maxMessageBytes()), met: cl.met,
 		closing: make(chan struct{})}
 	p.limit.Store(p.maxBytes)
-	p.w, p.setupErr = newKafkaGoWriter(cl, topic, pc)
+	p.authCtx, p.authFail = context.WithCancelCause(context.Background())
+	compression := kgo.ZstdCompression()
+	if pc.NoCompression {
+		compression = kgo.NoCompression()
+	}
+	opts, err := c.franzOpts()
+	if err != nil {
+		// A Security setting that cannot be used any more (a file gone since NewClient): every Send fails with it.
+		p.setupErr = err
+		return p
+	}
+	p.opts = slices.Clip(append(opts,
+		kgo.WithLogger(franzLogger{c.logger().With("topic", p.topic)}),
+		kgo.WithHooks(p),
+		kgo.DefaultProduceTopic(p.topic),
+		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(keyPartition)),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.DisableIdempotentWrite(),
+		kgo.ProducerBatchMaxBytes(int32(p.maxBytes)),
+		kgo.ProducerBatchCompression(compression),
+		// A record that fails this many attempts reaches its done callback; SendRetrying then retries it.
+		kgo.RecordRetries(10),
+	))
+	if p.kc, err = kgo.NewClient(append(p.opts, kgo.ProducerLinger(pc.BatchTimeout))...); err != nil {
+		p.setupErr = err
+	}
 	return p
 }
+
+// keyPartition is the partition of a record keyed key in a topic of n partitions: the FNV-1a hash of the key,
+// as Sarama and kafka-go's Hash balancer place records (so a topic written by an older draftflow build keeps
+// each conversation on its partition).
+var keyPartition = kgo.SaramaCompatHasher(func(b []byte) uint32 {
+	h := fnv.New32a()
+	h.Write(b)
+	return h.Sum32()
+})
 
 // Topic returns the physical topic this producer writes to.
 func (p *Producer) Topic() string { return p.topic }
@@ -167,9 +189,9 @@ func (p *Producer) SendRetrying(ctx context.Context, key string, value []byte, d
 	attempt()
 }
 
-// recordOverhead is what a record costs in a batch besides its key and value (length fields, offsets,
-// timestamps, attributes), rounded up.
-const recordOverhead = 64
+// recordOverhead is what a record alone in a batch costs besides its key and value: the batch's header (65
+// bytes) and the record's length fields, offsets, timestamp and attributes (at most 24), rounded up.
+const recordOverhead = 128
 
 func (p *Producer) tooLarge(key string, value []byte) bool {
 	return int64(len(value)+len(key)+recordOverhead) > p.limit.Load()
@@ -185,34 +207,17 @@ func (p *Producer) MaxValueBytes(key string) int {
 // ErrRecordTooLarge is wrapped by the error of a Send whose record exceeds the message limit
 // (Config.MaxMessageBytes, or the topic's max.message.bytes once the broker refused a record over it), and by
 // the done error of a record the broker refused as too large. It is permanent for that record: dead-letter it
-// rather than retry. IsRecordTooLarge also recognizes kafka-go's own errors for it.
+// rather than retry. IsRecordTooLarge also recognizes the broker's own error for it.
 var ErrRecordTooLarge = errors.New("record over the message size limit")
 
 // IsRecordTooLarge reports whether err says a record is over a message size limit: ErrRecordTooLarge (the
-// client-side check, or a broker refusal as a Producer reports it) or the broker's MESSAGE_TOO_LARGE as
-// kafka-go returns it (kafkago.MessageSizeTooLarge, also inside kafkago.WriteErrors). Such a record fails every
-// retry: dead-letter it.
+// client-side check, or a broker refusal as a Producer reports it) or the broker's MESSAGE_TOO_LARGE
+// (kerr.MessageTooLarge). Such a record fails every retry: dead-letter it.
 func IsRecordTooLarge(err error) bool {
 	if err == nil {
 		return false
 	}
-	return errors.Is(err, ErrRecordTooLarge) || brokerTooLarge(err)
-}
-
-// brokerTooLarge reports whether err is the broker's MESSAGE_TOO_LARGE, possibly inside kafkago.WriteErrors.
-func brokerTooLarge(err error) bool {
-	if errors.Is(err, kafkago.MessageSizeTooLarge) {
-		return true
-	}
-	var werrs kafkago.WriteErrors
-	if errors.As(err, &werrs) {
-		for _, e := range werrs {
-			if e != nil && errors.Is(e, kafkago.MessageSizeTooLarge) {
-				return true
-			}
-		}
-	}
-	return false
+	return errors.Is(err, ErrRecordTooLarge) || errors.Is(err, kerr.MessageTooLarge)
 }
 
 // Send writes value keyed by key. done, if not nil, runs exactly once: with nil after the broker acknowledged
@@ -234,24 +239,24 @@ func (p *Producer) Send(ctx context.Context, key string, value []byte, done func
 		return fmt.Errorf("kafka: record %q is %d bytes; the broker already refused it as over the message size limit of %s: %w",
 			key, len(value), p.topic, ErrRecordTooLarge)
 	}
-	pd := &pending{done: done}
 	k := []byte(key)
-	if err := p.w.write(ctx, k, value, func(err error, alone bool) { p.finish(k, value, pd, err, alone) }); err != nil {
-		return fmt.Errorf("kafka: write to %s: %w", p.topic, err)
-	}
+	rctx := p.recordContext()
+	p.kc.Produce(ctx, &kgo.Record{Key: k, Value: value, Context: rctx}, func(_ *kgo.Record, err error) {
+		p.finish(k, value, done, refusal(rctx, err), false)
+	})
 	return nil
 }
 
 // finish settles one record the broker answered: it calls the record's done callback, unless the broker
-// refused it as too large within a batch: it is then written again on its own.
-func (p *Producer) finish(key, value []byte, pd *pending, err error, alone bool) {
-	if err != nil && brokerTooLarge(err) {
-		if !alone && !pd.alone {
+// refused it as too large within a batch (not alone): it is then written again on its own.
+func (p *Producer) finish(key, value []byte, done func(error), err error, alone bool) {
+	if errors.Is(err, kerr.MessageTooLarge) {
+		if !alone {
 			if !p.split.Swap(true) {
 				p.cfg.logger().Warn("the broker refused a batch as too large; writing its records one at a time",
 					"topic", p.topic, "batch_bytes", p.maxBytes, "err", err)
 			}
-			p.resend(key, value, &pending{done: pd.done, alone: true})
+			p.bg.Go(func() { p.finish(key, value, done, p.writeAlone(key, value), true) })
 			return
 		}
 		err = p.refusedAlone(key, value, err)
@@ -263,14 +268,70 @@ func (p *Producer) finish(key, value []byte, pd *pending, err error, alone bool)
 	} else {
 		p.met.produceErrors.WithLabelValues(p.topic).Inc()
 	}
-	if pd.done != nil {
-		pd.done(err)
+	if done != nil {
+		done(err)
 	}
 }
 
-// resend writes one record again, on its own, in the background; Close waits for it.
-func (p *Producer) resend(key, value []byte, pd *pending) {
-	p.bg.Go(func() { p.finish(key, value, pd, p.w.writeAlone(key, value), true) })
+// writeAlone writes one record in a batch of its own and returns the broker's answer.
+func (p *Producer) writeAlone(key, value []byte) error {
+	p.soloOnce.Do(func() {
+		p.solo, p.soloErr = kgo.NewClient(append(p.opts, kgo.MaxBufferedRecords(1), kgo.ProducerLinger(0))...)
+	})
+	if p.soloErr != nil {
+		return p.soloErr
+	}
+	rctx := p.recordContext()
+	return refusal(rctx, p.solo.ProduceSync(context.Background(), &kgo.Record{Key: key, Value: value, Context: rctx}).FirstErr())
+}
+
+// OnBrokerConnect fails the records buffered and to come, through their context, when a broker refuses the
+// client's credentials or certificate, which franz-go would retry until RecordRetries. A broker may refuse SASL
+// credentials by closing the connection, which franz-go sees only as EOF: then a Ping, in the background,
+// tells. A connection that authenticates lets records through again. It implements kgo.HookBrokerConnect.
+func (p *Producer) OnBrokerConnect(_ kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
+	switch {
+	case err == nil:
+		p.authMu.Lock()
+		if p.authCtx.Err() != nil {
+			p.authCtx, p.authFail = context.WithCancelCause(context.Background())
+		}
+		p.authMu.Unlock()
+	case authCause(err) != "":
+		p.refuse(p.cfg.authError(err))
+	case p.cfg.Security.SASL.Mechanism != "" && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) &&
+		!p.pinging.Swap(true):
+		p.bg.Go(func() {
+			defer p.pinging.Store(false)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := p.cl.Ping(ctx); IsAuthError(err) {
+				p.refuse(err)
+			}
+		})
+	}
+}
+
+// refuse fails the records buffered and to come with err, an AuthError.
+func (p *Producer) refuse(err error) {
+	p.authMu.Lock()
+	defer p.authMu.Unlock()
+	p.authFail(err)
+}
+
+// recordContext returns the context of a record written now (see OnBrokerConnect).
+func (p *Producer) recordContext() context.Context {
+	p.authMu.Lock()
+	defer p.authMu.Unlock()
+	return p.authCtx
+}
+
+// refusal returns err, or, when it only says that the record's context rctx ended, the AuthError that ended it.
+func refusal(rctx context.Context, err error) error {
+	if errors.Is(err, context.Canceled) && context.Cause(rctx) != context.Canceled {
+		return context.Cause(rctx)
+	}
+	return err
 }
 
 // refusedAlone records that the broker refused this record on its own and returns the error its done callback
@@ -352,23 +413,22 @@ func (p *Producer) SendSync(ctx context.Context, key string, value []byte) error
 	}
 }
 
-// Close flushes pending records, ends the retries of SendRetrying and closes the writers and their
+// Close flushes pending records, ends the retries of SendRetrying and closes the producer's clients and
 // connections. It returns once every done callback of a record sent before it has run (re-sends of refused
 // records and retries included): no callback runs after Close returns.
 func (p *Producer) Close() error {
 	p.closeOnce.Do(func() { close(p.closing) })
-	if p.w == nil { // made without a writer: setupErr
+	if p.kc == nil { // made without a client: setupErr
 		p.bg.Wait()
 		return nil
 	}
-	err := p.w.flush()
+	err := p.kc.Flush(context.Background())
 	p.bg.Wait()
-	if cerr := p.w.close(); err == nil {
-		err = cerr
+	p.kc.Close()
+	p.soloOnce.Do(func() {}) // no solo client is made from here on
+	if p.solo != nil {
+		p.solo.Close()
 	}
 	p.bg.Wait() // callbacks of records the close failed
-	if errors.Is(err, context.Canceled) {
-		return nil
-	}
 	return err
 }

@@ -13,12 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
+
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/kafka/embedded"
 	"github.com/draftflow/draftflow/kafka/kafkatest"
-
-	kafkago "github.com/segmentio/kafka-go"
-
 	"github.com/draftflow/draftflow/topics"
 )
 
@@ -78,13 +77,11 @@ func TestIsRecordTooLarge(t *testing.T) {
 		{nil, false},
 		{kafka.ErrRecordTooLarge, true},
 		{fmt.Errorf("kafka: record %q: %w", "x", kafka.ErrRecordTooLarge), true},
-		{kafkago.MessageSizeTooLarge, true},
-		{fmt.Errorf("%w: The message is too large.", kafkago.MessageSizeTooLarge), true},
-		{kafkago.WriteErrors{nil, kafkago.MessageSizeTooLarge}, true},
-		{fmt.Errorf("kafka: write: %w", kafkago.WriteErrors{kafkago.MessageSizeTooLarge}), true},
-		{kafkago.MessageTooLargeError{}, true},
-		{kafkago.WriteErrors{nil, kafkago.RequestTimedOut}, false},
-		{kafkago.LeaderNotAvailable, false},
+		{kerr.MessageTooLarge, true},
+		{fmt.Errorf("%w (uncompressed_bytes=9, compressed_bytes=9)", kerr.MessageTooLarge), true},
+		{fmt.Errorf("kafka: write: %w", kerr.MessageTooLarge), true},
+		{kerr.RequestTimedOut, false},
+		{kerr.LeaderNotAvailable, false},
 		{errors.New("message size too large"), false},
 	} {
 		if got := kafka.IsRecordTooLarge(c.err); got != c.want {

@@ -72,7 +72,7 @@ func seedShardsIndex(ctx context.Context, kcl *kafka.Client, st *store, log *slo
 	if err := kcl.Admin().EnsureCompactedTopic(ctx, topics.TopicShards); err != nil {
 		return nil, fmt.Errorf("sink: %w", err)
 	}
-	x := &shardsIndex{p: kcl.NewProducer(topics.TopicShards, kafka.ProducerConfig{BatchSize: 1000}), log: log, ctx: ctx,
+	x := &shardsIndex{p: kcl.NewProducer(topics.TopicShards, kafka.ProducerConfig{}), log: log, ctx: ctx,
 		epoch: topics.ShardsEpoch{Epoch: randomID(), State: topics.EpochSeeding, Dir: id, Path: st.dir, Time: time.Now().UTC()}}
 	start := time.Now()
 	n, err := x.seed(ctx, st)
