@@ -105,7 +105,7 @@ func (cl *Client) NewProducer(topic string, pc ProducerConfig) *Producer {
 	}
 	p.opts = slices.Clip(append(opts,
 		kgo.WithLogger(franzLogger{c.logger().With("topic", p.topic)}),
-		kgo.WithHooks(p),
+		kgo.WithHooks(connectHook{p}),
 		kgo.DefaultProduceTopic(p.topic),
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(keyPartition)),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
@@ -135,10 +135,11 @@ func (p *Producer) Topic() string { return p.topic }
 
 // SendRetrying writes value keyed by key as Send does and calls done once, never before SendRetrying returns:
 // with nil once the broker acknowledged it; at once with the error when the record can never be written (it is
-// over the message limit: IsRecordTooLarge); with ctx's error when ctx ends before a write succeeded. Any other failure is retried with exponential backoff (100 ms, growing to 10 s) for as long as
-// ctx lasts and the producer is open: a failing broker holds the record back, never drops it. Close ends the
-// retries (done gets an error saying the producer closed) and returns only after the done of every
-// SendRetrying called before it has returned.
+// over the message limit: IsRecordTooLarge); with ctx's error when ctx ends before a write succeeded. Any other
+// failure is retried with exponential backoff (100 ms, growing to 10 s) for as long as ctx lasts and the
+// producer is open: a failing broker holds the record back, never drops it. Close ends the retries (done gets an
+// error saying the producer closed) and returns only after the done of every SendRetrying called before it has
+// returned.
 func (p *Producer) SendRetrying(ctx context.Context, key string, value []byte, done func(error)) {
 	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
 		backoff.WithMaxInterval(10*time.Second), backoff.WithMaxElapsedTime(0))
@@ -285,11 +286,15 @@ func (p *Producer) writeAlone(key, value []byte) error {
 	return refusal(rctx, p.solo.ProduceSync(context.Background(), &kgo.Record{Key: key, Value: value, Context: rctx}).FirstErr())
 }
 
+// connectHook is the Producer's kgo.HookBrokerConnect.
+type connectHook struct{ p *Producer }
+
 // OnBrokerConnect fails the records buffered and to come, through their context, when a broker refuses the
 // client's credentials or certificate, which franz-go would retry until RecordRetries. A broker may refuse SASL
 // credentials by closing the connection, which franz-go sees only as EOF: then a Ping, in the background,
-// tells. A connection that authenticates lets records through again. It implements kgo.HookBrokerConnect.
-func (p *Producer) OnBrokerConnect(_ kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
+// tells. A connection that authenticates lets records through again.
+func (h connectHook) OnBrokerConnect(_ kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
+	p := h.p
 	switch {
 	case err == nil:
 		p.authMu.Lock()
@@ -326,10 +331,13 @@ func (p *Producer) recordContext() context.Context {
 	return p.authCtx
 }
 
-// refusal returns err, or, when it only says that the record's context rctx ended, the AuthError that ended it.
+// refusal returns err, or, when err says a context ended and the record's context rctx was ended by refused
+// credentials, that AuthError.
 func refusal(rctx context.Context, err error) error {
-	if errors.Is(err, context.Canceled) && context.Cause(rctx) != context.Canceled {
-		return context.Cause(rctx)
+	if errors.Is(err, context.Canceled) && rctx.Err() != nil {
+		if cause := context.Cause(rctx); IsAuthError(cause) {
+			return cause
+		}
 	}
 	return err
 }

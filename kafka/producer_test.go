@@ -135,3 +135,26 @@ func TestClientClosed(t *testing.T) {
 		t.Errorf("NewClient without brokers: %v", err)
 	}
 }
+
+// A record whose context has ended is not reported written: done gets an error, never nil, whether the client
+// failed it for its context or wrote it (then nil is right).
+func TestSendWithEndedContext(t *testing.T) {
+	cfg := kafkatest.Config(t, 1)
+	p := kafkatest.Client(t, cfg).NewProducer(topics.TopicPrompts, kafka.ProducerConfig{})
+	defer p.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	done := make(chan error, 1)
+	if err := p.Send(ctx, "k", kafkatest.Encode(t, &topics.Prompt{ID: "k"}), func(err error) { done <- err }); err != nil {
+		t.Logf("Send: %v", err)
+		return
+	}
+	err := <-done
+	if n := kafkatest.Size(t, cfg, topics.TopicPrompts); err == nil && n != 1 {
+		t.Fatalf("done(nil) but %d records on the topic", n)
+	}
+	if err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatalf("done(%v), want context.Canceled", err)
+	}
+	t.Logf("done(%v)", err)
+}
