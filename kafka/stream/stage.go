@@ -160,6 +160,7 @@ func (s *Stage) Close() error {
 				errs = append(errs, fmt.Errorf("%s: close the %s producer: %w", s.name, o.topic, err))
 			}
 		}
+		s.bg.Wait() // the callbacks of results that could not be encoded, which dead-letter their records
 		if err := s.dead.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("%s: close the %s producer: %w", s.name, topics.TopicRejected, err))
 		}
