@@ -4,31 +4,30 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
+	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	kafkago "github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
 )
 
-// Client is a connection to the cluster a Config names: it owns the connections of the admin requests (one pool,
-// with every TLS handshake and SASL exchange paid once per broker), makes the Producers, Consumers and
-// DeadLetters of a process, and reads topics outside any group (Follow, ReadPartition). Its admin requests are
-// on Admin. A process makes one Client per cluster, passes it down and Closes it when it is done; it is safe for
+// Client is a connection to the cluster a Config names: it owns the client of the admin requests (its
+// connections, with every TLS handshake and SASL exchange paid once per broker), makes the Producers and
+// Consumers of a process, and reads topics outside any group (Follow, ReadPartition). Its admin requests are on
+// Admin. A process makes one Client per cluster, passes it down and Closes it when it is done; it is safe for
 // concurrent use.
 //
-// Producers and Consumers made by a Client hold their own connections (a producer's writers, a consumer's
-// franz-go group client) and close them in their own Close or Run; Close the Client after them.
+// Producers and Consumers made by a Client hold their own connections (a producer's client, a consumer's group
+// member) and close them in their own Close or Run; Close the Client after them.
 type Client struct {
-	cfg       Config
-	transport *kafkago.Transport // the admin requests' connection pool
-	admin     *kafkago.Client
-	met       *plumbing
+	cfg Config
+	met *plumbing
 
 	mu     sync.Mutex
 	closed bool
-	franz  *kgo.Client // the admin requests kafka-go cannot send or decode; made on first use
+	franz  *kgo.Client // the admin requests; made on first use
 }
 
 // errClosed is returned by the requests of a closed Client.
@@ -41,13 +40,10 @@ func NewClient(cfg Config) (*Client, error) {
 	if len(cfg.Brokers) == 0 {
 		return nil, errors.New("kafka: no brokers configured")
 	}
-	installZstd()
-	t, err := cfg.newTransport()
-	if err != nil {
+	if _, err := cfg.Security.resolve(); err != nil {
 		return nil, err
 	}
-	return &Client{cfg: cfg, transport: t, met: newPlumbing(cfg.Registerer),
-		admin: &kafkago.Client{Addr: kafkago.TCP(cfg.Brokers...), Timeout: 30 * time.Second, Transport: t}}, nil
+	return &Client{cfg: cfg, met: newPlumbing(cfg.Registerer)}, nil
 }
 
 // Config returns the Config the client was made from.
@@ -57,15 +53,13 @@ func (c *Client) Config() Config { return c.cfg }
 // client's connections and needs no Close of its own.
 func (c *Client) Admin() *Admin { return &Admin{cfg: c.cfg, cl: c} }
 
-// Close closes the client's connections. Requests made after it fail. Close the Producers, DeadLetters and
-// Consumers made by the client first (a running Consumer commits through the client). Calling it again does
-// nothing.
+// Close closes the client's connections. Requests made after it fail. Close the Producers and Consumers made by
+// the client first (a running Consumer commits through the client). Calling it again does nothing.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.closed {
 		c.closed = true
-		c.transport.CloseIdleConnections()
 		if c.franz != nil {
 			c.franz.Close()
 		}
@@ -73,8 +67,8 @@ func (c *Client) Close() error {
 	return nil
 }
 
-// franzAdmin returns the client's franz-go client of the admin requests kafka-go cannot send or decode (topic
-// ids, group descriptions), made on first use with the Config's TLS and SASL; Close closes it.
+// franzAdmin returns the franz-go client of the admin requests, made on first use with the Config's TLS and
+// SASL; Close closes it.
 func (c *Client) franzAdmin(ctx context.Context) (*kgo.Client, error) {
 	c.mu.Lock()
 	if c.closed {
@@ -104,29 +98,6 @@ func (c *Client) franzAdmin(ctx context.Context) (*kgo.Client, error) {
 	return c.franz, nil
 }
 
-// adminClient returns the kafka-go client of the admin requests; its error says the Client is closed.
-func (c *Client) adminClient() (*kafkago.Client, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return nil, errClosed
-	}
-	return c.admin, nil
-}
-
-// dialer returns a kafka-go dialer carrying the client id, TLS and SASL (consumer groups and readers). The
-// Security's files are read again each time, so a consumer group or reader built later uses a rotated password.
-func (c *Client) dialer() (*kafkago.Dialer, error) {
-	if err := c.open(); err != nil {
-		return nil, err
-	}
-	r, mech, err := c.cfg.Security.kafkaGo()
-	if err != nil {
-		return nil, err
-	}
-	return &kafkago.Dialer{ClientID: c.cfg.clientID(), Timeout: 10 * time.Second, DualStack: true, TLS: r.tls, SASLMechanism: mech}, nil
-}
-
 // open returns errClosed once the client is closed.
 func (c *Client) open() error {
 	c.mu.Lock()
@@ -137,26 +108,26 @@ func (c *Client) open() error {
 	return nil
 }
 
-// newTransport returns a kafka-go transport (writers, the admin client) with TLS and SASL, the Security's files
-// read now.
-func (c Config) newTransport() (*kafkago.Transport, error) {
-	r, mech, err := c.Security.kafkaGo()
+// franzOpts returns the options every franz-go client of the cluster starts from: its brokers, the client id, TLS
+// and SASL (the Security's files read now), and the logger.
+func (c Config) franzOpts() ([]kgo.Opt, error) {
+	r, err := c.Security.resolve()
 	if err != nil {
 		return nil, err
 	}
-	return &kafkago.Transport{ClientID: c.clientID(), DialTimeout: 10 * time.Second, TLS: r.tls, SASL: mech,
-		Dial: (&net.Dialer{Timeout: 10 * time.Second}).DialContext}, nil
+	return append(r.franzOpts(nil), kgo.SeedBrokers(c.Brokers...), kgo.ClientID(c.clientID()),
+		kgo.WithLogger(franzLogger{c.logger()})), nil
 }
 
-// newFranz returns a franz-go client of the cluster (its brokers, client id, TLS and SASL) with opts: the
-// Consumer's group member and the admin client of franzAdmin. franz-go retries a connection the broker closed
-// during authentication until ctx ends (it sees only EOF), so with Security set a kafka-go connection is made
-// first, which makes refused credentials a prompt AuthError.
+// newFranz returns a franz-go client of the cluster with opts added: the admin client, a Consumer's group member,
+// the readers of Follow and ReadPartition. franz-go retries a connection the broker closed during authentication
+// until ctx ends (it sees only EOF), so with Security set the client is made after a Ping, which makes refused
+// credentials a prompt AuthError.
 func (c *Client) newFranz(ctx context.Context, opts ...kgo.Opt) (*kgo.Client, error) {
 	if err := c.open(); err != nil {
 		return nil, err
 	}
-	sec, err := c.cfg.franzOpts()
+	base, err := c.cfg.franzOpts()
 	if err != nil {
 		return nil, err
 	}
@@ -165,48 +136,84 @@ func (c *Client) newFranz(ctx context.Context, opts ...kgo.Opt) (*kgo.Client, er
 			return nil, err
 		}
 	}
-	return kgo.NewClient(append(append(sec, kgo.SeedBrokers(c.cfg.Brokers...), kgo.ClientID(c.cfg.clientID())), opts...)...)
+	return kgo.NewClient(append(base, opts...)...)
 }
 
-// franzOpts returns the franz-go client options of TLS and SASL.
-func (c Config) franzOpts() ([]kgo.Opt, error) {
-	r, err := c.Security.resolve()
-	if err != nil {
-		return nil, err
-	}
-	var opts []kgo.Opt
-	if r.tls != nil {
-		opts = append(opts, kgo.DialTLSConfig(r.tls.Clone()))
-	}
-	if m := r.franzSASL(); m != nil {
-		opts = append(opts, kgo.SASL(m))
-	}
-	return opts, nil
-}
-
-// Ping opens one connection to a bootstrap broker with the TLS and SASL of Security, authenticates and closes
-// it. It returns nil once one broker accepted the client, an AuthError when a broker refused its credentials or
-// certificate, and otherwise the last connection error. kafka-go's pooled clients hide why a connection
-// failed (a request then fails with "Broker Not Available" or EOF); Ping tells an authentication failure apart.
+// Ping connects to the bootstrap brokers one after another with the TLS and SASL of Security, authenticates and
+// asks for the cluster's brokers. It returns nil once one broker answered, an AuthError when a broker refused the
+// client's credentials or certificate, and otherwise the last connection error. A broker may refuse credentials
+// by closing the connection during the SASL exchange (the embedded broker does), which the client library sees
+// only as EOF: Ping tells that apart as a refusal.
 func (c *Client) Ping(ctx context.Context) error {
-	d, err := c.dialer()
+	if err := c.open(); err != nil {
+		return err
+	}
+	r, err := c.cfg.Security.resolve()
 	if err != nil {
 		return err
 	}
 	var last error
 	for _, b := range c.cfg.Brokers {
-		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		conn, err := d.DialContext(pctx, "tcp", b)
-		cancel()
-		if err == nil {
-			_ = conn.Close()
+		if last = c.pingBroker(ctx, b, r); last == nil {
 			return nil
 		}
-		if last = c.cfg.authError(err); IsAuthError(last) {
+		if last = c.cfg.authError(last); IsAuthError(last) {
 			return last
 		}
 	}
 	return fmt.Errorf("kafka: connect to %v: %w", c.cfg.Brokers, last)
+}
+
+// pingBroker connects to one broker, authenticates and sends it a Metadata request.
+func (c *Client) pingBroker(ctx context.Context, broker string, r resolved) error {
+	var watch *exchangeWatch
+	opts := append(r.franzOpts(func(m sasl.Mechanism) sasl.Mechanism {
+		watch = &exchangeWatch{Mechanism: m}
+		return watch
+	}), kgo.SeedBrokers(broker), kgo.ClientID(c.cfg.clientID()), kgo.DialTimeout(10*time.Second),
+		kgo.WithLogger(franzLogger{c.cfg.logger()}))
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	err = cl.Ping(pctx)
+	if err != nil && watch != nil && watch.open.Load() > 0 && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) {
+		err = fmt.Errorf("%w: the broker closed the connection during the SASL exchange", errSASLRefused)
+	}
+	return err
+}
+
+// exchangeWatch is a SASL mechanism that counts its exchanges started and not completed.
+type exchangeWatch struct {
+	sasl.Mechanism
+	open atomic.Int32
+}
+
+func (w *exchangeWatch) Authenticate(ctx context.Context, host string) (sasl.Session, []byte, error) {
+	s, first, err := w.Mechanism.Authenticate(ctx, host)
+	if err != nil {
+		return nil, nil, err
+	}
+	w.open.Add(1)
+	return &watchedSession{Session: s, w: w}, first, nil
+}
+
+type watchedSession struct {
+	sasl.Session
+	w    *exchangeWatch
+	done bool
+}
+
+func (s *watchedSession) Challenge(challenge []byte) (bool, []byte, error) {
+	done, resp, err := s.Session.Challenge(challenge)
+	if done && err == nil && !s.done {
+		s.done = true
+		s.w.open.Add(-1)
+	}
+	return done, resp, err
 }
 
 // explain returns err as an AuthError when it is one, or when, on a cluster with Security set, a Ping shows the

@@ -87,7 +87,7 @@ func commitBroker(t *testing.T) (*embedded.Broker, kafka.Config) {
 	return e, cfg
 }
 
-// The final commit on shutdown outlasts a few refused commits (more than kafka-go retries by itself).
+// The final commit on shutdown outlasts a few refused commits, retried with backoff by the Consumer.
 func TestFinalCommitRetried(t *testing.T) {
 	e, cfg := commitBroker(t)
 	produceN(t, cfg, 20)

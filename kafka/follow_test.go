@@ -33,7 +33,7 @@ func TestFollowCompactedTopic(t *testing.T) {
 	defer p.Close()
 	send := func(id string) {
 		t.Helper()
-		if err := p.SendSync(ctx, id, &topics.ShardedTurn{Epoch: "e", Run: "r", ID: id}); err != nil {
+		if err := p.SendSync(ctx, id, kafkatest.Encode(t, &topics.ShardedTurn{Epoch: "e", Run: "r", ID: id})); err != nil {
 			t.Fatal(err)
 		}
 	}

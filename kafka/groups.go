@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
-	kafkago "github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -105,46 +103,4 @@ func (c Config) logical(physical string) string {
 		return physical
 	}
 	return strings.TrimPrefix(physical, c.Namespace+".")
-}
-
-// ReadPartition reads the records of one partition of a (logical) topic with offsets in [from, to), outside
-// any consumer group (nothing is committed), and calls fn for each in order. It returns fn's first error, or
-// an error when ctx ends before the record at to-1 was read. Records deleted by retention or compaction are
-// skipped.
-func (c *Client) ReadPartition(ctx context.Context, topic string, partition int, from, to int64, fn func(Message) error) error {
-	if from >= to {
-		return nil
-	}
-	dialer, err := c.dialer()
-	if err != nil {
-		return err
-	}
-	r := kafkago.NewReader(kafkago.ReaderConfig{
-		Brokers:   c.cfg.Brokers,
-		Topic:     c.cfg.Topic(topic),
-		Partition: partition,
-		Dialer:    dialer,
-		MinBytes:  1,
-		MaxBytes:  c.cfg.maxMessageBytes() * 2,
-		MaxWait:   100 * time.Millisecond,
-	})
-	defer r.Close()
-	if err := r.SetOffset(from); err != nil {
-		return fmt.Errorf("kafka: read %s/%d from %d: %w", c.cfg.Topic(topic), partition, from, err)
-	}
-	for {
-		m, err := r.FetchMessage(ctx)
-		if err != nil {
-			return fmt.Errorf("kafka: read %s/%d at %d of [%d, %d): %w", c.cfg.Topic(topic), partition, r.Offset(), from, to, err)
-		}
-		if m.Offset >= to {
-			return nil
-		}
-		if err := fn(Message{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Key: m.Key, Value: m.Value, Time: m.Time}); err != nil {
-			return err
-		}
-		if m.Offset >= to-1 {
-			return nil
-		}
-	}
 }

@@ -5,57 +5,61 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
+	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
-	kafkago "github.com/segmentio/kafka-go"
-	"github.com/segmentio/kafka-go/compress"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/draftflow/draftflow/topics"
+	"github.com/draftflow/draftflow/internal/background"
 )
 
 // ProducerConfig tunes a Producer; zero values are documented defaults.
 type ProducerConfig struct {
-	// BatchTimeout is how long the writer waits to fill a batch (default 5 ms; kafka-go's own default of 1 s
-	// would stall every synchronous write).
+	// BatchTimeout is how long a partition's batch waits for more records before it is sent (default 5 ms): the
+	// latency a lone record pays for batching.
 	BatchTimeout time.Duration
-	// BatchSize is the most records per batch (default 100). kafka-go allocates room for BatchSize records
-	// (152 bytes each) for every batch, however few it holds, and a batch closes every BatchTimeout: with 1000
-	// a producer behind a slow broker held 150 KB per queued batch of a handful of records, most of ingest's
-	// and tokenize's heap (measured in `make scale`).
-	BatchSize int
-	// Compression codec (default zstd). Set NoCompression to send uncompressed.
+	// NoCompression sends batches uncompressed (default: zstd, level 3).
 	NoCompression bool
 }
 
-// Producer writes encoded records to one topic. Writes are asynchronous: each Send names a done
-// callback that runs once the record is acknowledged by all in-sync replicas (RequiredAcks=RequireAll),
-// or with the error that made it fail. That callback is where a stage marks its input Delivery Done,
-// so "committed" always means "durable downstream".
+// Producer writes records, encoded by the caller, to one topic. Writes are asynchronous: each Send names a done
+// callback that runs once the record is acknowledged by all in-sync replicas (acks=all), or with the error that
+// made it fail. That callback is where a stage marks its input Delivery Done, so "committed" always means
+// "durable downstream".
+//
+// Records are batched per partition (ProducerConfig.BatchTimeout, batches of up to Config.MaxMessageBytes) and
+// compressed with zstd. The producer is not idempotent: a write retried after a lost acknowledgement may land
+// twice, which every consumer tolerates (delivery is at-least-once; the sink writes an id once). Records are
+// keyed by id and placed by the FNV-1a hash of the key (PartitionOf), so every version of one conversation
+// lands on one partition.
 //
 // A record the broker refuses as too large (MESSAGE_TOO_LARGE: the topic's max.message.bytes is below
 // Config.MaxMessageBytes) fails like one over the client-side limit: its error wraps ErrRecordTooLarge
 // (see IsRecordTooLarge), names its size and, when the broker reports it, the topic's limit, and a later
 // Send of the same record fails at once. The records of a batch the broker refused are first written
-// again one at a time, so only a record refused on its own fails; a refused dead letter (Rejection) is
-// written again with less of its payload.
+// again one at a time, so only a record refused on its own fails. MaxValueBytes says how large a value
+// may be now, for a writer that shortens what it sends to fit (the dead letters of kafka/stream).
 type Producer struct {
-	cl        *Client
-	cfg       Config
-	name      string // logical topic
-	topic     string // physical topic
-	w         *kafkago.Writer
-	solo      *kafkago.Writer    // synchronous, one record per batch: re-sends of refused records
-	transport *kafkago.Transport // the writers' connections, closed by Close
-	met       *plumbing
+	cl       *Client
+	cfg      Config
+	name     string      // logical topic
+	topic    string      // physical topic
+	kc       *kgo.Client // batches and writes the records
+	opts     []kgo.Opt   // kc's options, for solo
+	maxBytes int64       // Config.MaxMessageBytes: the largest batch the producer sends
+	met      *plumbing
 
 	closing   chan struct{} // closed by Close: retries of SendRetrying waiting give up
 	closeOnce sync.Once
-	bg        background   // re-sends, retries of SendRetrying and their done callbacks; Close waits for them
-	limit     atomic.Int64 // largest key+value+overhead a record may have: BatchBytes, or the topic's limit once known
+	bg        background.Group // re-sends, retries of SendRetrying and their done callbacks; Close waits for them
+	limit     atomic.Int64     // largest key+value+overhead a record may have: maxBytes, or the topic's limit once known
 
 	lookup    sync.Mutex // guards looked and topicMax
 	looked    bool
@@ -64,151 +68,102 @@ type Producer struct {
 	refusedMu sync.Mutex
 	refused   map[uint64]struct{} // fingerprints of records the broker refused on their own
 	setupErr  error               // a Security setting that cannot be used: every Send fails with it
-}
 
-// pending travels with every message as its WriterData.
-type pending struct {
-	done   func(error)
-	alone  bool // written on its own, so a size refusal is this record's
-	shrunk int  // times a refused dead letter was re-encoded with less payload
+	soloOnce sync.Once
+	solo     *kgo.Client // holds one record at a time: the records written on their own; made on first use
+	soloErr  error
+
+	authMu   sync.Mutex
+	authCtx  context.Context // the records' context: cancelled, with the AuthError as its cause, once a broker refuses the credentials
+	authFail context.CancelCauseFunc
+	pinging  atomic.Bool // a Ping of OnBrokerConnect is running
 }
 
 // maxRefused bounds the fingerprints a Producer remembers.
 const maxRefused = 4096
 
-// NewProducer returns a Producer for the logical topic (namespaced by Config.Topic), with writers of its own
-// connections. The writer keys records by id (hash balancer), so every version of one conversation lands on one
-// partition. Close it before the Client.
+// NewProducer returns a Producer for the logical topic (namespaced by Config.Topic), with a client of its own
+// connections. Close it before the Client.
 func (cl *Client) NewProducer(topic string, pc ProducerConfig) *Producer {
 	c := cl.cfg
-	name := topic
-	topic = c.Topic(topic)
 	if pc.BatchTimeout <= 0 {
 		pc.BatchTimeout = 5 * time.Millisecond
 	}
-	if pc.BatchSize <= 0 {
-		pc.BatchSize = 100
+	p := &Producer{cl: cl, cfg: c, name: topic, topic: c.Topic(topic), maxBytes: int64(c.maxMessageBytes()), met: cl.met,
+		closing: make(chan struct{})}
+	p.limit.Store(p.maxBytes)
+	p.authCtx, p.authFail = context.WithCancelCause(context.Background())
+	compression := kgo.ZstdCompression()
+	if pc.NoCompression {
+		compression = kgo.NoCompression()
 	}
-	transport, terr := c.newTransport()
-	if terr != nil {
+	opts, err := c.franzOpts()
+	if err != nil {
 		// A Security setting that cannot be used any more (a file gone since NewClient): every Send fails with it.
-		transport = &kafkago.Transport{ClientID: c.clientID(), DialTimeout: 10 * time.Second}
+		p.setupErr = err
+		return p
 	}
-	// Each failed attempt is retried (MaxAttempts); a record that fails for good reaches its done callback.
-	errorLogger := kafkago.LoggerFunc(func(msg string, args ...any) { c.logger().Debug(fmt.Sprintf(msg, args...), "topic", topic) })
-	w := &kafkago.Writer{
-		Addr:         kafkago.TCP(c.Brokers...),
-		Topic:        topic,
-		Balancer:     &kafkago.Hash{},
-		BatchTimeout: pc.BatchTimeout,
-		BatchSize:    pc.BatchSize,
-		BatchBytes:   int64(c.maxMessageBytes()),
-		RequiredAcks: kafkago.RequireAll,
-		MaxAttempts:  10,
-		Async:        true,
-		Transport:    transport,
-		ErrorLogger:  errorLogger,
-	}
-	solo := &kafkago.Writer{
-		Addr:         w.Addr,
-		Topic:        topic,
-		Balancer:     &kafkago.Hash{},
-		BatchTimeout: time.Millisecond,
-		BatchSize:    1,
-		BatchBytes:   w.BatchBytes,
-		RequiredAcks: kafkago.RequireAll,
-		MaxAttempts:  10,
-		Transport:    transport,
-		ErrorLogger:  errorLogger,
-	}
-	if !pc.NoCompression {
-		w.Compression = compress.Zstd
-		solo.Compression = compress.Zstd
-	}
-	p := &Producer{cl: cl, cfg: c, name: name, topic: topic, w: w, solo: solo, transport: transport, met: cl.met,
-		closing: make(chan struct{}), setupErr: terr}
-	p.bg.idle = sync.NewCond(&p.bg.mu)
-	p.limit.Store(w.BatchBytes)
-	w.Completion = func(msgs []kafkago.Message, err error) {
-		for _, m := range msgs {
-			pd, _ := m.WriterData.(*pending)
-			if pd == nil {
-				pd = &pending{}
-			}
-			p.finish(m.Key, m.Value, pd, err, len(msgs) == 1)
-		}
+	p.opts = slices.Clip(append(opts,
+		kgo.WithLogger(franzLogger{c.logger().With("topic", p.topic)}),
+		kgo.WithHooks(connectHook{p}),
+		kgo.DefaultProduceTopic(p.topic),
+		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(keyPartition)),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.DisableIdempotentWrite(),
+		kgo.ProducerBatchMaxBytes(int32(p.maxBytes)),
+		kgo.ProducerBatchCompression(compression),
+		// A record that fails this many attempts reaches its done callback; SendRetrying then retries it.
+		kgo.RecordRetries(10),
+	))
+	if p.kc, err = kgo.NewClient(append(p.opts, kgo.ProducerLinger(pc.BatchTimeout))...); err != nil {
+		p.setupErr = err
 	}
 	return p
 }
 
+// keyPartition is the partition of a record keyed key in a topic of n partitions: the FNV-1a hash of the key,
+// as Sarama and kafka-go's Hash balancer place records (so a topic written by an older draftflow build keeps
+// each conversation on its partition).
+var keyPartition = kgo.SaramaCompatHasher(func(b []byte) uint32 {
+	h := fnv.New32a()
+	h.Write(b)
+	return h.Sum32()
+})
+
 // Topic returns the physical topic this producer writes to.
 func (p *Producer) Topic() string { return p.topic }
 
-// Send encodes rec (a *Prompt, *Tokenized, *Generation or *topics.Rejection) and writes it keyed by key. done, if not
-// nil, runs exactly once: with nil after the broker acknowledged the record, or with the error. An encoding
-// error is returned directly and done is not called.
-func (p *Producer) Send(ctx context.Context, key string, rec any, done func(error)) error {
-	var value []byte
-	var err error
-	if r, ok := rec.(*topics.Rejection); ok {
-		value, err = p.fitRejection(key, r)
-	} else {
-		value, err = topics.Marshal(rec)
-	}
-	if err != nil {
-		return &encodeError{err}
-	}
-	return p.SendRaw(ctx, key, value, done)
-}
-
-// encodeError is a record Send could not encode: writing it again cannot help.
-type encodeError struct{ err error }
-
-func (e *encodeError) Error() string { return "kafka: encode record: " + e.err.Error() }
-func (e *encodeError) Unwrap() error { return e.err }
-
-// IsUnencodable reports whether err says a record could not be encoded (Send, SendRetrying): permanent for that
-// record, whatever the broker does.
-func IsUnencodable(err error) bool {
-	var ee *encodeError
-	return errors.As(err, &ee)
-}
-
-// SendRetrying writes rec as Send does and calls done once, never before SendRetrying returns: with nil once
-// the broker acknowledged it; at once with the error when the record can never be written (it cannot be
-// encoded, or it is over the message limit: IsRecordTooLarge); with ctx's error when ctx ends before a write
-// succeeded. Any other failure is retried with exponential backoff (100 ms, growing to 10 s) for as long as
-// ctx lasts and the producer is open: a failing broker holds the record back, never drops it. Close ends the
-// retries (done gets an error saying the producer closed) and returns only after the done of every
-// SendRetrying called before it has returned.
-func (p *Producer) SendRetrying(ctx context.Context, key string, rec any, done func(error)) {
+// SendRetrying writes value keyed by key as Send does and calls done once, never before SendRetrying returns:
+// with nil once the broker acknowledged it; at once with the error when the record can never be written (it is
+// over the message limit: IsRecordTooLarge); with ctx's error when ctx ends before a write succeeded. Any other
+// failure is retried with exponential backoff (100 ms, growing to 10 s) for as long as ctx lasts and the
+// producer is open: a failing broker holds the record back, never drops it. Close ends the retries (done gets an
+// error saying the producer closed) and returns only after the done of every SendRetrying called before it has
+// returned.
+func (p *Producer) SendRetrying(ctx context.Context, key string, value []byte, done func(error)) {
 	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
 		backoff.WithMaxInterval(10*time.Second), backoff.WithMaxElapsedTime(0))
 	var attempt func()
 	failed := func(err error) {
-		var ee *encodeError
 		// done never runs from within SendRetrying (callers may hold a lock done takes): always on a goroutine
 		// of the producer's, which Close waits for.
 		switch {
-		case errors.As(err, &ee) || IsRecordTooLarge(err):
-			p.bg.run(func() { done(err) })
-			return
-		case p.setupErr != nil:
-			p.bg.run(func() { done(err) })
+		case IsRecordTooLarge(err), p.setupErr != nil:
+			p.bg.Go(func() { done(err) })
 			return
 		}
 		// Credentials the brokers refuse: retrying cannot help (explain tells them from a broker that is down).
 		if err = p.cl.explain(ctx, err); IsAuthError(err) {
-			p.bg.run(func() { done(err) })
+			p.bg.Go(func() { done(err) })
 			return
 		}
 		if ctx.Err() != nil {
-			p.bg.run(func() { done(ctx.Err()) })
+			p.bg.Go(func() { done(ctx.Err()) })
 			return
 		}
 		wait := b.NextBackOff()
 		p.cfg.logger().Warn("write failed; retrying", "topic", p.topic, "key", key, "err", err, "in", wait)
-		p.bg.run(func() {
+		p.bg.Go(func() {
 			t := time.NewTimer(wait)
 			defer t.Stop()
 			select {
@@ -222,7 +177,7 @@ func (p *Producer) SendRetrying(ctx context.Context, key string, rec any, done f
 		})
 	}
 	attempt = func() {
-		if err := p.Send(context.WithoutCancel(ctx), key, rec, func(err error) {
+		if err := p.Send(ctx, key, value, func(err error) {
 			if err != nil {
 				failed(err)
 				return
@@ -235,107 +190,77 @@ func (p *Producer) SendRetrying(ctx context.Context, key string, rec any, done f
 	attempt()
 }
 
-// fitRejection encodes a dead letter, which must always fit: it keeps as much of the offending payload as the
-// current limit allows.
-func (p *Producer) fitRejection(key string, r *topics.Rejection) ([]byte, error) {
-	value, err := topics.Marshal(r)
-	if err != nil || !p.tooLarge(key, value) {
-		return value, err
-	}
-	c := *r
-	c.Payload = nil
-	if value, err = topics.Marshal(&c); err != nil {
-		return nil, err
-	}
-	room := (int(p.limit.Load())-len(value)-len(key)-128)*3/4 - 16 // the payload travels as base64 in JSON
-	if room > 0 {
-		c.Payload = r.Payload[:min(room, len(r.Payload))]
-		value, err = topics.Marshal(&c)
-	}
-	return value, err
-}
+// recordOverhead is what a record alone in a batch costs besides its key and value: the batch's header (65
+// bytes) and the record's length fields, offsets, timestamp and attributes (at most 24), rounded up.
+const recordOverhead = 128
 
 func (p *Producer) tooLarge(key string, value []byte) bool {
-	return int64(len(value)+len(key)+64) > p.limit.Load()
+	return int64(len(value)+len(key)+recordOverhead) > p.limit.Load()
+}
+
+// MaxValueBytes returns the largest value a record keyed key may have now: the message limit
+// (Config.MaxMessageBytes, or the topic's max.message.bytes once the broker refused a record over it) less the
+// key and the record's overhead.
+func (p *Producer) MaxValueBytes(key string) int {
+	return int(p.limit.Load()) - len(key) - recordOverhead
 }
 
 // ErrRecordTooLarge is wrapped by the error of a Send whose record exceeds the message limit
 // (Config.MaxMessageBytes, or the topic's max.message.bytes once the broker refused a record over it), and by
 // the done error of a record the broker refused as too large. It is permanent for that record: dead-letter it
-// rather than retry. IsRecordTooLarge also recognizes kafka-go's own errors for it.
+// rather than retry. IsRecordTooLarge also recognizes the broker's own error for it.
 var ErrRecordTooLarge = errors.New("record over the message size limit")
 
 // IsRecordTooLarge reports whether err says a record is over a message size limit: ErrRecordTooLarge (the
-// client-side check, or a broker refusal as a Producer reports it) or the broker's MESSAGE_TOO_LARGE as
-// kafka-go returns it (kafkago.MessageSizeTooLarge, also inside kafkago.WriteErrors). Such a record fails every
-// retry: dead-letter it.
+// client-side check, or a broker refusal as a Producer reports it) or the broker's MESSAGE_TOO_LARGE
+// (kerr.MessageTooLarge). Such a record fails every retry: dead-letter it.
 func IsRecordTooLarge(err error) bool {
 	if err == nil {
 		return false
 	}
-	return errors.Is(err, ErrRecordTooLarge) || brokerTooLarge(err)
+	return errors.Is(err, ErrRecordTooLarge) || errors.Is(err, kerr.MessageTooLarge)
 }
 
-// brokerTooLarge reports whether err is the broker's MESSAGE_TOO_LARGE, possibly inside kafkago.WriteErrors.
-func brokerTooLarge(err error) bool {
-	if errors.Is(err, kafkago.MessageSizeTooLarge) {
-		return true
-	}
-	var werrs kafkago.WriteErrors
-	if errors.As(err, &werrs) {
-		for _, e := range werrs {
-			if e != nil && errors.Is(e, kafkago.MessageSizeTooLarge) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// SendRaw writes an already encoded value; see Send.
-func (p *Producer) SendRaw(ctx context.Context, key string, value []byte, done func(error)) error {
+// Send writes value keyed by key. done, if not nil, runs exactly once: with nil after the broker acknowledged
+// the record, or with the error. A record over the message limit (IsRecordTooLarge) fails at once: Send returns
+// the error and done is not called.
+func (p *Producer) Send(ctx context.Context, key string, value []byte, done func(error)) error {
 	if p.setupErr != nil {
 		return fmt.Errorf("kafka: write to %s: %w", p.topic, p.setupErr)
 	}
 	if p.tooLarge(key, value) {
-		if limit := p.limit.Load(); limit < p.w.BatchBytes {
+		if limit := p.limit.Load(); limit < p.maxBytes {
 			return fmt.Errorf("kafka: record %q is %d bytes, over the %d-byte max.message.bytes of %s (raise the topic's max.message.bytes): %w",
 				key, len(value), limit, p.topic, ErrRecordTooLarge)
 		}
 		return fmt.Errorf("kafka: record %q is %d bytes, over the %d-byte limit of %s (raise --max-message-bytes): %w",
-			key, len(value), p.w.BatchBytes, p.topic, ErrRecordTooLarge)
+			key, len(value), p.maxBytes, p.topic, ErrRecordTooLarge)
 	}
 	if p.wasRefused([]byte(key), value) {
 		return fmt.Errorf("kafka: record %q is %d bytes; the broker already refused it as over the message size limit of %s: %w",
 			key, len(value), p.topic, ErrRecordTooLarge)
 	}
-	msg := kafkago.Message{Key: []byte(key), Value: value, WriterData: &pending{done: done}}
-	if err := p.w.WriteMessages(ctx, msg); err != nil {
-		return fmt.Errorf("kafka: write to %s: %w", p.topic, err)
-	}
+	k := []byte(key)
+	rctx := p.recordContext()
+	p.kc.Produce(ctx, &kgo.Record{Key: k, Value: value, Context: rctx}, func(_ *kgo.Record, err error) {
+		p.finish(k, value, done, refusal(rctx, err), false)
+	})
 	return nil
 }
 
 // finish settles one record the broker answered: it calls the record's done callback, unless the broker
-// refused it as too large and it is written again (on its own when it was refused within a batch, or with
-// less payload when it is a dead letter).
-func (p *Producer) finish(key, value []byte, pd *pending, err error, alone bool) {
-	if err != nil && brokerTooLarge(err) {
-		if !alone && !pd.alone {
+// refused it as too large within a batch (not alone): it is then written again on its own.
+func (p *Producer) finish(key, value []byte, done func(error), err error, alone bool) {
+	if errors.Is(err, kerr.MessageTooLarge) {
+		if !alone {
 			if !p.split.Swap(true) {
 				p.cfg.logger().Warn("the broker refused a batch as too large; writing its records one at a time",
-					"topic", p.topic, "batch_bytes", p.w.BatchBytes, "err", err)
+					"topic", p.topic, "batch_bytes", p.maxBytes, "err", err)
 			}
-			p.resend(key, value, &pending{done: pd.done, alone: true})
+			p.bg.Go(func() { p.finish(key, value, done, p.writeAlone(key, value), true) })
 			return
 		}
 		err = p.refusedAlone(key, value, err)
-		if smaller, ok := p.smallerDeadLetter(key, value, pd.shrunk); ok {
-			p.cfg.logger().Warn("dead letter refused as too large; writing it with less payload", "topic", p.topic,
-				"key", string(key), "bytes", len(value), "now", len(smaller))
-			p.resend(key, smaller, &pending{done: pd.done, alone: true, shrunk: pd.shrunk + 1})
-			return
-		}
 	}
 	err = p.cfg.authError(err)
 	if err == nil {
@@ -344,21 +269,77 @@ func (p *Producer) finish(key, value []byte, pd *pending, err error, alone bool)
 	} else {
 		p.met.produceErrors.WithLabelValues(p.topic).Inc()
 	}
-	if pd.done != nil {
-		pd.done(err)
+	if done != nil {
+		done(err)
 	}
 }
 
-// resend writes one record again, on its own, in the background; Close waits for it.
-func (p *Producer) resend(key, value []byte, pd *pending) {
-	p.bg.run(func() {
-		err := p.solo.WriteMessages(context.Background(), kafkago.Message{Key: key, Value: value})
-		var werrs kafkago.WriteErrors
-		if errors.As(err, &werrs) && len(werrs) == 1 {
-			err = werrs[0]
-		}
-		p.finish(key, value, pd, err, true)
+// writeAlone writes one record in a batch of its own and returns the broker's answer.
+func (p *Producer) writeAlone(key, value []byte) error {
+	p.soloOnce.Do(func() {
+		p.solo, p.soloErr = kgo.NewClient(append(p.opts, kgo.MaxBufferedRecords(1), kgo.ProducerLinger(0))...)
 	})
+	if p.soloErr != nil {
+		return p.soloErr
+	}
+	rctx := p.recordContext()
+	return refusal(rctx, p.solo.ProduceSync(context.Background(), &kgo.Record{Key: key, Value: value, Context: rctx}).FirstErr())
+}
+
+// connectHook is the Producer's kgo.HookBrokerConnect.
+type connectHook struct{ p *Producer }
+
+// OnBrokerConnect fails the records buffered and to come, through their context, when a broker refuses the
+// client's credentials or certificate, which franz-go would retry until RecordRetries. A broker may refuse SASL
+// credentials by closing the connection, which franz-go sees only as EOF: then a Ping, in the background,
+// tells. A connection that authenticates lets records through again.
+func (h connectHook) OnBrokerConnect(_ kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
+	p := h.p
+	switch {
+	case err == nil:
+		p.authMu.Lock()
+		if p.authCtx.Err() != nil {
+			p.authCtx, p.authFail = context.WithCancelCause(context.Background())
+		}
+		p.authMu.Unlock()
+	case authCause(err) != "":
+		p.refuse(p.cfg.authError(err))
+	case p.cfg.Security.SASL.Mechanism != "" && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) &&
+		!p.pinging.Swap(true):
+		p.bg.Go(func() {
+			defer p.pinging.Store(false)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := p.cl.Ping(ctx); IsAuthError(err) {
+				p.refuse(err)
+			}
+		})
+	}
+}
+
+// refuse fails the records buffered and to come with err, an AuthError.
+func (p *Producer) refuse(err error) {
+	p.authMu.Lock()
+	defer p.authMu.Unlock()
+	p.authFail(err)
+}
+
+// recordContext returns the context of a record written now (see OnBrokerConnect).
+func (p *Producer) recordContext() context.Context {
+	p.authMu.Lock()
+	defer p.authMu.Unlock()
+	return p.authCtx
+}
+
+// refusal returns err, or, when err says a context ended and the record's context rctx was ended by refused
+// credentials, that AuthError.
+func refusal(rctx context.Context, err error) error {
+	if errors.Is(err, context.Canceled) && rctx.Err() != nil {
+		if cause := context.Cause(rctx); IsAuthError(cause) {
+			return cause
+		}
+	}
+	return err
 }
 
 // refusedAlone records that the broker refused this record on its own and returns the error its done callback
@@ -394,33 +375,9 @@ func (p *Producer) topicLimit() int {
 	if int64(n) < p.limit.Load() {
 		p.limit.Store(int64(n))
 		p.cfg.logger().Warn("topic accepts smaller records than this writer sends; larger records are dead-lettered",
-			"topic", p.topic, "max_message_bytes", n, "writer_max_bytes", p.w.BatchBytes)
+			"topic", p.topic, "max_message_bytes", n, "writer_max_bytes", p.maxBytes)
 	}
 	return n
-}
-
-// smallerDeadLetter re-encodes a refused dead letter with less payload: first what the topic's limit leaves
-// room for, then none. It reports false when value is no dead letter or cannot shrink.
-func (p *Producer) smallerDeadLetter(key, value []byte, shrunk int) ([]byte, bool) {
-	if kind, err := topics.PeekKind(value); err != nil || kind != topics.KindRejection || shrunk >= 2 {
-		return nil, false
-	}
-	var r topics.Rejection
-	if topics.Unmarshal(value, &r) != nil || len(r.Payload) == 0 {
-		return nil, false
-	}
-	var smaller []byte
-	if shrunk == 0 && p.tooLarge(string(key), value) {
-		smaller, _ = p.fitRejection(string(key), &r)
-	}
-	if len(smaller) == 0 || len(smaller) >= len(value) {
-		r.Payload = nil
-		var err error
-		if smaller, err = topics.Marshal(&r); err != nil {
-			return nil, false
-		}
-	}
-	return smaller, len(smaller) < len(value)
 }
 
 func fingerprint(key, value []byte) uint64 {
@@ -450,10 +407,10 @@ func (p *Producer) wasRefused(key, value []byte) bool {
 	return ok
 }
 
-// SendSync writes rec and waits for the broker's acknowledgement.
-func (p *Producer) SendSync(ctx context.Context, key string, rec any) error {
+// SendSync writes value keyed by key and waits for the broker's acknowledgement.
+func (p *Producer) SendSync(ctx context.Context, key string, value []byte) error {
 	errc := make(chan error, 1)
-	if err := p.Send(ctx, key, rec, func(err error) { errc <- err }); err != nil {
+	if err := p.Send(ctx, key, value, func(err error) { errc <- err }); err != nil {
 		return err
 	}
 	select {
@@ -464,54 +421,22 @@ func (p *Producer) SendSync(ctx context.Context, key string, rec any) error {
 	}
 }
 
-// Close flushes pending records, ends the retries of SendRetrying and closes the writers and their
+// Close flushes pending records, ends the retries of SendRetrying and closes the producer's clients and
 // connections. It returns once every done callback of a record sent before it has run (re-sends of refused
 // records and retries included): no callback runs after Close returns.
 func (p *Producer) Close() error {
 	p.closeOnce.Do(func() { close(p.closing) })
-	err := p.w.Close()
-	p.bg.wait()
-	if serr := p.solo.Close(); err == nil {
-		err = serr
-	}
-	p.transport.CloseIdleConnections()
-	if errors.Is(err, context.Canceled) {
+	if p.kc == nil { // made without a client: setupErr
+		p.bg.Wait()
 		return nil
 	}
-	return err
-}
-
-// background runs the goroutines a Producer starts and lets Close wait for all of them, including those they
-// start in turn (a counter and a condition rather than a sync.WaitGroup: goroutines are started from kafka-go's
-// callbacks while Close may already be waiting).
-type background struct {
-	mu   sync.Mutex
-	n    int
-	idle *sync.Cond // signalled when n drops to 0
-}
-
-// run runs f on a new goroutine that wait waits for.
-func (b *background) run(f func()) {
-	b.mu.Lock()
-	b.n++
-	b.mu.Unlock()
-	go func() {
-		defer func() {
-			b.mu.Lock()
-			if b.n--; b.n == 0 {
-				b.idle.Broadcast()
-			}
-			b.mu.Unlock()
-		}()
-		f()
-	}()
-}
-
-// wait returns once no goroutine of run is running.
-func (b *background) wait() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for b.n > 0 {
-		b.idle.Wait()
+	err := p.kc.Flush(context.Background())
+	p.bg.Wait()
+	p.kc.Close()
+	p.soloOnce.Do(func() {}) // no solo client is made from here on
+	if p.solo != nil {
+		p.solo.Close()
 	}
+	p.bg.Wait() // callbacks of records the close failed
+	return err
 }

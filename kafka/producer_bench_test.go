@@ -12,23 +12,22 @@ import (
 	"github.com/draftflow/draftflow/topics"
 )
 
-// BenchmarkProducerBatchSize writes records through a Producer with 4,096 unacknowledged at most (ingest's
-// window), at two batch sizes side by side: records/s and the peak Go heap in use (kafka-go allocates room for
-// BatchSize records per batch, however few a batch holds). Small records are prompts; large ones tokenized
-// prompts of 2,000 tokens. On the embedded broker, or DRAFTFLOW_TEST_BROKERS.
-func BenchmarkProducerBatchSize(b *testing.B) {
+// BenchmarkProducer writes records through a Producer with 4,096 unacknowledged at most (ingest's window),
+// compressed and not, side by side: records/s and the peak Go heap in use. Small records are prompts; large ones
+// tokenized prompts of 2,000 tokens. On the embedded broker, or DRAFTFLOW_TEST_BROKERS.
+func BenchmarkProducer(b *testing.B) {
 	for _, size := range []struct {
 		name   string
 		tokens int
 	}{{"small", 20}, {"large", 2000}} {
-		for _, batch := range []int{1000, 100} {
-			b.Run(size.name+"/batch="+strconv.Itoa(batch), func(b *testing.B) {
+		for _, compress := range []bool{true, false} {
+			b.Run(size.name+"/zstd="+strconv.FormatBool(compress), func(b *testing.B) {
 				cfg := kafkatest.Config(b, 8)
 				cl := kafkatest.Client(b, cfg)
 				if err := cl.Admin().EnsureTopics(context.Background(), topics.TopicTokenized); err != nil {
 					b.Fatal(err)
 				}
-				p := cl.NewProducer(topics.TopicTokenized, kafka.ProducerConfig{BatchSize: batch})
+				p := cl.NewProducer(topics.TopicTokenized, kafka.ProducerConfig{NoCompression: !compress})
 				defer p.Close()
 				rec := &topics.Tokenized{InputIDs: make([]uint32, size.tokens)}
 				for i := range rec.InputIDs {
@@ -45,7 +44,7 @@ func BenchmarkProducerBatchSize(b *testing.B) {
 						wg.Add(1)
 						rec.ID = "r" + strconv.Itoa(n)
 						n++
-						if err := p.Send(context.Background(), rec.ID, rec, func(err error) {
+						if err := p.Send(context.Background(), rec.ID, kafkatest.Encode(b, rec), func(err error) {
 							if err != nil {
 								b.Error(err)
 							}

@@ -68,7 +68,7 @@ func TestSendRetryingDoneBeforeClose(t *testing.T) {
 		refused, _ := kafkatest.RefuseProduce(e, "")
 		p := cl.NewProducer(topics.TopicRejected, kafka.ProducerConfig{})
 		closeWaitsForDone(t, p, func(done func(error)) {
-			p.SendRetrying(context.Background(), "held", &topics.Rejection{ID: "held", Reason: "x"}, func(err error) {
+			p.SendRetrying(context.Background(), "held", kafkatest.Encode(t, &topics.Rejection{ID: "held", Reason: "x"}), func(err error) {
 				if err != nil && !strings.Contains(err.Error(), "closed before") {
 					t.Errorf("done(%v), want the producer's closing", err)
 				}
@@ -97,7 +97,7 @@ func TestSendRetryingDoneBeforeClose(t *testing.T) {
 		}
 		p := cl.NewProducer(topics.TopicPrompts, kafka.ProducerConfig{})
 		closeWaitsForDone(t, p, func(done func(error)) {
-			p.SendRetrying(context.Background(), "k", &topics.Prompt{ID: "k"}, func(err error) {
+			p.SendRetrying(context.Background(), "k", kafkatest.Encode(t, &topics.Prompt{ID: "k"}), func(err error) {
 				if !errors.Is(err, os.ErrNotExist) {
 					t.Errorf("done(%v), want the missing password file", err)
 				}
@@ -134,4 +134,27 @@ func TestClientClosed(t *testing.T) {
 	if _, err := kafka.NewClient(kafka.Config{}); err == nil || !strings.Contains(err.Error(), "no brokers") {
 		t.Errorf("NewClient without brokers: %v", err)
 	}
+}
+
+// A record whose context has ended is not reported written: done gets an error, never nil, whether the client
+// failed it for its context or wrote it (then nil is right).
+func TestSendWithEndedContext(t *testing.T) {
+	cfg := kafkatest.Config(t, 1)
+	p := kafkatest.Client(t, cfg).NewProducer(topics.TopicPrompts, kafka.ProducerConfig{})
+	defer p.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	done := make(chan error, 1)
+	if err := p.Send(ctx, "k", kafkatest.Encode(t, &topics.Prompt{ID: "k"}), func(err error) { done <- err }); err != nil {
+		t.Logf("Send: %v", err)
+		return
+	}
+	err := <-done
+	if n := kafkatest.Size(t, cfg, topics.TopicPrompts); err == nil && n != 1 {
+		t.Fatalf("done(nil) but %d records on the topic", n)
+	}
+	if err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatalf("done(%v), want context.Canceled", err)
+	}
+	t.Logf("done(%v)", err)
 }

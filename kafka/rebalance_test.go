@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	kafkago "github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/draftflow/draftflow/kafka"
@@ -66,7 +66,11 @@ func (g *generateLike) member(ctx context.Context, c *kafka.Consumer, dead *atom
 			if dead != nil && dead.Load() {
 				return
 			}
-			gen := &topics.Generation{ID: rec.ID, PromptIDs: rec.InputIDs, OutputIDs: []uint32{1, 2, 3}}
+			gen, err := topics.Marshal(&topics.Generation{ID: rec.ID, PromptIDs: rec.InputIDs, OutputIDs: []uint32{1, 2, 3}})
+			if err != nil {
+				d.Abandon()
+				return
+			}
 			if err := g.out.Send(context.Background(), rec.ID, gen, func(err error) {
 				if err != nil {
 					d.Abandon()
@@ -480,24 +484,44 @@ func TestConsumerHandsOverFinishedWork(t *testing.T) {
 	}
 }
 
-// TestConsumerRefusesEagerGroup: a group whose member speaks only kafka-go's eager "range" protocol (a replica of a
-// draftflow build from before the cooperative consumer) and a Consumer of this build cannot share it: Run fails
-// promptly with an error that says why and what to do, instead of joining a group that can never agree.
+// TestConsumerRefusesEagerGroup: a group whose member speaks only the eager "range" protocol (a replica of a
+// draftflow build from before the cooperative consumer, played by a franz-go member with the range balancer) and
+// a Consumer of this build cannot share it: Run fails promptly with an error that says why and what to do,
+// instead of joining a group that can never agree.
 func TestConsumerRefusesEagerGroup(t *testing.T) {
 	cfg := kafkatest.Config(t, 2)
 	cl := kafkatest.Client(t, cfg)
-	group := cfg.Topic("mixed")
-	old, err := kafkago.NewConsumerGroup(kafkago.ConsumerGroupConfig{ID: group, Brokers: cfg.Brokers,
-		Topics: []string{cfg.Topic(topics.TopicTokenized)}, GroupBalancers: []kafkago.GroupBalancer{kafkago.RangeGroupBalancer{}},
-		SessionTimeout: 6 * time.Second, RebalanceTimeout: 10 * time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	joined := make(chan struct{}, 1)
+	old, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...), kgo.ConsumerGroup(cfg.Topic("mixed")),
+		kgo.ConsumeTopics(cfg.Topic(topics.TopicTokenized)), kgo.Balancers(kgo.RangeBalancer()),
+		kgo.SessionTimeout(6*time.Second), kgo.RebalanceTimeout(10*time.Second),
+		kgo.OnPartitionsAssigned(func(context.Context, *kgo.Client, map[string][]int32) {
+			select {
+			case joined <- struct{}{}:
+			default:
+			}
+		}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer old.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if _, err := old.Next(ctx); err != nil {
-		t.Fatalf("the eager member did not join: %v", err)
+	polling := make(chan struct{})
+	go func() {
+		defer close(polling)
+		for ctx.Err() == nil {
+			old.PollFetches(ctx)
+		}
+	}()
+	defer func() {
+		cancel()
+		<-polling
+		old.Close()
+	}()
+	select {
+	case <-joined:
+	case <-ctx.Done():
+		t.Fatal("the eager member did not join")
 	}
 	start := time.Now()
 	err = cl.NewConsumer(topics.TopicTokenized, kafka.ConsumerConfig{Group: "mixed", SessionTimeout: 6 * time.Second}).

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"time"
 
-	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kadm"
 )
 
 // ErrGroupActive is wrapped by the error of ResetGroup on a group that still has live members.
@@ -17,74 +17,18 @@ var ErrGroupActive = errors.New("consumer group has live members")
 // StartOffsets returns the log start offset of every partition of an existing (logical) topic: its oldest
 // record still kept (retention deletes the ones before it).
 func (a *Admin) StartOffsets(ctx context.Context, topic string) (map[int]int64, error) {
-	return a.listOffsets(ctx, topic, "start offsets", kafkago.FirstOffsetOf)
+	return a.listOffsets(ctx, topic, "start offsets", func(adm *kadm.Client, physical string) (kadm.ListedOffsets, error) {
+		return adm.ListStartOffsets(ctx, physical)
+	})
 }
 
 // OffsetsForTime returns, for every partition of an existing (logical) topic, the offset of its first record
 // with a timestamp at or after t, or the partition's end offset when it has none (ListOffsets with a
 // timestamp).
 func (a *Admin) OffsetsForTime(ctx context.Context, topic string, t time.Time) (map[int]int64, error) {
-	found, err := a.listOffsets(ctx, topic, "offsets for "+t.Format(time.RFC3339), func(p int) kafkago.OffsetRequest {
-		return kafkago.TimeOffsetOf(p, t)
+	return a.listOffsets(ctx, topic, "offsets for "+t.Format(time.RFC3339), func(adm *kadm.Client, physical string) (kadm.ListedOffsets, error) {
+		return adm.ListOffsetsAfterMilli(ctx, t.UnixMilli(), physical)
 	})
-	if err != nil {
-		return nil, err
-	}
-	var ends map[int]int64
-	for p, off := range found {
-		if off >= 0 {
-			continue
-		}
-		if ends == nil {
-			if ends, err = a.EndOffsets(ctx, topic); err != nil {
-				return nil, err
-			}
-		}
-		found[p] = ends[p]
-	}
-	return found, nil
-}
-
-// listOffsets sends one ListOffsets request for every partition of topic and returns the offset each answered
-// (-1 for a timestamp no record reaches).
-func (a *Admin) listOffsets(ctx context.Context, topic, what string, req func(partition int) kafkago.OffsetRequest) (map[int]int64, error) {
-	n, err := a.PartitionCount(ctx, topic)
-	if err != nil {
-		return nil, err
-	}
-	physical := a.cfg.Topic(topic)
-	lr := &kafkago.ListOffsetsRequest{Topics: map[string][]kafkago.OffsetRequest{}}
-	for p := 0; p < n; p++ {
-		lr.Topics[physical] = append(lr.Topics[physical], req(p))
-	}
-	client, err := a.cl.adminClient()
-	if err != nil {
-		return nil, err
-	}
-	resp, err := client.ListOffsets(ctx, lr)
-	if err != nil {
-		return nil, fmt.Errorf("kafka: %s of %s: %w", what, physical, a.cl.explain(ctx, err))
-	}
-	out := make(map[int]int64, n)
-	for _, po := range resp.Topics[physical] {
-		if po.Error != nil {
-			return nil, fmt.Errorf("kafka: %s of %s/%d: %w", what, physical, po.Partition, po.Error)
-		}
-		switch {
-		case len(po.Offsets) > 0: // a timestamp request that found a record
-			for off := range po.Offsets {
-				out[po.Partition] = off
-			}
-		case po.FirstOffset >= 0 && lr.Topics[physical][po.Partition].Timestamp == kafkago.FirstOffset:
-			out[po.Partition] = po.FirstOffset
-		default: // the end offset, or -1: a timestamp after every record
-			out[po.Partition] = po.LastOffset
-		}
-	}
-	if len(out) != n {
-		return nil, fmt.Errorf("kafka: %s of %s: %d of %d partitions answered", what, physical, len(out), n)
-	}
-	return out, nil
 }
 
 // ResetGroup moves a stopped consumer group's committed offsets on a (logical) topic to offsets (partition ->

@@ -4,11 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"time"
-
-	kafkago "github.com/segmentio/kafka-go"
 )
 
 // RetentionRiskFraction is the age, as a fraction of retention.ms, from which an unconsumed record counts as
@@ -147,24 +146,21 @@ func (a *Admin) RetentionRisk(ctx context.Context, group, topic string) (*Retent
 // recordTime returns the timestamp of the record at offset of a (logical) topic's partition (or of the first one
 // after it, should it be gone).
 func (a *Admin) recordTime(ctx context.Context, topic string, partition int, offset int64) (time.Time, error) {
-	d, err := a.cl.dialer()
-	if err != nil {
-		return time.Time{}, err
-	}
-	rd := kafkago.NewReader(kafkago.ReaderConfig{Brokers: a.cfg.Brokers, Topic: a.cfg.Topic(topic), Partition: partition, Dialer: d,
-		MinBytes: 1, MaxBytes: a.cfg.maxMessageBytes() * 2, MaxWait: 250 * time.Millisecond})
-	defer rd.Close()
-	if err := rd.SetOffset(offset); err != nil {
-		return time.Time{}, err
-	}
 	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	m, err := rd.FetchMessage(fctx)
-	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) {
-			return time.Time{}, fmt.Errorf("kafka: no record at %s/%d@%d within 10s", a.cfg.Topic(topic), partition, offset)
-		}
-		return time.Time{}, a.cl.explain(ctx, err)
+	var at time.Time
+	err := a.cl.ReadPartition(fctx, topic, partition, offset, math.MaxInt64, func(m Message) error {
+		at = m.Time
+		return errFound
+	})
+	switch {
+	case errors.Is(err, errFound):
+		return at, nil
+	case fctx.Err() != nil && ctx.Err() == nil:
+		return time.Time{}, fmt.Errorf("kafka: no record at %s/%d@%d within 10s", a.cfg.Topic(topic), partition, offset)
 	}
-	return m.Time, nil
+	return time.Time{}, err
 }
+
+// errFound ends a ReadPartition once the record looked for was read.
+var errFound = errors.New("found")

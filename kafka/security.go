@@ -8,11 +8,8 @@ import (
 	"os"
 	"strings"
 
-	kafkago "github.com/segmentio/kafka-go"
-	kgosasl "github.com/segmentio/kafka-go/sasl"
-	kgoplain "github.com/segmentio/kafka-go/sasl/plain"
-	kgoscram "github.com/segmentio/kafka-go/sasl/scram"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
@@ -22,8 +19,7 @@ import (
 
 // Security says how a client proves who it is and protects its connections: TLS and SASL. The zero value is a
 // plaintext, unauthenticated connection (PLAINTEXT), as the embedded broker and kafka.sh's default listener
-// speak. Every client this package builds (kafka-go dialers, transports, writers, readers, consumer groups, and
-// the franz-go client of TopicID) applies it.
+// speak. Every client this package builds (producers, consumers, readers and the admin client) applies it.
 type Security struct {
 	// TLS encrypts connections and checks the brokers' certificates.
 	TLS TLS
@@ -56,8 +52,8 @@ type SASL struct {
 	// Password is the user's password. It never appears in logs, errors or printed configs (see secret.Value).
 	Password secret.Value
 	// PasswordFile, when Password is empty, is a file whose content (trailing newline removed) is the password.
-	// It is read each time a consumer group, reader or producer is built; the admin requests of a Client share
-	// one connection pool, built with the password read when the Client was made.
+	// It is read each time a consumer, reader or producer is built; the admin requests of a Client share one
+	// client, built with the password read at its first request.
 	PasswordFile string
 }
 
@@ -193,23 +189,20 @@ func (s Security) resolve() (resolved, error) {
 	return r, nil
 }
 
-// kafkaGoSASL returns kafka-go's mechanism, or nil without SASL.
-func (r resolved) kafkaGoSASL() (kgosasl.Mechanism, error) {
-	switch r.mechanism {
-	case MechanismPlain:
-		return kgoplain.Mechanism{Username: r.user, Password: r.password.Reveal()}, nil
-	case MechanismSCRAMSHA256, MechanismSCRAMSHA512:
-		algo := kgoscram.SHA256
-		if r.mechanism == MechanismSCRAMSHA512 {
-			algo = kgoscram.SHA512
-		}
-		m, err := kgoscram.Mechanism(algo, r.user, r.password.Reveal())
-		if err != nil {
-			return nil, fmt.Errorf("kafka: SASL %s for user %q: %w", r.mechanism, r.user, err)
-		}
-		return m, nil
+// franzOpts returns the franz-go options of TLS and SASL, the one place they are mapped; wrap, when not nil,
+// wraps the SASL mechanism.
+func (r resolved) franzOpts(wrap func(sasl.Mechanism) sasl.Mechanism) []kgo.Opt {
+	var opts []kgo.Opt
+	if r.tls != nil {
+		opts = append(opts, kgo.DialTLSConfig(r.tls.Clone()))
 	}
-	return nil, nil
+	if m := r.franzSASL(); m != nil {
+		if wrap != nil {
+			m = wrap(m)
+		}
+		opts = append(opts, kgo.SASL(m))
+	}
+	return opts
 }
 
 // franzSASL returns franz-go's mechanism, or nil without SASL.
@@ -226,20 +219,13 @@ func (r resolved) franzSASL() sasl.Mechanism {
 	return nil
 }
 
-// kafkaGo resolves the settings (files read now) and kafka-go's SASL mechanism for them (nil: none).
-func (s Security) kafkaGo() (resolved, kgosasl.Mechanism, error) {
-	r, err := s.resolve()
-	if err != nil {
-		return r, nil, err
-	}
-	mech, err := r.kafkaGoSASL()
-	return r, mech, err
-}
-
 // ErrAuthentication is wrapped by every error this package returns when the brokers refuse the client's
 // credentials or certificate: a SASL authentication failure, a mechanism the broker does not enable, or a TLS
 // handshake that failed. Retrying cannot help; the command stops and says which credentials failed.
 var ErrAuthentication = errors.New("authentication failed")
+
+// errSASLRefused is a SASL exchange the broker ended by closing the connection (Ping).
+var errSASLRefused = errors.New("SASL authentication refused")
 
 // AuthError is an authentication failure, naming the mechanism and user (never the password).
 type AuthError struct {
@@ -272,12 +258,8 @@ func IsAuthError(err error) bool {
 
 // authCause classifies err as "sasl", "tls" or "" (not an authentication failure).
 func authCause(err error) string {
-	if errors.Is(err, kafkago.SASLAuthenticationFailed) || errors.Is(err, kafkago.UnsupportedSASLMechanism) ||
-		errors.Is(err, kafkago.IllegalSASLState) {
-		return "sasl"
-	}
 	if errors.Is(err, kerr.SaslAuthenticationFailed) || errors.Is(err, kerr.UnsupportedSaslMechanism) ||
-		errors.Is(err, kerr.IllegalSaslState) { // franz-go (TopicID)
+		errors.Is(err, kerr.IllegalSaslState) || errors.Is(err, errSASLRefused) {
 		return "sasl"
 	}
 	var uerr x509.UnknownAuthorityError

@@ -226,7 +226,7 @@ func checkAuthFailsUser(t *testing.T, cfg kafka.Config, mech, user string) {
 	p := cl.NewProducer(topics.TopicPrompts, kafka.ProducerConfig{})
 	defer p.Close()
 	errc := make(chan error, 1)
-	p.SendRetrying(ctx, "k", &topics.Prompt{ID: "k"}, func(err error) { errc <- err })
+	p.SendRetrying(ctx, "k", kafkatest.Encode(t, &topics.Prompt{ID: "k"}), func(err error) { errc <- err })
 	check("Producer.SendRetrying", start, <-errc)
 }
 

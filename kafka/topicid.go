@@ -13,9 +13,6 @@ import (
 // meaningful within one incarnation of a topic: a topic deleted and recreated, or the embedded broker of
 // another `draftflow run`, starts again at offset 0. The sink keys its recovery point by this ID so it never
 // mistakes new records for ones it already wrote.
-//
-// kafka-go negotiates Metadata v1/v6 only and cannot see topic IDs, so this lookup sends a Metadata v10+ request
-// with franz-go's client and request types.
 func (a *Admin) TopicID(ctx context.Context, topic string) (string, error) {
 	topic = a.cfg.Topic(topic)
 	cl, err := a.cl.franzAdmin(ctx)

@@ -44,7 +44,12 @@ func (a *announcer) publish(runDir, run string, e shard.ManifestShard) {
 		return
 	}
 	rec := shardFileRecord(a.dir, a.path, filepath.Base(runDir), run, e)
-	a.p.SendRetrying(a.ctx, topics.ShardFileKey(rec.RunDir, rec.File), rec, func(err error) {
+	value, err := topics.Marshal(rec)
+	if err != nil {
+		a.log.Warn("could not announce a shard on the shard-files topic; it is announced again on the next start", "shard", e.File, "err", err)
+		return
+	}
+	a.p.SendRetrying(a.ctx, topics.ShardFileKey(rec.RunDir, rec.File), value, func(err error) {
 		if err != nil && a.ctx.Err() == nil && a.warn.CompareAndSwap(false, true) {
 			a.log.Warn("could not announce a shard on the shard-files topic; it is announced again on the next start", "shard", e.File, "err", err)
 		}
@@ -91,7 +96,11 @@ func AnnounceShards(ctx context.Context, kcl *kafka.Client, dir string) (int, er
 		}
 		for _, e := range m.Shards {
 			rec := shardFileRecord(id, dir, filepath.Base(rd), m.Run.Fingerprint, e)
-			if err := p.SendSync(ctx, topics.ShardFileKey(rec.RunDir, rec.File), rec); err != nil {
+			value, err := topics.Marshal(rec)
+			if err == nil {
+				err = p.SendSync(ctx, topics.ShardFileKey(rec.RunDir, rec.File), value)
+			}
+			if err != nil {
 				p.Close()
 				return n, fmt.Errorf("sink: announce %s on %s: %w", e.File, topics.TopicShardFiles, err)
 			}

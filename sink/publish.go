@@ -65,7 +65,7 @@ func seedShardsIndex(ctx context.Context, kcl *kafka.Client, st *store, log *slo
 	if err := kcl.Admin().EnsureCompactedTopic(ctx, topics.TopicShards); err != nil {
 		return nil, fmt.Errorf("sink: %w", err)
 	}
-	x := &shardsIndex{p: kcl.NewProducer(topics.TopicShards, kafka.ProducerConfig{BatchSize: 1000}), log: log, ctx: ctx,
+	x := &shardsIndex{p: kcl.NewProducer(topics.TopicShards, kafka.ProducerConfig{}), log: log, ctx: ctx,
 		epoch: topics.ShardsEpoch{Epoch: randomID(), State: topics.EpochSeeding, Dir: id, Path: st.dir, Time: time.Now().UTC()}}
 	start := time.Now()
 	n, err := x.seed(ctx, st)
@@ -79,7 +79,7 @@ func seedShardsIndex(ctx context.Context, kcl *kafka.Client, st *store, log *slo
 
 func (x *shardsIndex) seed(ctx context.Context, st *store) (int64, error) {
 	ep := x.epoch
-	if err := x.p.SendSync(ctx, topics.ShardsEpochKey, &ep); err != nil {
+	if err := x.sendEpoch(ctx, &ep); err != nil {
 		return 0, err
 	}
 	var (
@@ -99,8 +99,12 @@ func (x *shardsIndex) seed(ctx context.Context, st *store) (int64, error) {
 			}
 			wg.Add(1)
 			n++
-			rec := &topics.ShardedTurn{Epoch: ep.Epoch, Run: run, ID: k.id, Turn: int(k.turn)}
-			if err := x.p.Send(ctx, topics.ShardKey(run, k.id, int(k.turn)), rec, func(err error) {
+			value, err := topics.Marshal(&topics.ShardedTurn{Epoch: ep.Epoch, Run: run, ID: k.id, Turn: int(k.turn)})
+			if err != nil {
+				wg.Done()
+				return err
+			}
+			if err := x.p.Send(ctx, topics.ShardKey(run, k.id, int(k.turn)), value, func(err error) {
 				if err != nil {
 					mu.Lock()
 					if first == nil {
@@ -125,7 +129,7 @@ func (x *shardsIndex) seed(ctx context.Context, st *store) (int64, error) {
 		return n, first
 	}
 	ep.State, ep.Turns, ep.Time = topics.EpochComplete, n, time.Now().UTC()
-	if err := x.p.SendSync(ctx, topics.ShardsEpochKey, &ep); err != nil {
+	if err := x.sendEpoch(ctx, &ep); err != nil {
 		return n, err
 	}
 	x.epoch = ep
@@ -139,13 +143,26 @@ func (x *shardsIndex) publish(run string, keys []indexEntry) {
 		return
 	}
 	for _, e := range keys {
-		rec := &topics.ShardedTurn{Epoch: x.epoch.Epoch, Run: run, ID: e.key.id, Turn: int(e.key.turn)}
-		x.p.SendRetrying(x.ctx, topics.ShardKey(run, e.key.id, int(e.key.turn)), rec, func(err error) {
+		value, err := topics.Marshal(&topics.ShardedTurn{Epoch: x.epoch.Epoch, Run: run, ID: e.key.id, Turn: int(e.key.turn)})
+		if err != nil {
+			x.log.Warn("could not publish a shard's turns on the shards topic; generate may send them again", "err", err)
+			continue
+		}
+		x.p.SendRetrying(x.ctx, topics.ShardKey(run, e.key.id, int(e.key.turn)), value, func(err error) {
 			if err != nil && x.ctx.Err() == nil && x.warn.CompareAndSwap(false, true) {
 				x.log.Warn("could not publish a shard's turns on the shards topic; generate may send them again", "err", err)
 			}
 		})
 	}
+}
+
+// sendEpoch writes ep and waits for the broker's acknowledgement.
+func (x *shardsIndex) sendEpoch(ctx context.Context, ep *topics.ShardsEpoch) error {
+	value, err := topics.Marshal(ep)
+	if err != nil {
+		return err
+	}
+	return x.p.SendSync(ctx, topics.ShardsEpochKey, value)
 }
 
 // Close closes the index's producer once every publication sent has been answered.

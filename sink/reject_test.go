@@ -53,7 +53,7 @@ func TestSlowDeadLetterDoesNotStallSink(t *testing.T) {
 	if len(other) == 0 || len(behind) == 0 {
 		t.Fatalf("generations split %d/%d over the partitions; need both", len(other), len(behind))
 	}
-	deadline := time.After(8 * time.Second) // below kafka-go's 10 s write timeout, so the held request is still the first
+	deadline := time.After(8 * time.Second) // below the producer's 10 s produce request timeout, so the held request is still the first
 	for done := false; !done; {
 		sr.mu.Lock()
 		done = true

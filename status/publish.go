@@ -109,13 +109,18 @@ func Publish(ctx context.Context, cfg PublisherConfig) (err error) {
 			fams.figures(s)
 			history[st.Name] = rates(s, history[st.Name], cfg.Window)
 			key := topics.StatusKey(st.Name, cfg.Instance)
+			value, err := topics.Marshal(s)
+			if err != nil {
+				log.Warn("status: record not written", "stage", st.Name, "err", err)
+				continue
+			}
 			if wait {
-				if err := p.SendSync(ctx, key, s); err != nil {
+				if err := p.SendSync(ctx, key, value); err != nil {
 					log.Warn("status: last record not written", "stage", st.Name, "err", err)
 				}
 				continue
 			}
-			if err := p.Send(ctx, key, s, func(err error) {
+			if err := p.Send(ctx, key, value, func(err error) {
 				if err != nil {
 					log.Warn("status: record not written", "stage", st.Name, "err", err)
 				}

@@ -75,7 +75,7 @@ func newITest(t *testing.T, kc kafka.Config) *itest {
 }
 
 // testLogger logs warnings and errors to the test's output while the test runs, and drops what stragglers log
-// after it ended (kafka-go goroutines may outlive a stage by a moment).
+// after it ended (the Kafka client's goroutines may outlive a stage by a moment).
 func testLogger(t *testing.T) *slog.Logger {
 	w := &testWriter{w: t.Output()}
 	t.Cleanup(w.close)
@@ -415,7 +415,7 @@ func TestIntegrationRebalance(t *testing.T) {
 
 	// Stop A once both replicas have been working (the group is split between them) and A has done a little:
 	// it then still holds unfinished records of its partitions, which must move to B. (How the first split
-	// falls depends on which replica joined first and on kafka-go's fetch order, so do not wait for more.)
+	// falls depends on which replica joined first and on the fetch order, so do not wait for more.)
 	h.waitFor("both replicas generating", 60*time.Second, func() bool {
 		return simA.Stats().FinishedRequests >= 20 && simB.Stats().FinishedRequests >= 10
 	})
@@ -739,7 +739,7 @@ func TestIntegrationTopicsReused(t *testing.T) {
 	for i := 0; i < n; i++ {
 		rec := &topics.Prompt{ID: fmt.Sprintf("reuse-%02d", i), Dataset: "d",
 			Messages: []topics.Message{{Role: "user", Content: fmt.Sprintf("question %d", i)}}}
-		if err := p.SendSync(ctx, rec.ID, rec); err != nil {
+		if err := p.SendSync(ctx, rec.ID, kafkatest.Encode(t, rec)); err != nil {
 			t.Fatal(err)
 		}
 		sent[rec.ID] = rec.Messages[0].Content

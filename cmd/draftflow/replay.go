@@ -216,8 +216,12 @@ func voidShardsEpoch(ctx context.Context, kcl *kafka.Client) error {
 	}
 	var b [8]byte
 	rand.Read(b[:]) // never fails (crypto/rand)
+	value, err := topics.Marshal(&topics.ShardsEpoch{Epoch: hex.EncodeToString(b[:]), State: topics.EpochVoid, Time: time.Now().UTC()})
+	if err != nil {
+		return fmt.Errorf("void the shards topic's epoch: %w", err)
+	}
 	p := kcl.NewProducer(topics.TopicShards, kafka.ProducerConfig{})
-	err := p.SendSync(ctx, topics.ShardsEpochKey, &topics.ShardsEpoch{Epoch: hex.EncodeToString(b[:]), State: topics.EpochVoid, Time: time.Now().UTC()})
+	err = p.SendSync(ctx, topics.ShardsEpochKey, value)
 	if cerr := p.Close(); err == nil {
 		err = cerr
 	}

@@ -195,7 +195,7 @@ func writeSampleRun(t *testing.T, dir string) {
 				g.OutputIDs = append(g.OutputIDs, uint32(j))
 			}
 		}
-		if err := p.Send(context.Background(), g.ID, g, func(error) {}); err != nil {
+		if err := p.Send(context.Background(), g.ID, kafkatest.Encode(t, g), func(error) {}); err != nil {
 			t.Fatal(err)
 		}
 	}

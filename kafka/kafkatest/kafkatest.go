@@ -87,6 +87,17 @@ type Record struct {
 	Value any
 }
 
+// Encode returns rec (a record of package topics) in the topics/ wire format, failing the test when it cannot be
+// encoded.
+func Encode(t testing.TB, rec any) []byte {
+	t.Helper()
+	b, err := topics.Marshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 // Produce writes records to the (logical) topic and waits until the broker acknowledged every one.
 func Produce(t testing.TB, kc kafka.Config, topic string, recs ...Record) {
 	t.Helper()
@@ -106,13 +117,11 @@ func Produce(t testing.TB, kc kafka.Config, topic string, recs ...Record) {
 	}
 	for _, r := range recs {
 		wg.Add(1)
-		var err error
-		if raw, ok := r.Value.([]byte); ok {
-			err = p.SendRaw(context.Background(), r.Key, raw, done)
-		} else {
-			err = p.Send(context.Background(), r.Key, r.Value, done)
+		raw, ok := r.Value.([]byte)
+		if !ok {
+			raw = Encode(t, r.Value)
 		}
-		if err != nil {
+		if err := p.Send(context.Background(), r.Key, raw, done); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -185,10 +194,11 @@ func HoldProduce(t testing.TB, e *embedded.Broker, physicalTopic string) (held <
 	}
 	t.Cleanup(release)
 	c := e.Cluster()
+	names := producesTo(e, physicalTopic)
 	c.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
 		for _, rt := range kreq.(*kmsg.ProduceRequest).Topics {
-			if rt.Topic == physicalTopic && !released.Load() {
+			if names(rt) && !released.Load() {
 				select {
 				case h <- struct{}{}:
 				default:
@@ -208,17 +218,17 @@ func RefuseProduce(e *embedded.Broker, physicalTopic string) (refused *atomic.In
 	refused = new(atomic.Int32)
 	var accepting atomic.Bool
 	c := e.Cluster()
+	names := producesTo(e, physicalTopic)
 	c.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
 		req := kreq.(*kmsg.ProduceRequest)
-		if accepting.Load() || (physicalTopic != "" &&
-			!slices.ContainsFunc(req.Topics, func(rt kmsg.ProduceRequestTopic) bool { return rt.Topic == physicalTopic })) {
+		if accepting.Load() || (physicalTopic != "" && !slices.ContainsFunc(req.Topics, names)) {
 			return nil, nil, false
 		}
 		resp := req.ResponseKind().(*kmsg.ProduceResponse)
 		for _, rt := range req.Topics {
 			st := kmsg.NewProduceResponseTopic()
-			st.Topic = rt.Topic
+			st.Topic, st.TopicID = rt.Topic, rt.TopicID
 			for _, rp := range rt.Partitions {
 				sp := kmsg.NewProduceResponseTopicPartition()
 				sp.Partition = rp.Partition
@@ -231,4 +241,16 @@ func RefuseProduce(e *embedded.Broker, physicalTopic string) (refused *atomic.In
 		return resp, nil, true
 	})
 	return refused, func() { accepting.Store(true) }
+}
+
+// producesTo returns whether a topic of a produce request is the physical topic, which it names by name or, from
+// Produce v13 on, by topic ID (the topic must exist when producesTo is called).
+func producesTo(e *embedded.Broker, physicalTopic string) func(kmsg.ProduceRequestTopic) bool {
+	var id [16]byte
+	if ti := e.Cluster().TopicInfo(physicalTopic); ti != nil {
+		id = ti.TopicID
+	}
+	return func(rt kmsg.ProduceRequestTopic) bool {
+		return rt.Topic == physicalTopic || (rt.TopicID == id && id != [16]byte{})
+	}
 }

@@ -4,9 +4,10 @@
 //   - decoding (Consume): each consumed record is decoded with the topics/ codec into the stage's record type;
 //     one that does not decode is dead-lettered with class Undecodable and acknowledged, and never reaches the
 //     stage;
-//   - the reject-and-finish path (Record.Reject): a dead letter on the rejected topic (kafka.DeadLetters) naming
-//     the record, its payload trimmed to topics.MaxRejectedPayload (the one place a payload is trimmed), then the
-//     acknowledgement once the dead letter is durable;
+//   - the reject-and-finish path (Record.Reject): a dead letter on the rejected topic naming the record, its
+//     payload trimmed to topics.MaxRejectedPayload and to what the topic accepts (deadletter.go: the one place a
+//     payload is trimmed, and a refused dead letter written again with less), then the acknowledgement once the
+//     dead letter is durable;
 //   - the produce policy (Output.Send, Record.Produce), stated on Output.Send;
 //   - asynchronous acknowledgement: a record may be finished from any goroutine, out of order, long after the
 //     stage's handler returned (generate's requests, the sink's shard commits). Acknowledging a consumed record
@@ -18,6 +19,6 @@
 //     Every stage has the same two names; status reads them as they are.
 //
 // It lives under kafka/ because it is the typed half of the door to Kafka: stages reach Kafka only through
-// kafka/ and this package, and never import each other. It imports kafka/ (consumers, producers, dead letters),
+// kafka/ and this package, and never import each other. It imports kafka/ (consumers, producers),
 // topics/ (the codecs) and metrics/; nothing of a stage.
 package stream

@@ -178,7 +178,8 @@ func (r *Record[T]) Rejection(class, reason string) *topics.Rejection {
 // must order a dead letter among its partition's records (the sink): it then finishes the record itself, with
 // Finish(Outcome{Result: Rejected, Class: ...}) or Abandon. A consumed record's dead letter carries its topic,
 // partition and offset and, when rej has no payload, its value; the payload is trimmed to
-// topics.MaxRejectedPayload. Writes are retried while the stage's context lives (kafka.DeadLetters).
+// topics.MaxRejectedPayload and to what the rejected topic accepts. Writes are retried while the stage's
+// context lives.
 func (r *Record[T]) DeadLetter(rej *topics.Rejection, done func(error)) {
 	if r.d != nil && len(rej.Payload) == 0 {
 		rej.Payload = r.d.Message.Value
@@ -197,7 +198,7 @@ func (r *Record[T]) Produce(o *Output, key string, rec any, ok Outcome) {
 			r.Finish(ok)
 		case kafka.IsRecordTooLarge(err):
 			r.Reject(TooLarge, err.Error(), nil)
-		case kafka.IsUnencodable(err):
+		case IsUnencodable(err):
 			r.Reject(Unencodable, err.Error(), nil)
 		default:
 			r.s.log.Debug("result not written before the stage stopped; the record is abandoned", "at", r.Where(), "err", err)

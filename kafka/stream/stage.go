@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/draftflow/draftflow/internal/background"
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/metrics"
 	"github.com/draftflow/draftflow/topics"
@@ -57,11 +58,12 @@ type Stage struct {
 	cl   *kafka.Client
 	log  *slog.Logger
 	ctx  context.Context // writes are retried while it lives
-	dead *kafka.DeadLetters
+	dead *kafka.Producer // the rejected topic (deadletter.go)
 	met  *lifeMetrics
 
-	slots chan struct{}  // From records in flight
-	open  sync.WaitGroup // From records not finished
+	slots chan struct{}    // From records in flight
+	open  sync.WaitGroup   // From records not finished
+	bg    background.Group // done callbacks that must not run within the call given them (later)
 
 	failed context.Context // cancelled with the stage's error (Fail)
 	fail   context.CancelCauseFunc
@@ -85,7 +87,7 @@ func New(ctx context.Context, cfg Config) *Stage {
 	}
 	failed, fail := context.WithCancelCause(context.Background())
 	return &Stage{name: cfg.Stage, cl: cfg.Client, log: cfg.Logger.With("stage", cfg.Stage), ctx: ctx,
-		dead: cfg.Client.NewDeadLetters(cfg.Stage), met: newLifeMetrics(cfg.Registerer, cfg.Stage),
+		dead: cfg.Client.NewProducer(topics.TopicRejected, kafka.ProducerConfig{}), met: newLifeMetrics(cfg.Registerer, cfg.Stage),
 		slots: make(chan struct{}, cfg.MaxInFlight), failed: failed, fail: fail}
 }
 
@@ -115,26 +117,12 @@ func (s *Stage) stop(err error) {
 // Count records an outcome of a record the stage holds no Record for (the sink's next turns): once, now.
 func (s *Stage) Count(o Outcome) { s.met.count(o) }
 
-// DeadLetter writes r to the rejected topic for a record the stage holds no Record for, trimming its payload
-// (see Record.DeadLetter), and calls done once, never before DeadLetter returns: nil once it is durable, or the
+// DeadLetter writes r to the rejected topic for a record the stage holds no Record for, its payload trimmed to
+// fit (see Record.DeadLetter), and calls done once, never before DeadLetter returns: nil once it is durable, or the
 // error that stopped it (the stage's context ended; or Kafka refuses the stage's writes: the stage fails).
 // Nothing is counted: count the record's outcome with Count when done reports nil.
 func (s *Stage) DeadLetter(r *topics.Rejection, done func(error)) {
 	s.deadLetter(nil, r, done)
-}
-
-func (s *Stage) deadLetter(d *kafka.Delivery, r *topics.Rejection, done func(error)) {
-	if len(r.Payload) > topics.MaxRejectedPayload {
-		r.Payload = r.Payload[:topics.MaxRejectedPayload]
-	}
-	// A copy: the caller's buffer may be reused (ingest's line reader) while the write is retried.
-	r.Payload = append([]byte(nil), r.Payload...)
-	s.dead.Reject(s.ctx, d, r, func(err error) {
-		if err != nil && !s.ended(err) {
-			s.stop(fmt.Errorf("%s: dead letter of %s: %w", s.name, rejectedWhat(r), err))
-		}
-		done(err)
-	})
 }
 
 // ended reports whether err only says the stage's context ended, or an output closed, before a write succeeded:
@@ -172,13 +160,19 @@ func (s *Stage) Close() error {
 				errs = append(errs, fmt.Errorf("%s: close the %s producer: %w", s.name, o.topic, err))
 			}
 		}
+		s.bg.Wait() // the callbacks of results that could not be encoded, which dead-letter their records
 		if err := s.dead.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("%s: close the %s producer: %w", s.name, topics.TopicRejected, err))
 		}
+		s.bg.Wait()
 		s.closeErr = errors.Join(errs...)
 	})
 	return s.closeErr
 }
+
+// later runs f, a done callback, on a goroutine Close waits for: a callback must never run within the call it
+// was given to (its caller may hold a lock it takes).
+func (s *Stage) later(f func()) { s.bg.Go(f) }
 
 // lifeMetrics are the lifecycle's series, curried with the stage's name.
 type lifeMetrics struct {

@@ -34,7 +34,7 @@ func writeShards(t *testing.T, kc kafka.Config, recs ...any) {
 		if st, ok := r.(*topics.ShardedTurn); ok {
 			key = topics.ShardKey(st.Run, st.ID, st.Turn)
 		}
-		if err := p.SendSync(ctx, key, r); err != nil {
+		if err := p.SendSync(ctx, key, kafkatest.Encode(t, r)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -45,7 +45,7 @@ func sendTokenized(t *testing.T, kc kafka.Config, recs []*topics.Tokenized) {
 	p := kafkatest.Client(t, kc).NewProducer(topics.TopicTokenized, kafka.ProducerConfig{})
 	defer p.Close()
 	for _, r := range recs {
-		if err := p.SendSync(context.Background(), r.ID, r); err != nil {
+		if err := p.SendSync(context.Background(), r.ID, kafkatest.Encode(t, r)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -186,7 +186,7 @@ func TestStageEndToEnd(t *testing.T) {
 					rec.InputIDs = prompt(5000, i) // longer than the context: HTTP 400
 				}
 				sent[rec.ID] = rec
-				if err := p.SendSync(ctx, rec.ID, rec); err != nil {
+				if err := p.SendSync(ctx, rec.ID, kafkatest.Encode(t, rec)); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -281,7 +281,7 @@ func TestStageShutdownAbandons(t *testing.T) {
 	p := cl.NewProducer(topics.TopicTokenized, kafka.ProducerConfig{})
 	for i := range 5 {
 		rec := &topics.Tokenized{ID: fmt.Sprintf("slow-%d", i), InputIDs: prompt(50, i), Sampling: topics.Sampling{MaxNewTokens: 4000}}
-		if err := p.SendSync(ctx, rec.ID, rec); err != nil {
+		if err := p.SendSync(ctx, rec.ID, kafkatest.Encode(t, rec)); err != nil {
 			t.Fatal(err)
 		}
 	}

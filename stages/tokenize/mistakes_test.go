@@ -38,7 +38,7 @@ func TestStageNamesTemplateErrorsAndWarnsOfIgnoredTools(t *testing.T) {
 	in := kafkatest.Client(t, kc).NewProducer(topics.TopicPrompts, kafka.ProducerConfig{})
 	tools := json.RawMessage(`[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}]`)
 	send := func(p *topics.Prompt) {
-		if err := in.SendSync(ctx, p.ID, p); err != nil {
+		if err := in.SendSync(ctx, p.ID, kafkatest.Encode(t, p)); err != nil {
 			t.Fatal(err)
 		}
 	}

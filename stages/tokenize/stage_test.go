@@ -73,11 +73,11 @@ func TestStageTokenizesAndRejects(t *testing.T) {
 			p.Messages[0].Content = strings.Repeat("long text ", 200) // over the 256-token test context
 		}
 		prompts[p.ID] = p
-		if err := in.SendSync(ctx, p.ID, p); err != nil {
+		if err := in.SendSync(ctx, p.ID, kafkatest.Encode(t, p)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := in.SendRaw(ctx, "junk", []byte("not a record"), nil); err != nil {
+	if err := in.Send(ctx, "junk", []byte("not a record"), nil); err != nil {
 		t.Fatal(err)
 	}
 	in.Close()
@@ -164,7 +164,7 @@ func TestStageRejectsOversizedRecord(t *testing.T) {
 		{ID: "small", Messages: []topics.Message{{Role: "user", Content: "hi"}}},
 		{ID: "huge", Messages: []topics.Message{{Role: "user", Content: strings.Repeat("lorem ipsum dolor ", 2000)}}},
 	} {
-		if err := in.SendSync(ctx, p.ID, p); err != nil {
+		if err := in.SendSync(ctx, p.ID, kafkatest.Encode(t, p)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -208,7 +208,7 @@ func TestStageRejectsRecordRefusedByBroker(t *testing.T) {
 		{ID: "huge", Messages: []topics.Message{{Role: "user", Content: string(text)}}},
 		{ID: "small", Messages: []topics.Message{{Role: "user", Content: "hi"}}},
 	} {
-		if err := in.SendSync(ctx, p.ID, p); err != nil {
+		if err := in.SendSync(ctx, p.ID, kafkatest.Encode(t, p)); err != nil {
 			t.Fatal(err)
 		}
 	}

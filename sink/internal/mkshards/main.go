@@ -105,8 +105,12 @@ func run(out, expected string, n, rotate, rowGroup int) error {
 	var sendErr error
 	var sendMu sync.Mutex
 	for _, g := range gens {
+		value, err := topics.Marshal(g)
+		if err != nil {
+			return err
+		}
 		wg.Add(1)
-		if err := p.Send(ctx, g.ID, g, func(err error) {
+		if err := p.Send(ctx, g.ID, value, func(err error) {
 			if err != nil {
 				sendMu.Lock()
 				sendErr = err
