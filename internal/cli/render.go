@@ -45,7 +45,7 @@ func (e *Effective) Render() []byte {
 				continue
 			case v.Flag == "":
 				where += ", not used by draftflow " + e.Command
-			case v.Flag != name:
+			case v.Flag != name && v.Source != FromFlag:
 				where += " (--" + v.Flag + ")"
 			}
 			if !v.Repeatable {
