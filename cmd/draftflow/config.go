@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"runtime/debug"
 	"slices"
@@ -108,7 +109,10 @@ func (c *common) record() []byte {
 
 // cmdConfig is `draftflow config [--command NAME] JOB.yaml [flags]`: the effective configuration the command
 // would run with, from the job file, the environment and the flags, each value with where it came from.
-func cmdConfig(ctx context.Context, args []string) error {
+func cmdConfig(ctx context.Context, args []string) error { return printConfig(os.Stdout, args) }
+
+// printConfig is `draftflow config args`, printing on w.
+func printConfig(w io.Writer, args []string) error {
 	fs := flag.NewFlagSet("draftflow config", flag.ContinueOnError)
 	command := fs.String("command", "run", "the command whose configuration to print: "+strings.Join(jobCommandNames(), ", "))
 	keys := fs.Bool("keys", false, "print every key of a job file (Markdown: docs/config.md's reference) and exit")
@@ -126,8 +130,8 @@ func cmdConfig(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		fmt.Print(s.Markdown(envVars))
-		return nil
+		_, err = io.WriteString(w, s.Markdown(envVars))
+		return err
 	}
 	if fs.NArg() == 0 {
 		fs.Usage()
@@ -149,7 +153,7 @@ func cmdConfig(ctx context.Context, args []string) error {
 	if rest.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", rest.Args())
 	}
-	_, err = os.Stdout.Write(eff.Render())
+	_, err = w.Write(eff.Render())
 	return err
 }
 

@@ -65,7 +65,7 @@ func ingestFlags(c *common, cfg *ingest.Config, showProgress *bool) *cli.Table {
 	t.Add("", func(fs *flag.FlagSet) { c.register(fs, "") })
 	t.Add(ingest.Stage, cfg.RegisterFlags)
 	t.Add(ingest.Stage, func(fs *flag.FlagSet) {
-		fs.BoolVar(showProgress, "progress", *showProgress, "show a progress bar on stderr")
+		fs.BoolVar(showProgress, "progress", true, "show a progress bar on stderr")
 	})
 	return t
 }
@@ -73,7 +73,7 @@ func ingestFlags(c *common, cfg *ingest.Config, showProgress *bool) *cli.Table {
 func cmdIngest(ctx context.Context, args []string) error {
 	var c common
 	var cfg ingest.Config
-	showProgress := true
+	var showProgress bool
 	p, err := prepare(ctx, &c, ingestFlags(&c, &cfg, &showProgress), args)
 	if err != nil {
 		return err

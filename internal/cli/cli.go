@@ -13,6 +13,9 @@
 //     serves every command, each reading the keys of its own groups.
 //   - A setting that takes several values, one per flag, says "repeatable" in its usage: a job file gives it a
 //     list.
+//   - A setting whose name ends in "api-key", "password", "secret" or "token" holds a credential: nothing
+//     printed or written shows its value. A shared job's credentials are named by reference instead (a
+//     "-file" setting, or a variable).
 //   - A setting's default is the value its flag.Value holds when it is added (-h shows it): a command that wants
 //     another default sets the field before adding the group. A field whose zero value means "the stage's
 //     default" says that default in its usage ("(0: 1m)").
@@ -156,6 +159,27 @@ func KeyOf(group, name string) string {
 // Repeatable reports whether the setting takes several values, one per flag (its usage says "repeatable"): a job
 // file gives it a list.
 func (s Setting) Repeatable() bool { return strings.Contains(s.Usage, "repeatable") }
+
+// Credential reports whether the setting holds a credential (its name ends in api-key, password, secret or
+// token): its value is never printed or written out.
+func (s Setting) Credential() bool { return isCredential(s.Name) }
+
+func isCredential(name string) bool {
+	for _, suffix := range []string{"api-key", "password", "secret", "token"} {
+		if strings.HasSuffix(name, suffix) {
+			return true
+		}
+	}
+	return false
+}
+
+// shown is a value as errors and renderings show it: "[redacted]" for a credential, else Redact(text).
+func shown(credential bool, text string) string {
+	if credential {
+		return "[redacted]"
+	}
+	return Redact(text)
+}
 
 func keys(m map[string]string) []string {
 	out := make([]string, 0, len(m))

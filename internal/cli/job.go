@@ -328,7 +328,7 @@ func (f *File) add(s *Schema, seen map[string]int, key string, keyNode, val *yam
 	}
 	for _, x := range texts {
 		if err := k.parse.Value.Set(x); err != nil {
-			msg := fmt.Sprintf("%s: %s: invalid value %q: %v", at, key, Redact(x), err)
+			msg := fmt.Sprintf("%s: %s: invalid value %q: %v", at, key, shown(k.parse.Credential(), x), err)
 			if w := want(kind); w != "" {
 				msg += " (want " + w + ")"
 			}

@@ -44,6 +44,7 @@ func other() *Table {
 	t.Add("sim", func(fs *flag.FlagSet) {
 		fs.StringVar(&addr, "addr", "127.0.0.1:1", "listen address")
 		fs.Float64Var(&rate, "rate", 0, "a rate")
+		fs.String("api-key", "", "require this key")
 	})
 	return t
 }
@@ -77,6 +78,7 @@ run:
   timeout: 1h
 sim:
   addr: 0.0.0.0:30000
+  api-key: hunter2
 `
 
 // Each layer overrides the one before: default < file < environment < flag; a repeatable setting takes only the
@@ -121,7 +123,7 @@ func TestLoadLayers(t *testing.T) {
 			t.Errorf("%s: %+v, want %v from %s", key, v, w.src, w.origin)
 		}
 	}
-	if v := eff.Lookup("sim.addr"); v.Flag != "" || len(eff.Unused) != 1 {
+	if v := eff.Lookup("sim.addr"); v.Flag != "" || len(eff.Unused) != 2 {
 		t.Errorf("another command's key: %+v, unused %+v", v, eff.Unused)
 	}
 	if v := eff.Lookup("stage.limit"); v.Flag != "stage-limit" {
@@ -230,7 +232,7 @@ func TestRenderRoundTrip(t *testing.T) {
 		t.Fatalf("rendered the credential:\n%s", out)
 	}
 	for _, want := range []string{"# draftflow run: effective configuration", `  - 'x: y'`, `  - ""`, "limit: 8", "(--stage-limit)",
-		"not used by draftflow run", "# a note", "--verbose", "$T_BROKERS"} {
+		"not used by draftflow run", "# a note", "--verbose", "$T_BROKERS", "# api-key: [redacted]"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("rendered configuration lacks %q:\n%s", want, out)
 		}
@@ -244,7 +246,7 @@ func TestRenderRoundTrip(t *testing.T) {
 	if !reflect.DeepEqual(a, b) {
 		t.Errorf("loaded from the rendered file: %+v, want %+v\n%s", b, a, out)
 	}
-	if len(again.Unused) != 1 || again.Unused[0].Key != "sim.addr" {
+	if len(again.Unused) != 1 || again.Unused[0].Key != "sim.addr" { // the credential is not written out
 		t.Errorf("another command's key is not kept: %+v", again.Unused)
 	}
 }

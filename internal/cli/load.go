@@ -57,6 +57,7 @@ type Value struct {
 	Source     Source
 	Origin     string // "job.yaml:12", "$DRAFTFLOW_BROKERS" or "--brokers"; "" for the default
 	Repeatable bool
+	Credential bool // its value is never shown (Setting.Credential)
 }
 
 // Effective is a command's configuration once Load has set it: each setting's value and where it came from.
@@ -152,7 +153,7 @@ func (t *Table) Load(args []string, src Sources) (*flag.FlagSet, *Effective, err
 		fromFlags[g.name] = append(fromFlags[g.name], g.text)
 	}
 	for _, s := range t.settings {
-		v := Value{Key: s.Key, Flag: s.Name, Default: s.Default, Repeatable: s.Repeatable()}
+		v := Value{Key: s.Key, Flag: s.Name, Default: s.Default, Repeatable: s.Repeatable(), Credential: s.Credential()}
 		if file != nil {
 			if texts, ok := file.Get(s.Key); ok {
 				v.Texts, v.Source, v.Origin = texts, FromFile, file.Origin(s.Key)
@@ -179,17 +180,18 @@ func (t *Table) Load(args []string, src Sources) (*flag.FlagSet, *Effective, err
 				if err := s.Value.Set(x); err != nil {
 					what := v.Key
 					if layer == FromEnv {
-						what = fmt.Sprintf("%s=%q (%s)", strings.TrimPrefix(v.Origin, "$"), Redact(x), v.Key)
+						what = fmt.Sprintf("%s=%q (%s)", strings.TrimPrefix(v.Origin, "$"), shown(v.Credential, x), v.Key)
 						return nil, nil, fmt.Errorf("%s: %v", what, err)
 					}
-					return nil, nil, fmt.Errorf("%s: %s: invalid value %q: %v", v.Origin, what, Redact(x), err)
+					return nil, nil, fmt.Errorf("%s: %s: invalid value %q: %v", v.Origin, what, shown(v.Credential, x), err)
 				}
 			}
 		}
 	}
 	for _, g := range log {
-		if err := byName[g.name].Value.Set(g.text); err != nil {
-			return nil, nil, fmt.Errorf("invalid value %q for flag -%s: %v", Redact(g.text), g.name, err)
+		s := byName[g.name]
+		if err := s.Value.Set(g.text); err != nil {
+			return nil, nil, fmt.Errorf("invalid value %q for flag -%s: %v", shown(s.Credential(), g.text), g.name, err)
 		}
 	}
 	if file != nil {
@@ -200,7 +202,7 @@ func (t *Table) Load(args []string, src Sources) (*flag.FlagSet, *Effective, err
 			texts, _ := file.Get(key)
 			k := src.Schema.Lookup(key)
 			eff.Unused = append(eff.Unused, Value{Key: key, Texts: texts, Default: k.Uses[0].Setting.Default,
-				Source: FromFile, Origin: file.Origin(key), Repeatable: k.Type() == "list"})
+				Source: FromFile, Origin: file.Origin(key), Repeatable: k.Type() == "list", Credential: k.parse.Credential()})
 		}
 	}
 	for _, check := range t.checks {

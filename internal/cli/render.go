@@ -12,7 +12,8 @@ import (
 // Render writes the effective configuration as a job file: every setting the defaults do not decide, at its key,
 // followed by a comment saying where it came from; the defaults as comments; the job file's keys of other
 // commands as the file gave them; the notes. Values are redacted (Redact): what Render writes holds no
-// credential, and loaded as a job file it gives the command the same settings.
+// credential (a credential setting is a comment), and loaded as a job file it gives the command the same
+// settings.
 func (e *Effective) Render() []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "# draftflow %s: effective configuration", e.Command)
@@ -42,6 +43,9 @@ func (e *Effective) Render() []byte {
 					line += " " + scalar(v.Default)
 				}
 				b.WriteString(line + "\n")
+				continue
+			case v.Credential:
+				writeLine(&b, indent+"# "+name+": [redacted]", where+" (a credential: not written out)")
 				continue
 			case v.Flag == "":
 				where += ", not used by draftflow " + e.Command
