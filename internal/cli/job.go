@@ -257,6 +257,9 @@ func ParseFile(path string, data []byte, s *Schema) (*File, error) {
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		name, val := root.Content[i], resolve(root.Content[i+1])
 		if groups[name.Value] {
+			if val.Kind == yaml.ScalarNode && val.Tag == "!!null" {
+				continue // an empty group
+			}
 			if val.Kind != yaml.MappingNode {
 				return nil, fmt.Errorf("%s:%d: %s: a group of settings: want a mapping of its keys (%s: {key: value})", path, val.Line, name.Value, name.Value)
 			}
@@ -367,15 +370,16 @@ func (s *Schema) Markdown(env map[string]string) string {
 			if v := env[k.Key]; v != "" {
 				e = "`" + v + "`"
 			}
-			fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s | %s |\n", name, k.flags(), k.Type(), k.defaults(), e, cell(usage))
+			fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s | %s |\n", name, k.flags(len(s.commands)), k.Type(), k.defaults(), e, cell(usage))
 		}
 		b.WriteString("\n")
 	}
 	return b.String()
 }
 
-// flags lists the key's flags and the commands that have each: "`--lane`: generate; `--generate-lane`: run".
-func (k *SchemaKey) flags() string {
+// flags lists the key's flags and the commands that have each: "`--lane`: generate; `--generate-lane`: run", or
+// "every command" for a flag of all commands (of commands).
+func (k *SchemaKey) flags(commands int) string {
 	var names []string
 	cmds := map[string][]string{}
 	for _, u := range k.Uses {
@@ -386,6 +390,10 @@ func (k *SchemaKey) flags() string {
 	}
 	var parts []string
 	for _, n := range names {
+		if len(cmds[n]) == commands {
+			parts = append(parts, fmt.Sprintf("`--%s`: every command", n))
+			continue
+		}
 		parts = append(parts, fmt.Sprintf("`--%s`: %s", n, strings.Join(cmds[n], ", ")))
 	}
 	return strings.Join(parts, "; ")

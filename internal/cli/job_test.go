@@ -190,7 +190,7 @@ func TestLoadFileErrors(t *testing.T) {
 		}
 	}
 	// An empty file and a file of comments set nothing.
-	for _, text := range []string{"", "# nothing\n"} {
+	for _, text := range []string{"", "# nothing\n", "stage:\n"} {
 		var j job
 		if _, _, err := j.table("run").Load([]string{"--config", writeJob(t, text)}, Sources{Schema: schema(t)}); err != nil || j.limit != 4 {
 			t.Errorf("%q: %v %+v", text, err, j)
@@ -265,8 +265,8 @@ func TestSchemaKindsAgree(t *testing.T) {
 // The reference lists every key by group with its flags in each command.
 func TestSchemaMarkdown(t *testing.T) {
 	md := schema(t).Markdown(map[string]string{"brokers": "T_BROKERS"})
-	for _, want := range []string{"#### Shared keys (top level)", "| `brokers` | `--brokers`: run, other | string |  | `T_BROKERS` |",
-		"#### `stage:`", "| `limit` | `--stage-limit`: run | int | `4` |", "| `url` | `--url`: run | list |", "#### `sim:`"} {
+	for _, want := range []string{"#### Shared keys (top level)", "| `brokers` | `--brokers`: every command | string |  | `T_BROKERS` |",
+		"#### `stage:`", "| `limit` | `--stage-limit`: run | int | `4` |", "| `addr` | `--addr`: other |", "| `url` | `--url`: run | list |", "#### `sim:`"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("reference lacks %q:\n%s", want, md)
 		}
