@@ -5,7 +5,9 @@
 // stage in one process, against an embedded broker and a simulated SGLang server unless told otherwise; `sim`
 // serves the simulator over HTTP; `status` shows a running pipeline from Kafka; `replay` moves a stopped stage's
 // consumer group back (or forward); `encode`, `inspect`, `merge-turns`, `export`, `vocab` and `bench` are tools
-// around the pipeline.
+// around the pipeline. Each of the pipeline's commands reads its settings from a job file (--config, YAML keyed by
+// the flags' names), the DRAFTFLOW_* variables and its flags, in that order of precedence; `config` prints the
+// result (config.go).
 package main
 
 import (
