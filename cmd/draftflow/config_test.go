@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -36,18 +37,8 @@ func writeFile(t *testing.T, name, text string) string {
 // unsetEnv clears the variables a command reads, for the test's duration.
 func unsetEnv(t *testing.T) {
 	t.Helper()
-	for _, name := range append(slices.Collect(mapsValues(envVars)), envSASLPassword, envSGLangAPIKey) {
+	for _, name := range append(slices.Collect(maps.Values(envVars)), envSASLPassword, envSGLangAPIKey) {
 		t.Setenv(name, "")
-	}
-}
-
-func mapsValues(m map[string]string) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for _, v := range m {
-			if !yield(v) {
-				return
-			}
-		}
 	}
 }
 

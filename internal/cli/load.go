@@ -177,13 +177,12 @@ func (t *Table) Load(args []string, src Sources) (*flag.FlagSet, *Effective, err
 				continue
 			}
 			for _, x := range v.Texts {
-				if err := s.Value.Set(x); err != nil {
-					what := v.Key
-					if layer == FromEnv {
-						what = fmt.Sprintf("%s=%q (%s)", strings.TrimPrefix(v.Origin, "$"), shown(v.Credential, x), v.Key)
-						return nil, nil, fmt.Errorf("%s: %v", what, err)
-					}
-					return nil, nil, fmt.Errorf("%s: %s: invalid value %q: %v", v.Origin, what, shown(v.Credential, x), err)
+				switch err := s.Value.Set(x); {
+				case err == nil:
+				case layer == FromEnv:
+					return nil, nil, fmt.Errorf("%s=%q (%s): %v", strings.TrimPrefix(v.Origin, "$"), shown(v.Credential, x), v.Key, err)
+				default:
+					return nil, nil, fmt.Errorf("%s: %s: invalid value %q: %v", v.Origin, v.Key, shown(v.Credential, x), err)
 				}
 			}
 		}

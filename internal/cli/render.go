@@ -20,7 +20,7 @@ func (e *Effective) Render() []byte {
 	if e.File != "" {
 		fmt.Fprintf(&b, " (job file %s)", e.File)
 	}
-	b.WriteString("\n# value  # where it came from: file:line, $VARIABLE, --flag; (default) lines are comments\n")
+	b.WriteString("\n# each value is followed by where it came from: default (a comment), file FILE:LINE, env $VARIABLE or flag --name\n")
 	values := append(append([]Value(nil), e.Values...), e.Unused...)
 	// Shared keys, then each group's, each in order of first appearance.
 	var groups []string
@@ -35,14 +35,14 @@ func (e *Effective) Render() []byte {
 	rows := func(vs []Value, indent string) {
 		for _, v := range vs {
 			_, name := splitKey(v.Key)
-			where := v.Origin
+			where := v.Source.String() + " " + v.Origin
 			switch {
 			case v.Source == FromDefault:
 				line := indent + "# " + name + ":"
 				if v.Default != "" {
 					line += " " + scalar(v.Default)
 				}
-				b.WriteString(line + "\n")
+				writeLine(&b, line, "default")
 				continue
 			case v.Credential:
 				writeLine(&b, indent+"# "+name+": [redacted]", where+" (a credential: not written out)")
@@ -119,4 +119,96 @@ func scalar(s string) string {
 		return q
 	}
 	return strconv.Quote(s) // a YAML double-quoted scalar too
+}
+
+// Markdown returns the schema as Markdown: per group (the shared keys first) a table of its keys, each with the
+// flags that set it in each command, its type, default, environment variable (env, by key) and usage.
+func (s *Schema) Markdown(env map[string]string) string {
+	var b strings.Builder
+	for _, g := range append([]string{""}, s.groups...) {
+		if g == "" {
+			b.WriteString("#### Shared keys (top level)\n\n")
+		} else {
+			fmt.Fprintf(&b, "#### `%s:`\n\n", g)
+		}
+		b.WriteString("| key | flag: commands | type | default | env | what |\n|---|---|---|---|---|---|\n")
+		for _, k := range s.Keys() {
+			if k.Group != g {
+				continue
+			}
+			_, name := splitKey(k.Key)
+			usage := k.Uses[0].Setting.Usage
+			for _, u := range k.Uses { // the usage of the command that defines it under its own name
+				if u.Setting.Name == name {
+					usage = u.Setting.Usage
+					break
+				}
+			}
+			e := ""
+			if v := env[k.Key]; v != "" {
+				e = "`" + v + "`"
+			}
+			fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s | %s |\n", name, k.flags(len(s.commands)), k.Type(), k.defaults(), e, cell(usage))
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// flags lists the key's flags and the commands that have each: "`--lane`: generate; `--generate-lane`: run", or
+// "every command" for a flag of all commands (of commands).
+func (k *SchemaKey) flags(commands int) string {
+	var names []string
+	cmds := map[string][]string{}
+	for _, u := range k.Uses {
+		if _, ok := cmds[u.Setting.Name]; !ok {
+			names = append(names, u.Setting.Name)
+		}
+		cmds[u.Setting.Name] = append(cmds[u.Setting.Name], u.Command)
+	}
+	var parts []string
+	for _, n := range names {
+		if len(cmds[n]) == commands {
+			parts = append(parts, fmt.Sprintf("`--%s`: every command", n))
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("`--%s`: %s", n, strings.Join(cmds[n], ", ")))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// defaults is the key's default, or each command's where they differ.
+func (k *SchemaKey) defaults() string {
+	var vals []string
+	cmds := map[string][]string{}
+	for _, u := range k.Uses {
+		d := u.Setting.Default
+		if _, ok := cmds[d]; !ok {
+			vals = append(vals, d)
+		}
+		cmds[d] = append(cmds[d], u.Command)
+	}
+	show := func(d string) string {
+		if d == "" {
+			return ""
+		}
+		return "`" + d + "`"
+	}
+	if len(vals) == 1 {
+		return cell(show(vals[0]))
+	}
+	var parts []string
+	for _, d := range vals {
+		s := show(d)
+		if s == "" {
+			s = "none"
+		}
+		parts = append(parts, s+" ("+strings.Join(cmds[d], ", ")+")")
+	}
+	return cell(strings.Join(parts, "; "))
+}
+
+// cell makes s fit a Markdown table cell.
+func cell(s string) string {
+	return strings.NewReplacer("|", `\|`, "\n", " ").Replace(s)
 }
