@@ -54,7 +54,7 @@ func commands() []command {
 		{"merge-turns", "write one row per conversation where the turns merge token-exactly (the rest stay turn rows, with the reason)", cmdMergeTurns},
 		{"export", "export one run's shards as SpecForge or speculators JSONL, with the trainer's length limits", cmdExport},
 		{"vocab", "count a run's generated tokens and write the draft vocabulary maps (d2t.npy, t2d.npy)", cmdVocab},
-		{"config", "print the configuration a command would run with from a job file (YAML), the environment and flags, and where each value came from", cmdConfig},
+		{"config", "print a command's effective configuration (job file, DRAFTFLOW_* variables, flags) and where each value came from", cmdConfig},
 		{"bench", "benchmarks: bench generate (serving policies), bench pipeline (Kafka throughput), bench sglang (policies on live servers)", cmdBench},
 	}
 }
