@@ -2,7 +2,8 @@
 // checks that keep them true to the binary without a Docker engine: the binary builds static, kustomize
 // renders every Kubernetes directory, the compose file parses with compose's own loader and names every stage,
 // and every command line in them uses subcommands and flags the binary accepts and environment variables it
-// reads. A flag renamed in code fails this test.
+// reads. Every stage reads one job file (--config) that the manifests mount: `draftflow config` loads and checks
+// it with the container's arguments, as the stage would. A flag or job key renamed in code fails this test.
 package deploy
 
 import (
@@ -141,6 +142,48 @@ type commandLine struct {
 	where string            // file and container, for messages
 	args  []string          // after the binary: subcommand, flags, values
 	env   map[string]string // environment the container sets (values may be references)
+	files map[string]string // files mounted into the container (path there -> a file here holding its content)
+}
+
+// jobStages are the subcommands that must read their settings from a job file in a deployment.
+var jobStages = []string{"ingest", "tokenize", "generate", "sink", "capture", "sim"}
+
+// configArg returns the --config value of args, if any.
+func configArg(args []string) (path string, rest []string, ok bool) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			rest = append(rest, args[i:]...)
+			break
+		}
+		name, val, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if strings.HasPrefix(a, "-") && name == "config" {
+			if !hasVal && i+1 < len(args) {
+				i++
+				val = args[i]
+			}
+			path, ok = val, true
+			continue
+		}
+		rest = append(rest, a)
+	}
+	return path, rest, ok
+}
+
+// checkJob runs `draftflow config --command SUB FILE ARGS` on the job file the container is given, with the
+// container's other arguments, and returns its error: the checks the stage runs on its settings before it starts.
+func checkJob(t *testing.T, sub, file string, args []string) error {
+	t.Helper()
+	cmd := exec.Command(binary(t), append([]string{"config", "--command", sub, file}, args...)...)
+	for _, kv := range os.Environ() { // the container's settings are the file's: none from this machine
+		if !strings.HasPrefix(kv, "DRAFTFLOW_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%v: %s", err, bytes.TrimSpace(out))
+	}
+	return nil
 }
 
 // problems lists a subcommand the binary lacks, a flag its subcommand does not accept, and a DRAFTFLOW_*
@@ -173,6 +216,15 @@ func (c commandLine) problems(t *testing.T) []string {
 		if !flags[name] {
 			bad = append(bad, fmt.Sprintf("%s: `draftflow %s` has no flag -%s (in %q)", c.where, sub, name, a))
 		}
+	}
+	if path, rest, ok := configArg(c.args[1:]); ok {
+		if file, mounted := c.files[path]; !mounted {
+			bad = append(bad, fmt.Sprintf("%s: --config %s: no file is mounted there", c.where, path))
+		} else if err := checkJob(t, sub, file, rest); err != nil {
+			bad = append(bad, fmt.Sprintf("%s: draftflow %s --config %s: %v", c.where, sub, path, err))
+		}
+	} else if slices.Contains(jobStages, sub) {
+		bad = append(bad, fmt.Sprintf("%s: draftflow %s reads no job file (--config): a deployment's settings are in one", c.where, sub))
 	}
 	line := strings.Join(c.args, " ")
 	for name := range c.env {
@@ -224,7 +276,8 @@ func TestKubernetesRendersAndMatchesBinary(t *testing.T) {
 	}
 }
 
-// k8sCommandLines returns the draftflow containers of kustomize's output.
+// k8sCommandLines returns the draftflow containers of kustomize's output, each with the files its ConfigMap
+// volumes mount.
 func k8sCommandLines(t *testing.T, dir string, rendered []byte) []commandLine {
 	t.Helper()
 	type container struct {
@@ -235,16 +288,32 @@ func k8sCommandLines(t *testing.T, dir string, rendered []byte) []commandLine {
 		Env     []struct {
 			Name string `yaml:"name"`
 		} `yaml:"env"`
+		VolumeMounts []struct {
+			Name      string `yaml:"name"`
+			MountPath string `yaml:"mountPath"`
+			SubPath   string `yaml:"subPath"`
+		} `yaml:"volumeMounts"`
 	}
 	type podSpec struct {
 		Containers     []container `yaml:"containers"`
 		InitContainers []container `yaml:"initContainers"`
+		Volumes        []struct {
+			Name      string `yaml:"name"`
+			ConfigMap *struct {
+				Name  string `yaml:"name"`
+				Items []struct {
+					Key  string `yaml:"key"`
+					Path string `yaml:"path"`
+				} `yaml:"items"`
+			} `yaml:"configMap"`
+		} `yaml:"volumes"`
 	}
-	var doc struct {
+	type document struct {
 		Kind     string `yaml:"kind"`
 		Metadata struct {
 			Name string `yaml:"name"`
 		} `yaml:"metadata"`
+		Data map[string]string `yaml:"data"`
 		Spec struct {
 			Template struct {
 				Spec podSpec `yaml:"spec"`
@@ -258,15 +327,24 @@ func k8sCommandLines(t *testing.T, dir string, rendered []byte) []commandLine {
 			} `yaml:"jobTemplate"`
 		} `yaml:"spec"`
 	}
-	var lines []commandLine
+	var docs []document
+	configMaps := map[string]map[string]string{}
 	dec := yaml.NewDecoder(bytes.NewReader(rendered))
 	for {
-		doc.Kind, doc.Spec.Template.Spec, doc.Spec.JobTemplate.Spec.Template.Spec = "", podSpec{}, podSpec{}
+		var doc document
 		if err := dec.Decode(&doc); err == io.EOF {
 			break
 		} else if err != nil {
 			t.Fatalf("kustomize output of %s: %v", dir, err)
 		}
+		if doc.Kind == "ConfigMap" {
+			configMaps[doc.Metadata.Name] = doc.Data
+		}
+		docs = append(docs, doc)
+	}
+	tmp := t.TempDir()
+	var lines []commandLine
+	for _, doc := range docs {
 		pods := []podSpec{doc.Spec.Template.Spec, doc.Spec.JobTemplate.Spec.Template.Spec}
 		for _, p := range pods {
 			for _, c := range append(p.InitContainers, p.Containers...) {
@@ -284,7 +362,45 @@ func k8sCommandLines(t *testing.T, dir string, rendered []byte) []commandLine {
 				for _, e := range c.Env {
 					env[e.Name] = ""
 				}
-				lines = append(lines, commandLine{where: dir + ": " + doc.Kind + "/" + doc.Metadata.Name + " container " + c.Name, args: args, env: env})
+				where := dir + ": " + doc.Kind + "/" + doc.Metadata.Name + " container " + c.Name
+				files := map[string]string{}
+				for _, m := range c.VolumeMounts {
+					for _, v := range p.Volumes {
+						if v.Name != m.Name || v.ConfigMap == nil {
+							continue
+						}
+						data, ok := configMaps[v.ConfigMap.Name]
+						if !ok {
+							t.Errorf("%s: volume %s names ConfigMap %s, which %s does not render", where, v.Name, v.ConfigMap.Name, dir)
+							continue
+						}
+						paths := map[string]string{} // key -> path under the mount
+						for k := range data {
+							paths[k] = k
+						}
+						if len(v.ConfigMap.Items) > 0 {
+							paths = map[string]string{}
+							for _, it := range v.ConfigMap.Items {
+								paths[it.Key] = it.Path
+							}
+						}
+						for key, rel := range paths {
+							at := filepath.Join(m.MountPath, rel)
+							if m.SubPath != "" {
+								if rel != m.SubPath {
+									continue
+								}
+								at = m.MountPath
+							}
+							local := filepath.Join(tmp, fmt.Sprintf("%d-%s", len(lines), filepath.Base(rel)))
+							if err := os.WriteFile(local, []byte(data[key]), 0o644); err != nil {
+								t.Fatal(err)
+							}
+							files[at] = local
+						}
+					}
+				}
+				lines = append(lines, commandLine{where: where, args: args, env: env, files: files})
 			}
 		}
 	}
@@ -313,7 +429,20 @@ func TestComposeParsesAndMatchesBinary(t *testing.T) {
 		for k := range svc.Environment {
 			env[k] = ""
 		}
-		l := commandLine{where: "compose.yaml service " + name, args: svc.Command, env: env}
+		files := map[string]string{}
+		for _, c := range svc.Configs {
+			cfg, ok := project.Configs[c.Source]
+			if !ok || cfg.File == "" {
+				t.Errorf("compose.yaml service %s: config %s is no file of the project", name, c.Source)
+				continue
+			}
+			target := c.Target
+			if target == "" {
+				target = "/" + c.Source
+			}
+			files[target] = cfg.File
+		}
+		l := commandLine{where: "compose.yaml service " + name, args: svc.Command, env: env, files: files}
 		l.check(t)
 		if len(l.args) > 0 {
 			subs = append(subs, l.args[0])
@@ -322,6 +451,15 @@ func TestComposeParsesAndMatchesBinary(t *testing.T) {
 	for _, s := range stages {
 		if !slices.Contains(subs, s) {
 			t.Errorf("compose.yaml has no service running `draftflow %s` (found %v)", s, subs)
+		}
+	}
+}
+
+// TestJobExampleMatchesBinary: the example of a whole job loads for `run` and every stage, as the binary checks it.
+func TestJobExampleMatchesBinary(t *testing.T) {
+	for _, sub := range []string{"run", "ingest", "tokenize", "generate", "sink", "capture"} {
+		if err := checkJob(t, sub, "job.example.yaml", nil); err != nil {
+			t.Errorf("job.example.yaml for draftflow %s: %v", sub, err)
 		}
 	}
 }
@@ -355,13 +493,30 @@ func TestDockerfileMatchesBinary(t *testing.T) {
 	commandLine{where: "Dockerfile CMD", args: cmd}.check(t)
 }
 
-// TestCheckCatchesDrift proves the checks above can fail: a renamed flag, an unknown subcommand and an
-// environment variable nothing reads are each reported.
+// TestCheckCatchesDrift proves the checks above can fail: a renamed flag, an unknown subcommand, an
+// environment variable nothing reads, a stage without a job file, a job file not mounted and a job file with a
+// key no command has or a bad value are each reported.
 func TestCheckCatchesDrift(t *testing.T) {
+	job := func(text string) map[string]string {
+		p := filepath.Join(t.TempDir(), "job.yaml")
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return map[string]string{"/etc/draftflow/job.yaml": p}
+	}
+	good := job("brokers: kafka:9092\ngenerate:\n  sglang: [http://sim:30000]\n")
+	if p := (commandLine{where: "good", args: []string{"generate", "--config=/etc/draftflow/job.yaml"}, files: good}).problems(t); len(p) > 0 {
+		t.Fatalf("a good job file: %v", p)
+	}
 	for _, l := range []commandLine{
-		{where: "renamed flag", args: []string{"generate", "--sglang-url=http://x"}},
+		{where: "renamed flag", args: []string{"generate", "--sglang-url=http://x", "--config=/etc/draftflow/job.yaml"}, files: good},
 		{where: "unknown subcommand", args: []string{"generator", "--sglang=http://x"}},
-		{where: "unread variable", args: []string{"sink", "--out=/data"}, env: map[string]string{"DRAFTFLOW_NOT_A_SETTING": ""}},
+		{where: "unread variable", args: []string{"sink", "--config", "/etc/draftflow/job.yaml"}, files: good, env: map[string]string{"DRAFTFLOW_NOT_A_SETTING": ""}},
+		{where: "no job file", args: []string{"sink", "--out=/data"}},
+		{where: "job file not mounted", args: []string{"generate", "--config=/etc/draftflow/job.yaml"}},
+		{where: "unknown key", args: []string{"generate", "--config=/etc/draftflow/job.yaml"}, files: job("generate:\n  concurency: 8\n")},
+		{where: "bad value of another stage", args: []string{"generate", "--config=/etc/draftflow/job.yaml"}, files: job("sink:\n  zstd-level: high\n")},
+		{where: "bad flag value over the file", args: []string{"generate", "--config=/etc/draftflow/job.yaml", "--concurrency=many"}, files: good},
 	} {
 		if len(l.problems(t)) == 0 {
 			t.Errorf("%s: %q passed the check", l.where, l.args)

@@ -23,6 +23,7 @@
 //	    manifest.json                 shards (rows, tokens, bytes, sha256, offsets) and totals (ManifestName)
 //	    token_counts.bin              generated-token counts of the shards (TokenCountsFile)
 //	    id_index.bolt                 the sink's index of the shards' (id, turn) keys (sink.IDIndexFile)
+//	    config-3c9e0d41a7b2.yaml      the effective configuration of a process that wrote it (ConfigFile)
 //	    generated+3+000000001200-000000001399+5b0c7d1e9a2f.parquet
 //	    generated+3+000000001200-000000001399+5b0c7d1e9a2f.dff    its feature file, when captured
 //	    features.json                 the run's feature files (package shard/features)

@@ -1,6 +1,8 @@
 package shard
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -68,4 +70,20 @@ func ReadDirID(dir string) (string, error) {
 		return "", fmt.Errorf("read %s: %w", path, err)
 	}
 	return strings.TrimSpace(string(b)), nil
+}
+
+// ConfigPrefix begins the name of a run's recorded configuration: ConfigFile.
+const ConfigPrefix = "config-"
+
+// ConfigFile is the name, in a run directory, of the effective configuration (a job file, secrets redacted) of a
+// process that wrote shards of the run: config-<the first 12 hex digits of its SHA-256>.yaml. Each distinct
+// configuration a run was written with has its own file, and a restart with the same one adds none.
+func ConfigFile(config []byte) string {
+	sum := sha256.Sum256(config)
+	return ConfigPrefix + hex.EncodeToString(sum[:6]) + ".yaml"
+}
+
+// ConfigFiles returns the paths of the configurations recorded in run directory dir (ConfigFile), sorted.
+func ConfigFiles(dir string) ([]string, error) {
+	return filepath.Glob(filepath.Join(dir, ConfigPrefix+"*.yaml"))
 }

@@ -23,6 +23,10 @@ type Config struct {
 	// ModelPath, when set, is recorded in each run's manifest (shard.Manifest.ModelPath) that has none: where the
 	// model the prompts were tokenized with is (`run` sets it).
 	ModelPath string
+	// JobConfig, when set, is the effective configuration of the process (a job file, secrets redacted), written
+	// into each run directory the sink writes a shard to, before the shard, as shard.ConfigFile names it: which
+	// settings wrote the run, so that it can be told apart and repeated.
+	JobConfig []byte
 	// RotateRows flushes a partition's buffer into shards once it holds this many rows (default 10000).
 	RotateRows int
 	// RotateBytes flushes a partition's buffer once its rows hold about this many bytes in memory, counting 5

@@ -112,6 +112,7 @@ func openDir(ctx context.Context, cfg Config, admin *kafka.Admin) (*store, strin
 		return nil, "", nil, err
 	}
 	st.modelPath = cfg.ModelPath
+	st.jobConfig = cfg.JobConfig
 	tid, err := lookupTopicID(ctx, admin, topics.TopicGenerated, log)
 	if err != nil {
 		st.close()

@@ -50,6 +50,8 @@ type store struct {
 	logs      map[string]string    // physical topic -> short ID of the incarnation being consumed
 	zstd      int                  // zstd level of new shards (0: default)
 	modelPath string               // Config.ModelPath
+	jobConfig []byte               // Config.JobConfig
+	recorded  map[string]bool      // run directories holding jobConfig
 	runs      map[string]*runState // by fingerprint
 
 	// crashAt, when set, is asked at each named step of commitFlush; true makes commitFlush stop right
@@ -402,6 +404,9 @@ func (s *store) writeTemp(g runRows, si shard.Origin, rowGroupRows int) (committ
 			return committedShard{}, err
 		}
 	}
+	if err := s.recordConfig(g.run.dir); err != nil {
+		return committedShard{}, err
+	}
 	if g.run.index == nil {
 		// A new run: its index starts empty, covering its empty manifest.
 		x, err := openIndex(context.Background(), g.run.dir, &g.run.manifest, s.log)
@@ -432,6 +437,27 @@ func (s *store) writeTemp(g runRows, si shard.Origin, rowGroupRows int) (committ
 	counts := &shard.Counts{}
 	counts.AddOutputs(g.rows)
 	return committedShard{run: g.run, entry: entry, ids: ids, keys: keys, counts: counts}, nil
+}
+
+// recordConfig writes the process's configuration (Config.JobConfig) into the run directory dir, once: a file
+// already there with its name holds it.
+func (s *store) recordConfig(dir string) error {
+	if len(s.jobConfig) == 0 || s.recorded[dir] {
+		return nil
+	}
+	path := filepath.Join(dir, shard.ConfigFile(s.jobConfig))
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		if err := shard.WriteFileAtomic(path, s.jobConfig); err != nil {
+			return fmt.Errorf("sink: record the configuration: %w", err)
+		}
+	} else if err != nil {
+		return err
+	}
+	if s.recorded == nil {
+		s.recorded = map[string]bool{}
+	}
+	s.recorded[dir] = true
+	return nil
 }
 
 // publish makes the committed shards of a flush (temporary name name in the run directories dirs) what readers

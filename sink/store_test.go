@@ -431,3 +431,43 @@ func TestIDIndexAddsInChunks(t *testing.T) {
 		t.Fatal("NoSync left on")
 	}
 }
+
+// The process's configuration is written once into each run directory a shard goes to, named by its hash; a
+// restart with the same configuration finds it there and writes nothing, another configuration adds its own.
+func TestStoreRecordsConfig(t *testing.T) {
+	dir := t.TempDir()
+	run := filepath.Join(dir, "model-0123456789ab")
+	if err := os.MkdirAll(run, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	record := func(config string) {
+		t.Helper()
+		st, err := openStore(context.Background(), dir, quietLogger())
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.jobConfig = []byte(config)
+		for range 2 {
+			if err := st.recordConfig(run); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	record("a: 1\n")
+	record("a: 1\n")
+	files, err := shard.ConfigFiles(run)
+	if err != nil || len(files) != 1 || filepath.Base(files[0]) != shard.ConfigFile([]byte("a: 1\n")) {
+		t.Fatalf("records %v (%v), want one", files, err)
+	}
+	if b, _ := os.ReadFile(files[0]); string(b) != "a: 1\n" {
+		t.Errorf("record holds %q", b)
+	}
+	record("a: 2\n")
+	if files, _ := shard.ConfigFiles(run); len(files) != 2 {
+		t.Errorf("records %v after another configuration, want two", files)
+	}
+	record("")
+	if files, _ := shard.ConfigFiles(run); len(files) != 2 {
+		t.Errorf("records %v after a process without a configuration, want two", files)
+	}
+}

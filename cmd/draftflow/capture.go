@@ -19,26 +19,33 @@ func registerCaptureModelFlags(fs *flag.FlagSet, numLayers *int, modelDir *strin
 	fs.StringVar(modelDir, "model", *modelDir, "the target model's directory (its config.json gives the layer count and the hidden size)")
 }
 
-// cmdCapture is `draftflow capture`: the capture stage on its own.
-func cmdCapture(ctx context.Context, args []string) error {
-	var c common
-	cfg := capturestage.Config{Dir: "out/run"}
-	var numLayers int
-	var modelDir string
+// captureFlags is the `draftflow capture` settings: the shared ones, the stage's, where the model's layers
+// come from, and --out, the sink's output directory (a key of the sink: sink.out).
+func captureFlags(c *common, cfg *capturestage.Config, numLayers *int, modelDir *string) *cli.Table {
 	t := cli.New("capture")
-	t.Add("", func(fs *flag.FlagSet) {
-		c.register(fs, ":9090")
+	t.Add("", func(fs *flag.FlagSet) { c.register(fs, ":9090") })
+	cfg.Dir = cmp.Or(cfg.Dir, "out/run")
+	t.Add("sink", func(fs *flag.FlagSet) {
 		fs.StringVar(&cfg.Dir, "out", cfg.Dir, "the sink's output directory: the feature files go beside its shards")
 	})
 	t.Add(capturestage.Stage, cfg.RegisterFlags)
-	t.Add(capturestage.Stage, func(fs *flag.FlagSet) { registerCaptureModelFlags(fs, &numLayers, &modelDir) })
+	t.Add(capturestage.Stage, func(fs *flag.FlagSet) { registerCaptureModelFlags(fs, numLayers, modelDir) })
 	t.Check(func() error {
 		if cfg.Aux == "" || cfg.Final == "" {
 			return errors.New("capture needs both servers: --sglang-aux URL and --sglang-final URL (docs/hidden-states.md says how to start them)")
 		}
 		return nil
 	})
-	p, err := prepare(ctx, &c, t, args, capturestage.Stage)
+	return t
+}
+
+// cmdCapture is `draftflow capture`: the capture stage on its own.
+func cmdCapture(ctx context.Context, args []string) error {
+	var c common
+	var cfg capturestage.Config
+	var numLayers int
+	var modelDir string
+	p, err := prepare(ctx, &c, captureFlags(&c, &cfg, &numLayers, &modelDir), args, capturestage.Stage)
 	if err != nil {
 		return err
 	}

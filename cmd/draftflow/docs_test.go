@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,6 +30,7 @@ import (
 //     subcommand must be one main dispatches (for a command of subcommands, `bench`, one it dispatches; for
 //     draftflow-bench, one its usage lists), and every --flag after it must be one that
 //     subcommand's flag set defines (`--kafka-tls*` names a prefix).
+//     `draftflow config` takes, after its own flags, those of the command its --command names (default run).
 //   - An inline code span that begins with --flag (`--shards-wait 30s`) names flags of draftflow: each must be
 //     defined by at least one subcommand, unless it is listed in foreignFlags with the program it belongs to.
 //     Spans that begin with another program (`docker run -p ...`, `kafka.sh restart [--kill]`) are that program's.
@@ -436,6 +438,14 @@ func checkMentions(ms []mention, sets map[string]flagSet, targets map[string]boo
 				if !ok {
 					problems = append(problems, fmt.Sprintf("%s: %s: no such subcommand", m, display(name)))
 					continue
+				}
+				if name == "config" { // draftflow config [--command NAME] JOB.yaml [NAME's flags]
+					of := "run"
+					if c := regexp.MustCompile(`--command[ =]([a-z-]+)`).FindStringSubmatch(rest); c != nil {
+						of = c[1]
+					}
+					flags = maps.Clone(flags)
+					maps.Copy(flags, sets[of])
 				}
 				for _, f := range flagToken.FindAllStringSubmatch(rest, -1) {
 					if !flags.has(f[1], f[2] == "*") {

@@ -12,12 +12,15 @@ import (
 	"github.com/draftflow/draftflow/stages/generate"
 )
 
-// The environment is read here, in cmd, and nowhere else in draftflow: each variable is the default of a flag
-// (a flag given wins over its variable).
+// The environment is read here, in cmd, and nowhere else in draftflow. A variable of envVars sets its key, over
+// the job file and under the flag (cli.Load); the two credentials have no key and no flag, only a variable or a
+// file a setting names.
 
-// Environment variables of the Kafka settings.
+// Environment variables of settings.
 const (
 	envBrokers          = "DRAFTFLOW_BROKERS"
+	envNamespace        = "DRAFTFLOW_NAMESPACE"
+	envRetention        = "DRAFTFLOW_RETENTION"
 	envTLS              = "DRAFTFLOW_KAFKA_TLS"
 	envTLSCAFile        = "DRAFTFLOW_KAFKA_TLS_CA_FILE"
 	envTLSCertFile      = "DRAFTFLOW_KAFKA_TLS_CERT_FILE"
@@ -26,28 +29,34 @@ const (
 	envTLSInsecure      = "DRAFTFLOW_KAFKA_TLS_INSECURE_SKIP_VERIFY"
 	envSASLMechanism    = "DRAFTFLOW_KAFKA_SASL_MECHANISM"
 	envSASLUsername     = "DRAFTFLOW_KAFKA_SASL_USERNAME"
-	envSASLPassword     = "DRAFTFLOW_KAFKA_SASL_PASSWORD"
 	envSASLPasswordFile = "DRAFTFLOW_KAFKA_SASL_PASSWORD_FILE"
-	// envSGLangAPIKey holds the SGLang API key when no --sglang-api-key-file is given.
+	// envSASLPassword holds the SASL password itself: it has no key and no flag.
+	envSASLPassword = "DRAFTFLOW_KAFKA_SASL_PASSWORD"
+	// envSGLangAPIKey holds the SGLang API key when no --sglang-api-key-file is given: it has no key and no flag.
 	envSGLangAPIKey = "DRAFTFLOW_SGLANG_API_KEY"
 
 	redactedPasswordUsage = "(no flag for the password itself: command lines are visible to every user of the machine)"
 )
 
-// parseBrokers splits a comma-separated --brokers value, falling back to DRAFTFLOW_BROKERS when it is empty. It
-// returns nil when neither is set.
-func parseBrokers(s string) []string {
-	if s == "" {
-		s = os.Getenv(envBrokers)
-	}
-	return kafka.ParseBrokers(s)
+// envVars are the variables of settings, by job file key: each command that has the key reads it.
+var envVars = map[string]string{
+	"brokers":                        envBrokers,
+	"namespace":                      envNamespace,
+	"retention":                      envRetention,
+	"kafka-tls":                      envTLS,
+	"kafka-tls-ca-file":              envTLSCAFile,
+	"kafka-tls-cert-file":            envTLSCertFile,
+	"kafka-tls-key-file":             envTLSKeyFile,
+	"kafka-tls-server-name":          envTLSServerName,
+	"kafka-tls-insecure-skip-verify": envTLSInsecure,
+	"kafka-sasl-mechanism":           envSASLMechanism,
+	"kafka-sasl-username":            envSASLUsername,
+	"kafka-sasl-password-file":       envSASLPasswordFile,
 }
 
-// registerSecurityFlags registers the --kafka-tls* and --kafka-sasl-* flags on fs into s, with defaults from the
-// DRAFTFLOW_KAFKA_* environment variables. The password has no flag, only --kafka-sasl-password-file or the
-// DRAFTFLOW_KAFKA_SASL_PASSWORD(_FILE) variables. A malformed boolean variable is an error of checkSecurityEnv.
-func registerSecurityFlags(fs *flag.FlagSet, s *kafka.Security) {
-	securityFromEnv(s)
+// bindSecurityFlags binds the --kafka-tls* and --kafka-sasl-* flags on fs into s, s's values their defaults. The
+// password has no flag, only --kafka-sasl-password-file or the DRAFTFLOW_KAFKA_SASL_PASSWORD(_FILE) variables.
+func bindSecurityFlags(fs *flag.FlagSet, s *kafka.Security) {
 	fs.BoolVar(&s.TLS.Enabled, "kafka-tls", s.TLS.Enabled, "connect to the brokers over TLS (implied by any --kafka-tls-*-file; env "+envTLS+")")
 	fs.StringVar(&s.TLS.CAFile, "kafka-tls-ca-file", s.TLS.CAFile, "PEM CA certificates the brokers' certificates are checked against (default: system roots; env "+envTLSCAFile+")")
 	fs.StringVar(&s.TLS.CertFile, "kafka-tls-cert-file", s.TLS.CertFile, "PEM client certificate, for brokers that require one (env "+envTLSCertFile+")")
@@ -59,17 +68,22 @@ func registerSecurityFlags(fs *flag.FlagSet, s *kafka.Security) {
 	fs.StringVar(&s.SASL.PasswordFile, "kafka-sasl-password-file", s.SASL.PasswordFile, "file holding the SASL password (else env "+envSASLPasswordFile+" or "+envSASLPassword+") "+redactedPasswordUsage)
 }
 
-// securityFromEnv fills the settings of s still unset from the DRAFTFLOW_KAFKA_* variables.
+// registerSecurityFlags is bindSecurityFlags for a command that reads no job file (cli.Table.Parse): the
+// DRAFTFLOW_KAFKA_* variables are the flags' defaults. A malformed boolean variable is an error of checkSecurity.
+func registerSecurityFlags(fs *flag.FlagSet, s *kafka.Security) {
+	securityFromEnv(s)
+	bindSecurityFlags(fs, s)
+}
+
+// securityFromEnv sets the settings of s that a DRAFTFLOW_KAFKA_* variable gives, and the password.
 func securityFromEnv(s *kafka.Security) {
-	s.TLS.Enabled = envBool(envTLS, s.TLS.Enabled)
-	s.TLS.InsecureSkipVerify = envBool(envTLSInsecure, s.TLS.InsecureSkipVerify)
-	envString(&s.TLS.CAFile, envTLSCAFile)
-	envString(&s.TLS.CertFile, envTLSCertFile)
-	envString(&s.TLS.KeyFile, envTLSKeyFile)
-	envString(&s.TLS.ServerName, envTLSServerName)
-	envString(&s.SASL.Mechanism, envSASLMechanism)
-	envString(&s.SASL.Username, envSASLUsername)
-	envString(&s.SASL.PasswordFile, envSASLPasswordFile)
+	scratch := flag.NewFlagSet("env", flag.ContinueOnError)
+	bindSecurityFlags(scratch, s)
+	scratch.VisitAll(func(f *flag.Flag) {
+		if v := strings.TrimSpace(os.Getenv(envVars[f.Name])); v != "" && envVars[f.Name] != "" {
+			_ = f.Value.Set(v) // a malformed boolean keeps the default; checkSecurity reports it
+		}
+	})
 	if v := os.Getenv(envSASLPassword); v != "" && s.SASL.Password.IsZero() {
 		s.SASL.Password = secret.New(v)
 	}
@@ -85,25 +99,6 @@ func checkSecurity(s kafka.Security) error {
 		}
 	}
 	return s.Validate()
-}
-
-func envString(dst *string, name string) {
-	if v := strings.TrimSpace(os.Getenv(name)); v != "" && *dst == "" {
-		*dst = v
-	}
-}
-
-// envBool reads a boolean variable; a malformed one is reported by checkSecurity.
-func envBool(name string, def bool) bool {
-	v := strings.TrimSpace(os.Getenv(name))
-	if v == "" {
-		return def
-	}
-	b, err := strconv.ParseBool(v)
-	if err != nil {
-		return def
-	}
-	return b
 }
 
 // registerGenerateFlags registers generate's flags on fs into cfg, the API key defaulting to

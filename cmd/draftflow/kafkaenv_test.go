@@ -10,6 +10,7 @@ import (
 
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/pipeline"
+	"github.com/draftflow/draftflow/sink"
 	"github.com/draftflow/draftflow/stages/generate"
 )
 
@@ -53,15 +54,23 @@ func TestSecurityEnvBooleans(t *testing.T) {
 
 // TestBrokersFromEnv: --brokers wins; without it DRAFTFLOW_BROKERS is the list.
 func TestBrokersFromEnv(t *testing.T) {
+	brokers := func(args ...string) []string {
+		t.Helper()
+		var c common
+		if _, _, err := load(sinkFlags(&c, &sink.Config{}), args); err != nil {
+			t.Fatal(err)
+		}
+		return kafka.ParseBrokers(c.brokers)
+	}
 	t.Setenv(envBrokers, " a:1, b:2 ,")
-	if got := parseBrokers(""); !reflect.DeepEqual(got, []string{"a:1", "b:2"}) {
+	if got := brokers(); !reflect.DeepEqual(got, []string{"a:1", "b:2"}) {
 		t.Errorf("from %s: %v", envBrokers, got)
 	}
-	if got := parseBrokers("c:3"); !reflect.DeepEqual(got, []string{"c:3"}) {
+	if got := brokers("--brokers", "c:3"); !reflect.DeepEqual(got, []string{"c:3"}) {
 		t.Errorf("--brokers c:3: %v", got)
 	}
 	t.Setenv(envBrokers, "")
-	if got := parseBrokers(""); got != nil {
+	if got := brokers(); got != nil {
 		t.Errorf("neither set: %v", got)
 	}
 }

@@ -5,7 +5,9 @@
 // stage in one process, against an embedded broker and a simulated SGLang server unless told otherwise; `sim`
 // serves the simulator over HTTP; `status` shows a running pipeline from Kafka; `replay` moves a stopped stage's
 // consumer group back (or forward); `encode`, `inspect`, `merge-turns`, `export`, `vocab` and `bench` are tools
-// around the pipeline.
+// around the pipeline. Each of the pipeline's commands reads its settings from a job file (--config, YAML keyed by
+// the flags' names), the DRAFTFLOW_* variables and its flags, in that order of precedence; `config` prints the
+// result (config.go).
 package main
 
 import (
@@ -23,8 +25,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/draftflow/draftflow/internal/cli"
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/metrics"
+	"github.com/draftflow/draftflow/secret"
 )
 
 // command is one subcommand.
@@ -50,6 +54,7 @@ func commands() []command {
 		{"merge-turns", "write one row per conversation where the turns merge token-exactly (the rest stay turn rows, with the reason)", cmdMergeTurns},
 		{"export", "export one run's shards as SpecForge or speculators JSONL, with the trainer's length limits", cmdExport},
 		{"vocab", "count a run's generated tokens and write the draft vocabulary maps (d2t.npy, t2d.npy)", cmdVocab},
+		{"config", "print a command's effective configuration (job file, DRAFTFLOW_* variables, flags) and where each value came from", cmdConfig},
 		{"bench", "benchmarks: bench pipeline (Kafka throughput); the serving-policy benchmarks are draftflow-bench's", cmdBench},
 	}
 }
@@ -157,23 +162,21 @@ type common struct {
 	security    kafka.Security // --kafka-tls*, --kafka-sasl-* (and DRAFTFLOW_KAFKA_* variables)
 	retention   time.Duration  // --retention of created topics (0: forever)
 
+	// effective is the command's configuration once loaded (load): each setting's value and where it came from.
+	effective *cli.Effective
+
 	// served, when not nil, is told the address the process's HTTP server listens on once it does
 	// (--metrics-addr may name port 0).
 	served func(addr string)
 }
 
 func (c *common) register(fs *flag.FlagSet, metricsDefault string) {
-	fs.StringVar(&c.brokers, "brokers", "", "Kafka bootstrap brokers, comma-separated (env DRAFTFLOW_BROKERS)")
+	fs.StringVar(&c.brokers, "brokers", "", "Kafka bootstrap brokers, comma-separated (env "+envBrokers+")")
 	fs.IntVar(&c.partitions, "partitions", kafka.DefaultPartitions, "partitions of topics this process creates")
-	fs.StringVar(&c.namespace, "namespace", os.Getenv("DRAFTFLOW_NAMESPACE"), "prefix for topic and group names (env DRAFTFLOW_NAMESPACE)")
+	fs.StringVar(&c.namespace, "namespace", "", "prefix for topic and group names (env "+envNamespace+")")
 	fs.IntVar(&c.maxMsgBytes, "max-message-bytes", kafka.DefaultMaxMessageBytes, "largest Kafka record batch, set on created topics and writers")
-	registerSecurityFlags(fs, &c.security)
-	if v := os.Getenv("DRAFTFLOW_RETENTION"); v != "" {
-		if d, err := kafka.ParseRetention(v); err == nil {
-			c.retention = d
-		} // else setup reports it
-	}
-	fs.Func("retention", "how long topics this process creates keep records: forever (default), a duration (72h) or days (7d); existing topics keep theirs (env DRAFTFLOW_RETENTION)",
+	bindSecurityFlags(fs, &c.security)
+	fs.Func("retention", "how long topics this process creates keep records: forever (default), a duration (72h) or days (7d); existing topics keep theirs (env "+envRetention+")",
 		func(v string) error {
 			d, err := kafka.ParseRetention(v)
 			c.retention = d
@@ -229,8 +232,14 @@ func (c *common) setup(ctx context.Context, expect ...string) (*process, error) 
 	p := &process{log: slog.New(h), reg: metrics.NewRegistry(), ready: &metrics.Readiness{}}
 	slog.SetDefault(p.log)
 	p.ready.Expect(expect...)
+	if c.effective != nil && c.effective.File != "" {
+		p.log.Info("job file", "path", c.effective.File, "keys_of_other_commands", len(c.effective.Unused))
+	}
+	if v := os.Getenv(envSASLPassword); v != "" && c.security.SASL.Password.IsZero() {
+		c.security.SASL.Password = secret.New(v)
+	}
 	p.kc = kafka.Config{
-		Brokers:         parseBrokers(c.brokers),
+		Brokers:         kafka.ParseBrokers(c.brokers),
 		Partitions:      c.partitions,
 		MaxMessageBytes: c.maxMsgBytes,
 		Namespace:       c.namespace,
@@ -239,12 +248,7 @@ func (c *common) setup(ctx context.Context, expect ...string) (*process, error) 
 		Logger:          p.log,
 		Registerer:      p.reg,
 	}
-	if v := os.Getenv("DRAFTFLOW_RETENTION"); v != "" {
-		if _, err := kafka.ParseRetention(v); err != nil {
-			return nil, fmt.Errorf("DRAFTFLOW_RETENTION: %w", err)
-		}
-	}
-	if err := checkSecurity(p.kc.Security); err != nil {
+	if err := p.kc.Security.Validate(); err != nil {
 		return nil, err
 	}
 	if p.kc.Security != (kafka.Security{}) {

@@ -53,30 +53,43 @@ func parseOffsets(s string) (map[string]map[int]int64, error) {
 	return out, nil
 }
 
+// replayOptions are `draftflow replay`'s own settings.
+type replayOptions struct {
+	stage, group, toTime, toOffsets string
+	topics                          stringList
+	toEarliest, toLatest, dryRun    bool
+}
+
+// replayFlags is the `draftflow replay` settings: the shared ones and its own.
+func replayFlags(c *common, o *replayOptions) *cli.Table {
+	t := cli.New("replay")
+	t.Add("", func(fs *flag.FlagSet) { c.register(fs, "") })
+	t.Add("replay", func(fs *flag.FlagSet) {
+		fs.StringVar(&o.stage, "stage", "", "the stage whose consumer group to reset: tokenize (reads prompts), generate (tokenized) or sink (generated)")
+		fs.StringVar(&o.group, "group", "", "consumer group to reset (default: the stage's; namespaced like the stages' groups)")
+		fs.Var(&o.topics, "topic", "logical topic(s) the group reads (default: the stage's; repeatable)")
+		fs.BoolVar(&o.toEarliest, "to-earliest", false, "replay everything still on the topic (each partition's log start)")
+		fs.BoolVar(&o.toLatest, "to-latest", false, "skip everything on the topic now (each partition's end)")
+		fs.StringVar(&o.toTime, "to-time", "", "replay the records written at or after this RFC 3339 time")
+		fs.StringVar(&o.toOffsets, "to-offsets", "", "explicit offsets: topic:partition=offset,... (partitions not named keep theirs)")
+		fs.BoolVar(&o.dryRun, "dry-run", false, "print the offsets the group would get, change nothing")
+	})
+	return t
+}
+
 func cmdReplay(ctx context.Context, args []string) error {
 	var c common
-	var stage, group, toTime, toOffsets string
-	var topicList stringList
-	var toEarliest, toLatest, dryRun bool
-	t := cli.New("replay")
-	t.Add("", func(fs *flag.FlagSet) {
-		c.register(fs, "")
-		fs.StringVar(&stage, "stage", "", "the stage whose consumer group to reset: tokenize (reads prompts), generate (tokenized) or sink (generated)")
-		fs.StringVar(&group, "group", "", "consumer group to reset (default: the stage's; namespaced like the stages' groups)")
-		fs.Var(&topicList, "topic", "logical topic(s) the group reads (default: the stage's)")
-		fs.BoolVar(&toEarliest, "to-earliest", false, "replay everything still on the topic (each partition's log start)")
-		fs.BoolVar(&toLatest, "to-latest", false, "skip everything on the topic now (each partition's end)")
-		fs.StringVar(&toTime, "to-time", "", "replay the records written at or after this RFC 3339 time")
-		fs.StringVar(&toOffsets, "to-offsets", "", "explicit offsets: topic:partition=offset,... (partitions not named keep theirs)")
-		fs.BoolVar(&dryRun, "dry-run", false, "print the offsets the group would get, change nothing")
-	})
-	fs, err := t.Parse(args)
+	var o replayOptions
+	fs, eff, err := load(replayFlags(&c, &o), args)
 	if err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
+	c.effective = eff
+	stage, group, toTime, toOffsets, topicList := o.stage, o.group, o.toTime, o.toOffsets, o.topics
+	toEarliest, toLatest, dryRun := o.toEarliest, o.toLatest, o.dryRun
 	var target replayTarget
 	chosen := 0
 	if toEarliest {

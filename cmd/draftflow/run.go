@@ -46,7 +46,7 @@ func runFlags(c *common, cfg *pipeline.Config, mergeTurns *string) *cli.Table {
 			"written as this family writes it (qwen3, kimi_k2, llama3, deepseekv3), so reasoning and tool calls parse; empty: random tokens"),
 		cli.Rename("tool-divergence-rate", "sim-tool-divergence-rate"), cli.Usage("tool-divergence-rate", "with --sim-reply-format, the share of tool-call "+
 			"turns whose call the simulator changes (the conversation ends there as a tool divergence)"))
-	t.Add("", func(fs *flag.FlagSet) {
+	t.Add("run", func(fs *flag.FlagSet) {
 		fs.IntVar(&cfg.Capture.SimHidden, "capture-sim-hidden", sim.DefaultHiddenSize, "capture with sim: the simulated model's hidden size")
 		fs.DurationVar(&cfg.Timeout, "timeout", 0, "give up (exit non-zero) after this long (0: no limit)")
 		fs.StringVar(mergeTurns, "merge-turns", "", "after the run, also write one row per conversation where its turns merge token-exactly into this `dir` (see draftflow merge-turns)")
@@ -68,14 +68,20 @@ func cmdRun(ctx context.Context, args []string) error {
 	var c common
 	var cfg pipeline.Config
 	var mergeTurns string
-	if _, err := runFlags(&c, &cfg, &mergeTurns).Parse(args); err != nil {
+	fs, eff, err := load(runFlags(&c, &cfg, &mergeTurns), args)
+	if err != nil {
 		return err
 	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	c.effective = eff
 	p, err := c.setup(ctx, "tokenize", "generate", "sink")
 	if err != nil {
 		return err
 	}
 	defer p.close()
+	cfg.Sink.JobConfig = c.record()
 	// One registry and one set of readiness checks for the whole process; the run makes its one Kafka client.
 	cfg.Kafka, cfg.Logger, cfg.Gatherer = p.kc, p.log, p.reg
 	cfg.Ingest.Registerer = p.reg

@@ -25,9 +25,14 @@ import (
 // by the same name as their status records), and makes sure the topics exist. The command calls close when it
 // is done.
 func prepare(ctx context.Context, c *common, t *cli.Table, args []string, expect ...string) (*process, error) {
-	if _, err := t.Parse(args); err != nil {
+	fs, eff, err := load(t, args)
+	if err != nil {
 		return nil, err
 	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	c.effective = eff
 	p, err := c.setup(ctx, expect...)
 	if err != nil {
 		return nil, err
@@ -54,17 +59,22 @@ func (p *process) publishStatus(ctx context.Context, stage status.Stage) (stop f
 		Instance: status.DefaultInstance(), Logger: p.log})
 }
 
+// ingestFlags is the `draftflow ingest` settings: the shared ones, the stage's and --progress.
+func ingestFlags(c *common, cfg *ingest.Config, showProgress *bool) *cli.Table {
+	t := cli.New("ingest")
+	t.Add("", func(fs *flag.FlagSet) { c.register(fs, "") })
+	t.Add(ingest.Stage, cfg.RegisterFlags)
+	t.Add(ingest.Stage, func(fs *flag.FlagSet) {
+		fs.BoolVar(showProgress, "progress", true, "show a progress bar on stderr")
+	})
+	return t
+}
+
 func cmdIngest(ctx context.Context, args []string) error {
 	var c common
 	var cfg ingest.Config
-	showProgress := true
-	t := cli.New("ingest")
-	t.Add("", func(fs *flag.FlagSet) {
-		c.register(fs, "")
-		fs.BoolVar(&showProgress, "progress", showProgress, "show a progress bar on stderr")
-	})
-	t.Add(ingest.Stage, cfg.RegisterFlags)
-	p, err := prepare(ctx, &c, t, args)
+	var showProgress bool
+	p, err := prepare(ctx, &c, ingestFlags(&c, &cfg, &showProgress), args)
 	if err != nil {
 		return err
 	}
@@ -103,22 +113,27 @@ func (p *process) checkInputNamespace(ctx context.Context, ns, topic string) err
 	return nil
 }
 
-func cmdTokenize(ctx context.Context, args []string) error {
-	var c common
-	var cfg tokenize.Config
+// tokenizeFlags is the `draftflow tokenize` settings: the shared ones, the stage's and --input-namespace.
+func tokenizeFlags(c *common, cfg *tokenize.Config) *cli.Table {
 	t := cli.New("tokenize")
-	t.Add("", func(fs *flag.FlagSet) {
-		c.register(fs, ":9090")
+	t.Add("", func(fs *flag.FlagSet) { c.register(fs, ":9090") })
+	t.Add("tokenize", func(fs *flag.FlagSet) {
 		registerInputNamespace(fs, &cfg.InputNamespace, topics.TopicPrompts)
+		cfg.RegisterFlags(fs)
 	})
-	t.Add("tokenize", cfg.RegisterFlags)
 	t.Check(func() error {
 		if cfg.ModelDir == "" {
 			return fmt.Errorf("--model is required")
 		}
 		return nil
 	})
-	p, err := prepare(ctx, &c, t, args, "tokenize")
+	return t
+}
+
+func cmdTokenize(ctx context.Context, args []string) error {
+	var c common
+	var cfg tokenize.Config
+	p, err := prepare(ctx, &c, tokenizeFlags(&c, &cfg), args, "tokenize")
 	if err != nil {
 		return err
 	}
@@ -131,16 +146,21 @@ func cmdTokenize(ctx context.Context, args []string) error {
 	return tokenize.Run(ctx, cfg)
 }
 
+// generateFlags is the `draftflow generate` settings: the shared ones, the stage's and --input-namespace.
+func generateFlags(c *common, cfg *generate.Config) *cli.Table {
+	t := cli.New("generate")
+	t.Add("", func(fs *flag.FlagSet) { c.register(fs, ":9090") })
+	t.Add("generate", func(fs *flag.FlagSet) {
+		registerInputNamespace(fs, &cfg.InputNamespace, topics.TopicTokenized)
+		registerGenerateFlags(fs, cfg)
+	})
+	return t
+}
+
 func cmdGenerate(ctx context.Context, args []string) error {
 	var c common
 	var cfg generate.Config
-	t := cli.New("generate")
-	t.Add("", func(fs *flag.FlagSet) {
-		c.register(fs, ":9090")
-		registerInputNamespace(fs, &cfg.InputNamespace, topics.TopicTokenized)
-	})
-	t.Add("generate", func(fs *flag.FlagSet) { registerGenerateFlags(fs, &cfg) })
-	p, err := prepare(ctx, &c, t, args, "generate")
+	p, err := prepare(ctx, &c, generateFlags(&c, &cfg), args, "generate")
 	if err != nil {
 		return err
 	}
@@ -160,18 +180,24 @@ func cmdSink(ctx context.Context, args []string) error { return runSinkCommand(c
 func runSinkCommand(ctx context.Context, args []string, served func(addr string)) error {
 	c := common{served: served}
 	var cfg sink.Config
-	t := cli.New("sink")
-	t.Add("", func(fs *flag.FlagSet) { c.register(fs, ":9090") })
-	t.Add("sink", cfg.RegisterFlags)
-	p, err := prepare(ctx, &c, t, args, "sink")
+	p, err := prepare(ctx, &c, sinkFlags(&c, &cfg), args, "sink")
 	if err != nil {
 		return err
 	}
 	defer p.close()
+	cfg.JobConfig = c.record()
 	defer p.publishStatus(ctx, pipeline.StatusStage("sink", cfg.Group))()
 	cfg.Client, cfg.Logger, cfg.Registerer, cfg.Ready = p.kcl, p.log, p.reg, p.ready
 	_, err = sink.Run(ctx, cfg)
 	return err
+}
+
+// sinkFlags is the `draftflow sink` settings: the shared ones and the stage's.
+func sinkFlags(c *common, cfg *sink.Config) *cli.Table {
+	t := cli.New("sink")
+	t.Add("", func(fs *flag.FlagSet) { c.register(fs, ":9090") })
+	t.Add("sink", cfg.RegisterFlags)
+	return t
 }
 
 // simFlags is the `draftflow sim` settings: the common flags, --addr and every sim.Config flag
@@ -179,19 +205,24 @@ func runSinkCommand(ctx context.Context, args []string, served func(addr string)
 func simFlags() (t *cli.Table, c *common, cfg *sim.Config, addr *string) {
 	c, cfg, addr = &common{}, &sim.Config{}, new(string)
 	t = cli.New("sim")
-	t.Add("", func(fs *flag.FlagSet) {
-		c.register(fs, "")
+	t.Add("", func(fs *flag.FlagSet) { c.register(fs, "") })
+	t.Add("sim", func(fs *flag.FlagSet) {
 		fs.StringVar(addr, "addr", "127.0.0.1:30000", "listen address")
+		cfg.RegisterFlags(fs)
 	})
-	t.Add("sim", cfg.RegisterFlags)
 	return t, c, cfg, addr
 }
 
 func cmdSim(ctx context.Context, args []string) error {
 	t, c, cfg, addr := simFlags()
-	if _, err := t.Parse(args); err != nil {
+	fs, eff, err := load(t, args)
+	if err != nil {
 		return err
 	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	c.effective = eff
 	p, err := c.setup(ctx)
 	if err != nil {
 		return err

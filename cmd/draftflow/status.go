@@ -18,32 +18,50 @@ import (
 	"github.com/draftflow/draftflow/status"
 )
 
+// statusOptions are `draftflow status`'s own settings.
+type statusOptions struct {
+	watch, asJSON bool
+	every, window time.Duration
+	groups        struct{ tokenize, generate, sink, capture string }
+}
+
+// statusFlags is the `draftflow status` settings: the shared ones, its own, and the stages' consumer groups
+// (the stages' group keys: tokenize.group is --tokenize-group).
+func statusFlags(c *common, o *statusOptions) *cli.Table {
+	o.every, o.window = 5*time.Second, status.DefaultWindow
+	t := cli.New("status")
+	t.Add("", func(fs *flag.FlagSet) { c.register(fs, "") })
+	t.Add("status", func(fs *flag.FlagSet) {
+		fs.BoolVar(&o.watch, "watch", o.watch, "refresh until interrupted (in place on a terminal; one block per refresh otherwise)")
+		fs.BoolVar(&o.asJSON, "json", o.asJSON, "print the report as JSON (with --watch: one document per line per refresh)")
+		fs.DurationVar(&o.every, "interval", o.every, "refresh interval of --watch")
+		fs.DurationVar(&o.window, "window", o.window, "how far back rates look")
+	})
+	group := func(stage string, g *string, def string) {
+		t.Add(stage, func(fs *flag.FlagSet) {
+			fs.StringVar(g, "group", "", stage+"'s consumer group (default "+def+")")
+		}, cli.Rename("group", stage+"-group"))
+	}
+	group("tokenize", &o.groups.tokenize, tokenize.DefaultGroup)
+	group("generate", &o.groups.generate, generate.DefaultGroup)
+	group("sink", &o.groups.sink, sink.DefaultGroup)
+	group(capturestage.Stage, &o.groups.capture, capturestage.DefaultGroup)
+	return t
+}
+
 // cmdStatus prints the pipeline's state: per stage's consumer group its offsets, lag, rates, ETA and members;
 // generate's endpoints; rejections by stage and reason; warnings.
 func cmdStatus(ctx context.Context, args []string) error {
 	var c common
-	var watch, asJSON bool
-	every, window := 5*time.Second, status.DefaultWindow
-	var groups struct{ tokenize, generate, sink, capture string }
-	t := cli.New("status")
-	t.Add("", func(fs *flag.FlagSet) {
-		c.register(fs, "")
-		fs.BoolVar(&watch, "watch", watch, "refresh until interrupted (in place on a terminal; one block per refresh otherwise)")
-		fs.BoolVar(&asJSON, "json", asJSON, "print the report as JSON (with --watch: one document per line per refresh)")
-		fs.DurationVar(&every, "interval", every, "refresh interval of --watch")
-		fs.DurationVar(&window, "window", window, "how far back rates look")
-		fs.StringVar(&groups.tokenize, "tokenize-group", "", "tokenize's consumer group (default "+tokenize.DefaultGroup+")")
-		fs.StringVar(&groups.generate, "generate-group", "", "generate's consumer group (default "+generate.DefaultGroup+")")
-		fs.StringVar(&groups.sink, "sink-group", "", "the sink's consumer group (default "+sink.DefaultGroup+")")
-		fs.StringVar(&groups.capture, "capture-group", "", "the capture stage's consumer group (default "+capturestage.DefaultGroup+")")
-	})
-	fs, err := t.Parse(args)
+	var o statusOptions
+	fs, eff, err := load(statusFlags(&c, &o), args)
 	if err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %v", fs.Args())
 	}
+	c.effective = eff
 	p, err := c.setup(ctx)
 	if err != nil {
 		return err
@@ -52,9 +70,9 @@ func cmdStatus(ctx context.Context, args []string) error {
 	if err := p.connect(); err != nil {
 		return err
 	}
-	col := status.NewCollector(status.CollectorConfig{Client: p.kcl, Window: window,
-		Stages: statusStages(groups.tokenize, groups.generate, groups.sink, groups.capture)})
-	return showStatus(ctx, os.Stdout, col, watch, asJSON, every, isTerminal(os.Stdout))
+	col := status.NewCollector(status.CollectorConfig{Client: p.kcl, Window: o.window,
+		Stages: statusStages(o.groups.tokenize, o.groups.generate, o.groups.sink, o.groups.capture)})
+	return showStatus(ctx, os.Stdout, col, o.watch, o.asJSON, o.every, isTerminal(os.Stdout))
 }
 
 // statusStages are the stages `draftflow status` shows, consuming as the groups given (each stage's default

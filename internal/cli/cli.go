@@ -1,11 +1,21 @@
 // Package cli holds the settings of draftflow's commands: one Table per command, in which every setting has
-// one name (its flag, and its key in a configuration file), one usage line, and one flag.Value that holds its
-// default, parses a given value and rejects a bad one.
+// one name (its flag), one key in a job file, one usage line, and one flag.Value that holds its default, parses
+// a given value and rejects a bad one. A command's settings come from four layers, each overriding the one
+// before: the defaults, a job file (--config, YAML; Schema, ReadFile), the environment, the command line (Load).
 //
 // The convention every command follows:
 //   - A setting is defined once, where its Config lives: a stage's Config.RegisterFlags binds the stage's
-//     settings, the command binds its own. A command adds them to its Table by group; a command that combines
+//     settings, the command binds its own. A command adds them to its Table by group: the stage's name, the
+//     command's own name for its own settings, "" for the settings every command shares. A command that combines
 //     several stages (run) leaves out, renames or re-describes a setting explicitly, with an Option.
+//   - A setting's key in a job file is its group and the name its group defines it under ("generate.lane",
+//     whatever a command renames the flag to), or the bare name for a shared setting ("brokers"): one job file
+//     serves every command, each reading the keys of its own groups.
+//   - A setting that takes several values, one per flag, says "repeatable" in its usage: a job file gives it a
+//     list.
+//   - A setting whose name ends in "api-key", "password", "secret" or "token" holds a credential: nothing
+//     printed or written shows its value. A shared job's credentials are named by reference instead (a
+//     "-file" setting, or a variable).
 //   - A setting's default is the value its flag.Value holds when it is added (-h shows it): a command that wants
 //     another default sets the field before adding the group. A field whose zero value means "the stage's
 //     default" says that default in its usage ("(0: 1m)").
@@ -21,14 +31,18 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 )
 
 // Setting is one setting of a command.
 type Setting struct {
 	// Name is the flag's name (without dashes).
 	Name string
-	// Group is who defined it: a stage ("generate"), or "" for the command itself.
+	// Group is who defined it: a stage ("generate"), the command itself ("run"), or "" for the settings every
+	// command shares.
 	Group string
+	// Key is the setting's key in a job file (KeyOf its group and the name the group defines it under).
+	Key string
 	// Usage is the help line -h prints.
 	Usage string
 	// Value parses the setting and holds it; its String when the setting was added is the default.
@@ -104,7 +118,7 @@ func (t *Table) Add(group string, register func(*flag.FlagSet), opts ...Option) 
 		if slices.Contains(o.skip, f.Name) || (o.only != nil && !slices.Contains(o.only, f.Name)) {
 			return
 		}
-		s := Setting{Name: f.Name, Group: group, Usage: f.Usage, Value: f.Value, Default: f.DefValue}
+		s := Setting{Name: f.Name, Group: group, Key: KeyOf(group, f.Name), Usage: f.Usage, Value: f.Value, Default: f.DefValue}
 		if to, ok := o.rename[f.Name]; ok {
 			s.Name = to
 		}
@@ -131,6 +145,40 @@ func describe(group string) string {
 		return "the command"
 	}
 	return group
+}
+
+// KeyOf is the job file key of the setting a group defines under name: "group.name", or name for a shared
+// setting (group "").
+func KeyOf(group, name string) string {
+	if group == "" {
+		return name
+	}
+	return group + "." + name
+}
+
+// Repeatable reports whether the setting takes several values, one per flag (its usage says "repeatable"): a job
+// file gives it a list.
+func (s Setting) Repeatable() bool { return strings.Contains(s.Usage, "repeatable") }
+
+// Credential reports whether the setting holds a credential (its name ends in api-key, password, secret or
+// token): its value is never printed or written out.
+func (s Setting) Credential() bool { return isCredential(s.Name) }
+
+func isCredential(name string) bool {
+	for _, suffix := range []string{"api-key", "password", "secret", "token"} {
+		if strings.HasSuffix(name, suffix) {
+			return true
+		}
+	}
+	return false
+}
+
+// shown is a value as errors and renderings show it: "[redacted]" for a credential, else Redact(text).
+func shown(credential bool, text string) string {
+	if credential {
+		return "[redacted]"
+	}
+	return Redact(text)
 }
 
 func keys(m map[string]string) []string {
