@@ -120,7 +120,9 @@ func Publish(ctx context.Context, cfg PublisherConfig) (err error) {
 				}
 				continue
 			}
-			if err := p.Send(ctx, key, value, func(err error) {
+			// A running record is not tied to ctx: ending ctx (shutdown) must not fail the records already
+			// handed to the producer, which Close flushes.
+			if err := p.Send(context.WithoutCancel(ctx), key, value, func(err error) {
 				if err != nil {
 					log.Warn("status: record not written", "stage", st.Name, "err", err)
 				}
