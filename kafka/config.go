@@ -30,11 +30,6 @@ type Config struct {
 	// runs) can share one cluster. Stages always use the logical names; Producer, Consumer and EnsureTopics
 	// apply the prefix.
 	Namespace string
-	// InputNamespace, when set, is the namespace Consumers read their topic from instead of Namespace; their
-	// groups, Producers and EnsureTopics stay in Namespace. It lets a stage read one pipeline's topic and write
-	// another's: re-tokenizing the prompts of namespace A for another model into namespace B (docs/replay.md,
-	// recipe (b)). TopicIDs and offsets of the consumed topic are looked up with InputTopic.
-	InputNamespace string
 	// Security configures TLS and SASL for every connection (zero: plaintext, unauthenticated).
 	Security Security
 	// Retention is how long topics this process creates keep their records (retention.ms): 0 or negative keeps
@@ -54,15 +49,6 @@ func (c Config) Topic(name string) string {
 		return name
 	}
 	return c.Namespace + "." + name
-}
-
-// InputTopic returns the physical name of a logical topic a Consumer reads: in InputNamespace when it is set,
-// else as Topic.
-func (c Config) InputTopic(name string) string {
-	if c.InputNamespace == "" {
-		return c.Topic(name)
-	}
-	return c.InputNamespace + "." + name
 }
 
 // Default values of Config.
