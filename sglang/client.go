@@ -289,6 +289,26 @@ func jsonMarshal(v any) ([]byte, error) {
 
 // doLimit is do reading at most limit bytes of the answer (a longer one is an error, never a cut body).
 func (c *Client) doLimit(ctx context.Context, method, path string, body []byte, limit int64) ([]byte, error) {
+	resp, err := c.send(ctx, method, path, body)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("sglang: read %s answer: %w", path, err)
+	}
+	if int64(len(data)) > limit {
+		return nil, &InvalidResponseError{Reason: fmt.Sprintf("%s%s: answer longer than %d bytes", c.base, path, limit)}
+	}
+	if err := c.statusError(resp.StatusCode, data); err != nil {
+		return nil, err
+	}
+	return data, nil
+}
+
+// send makes one call and returns the server's answer, whatever its status; the caller closes its body.
+func (c *Client) send(ctx context.Context, method, path string, body []byte) (*http.Response, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -303,25 +323,18 @@ func (c *Client) doLimit(ctx context.Context, method, path string, body []byte, 
 	if !c.apiKey.IsZero() {
 		req.Header.Set("Authorization", "Bearer "+c.apiKey.Reveal())
 	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return nil, err
+	return c.hc.Do(req)
+}
+
+// statusError is the error of an answer with HTTP status code and body data, or nil for a 200.
+func (c *Client) statusError(code int, data []byte) error {
+	switch code {
+	case http.StatusOK:
+		return nil
+	case http.StatusUnauthorized, http.StatusForbidden:
+		return &AuthError{Endpoint: c.base, Code: code, Message: errorMessage(data), KeySet: !c.apiKey.IsZero()}
 	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
-	if err != nil {
-		return nil, fmt.Errorf("sglang: read %s answer: %w", path, err)
-	}
-	if int64(len(data)) > limit {
-		return nil, &InvalidResponseError{Reason: fmt.Sprintf("%s%s: answer longer than %d bytes", c.base, path, limit)}
-	}
-	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
-		return nil, &AuthError{Endpoint: c.base, Code: resp.StatusCode, Message: errorMessage(data), KeySet: !c.apiKey.IsZero()}
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, &StatusError{Code: resp.StatusCode, Message: errorMessage(data)}
-	}
-	return data, nil
+	return &StatusError{Code: code, Message: errorMessage(data)}
 }
 
 // errorMessage extracts the message of an SGLang error body: {"error":{"message":...}} (ValueError),

@@ -36,7 +36,7 @@ var columns = [...]Column{
 	{"loss_mask", "list<uint8>", "one per input id: 0 on prompt tokens, 1 on output tokens"},
 	{"prompt_len", "int32", "number of prompt tokens (leading zeros of loss_mask)"},
 	{"completion_len", "int32", "number of output tokens (trailing ones of loss_mask)"},
-	{"finish_reason", "string", "why generation ended: stop or length"},
+	{"finish_reason", "string", "why generation ended: stop, length, or loop (stopped as a repetition loop)"},
 	{"dataset", "string", "dataset the conversation came from"},
 	{"turn", "int32", "index of the generated assistant turn (0 for the first)"},
 	{"endpoint", "string", "server that generated the completion"},

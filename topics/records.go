@@ -175,9 +175,13 @@ type Generation struct {
 	InShards string `json:"in_shards,omitempty"`
 }
 
+// FinishLoop is GenerationMeta.FinishReason of a reply generate found in a repetition loop and stopped (its
+// output ids are exactly those the server produced before the stop; GenerationMeta.Loop says where the loop is).
+const FinishLoop = "loop"
+
 // GenerationMeta is SGLang's meta_info, normalised.
 type GenerationMeta struct {
-	// FinishReason is "stop", "length" or "abort".
+	// FinishReason is "stop", "length", "abort", or FinishLoop for a reply generate stopped in a loop.
 	FinishReason string `json:"finish_reason"`
 	// FinishMatched is the stop token id or string that ended the request, if any (raw JSON).
 	FinishMatched json.RawMessage `json:"finish_matched,omitempty"`
@@ -193,6 +197,20 @@ type GenerationMeta struct {
 	Endpoint string `json:"endpoint"`
 	// ServedModel is the model path the server reported, if known.
 	ServedModel string `json:"served_model,omitempty"`
+	// Loop is the repetition loop generate found at the end of the reply, if any: set with FinishReason
+	// FinishLoop, or beside the server's finish reason when generate only marks loops.
+	Loop *LoopMeta `json:"loop,omitempty"`
+}
+
+// LoopMeta locates a repetition loop in a reply's output ids: OutputIDs[Start:Found] repeats one Period.
+type LoopMeta struct {
+	// Period is the repeated unit's length in tokens.
+	Period int `json:"period"`
+	// Start is the index of the loop's first token in OutputIDs.
+	Start int `json:"start"`
+	// Found is how many output ids generate had seen when it found the loop; OutputIDs may hold a few more,
+	// produced before the server took the stop in.
+	Found int `json:"found"`
 }
 
 // Rejection is a dead letter: a record a stage could not process, with the reason.

@@ -18,10 +18,14 @@ const (
 	// StopParseError: the reply could not be parsed into a message (a malformed tool call, for example);
 	// the conversation ends here, this turn kept.
 	StopParseError = "parse_error"
+	// StopLoop: the reply fell into a repetition loop and generate stopped it (GenerationMeta.FinishReason
+	// FinishLoop), so it cannot stand in the history of a later turn; the conversation ends here, this turn
+	// kept.
+	StopLoop = "loop"
 )
 
 // StopReasons lists every stop reason, in the order metrics and summaries show them.
-var StopReasons = []string{StopEnd, StopContinued, StopToolDivergence, StopLength, StopParseError}
+var StopReasons = []string{StopEnd, StopContinued, StopToolDivergence, StopLength, StopParseError, StopLoop}
 
 // Thread is what a turn of a multi-turn conversation carries so that the next turn can be built from the
 // target's own reply: the history the turn was generated from and the rest of the source conversation.

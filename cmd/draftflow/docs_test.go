@@ -89,6 +89,7 @@ var foreignFlags = map[string]string{
 	"disable-cuda-graph":                  "SGLang's server",
 	"dtype":                               "SGLang's server",
 	"enable-metrics":                      "SGLang's server",
+	"incremental-streaming-output":        "SGLang's server",
 	"enable-return-aux-hidden-states":     "SGLang's server",
 	"enable-return-hidden-states":         "SGLang's server",
 	"return-hidden-states-mode":           "SGLang's server",

@@ -25,6 +25,7 @@ const (
 	DefaultOutputLenSigma           = 0.8
 	DefaultDecodeLogInterval        = 40
 	DefaultStreamInterval           = 1
+	DefaultLoopPeriod               = 32
 	DefaultCrashDowntime            = 2 * time.Minute
 	DefaultModelPath                = "draftflow/sim"
 	DefaultDPSize                   = 1
@@ -166,6 +167,16 @@ type Config struct {
 	ToolCallTokenIDs []int
 	// ToolCallRate is the share of outputs that end with a tool call.
 	ToolCallRate float64
+	// LoopRate is the share of drawn (not scripted) outputs that fall into a
+	// repetition loop, as a reasoning model's replies sometimes do: at a point
+	// drawn uniformly within the output's natural length, the output starts
+	// repeating its next LoopPeriod tokens, exactly, and never emits EOS, so
+	// it runs to max_new_tokens. Decided by its own generator from the
+	// request's seed: the outputs that do not loop are those of LoopRate 0.
+	LoopRate float64
+	// LoopPeriod is the length, in tokens, of the unit a looping output
+	// repeats. Default 32.
+	LoopPeriod int
 
 	// Conversations is a JSONL dataset in the ingest format (--conversations):
 	// rows {"id", "messages"|"conversations": [{"role"|"from",
@@ -245,6 +256,9 @@ type Faults struct {
 // withDefaults returns a copy of c with every zero value replaced by its
 // default and derived values filled in.
 func (c Config) withDefaults() Config {
+	if c.LoopPeriod <= 0 {
+		c.LoopPeriod = DefaultLoopPeriod
+	}
 	if c.HiddenSize <= 0 {
 		c.HiddenSize = DefaultHiddenSize
 	}
@@ -368,7 +382,7 @@ func (c Config) validate() error {
 		"ErrorRate": c.Faults.ErrorRate, "QueueFullRate": c.Faults.QueueFullRate,
 		"ResetRate": c.Faults.ResetRate, "AddedLatencyRate": c.Faults.AddedLatencyRate,
 		"ToolCallRate": c.ToolCallRate, "ReasoningFraction": c.ReasoningFraction,
-		"ToolDivergenceRate": c.ToolDivergenceRate,
+		"ToolDivergenceRate": c.ToolDivergenceRate, "LoopRate": c.LoopRate,
 	} {
 		if r < 0 || r > 1 {
 			errs = append(errs, fmt.Errorf("sim: %s %v outside [0,1]", name, r))
@@ -440,6 +454,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.ReasoningFraction, "reasoning-fraction", c.ReasoningFraction, "share of the output spent reasoning (0 = 0.5)")
 	fs.Var((*intList)(&c.ToolCallTokenIDs), "tool-call-token-ids", "start,end ids of a tool call closing some outputs")
 	fs.Float64Var(&c.ToolCallRate, "tool-call-rate", c.ToolCallRate, "share of outputs ending with a tool call")
+	fs.Float64Var(&c.LoopRate, "loop-rate", c.LoopRate, "share of outputs that fall into a repetition loop and run to max_new_tokens")
+	fs.IntVar(&c.LoopPeriod, "loop-period", c.LoopPeriod, "tokens a looping output repeats (0 = 32)")
 	fs.StringVar(&c.Conversations, "conversations", c.Conversations, "JSONL dataset (ingest format) whose assistant turns answer requests with the generate stage's rids (needs --reply-format)")
 	fs.StringVar(&c.ReplyFormat, "reply-format", c.ReplyFormat, "write scripted replies as this model family does: "+ReplyQwen3+", "+ReplyKimiK2+", "+ReplyLlama3+" or "+ReplyDeepSeekV3)
 	fs.Float64Var(&c.ToolDivergenceRate, "tool-divergence-rate", c.ToolDivergenceRate, "share of scripted turns with tool calls whose call diverges from the original")

@@ -25,6 +25,10 @@ type outputPlan struct {
 	// setScript); scriptReason is the length of its reasoning segment.
 	script       []int32
 	scriptReason int
+	// loopAt, when >= 0, is where the output falls into a repetition loop:
+	// from there it repeats the loopUnit tokens it emits first, to the end.
+	loopAt   int
+	loopUnit []int32
 }
 
 // setScript makes the plan emit script first, then the end token (or, when
@@ -33,7 +37,7 @@ type outputPlan struct {
 func (p *outputPlan) setScript(script []int32, reasonLen, minNew int) {
 	p.script, p.scriptReason = script, reasonLen
 	p.natural = max(len(script), minNew) + 1
-	p.reasonEnd, p.toolStart = -1, -1
+	p.reasonEnd, p.toolStart, p.loopAt = -1, -1, -1
 }
 
 // planSeed derives the per-request seed: (server seed, rid, sampling_seed)
@@ -69,7 +73,7 @@ func planSeed(seed int64, rid string, samplingSeed *int64, greedy bool, input []
 // end token so the request runs to max_new_tokens.
 func newOutputPlan(cfg *Config, seed uint64, minNew int, ignoreEOS bool, stopIDs []int) *outputPlan {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	p := &outputPlan{rng: rng, reasonEnd: -1, toolStart: -1, endToken: -1}
+	p := &outputPlan{rng: rng, reasonEnd: -1, toolStart: -1, endToken: -1, loopAt: -1}
 	p.natural = drawLength(cfg, rng)
 	if p.natural < minNew+1 {
 		p.natural = minNew + 1
@@ -111,6 +115,15 @@ func newOutputPlan(cfg *Config, seed uint64, minNew int, ignoreEOS bool, stopIDs
 			p.toolStart = start
 		}
 	}
+	if cfg.LoopRate > 0 {
+		// Its own generator, so that the outputs that do not loop are those of LoopRate 0.
+		lr := rand.New(rand.NewPCG(seed^0x6c6f6f70, seed^0x9e3779b97f4a7c15^0x6c6f6f70))
+		if lr.Float64() < cfg.LoopRate {
+			p.loopAt = lr.IntN(p.natural)
+			p.loopUnit = make([]int32, 0, cfg.LoopPeriod)
+			p.endToken, p.toolStart = -1, -1
+		}
+	}
 	return p
 }
 
@@ -139,6 +152,19 @@ func drawLength(cfg *Config, rng *rand.Rand) int {
 // token returns the id at output position i. It must be called for i = 0, 1,
 // 2, ... in order (the plan consumes its generator sequentially).
 func (p *outputPlan) token(i int) int32 {
+	if p.loopAt >= 0 && i >= p.loopAt {
+		if k := i - p.loopAt; k >= cap(p.loopUnit) {
+			return p.loopUnit[k%cap(p.loopUnit)]
+		}
+		id := p.draw(i)
+		p.loopUnit = append(p.loopUnit, id)
+		return id
+	}
+	return p.draw(i)
+}
+
+// draw is the id at output position i of an output without a loop.
+func (p *outputPlan) draw(i int) int32 {
 	switch {
 	case i == p.natural-1 && p.endToken >= 0:
 		return p.endToken

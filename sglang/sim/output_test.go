@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"testing"
 )
 
@@ -101,5 +102,46 @@ func TestTextRoundTrip(t *testing.T) {
 	}
 	if DetokenizeIDs([]int32{1000}, nil, true) == DetokenizeIDs([]int32{1001}, nil, true) {
 		t.Fatal("distinct ids render alike")
+	}
+}
+
+// TestOutputLoops checks LoopRate: about that share of outputs repeat LoopPeriod tokens from a point within
+// their natural length to max_new_tokens, without EOS; the others are token for token those of LoopRate 0.
+func TestOutputLoops(t *testing.T) {
+	t.Parallel()
+	plain := Config{OutputLenMean: 300}.withDefaults()
+	loopy := Config{OutputLenMean: 300, LoopRate: 0.25, LoopPeriod: 7}.withDefaults()
+	const n, maxNew = 2000, 2000
+	loops := 0
+	for k := range n {
+		seed := uint64(k) * 7919
+		a, b := newOutputPlan(&plain, seed, 0, false, nil), newOutputPlan(&loopy, seed, 0, false, nil)
+		if b.loopAt < 0 {
+			for i := range a.natural {
+				if a.token(i) != b.token(i) {
+					t.Fatalf("output %d, not looping, differs at %d", k, i)
+				}
+			}
+			continue
+		}
+		loops++
+		if b.loopAt >= a.natural {
+			t.Fatalf("loop at %d beyond the natural length %d", b.loopAt, a.natural)
+		}
+		out := make([]int32, maxNew)
+		for i := range out {
+			out[i] = b.token(i)
+			if out[i] == b.endToken || slices.Contains(loopy.EOSTokenIDs, int(out[i])) {
+				t.Fatalf("looping output %d ends at %d", k, i)
+			}
+		}
+		for i := b.loopAt + 7; i < maxNew; i++ {
+			if out[i] != out[i-7] {
+				t.Fatalf("output %d: position %d breaks the period", k, i)
+			}
+		}
+	}
+	if share := float64(loops) / n; math.Abs(share-0.25) > 0.03 {
+		t.Fatalf("%.3f of outputs loop, want ~0.25", share)
 	}
 }

@@ -77,6 +77,8 @@ type Config struct {
 	Group string
 	// Override replaces sampling settings of every record (none by default).
 	Override Override
+	// Loops says whether and how replies are watched for repetition loops (default: not watched, LoopOff).
+	Loops LoopsConfig
 	// MaxInFlight bounds records fetched and not yet finished (default 4096); it must exceed what the
 	// endpoints can run at once, or it becomes the limit.
 	MaxInFlight int
@@ -112,6 +114,7 @@ func (c Config) withDefaults() Config {
 	if c.MaxInFlight <= 0 {
 		c.MaxInFlight = DefaultMaxInFlight
 	}
+	c.Loops = c.Loops.withDefaults()
 	if c.Registerer == nil {
 		c.Registerer = prometheus.DefaultRegisterer
 	}
@@ -123,13 +126,14 @@ func (c Config) withDefaults() Config {
 
 // validate reports a configuration the stage cannot run with.
 func (c Config) validate() error {
-	return errors.Join(c.Override.validate(), c.Config.WithDefaults().Validate())
+	return errors.Join(c.Override.validate(), c.Loops.validate(), c.Config.WithDefaults().Validate())
 }
 
 // RegisterFlags binds the stage's settings to flags: --sglang (repeatable), --sglang-file, --policy,
 // --sglang-api-key-file, --concurrency, --routing, --max-new-tokens, --lane (repeatable), --request-timeout, --max-timeouts, --group,
 // --max-in-flight, --shutdown-grace, --shards-wait, --health-interval, --kv-quantile, --kv-target-usage, --kv-poll-interval,
-// --kv-safe-completions, --kv-safe-fraction, --kv-headroom-outputs. Kafka settings and the metrics endpoint
+// --kv-safe-completions, --kv-safe-fraction, --kv-headroom-outputs, --loop-action, --loop-max-period,
+// --loop-min-repeats, --loop-min-tokens. Kafka settings and the metrics endpoint
 // are the caller's.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Func("sglang", "SGLang base URL, e.g. http://host:30000 (repeatable)", func(s string) error {
@@ -163,6 +167,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Routing, "routing", RouteHeadroom, "endpoint choice: headroom or round-robin")
 	fs.IntVar(&c.DefaultMaxNewTokens, "max-new-tokens", admission.DefaultMaxNewTokens, "max_new_tokens of records whose settings and lane set none")
 	c.Override.registerFlags(fs)
+	c.Loops.registerFlags(fs)
 	fs.Func("lane", "scheduling lane NAME[,max_new_tokens=N][,share=F][,datasets=A|B] (repeatable)", func(s string) error {
 		l, err := ParseLane(s)
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/draftflow/draftflow/sglang"
 	"github.com/draftflow/draftflow/stages/generate/admission"
+	"github.com/draftflow/draftflow/stages/generate/loop"
 )
 
 // driver runs the stage's admission Controller in real time: run brings every server up and watches it (one
@@ -22,6 +23,15 @@ type driver struct {
 	cfg    admission.Config // the Controller's, defaults applied
 	log    *slog.Logger
 	aborts sync.WaitGroup // aborts of attempts on drained servers, sent beside the retry
+	// loops, when set, has every request streamed and watched for a repetition loop (stopped on the server
+	// when loops.stops()); nil: plain /generate.
+	loops *LoopsConfig
+}
+
+// outcome is a request's Result with the repetition loop found in its reply, if any.
+type outcome struct {
+	*admission.Result
+	loop *loop.Loop
 }
 
 func newDriver(ctl *admission.Controller, log *slog.Logger) *driver {
@@ -160,7 +170,7 @@ func (d *driver) watch(ctx context.Context, i int) {
 // an abort with a 4xx status, an invalid answer, MaxServerErrors HTTP 500s or MaxTimeouts attempts that ran
 // into RequestTimeout), errNotStarted once startBy (nil: never) closes while the request waits for a server,
 // or ctx's error once ctx ends; an attempt cut short by ctx, its timeout or a drain is aborted on its server.
-func (d *driver) do(ctx context.Context, r *admission.Request, startBy <-chan struct{}) (*admission.Result, error) {
+func (d *driver) do(ctx context.Context, r *admission.Request, startBy <-chan struct{}) (*outcome, error) {
 	if r.Sampling.MaxNewTokens <= 0 {
 		return nil, errors.New("generate: request without max_new_tokens")
 	}
@@ -170,7 +180,7 @@ func (d *driver) do(ctx context.Context, r *admission.Request, startBy <-chan st
 		backoff.WithMaxElapsedTime(0),
 	)
 	var t *admission.Ticket
-	op := func() (*admission.Result, error) {
+	op := func() (*outcome, error) {
 		if t == nil {
 			t = d.ctl.Offer(r, nil)
 		} else {
@@ -204,13 +214,13 @@ func (d *driver) await(ctx context.Context, t *admission.Ticket, startBy <-chan 
 
 // attempt sends an admitted ticket's request and settles the ticket. It returns the Result, the attempt's
 // error when the request is to be retried, or a backoff.Permanent error.
-func (d *driver) attempt(ctx context.Context, t *admission.Ticket) (*admission.Result, error) {
+func (d *driver) attempt(ctx context.Context, t *admission.Ticket) (*outcome, error) {
 	url := d.cfg.Endpoints[t.Endpoint()]
 	cl := d.ctl.Client(t.Endpoint())
 	req := d.ctl.GenerateRequest(t)
 	actx, cancel := d.attemptContext(ctx, t)
 	start := time.Now()
-	resp, err := cl.Generate(actx, req)
+	resp, found, err := d.generate(actx, cl, req)
 	cause := context.Cause(actx)
 	cancel()
 	switch {
@@ -219,7 +229,7 @@ func (d *driver) attempt(ctx context.Context, t *admission.Ticket) (*admission.R
 		if err != nil {
 			return nil, backoff.Permanent(err)
 		}
-		return res, nil
+		return &outcome{Result: res, loop: found}, nil
 	case ctx.Err() != nil:
 		// Abandoned: make sure the server stops spending KV on it.
 		d.abort(ctx, url, cl, req.RID)
@@ -236,6 +246,30 @@ func (d *driver) attempt(ctx context.Context, t *admission.Ticket) (*admission.R
 		return nil, backoff.Permanent(err)
 	}
 	return nil, err
+}
+
+// generate sends one attempt: a plain /generate, or, when loops are watched, a streamed one whose output
+// ids go through a loop detector as they arrive; a loop found is stopped on the server (/abort_request)
+// unless loops are only marked. It returns the answer and the loop found, if any.
+func (d *driver) generate(ctx context.Context, cl *sglang.Client, req *sglang.GenerateRequest) (*sglang.GenerateResponse, *loop.Loop, error) {
+	if d.loops == nil {
+		resp, err := cl.Generate(ctx, req)
+		return resp, nil, err
+	}
+	det, err := loop.New(d.loops.Config)
+	if err != nil {
+		return nil, nil, err
+	}
+	stop := d.loops.stops()
+	res, err := cl.GenerateStream(ctx, req, func(ids []uint32) bool { return det.Feed(ids) >= 0 && stop })
+	if err != nil {
+		return nil, nil, err
+	}
+	l, ok := det.Found()
+	if !ok {
+		return res.Response, nil, nil
+	}
+	return res.Response, &l, nil
 }
 
 // attemptContext is the context of one attempt: ctx, bounded by RequestTimeout (cause

@@ -224,12 +224,12 @@ func TestDriverDrainMovesInFlightRequests(t *testing.T) {
 		d := startDriver(t, fakes, admission.Config{Endpoints: []string{a.URL, b.URL}, Policy: PolicyFixed, Concurrency: 4,
 			RequestTimeout: time.Minute, MaxTimeouts: 1}, nil)
 		defer d.stop()
-		type outcome struct {
-			res *admission.Result
+		type answer struct {
+			res *outcome
 			err error
 		}
-		done := make(chan outcome, 1)
-		go func() { res, err := d.do(context.Background(), testRequest("m", 5, 5), nil); done <- outcome{res, err} }()
+		done := make(chan answer, 1)
+		go func() { res, err := d.do(context.Background(), testRequest("m", 5, 5), nil); done <- answer{res, err} }()
 		synctest.Wait()
 		if a.RunningNow() != 1 {
 			t.Fatal("not running on a")

@@ -84,7 +84,11 @@ func Run(ctx context.Context, cfg Config) error {
 	defer stopWork()
 	log := cfg.Logger.With("stage", "generate")
 	life := stream.New(work, stream.Config{Client: kcl, Stage: "generate", Logger: cfg.Logger, Registerer: cfg.Registerer})
-	s := &stage{cfg: cfg, log: log, ctl: ctl, drv: newDriver(ctl, log), met: newStageMetrics(cfg.Registerer), life: life,
+	drv := newDriver(ctl, log)
+	if cfg.Loops.watching() {
+		drv.loops = &cfg.Loops
+	}
+	s := &stage{cfg: cfg, log: log, ctl: ctl, drv: drv, met: newStageMetrics(cfg.Registerer), life: life,
 		gen: life.Output(topics.TopicGenerated), shards: newShardsView(log), work: work}
 	stopBackground := s.background(ctx, kcl)
 	defer stopBackground()
@@ -204,8 +208,20 @@ func (s *stage) handle(r *record) {
 		res, err := s.drv.do(ctx, req, r.Revoking())
 		var rej *admission.RejectedError
 		switch {
+		case err == nil && res.loop != nil && s.cfg.Loops.Action == LoopDrop:
+			l := *res.loop
+			s.met.loops.WithLabelValues(LoopDrop).Inc()
+			s.log.Info("reply in a repetition loop stopped and dropped", "id", t.ID, "turn", t.Turn, "period", l.Period, "start", l.Start, "found", l.End)
+			r.Reject("loop", loopDetail(l, len(res.Response.OutputIDs)), nil)
 		case err == nil:
-			g := generation(t, sampling, res)
+			g := generation(t, sampling, res.Result)
+			if res.loop != nil {
+				l := *res.loop
+				markLoop(g, l, s.cfg.Loops.Action)
+				s.met.loops.WithLabelValues(s.cfg.Loops.Action).Inc()
+				s.log.Info("reply in a repetition loop", "id", t.ID, "turn", t.Turn, "action", s.cfg.Loops.Action,
+					"period", l.Period, "start", l.Start, "found", l.End, "produced", len(g.OutputIDs))
+			}
 			if t.Thread != nil {
 				s.met.turns.WithLabelValues(g.StopReason).Inc()
 				if g.StopReason != topics.StopContinued && g.StopReason != topics.StopEnd {

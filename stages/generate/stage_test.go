@@ -28,8 +28,8 @@ import (
 	"github.com/draftflow/draftflow/topics"
 )
 
-// recorder wraps a server and remembers the output_ids of every /generate answer it actually delivered, by
-// rid, so tests can check the stage wrote exactly what the server returned.
+// recorder wraps a server and remembers the output_ids of every /generate answer it actually delivered (a
+// plain answer, or a stream's last chunk), by rid, so tests can check the stage wrote exactly what the server returned.
 type recorder struct {
 	h     http.Handler
 	mu    sync.Mutex
@@ -58,7 +58,18 @@ func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			ID string `json:"id"`
 		} `json:"meta_info"`
 	}
-	if json.Unmarshal(tw.buf.Bytes(), &resp) == nil && resp.Meta.ID != "" {
+	body := tw.buf.Bytes()
+	if bytes.HasPrefix(body, []byte("data:")) {
+		// A stream (the stage watches replies for loops): the last chunk before [DONE] holds the whole output.
+		events := bytes.Split(bytes.TrimSpace(body), []byte("\n\n"))
+		for i := len(events) - 1; i >= 0; i-- {
+			if ev := bytes.TrimSpace(bytes.TrimPrefix(events[i], []byte("data:"))); len(ev) > 0 && ev[0] == '{' {
+				body = ev
+				break
+			}
+		}
+	}
+	if json.Unmarshal(body, &resp) == nil && resp.Meta.ID != "" {
 		r.mu.Lock()
 		r.out[resp.Meta.ID] = resp.OutputIDs
 		r.mu.Unlock()
