@@ -219,8 +219,8 @@ func (j *Journal) current() (*segment, error) {
 // Lookup returns the value journaled under k.
 func (j *Journal) Lookup(k Key) ([]byte, bool, error) {
 	j.mu.Lock()
+	defer j.mu.Unlock() // Prune may close the segment's file
 	l, ok := j.index[k]
-	j.mu.Unlock()
 	if !ok {
 		return nil, false, nil
 	}
