@@ -39,6 +39,10 @@ import (
 	"github.com/draftflow/draftflow/topics"
 )
 
+// AnswersDir is the directory, in the output directory, of the generate stage's journal of answered generations
+// (package stages/generate/answers).
+const AnswersDir = "answers"
+
 // Config is everything a run needs. The stages' Clients are the run's and their Loggers Logger: Run sets them.
 type Config struct {
 	// Client, when set, is the process's client of the cluster to run on (Kafka is not used then); it stays
@@ -339,6 +343,11 @@ func (r *run) start(cfg Config, model *tokenize.Model, cp *capture) error {
 	}
 	gen := cfg.Generate
 	gen.Client, gen.Logger = r.kcl, r.log
+	if gen.AnswersDir == "" {
+		// Answered generations are journaled beside the shards: a kill loses none that reached the journal, even
+		// those the embedded broker held in memory alone.
+		gen.AnswersDir = filepath.Join(cfg.Sink.Dir, AnswersDir)
+	}
 	r.run("generate", func(ctx context.Context) error { return generate.Run(ctx, gen) })
 	if cp != nil {
 		// Shards committed during the run are captured as they come; the rest once the stages stop.

@@ -15,6 +15,7 @@
 //	  dir_id                          the directory's identity on the shards topics (shard.DirIDFile)
 //	  checkpoint.json                 recovery point: per partition, the next offset to write (sink/journal)
 //	  journal/                        per partition, the records absorbed since its last flush (sink/journal)
+//	  answers/                        `draftflow run`'s generate stage: answered generations (stages/generate/answers)
 //	    generated+3+000000001400+5b0c7d1e9a2f.wal
 //	  Qwen3-8B-3f2a9c1b7d4e/          one run (package shard)
 //	    manifest.json, token_counts.bin, *.parquet

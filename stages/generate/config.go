@@ -97,6 +97,12 @@ type Config struct {
 	// may hold. After it, every record is sent until a sink says. The zero value does not wait (Run still reads
 	// what the topic holds first); the command line defaults to DefaultShardsWait.
 	ShardsWait time.Duration
+	// AnswersDir, when set, is where every answered generation is journaled (package stages/generate/answers)
+	// before it is produced: a stage started again on the same directory produces an answer it finds there
+	// instead of asking a server again (a kill then loses no answer that reached the journal, whatever became of
+	// the record on its way to the sink). One stage owns a directory at a time; `draftflow run` keeps it in its
+	// output directory. Empty: no journal.
+	AnswersDir string
 	// Ready, when set, gets the stage's readiness check (Run only): it owns partitions of the tokenized topic
 	// and at least one endpoint is up.
 	Ready *dfmetrics.Readiness

@@ -24,6 +24,7 @@ const (
 	resultGenerated = "generated"  // a server generated it
 	resultInShards  = "in_shards"  // already in the sink's shards: no request, the thread passed on
 	resultStaleTurn = "stale_turn" // a later turn of a run with other settings: skipped
+	resultAnswered  = "answered"   // answered before a restart (Config.AnswersDir): no request, the answer produced
 )
 
 // record is one tokenized record in the stage.
@@ -39,6 +40,7 @@ type stage struct {
 	life    *stream.Stage  // the record lifecycle; its writes are retried while work lives
 	gen     *stream.Output // topics.TopicGenerated
 	shards  *shardsView    // what the sink's shards hold: turns not to send again
+	answers *answered      // answered generations, journaled before they are produced (nil: none)
 	work    context.Context
 	workers sync.WaitGroup
 }
@@ -83,13 +85,18 @@ func Run(ctx context.Context, cfg Config) error {
 	work, stopWork := graceful(ctx, ctl, cfg.ShutdownGrace)
 	defer stopWork()
 	log := cfg.Logger.With("stage", "generate")
+	shards := newShardsView(log)
+	answers, err := openAnswered(cfg.AnswersDir, shards, log)
+	if err != nil {
+		return err
+	}
 	life := stream.New(work, stream.Config{Client: kcl, Stage: "generate", Logger: cfg.Logger, Registerer: cfg.Registerer})
 	drv := newDriver(ctl, log)
 	if cfg.Loops.watching() {
 		drv.loops = &cfg.Loops
 	}
 	s := &stage{cfg: cfg, log: log, ctl: ctl, drv: drv, met: newStageMetrics(cfg.Registerer), life: life,
-		gen: life.Output(topics.TopicGenerated), shards: newShardsView(log), work: work}
+		gen: life.Output(topics.TopicGenerated), shards: shards, answers: answers, work: work}
 	stopBackground := s.background(ctx, kcl)
 	defer stopBackground()
 	cons := kcl.NewConsumer(topics.TopicTokenized, kafka.ConsumerConfig{Group: cfg.Group, Namespace: cfg.InputNamespace, MaxInFlight: cfg.MaxInFlight,
@@ -161,9 +168,14 @@ func (s *stage) background(ctx context.Context, kcl *kafka.Client) func() {
 	ctlCtx, stopCtl := context.WithCancel(context.WithoutCancel(ctx))
 	ctlDone := make(chan struct{})
 	go func() { defer close(ctlDone); _ = s.drv.run(ctlCtx) }() // its error is ctl.Err(), which Run returns
+	answersCtx, stopAnswers := context.WithCancel(context.WithoutCancel(ctx))
+	answersDone := make(chan struct{})
+	go func() { defer close(answersDone); s.answers.run(answersCtx) }()
 	return func() {
 		stopCtl()
 		<-ctlDone
+		stopAnswers()
+		<-answersDone
 		stopFollow()
 		<-followDone
 	}
@@ -188,12 +200,19 @@ func (s *stage) handle(r *record) {
 		r.Finish(stream.Outcome{Result: resultStaleTurn})
 		return
 	}
-	if epoch, ok := s.shards.holds(topics.RunFingerprint(t.Model, t.TokenizerHash, sampling), t.ID, t.Turn); ok {
+	fp := topics.RunFingerprint(t.Model, t.TokenizerHash, sampling)
+	if epoch, ok := s.shards.holds(fp, t.ID, t.Turn); ok {
 		// Already in the sink's shards: no request. The sink gets a record that says so, with the thread, and
 		// sends the conversation's next turn from the reply its shards recorded where that is needed.
 		s.log.Debug("turn already in the shards, not generated again", "id", t.ID, "turn", t.Turn, "at", r.Where())
 		r.Produce(s.gen, t.ID, &topics.Generation{ID: t.ID, Dataset: t.Dataset, Turn: t.Turn, Sampling: sampling, Source: t.Source,
 			Model: t.Model, TokenizerHash: t.TokenizerHash, Thread: t.Thread, InShards: epoch}, stream.Outcome{Result: resultInShards})
+		return
+	}
+	if g, ok := s.answers.lookup(fp, t.ID, t.Turn); ok {
+		// Answered before a restart, but not yet in the shards: the answer is produced again, not asked for.
+		s.log.Debug("turn answered before a restart, produced from the journal", "id", t.ID, "turn", t.Turn, "at", r.Where())
+		r.Produce(s.gen, g.ID, g, stream.Outcome{Result: resultAnswered, Tokens: len(g.OutputIDs)})
 		return
 	}
 	req := request(t, sampling, lane.Name)
@@ -229,6 +248,7 @@ func (s *stage) handle(r *record) {
 				}
 			}
 			s.met.cachedTokens.Add(float64(g.Meta.CachedTokens))
+			s.answers.record(fp, g)
 			r.Produce(s.gen, g.ID, g, stream.Outcome{Result: resultGenerated, Tokens: len(g.OutputIDs)})
 		case errors.As(err, &rej):
 			r.Reject("server_rejected", rej.Reason, nil)
