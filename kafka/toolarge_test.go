@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/draftflow/draftflow/kafka"
-	"github.com/draftflow/draftflow/kafka/embedded"
 	"github.com/draftflow/draftflow/kafka/kafkatest"
 
 	kafkago "github.com/segmentio/kafka-go"
@@ -40,19 +39,14 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// smallTopics starts an embedded broker whose topics (namespace "small") accept records of at most limit
-// bytes, and returns a Config for them that keeps the default (larger) writer limit, logging into logs.
+// smallTopics makes the pipeline's topics in a fresh namespace of the test's cluster accepting records of at
+// most limit bytes, and returns a Config for them that keeps the default (larger) writer limit, logging into
+// logs.
 func smallTopics(t *testing.T, limit int, logs *syncBuffer) kafka.Config {
 	t.Helper()
-	e, err := embedded.Start(embedded.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	small := kafka.Config{Brokers: e.Brokers(), Partitions: 1, Namespace: "small", MaxMessageBytes: limit,
-		Logger: slog.New(slog.DiscardHandler)}
+	small := kafkatest.Cluster(t, kafka.Config{Partitions: 1, MaxMessageBytes: limit, Logger: slog.New(slog.DiscardHandler)})
 	if err := kafkatest.Client(t, small).Admin().EnsureTopics(ctx, topics.All...); err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +184,7 @@ func TestEnsureTopicsWarnsAboutSmallExistingTopic(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := logs.String()
-	if !strings.Contains(out, "level=WARN") || !strings.Contains(out, "topic=small.generated") ||
+	if !strings.Contains(out, "level=WARN") || !strings.Contains(out, "topic="+cfg.Topic(topics.TopicGenerated)) ||
 		!strings.Contains(out, "max_message_bytes=65536") || !strings.Contains(out, "configured_max_message_bytes=8388608") {
 		t.Errorf("no warning naming the topic and both sizes:\n%s", out)
 	}

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/draftflow/draftflow/kafka"
+	"github.com/draftflow/draftflow/kafka/kafkatest"
 
 	"github.com/draftflow/draftflow/stages/ingest"
 	"github.com/draftflow/draftflow/topics"
@@ -80,8 +80,8 @@ func TestBenchPipelineSmall(t *testing.T) {
 	const records = 60
 	o := pipelineBenchOptions{Records: records, Partitions: 3, PromptWords: 30, OutputTokens: 8, Logger: testLogger(t)}
 	want := 1
-	if addr := os.Getenv("DRAFTFLOW_TEST_BROKERS"); addr != "" {
-		o.Brokers = kafka.ParseBrokers(addr)
+	if kafkatest.Real() {
+		o.Brokers = kafkatest.Brokers(t)
 		want = 2
 	}
 	rep, err := benchPipeline(context.Background(), o)
