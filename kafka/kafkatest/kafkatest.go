@@ -119,8 +119,9 @@ func Produce(t testing.TB, kc kafka.Config, topic string, recs ...Record) {
 	}
 }
 
-// Collect reads the (logical) topic in a fresh consumer group until want records arrived or timeout passed,
-// and returns them decoded, in the order they arrived.
+// Collect reads the (logical) topic in a fresh consumer group until want records arrived, and returns them
+// decoded, in the order they arrived. Fewer by the timeout fail the test, so a loop over what Collect returns
+// never passes for want of records.
 func Collect[T any](t testing.TB, kc kafka.Config, topic string, want int, timeout time.Duration) []*T {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -148,6 +149,9 @@ func Collect[T any](t testing.TB, kc kafka.Config, topic string, want int, timeo
 	}
 	mu.Lock()
 	defer mu.Unlock()
+	if len(out) < want {
+		t.Fatalf("collect %s: %d of the %d records within %s", topic, len(out), want, timeout)
+	}
 	return out
 }
 

@@ -194,7 +194,11 @@ func TestRunDuplicatesDatasetAndBadFiles(t *testing.T) {
 		!strings.Contains(got["b.jsonl:1"], `duplicate id "y"`) || !strings.Contains(got["b.jsonl:3"], "invalid JSON") {
 		t.Errorf("rejections %v", got)
 	}
-	for _, p := range consume[topics.Prompt](t, kc, topics.TopicPrompts) {
+	prompts := consume[topics.Prompt](t, kc, topics.TopicPrompts)
+	if len(prompts) != 3 {
+		t.Fatalf("%d prompts on the topic, want 3 (x, y, z)", len(prompts))
+	}
+	for _, p := range prompts {
 		if p.Dataset != "merged" || p.Sampling.Seed == nil || *p.Sampling.Seed != 9 {
 			t.Errorf("prompt %+v", p)
 		}

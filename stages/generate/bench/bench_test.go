@@ -158,6 +158,9 @@ func TestPartitionOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if len(res) != 2 || res[0].Policy == res[1].Policy {
+		t.Fatalf("results %+v; want one for each of the two policies", res)
+	}
 	for _, r := range res {
 		if r.MakespanS <= 0.5*600+600 || r.TokPerS <= 0 || r.ClientAborts != 0 {
 			t.Errorf("%s: %+v; want a makespan past the outage and no client aborts", r.Policy, r)
