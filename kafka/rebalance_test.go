@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/draftflow/draftflow/internal/testutil"
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/kafka/embedded"
 	"github.com/draftflow/draftflow/kafka/kafkatest"
@@ -534,7 +535,7 @@ func TestConsumerCooperativeJoinMovesOnlyWhatMoves(t *testing.T) {
 			d.Done()
 		})
 	}()
-	waitFor(t, "a delivery held on each of the 4 partitions", func() bool { mu.Lock(); defer mu.Unlock(); return len(held) == 4 })
+	testutil.WaitFor(t, time.Minute, "a delivery held on each of the 4 partitions", func() bool { mu.Lock(); defer mu.Unlock(); return len(held) == 4 })
 
 	b := cl.NewConsumer(topics.TopicTokenized, cc)
 	bDone := make(chan error, 1)
@@ -554,7 +555,7 @@ func TestConsumerCooperativeJoinMovesOnlyWhatMoves(t *testing.T) {
 		slices.Sort(kept)
 		return moving, kept
 	}
-	waitFor(t, "the join to revoke partitions", func() bool { m, _ := revoking(); return len(m) > 0 })
+	testutil.WaitFor(t, time.Minute, "the join to revoke partitions", func() bool { m, _ := revoking(); return len(m) > 0 })
 	time.Sleep(2 * time.Second) // anything else the join revokes, it revokes together
 	moving, kept := revoking()
 	if len(moving) != 2 || len(kept) != 2 {
@@ -565,7 +566,7 @@ func TestConsumerCooperativeJoinMovesOnlyWhatMoves(t *testing.T) {
 		held[p].Done() // the member lets the moving partitions go once their work is finished
 		mu.Unlock()
 	}
-	waitFor(t, "the second member to own 2 partitions", func() bool { return b.Assigned() == 2 && a.Assigned() == 2 })
+	testutil.WaitFor(t, time.Minute, "the second member to own 2 partitions", func() bool { return b.Assigned() == 2 && a.Assigned() == 2 })
 	if m, _ := revoking(); !slices.Equal(m, moving) {
 		t.Errorf("revoked %v after the join completed, want only %v", m, moving)
 	}
@@ -586,17 +587,5 @@ func TestConsumerCooperativeJoinMovesOnlyWhatMoves(t *testing.T) {
 	}
 	if err := <-bDone; err != nil {
 		t.Error(err)
-	}
-}
-
-// waitFor polls cond every 20 ms for up to a minute.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

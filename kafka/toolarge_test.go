@@ -9,10 +9,10 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/draftflow/draftflow/internal/testutil"
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/kafka/kafkatest"
 
@@ -21,28 +21,10 @@ import (
 	"github.com/draftflow/draftflow/topics"
 )
 
-// syncBuffer is a bytes.Buffer safe for a slog handler and a test reading it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // smallTopics makes the pipeline's topics in a fresh namespace of the test's cluster accepting records of at
 // most limit bytes, and returns a Config for them that keeps the default (larger) writer limit, logging into
 // logs.
-func smallTopics(t *testing.T, limit int, logs *syncBuffer) kafka.Config {
+func smallTopics(t *testing.T, limit int, logs *testutil.Buffer) kafka.Config {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -93,7 +75,7 @@ func TestIsRecordTooLarge(t *testing.T) {
 // written with less payload instead of failing.
 func TestBrokerRefusedRecordIsTooLarge(t *testing.T) {
 	const limit = 16 << 10
-	var logs syncBuffer
+	var logs testutil.Buffer
 	cfg := smallTopics(t, limit, &logs)
 	cl := kafkatest.Client(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -175,7 +157,7 @@ func TestBrokerRefusedRecordIsTooLarge(t *testing.T) {
 
 // EnsureTopics reuses a topic whose max.message.bytes is below the configured limit, and warns about it.
 func TestEnsureTopicsWarnsAboutSmallExistingTopic(t *testing.T) {
-	var logs syncBuffer
+	var logs testutil.Buffer
 	cfg := smallTopics(t, 64<<10, &logs)
 	cl := kafkatest.Client(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -192,7 +174,7 @@ func TestEnsureTopicsWarnsAboutSmallExistingTopic(t *testing.T) {
 		t.Errorf("max.message.bytes now %q (%v); the topic must be left as it is", v, err)
 	}
 	// A topic at the configured limit is not warned about.
-	var quiet syncBuffer
+	var quiet testutil.Buffer
 	ok := cfg
 	ok.MaxMessageBytes = 64 << 10
 	ok.Logger = slog.New(slog.NewTextHandler(&quiet, nil))
