@@ -250,7 +250,9 @@ func TestStagesResumeAfterTopicsLost(t *testing.T) {
 	h.start("generate (topics lost)", genCfg(kc2))
 	h.start("tokenize (topics lost)", h.tokenize(""))
 	h.ingest(data, 64)
-	time.Sleep(500 * time.Millisecond)
+	h.waitFor("tokenized records for generate before the sink starts", time.Minute, func() bool {
+		return h.produced(topics.TopicTokenized) > 0
+	})
 	h.start("sink (topics lost)", h.sink(16))
 	quiet := func() bool {
 		return h.consumed(topics.TopicPrompts, "draftflow-tokenize") == h.produced(topics.TopicPrompts) &&
