@@ -152,6 +152,13 @@ func watchOffsets(ctx context.Context, admin *kafka.Admin, group string) *offset
 	return w
 }
 
+// count returns how many times the offsets were read so far.
+func (w *offsetWatch) count() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.reads
+}
+
 func (w *offsetWatch) check(t *testing.T) {
 	t.Helper()
 	w.mu.Lock()
@@ -217,7 +224,7 @@ func TestConsumerRebalanceRedoesNoWork(t *testing.T) {
 	gens, distinct := g.counts()
 	redone := gens - distinct
 	t.Logf("%d prompts in %v: %d generations, %d redone (%.2f%%), %d work items started; committed offsets read %d times",
-		n, elapsed.Round(time.Millisecond), gens, redone, 100*float64(redone)/float64(gens), g.started.Load(), watch.reads)
+		n, elapsed.Round(time.Millisecond), gens, redone, 100*float64(redone)/float64(gens), g.started.Load(), watch.count())
 	if float64(redone) > 0.02*float64(gens) {
 		t.Errorf("%d of %d generations redone, over 2%%", redone, gens)
 	}
