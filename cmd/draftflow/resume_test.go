@@ -138,9 +138,6 @@ func runProcess(t *testing.T, log *os.File, args ...string) *exec.Cmd {
 // the turns not yet in the shards at the kill plus the requests in flight then, and the shards end whole: every
 // conversation's turns 0..n once.
 func TestRunResumesAfterKill(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the pipeline twice in processes of its own")
-	}
 	h := newITest(t, kafka.Config{})
 	srv, url := startCountingSim(t, h, sim.Config{Instant: true, OutputLenDistribution: sim.DistFixed, OutputLenMean: 24, Seed: 5,
 		Faults: sim.Faults{AddedLatency: 40 * time.Millisecond}})
