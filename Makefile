@@ -9,6 +9,10 @@ BENCH_BIN := bin/draftflow-bench
 DEMO_OUT ?= out/demo
 export DRAFTFLOW_CACHE ?= $(HOME)/.cache/draftflow
 GOTEST_FLAGS ?= -timeout 45m
+# RACE=1 runs the Go tests under the race detector (.ci/run does).
+ifeq ($(RACE),1)
+override GOTEST_FLAGS += -race
+endif
 
 .PHONY: all build demo test test-go test-python test-integration deps deps-go deps-python bench bench-kafka scale rebalance fuzz chaos vet fmt kafka-up kafka-down sglang-up sglang-down test-sglang test-capture test-train bench-sglang clean
 
@@ -53,15 +57,21 @@ test-go:
 test-python:
 	PYTHONPATH=python $(PYTHON) -m pytest -q -p no:cacheprovider python/tests
 
-## test-integration: the Kafka-facing tests again, against a real Apache Kafka broker started from Maven jars,
-## with a SASL_SSL listener too (KAFKA_SASL_SSL=1) for the security tests (DRAFTFLOW_TEST_SASL_*).
+## test-integration: every test of every package whose tests reach Kafka, again, against a real Apache Kafka broker
+## started from Maven jars, with a SASL_SSL listener too (KAFKA_SASL_SSL=1) for the security tests
+## (DRAFTFLOW_TEST_SASL_*). Those packages are the ones whose tests import kafka/kafkatest, where every test gets its
+## broker (its TestBrokersComeFromKafkatest checks that no test file reaches one otherwise), so none is missed.
+KAFKA_TEST_PACKAGES = $(GO) list -test -f '{{if .ForTest}}{{.ForTest}} {{join .Deps " "}}{{end}}' ./... | \
+	  awk '/ github.com\/draftflow\/draftflow\/kafka\/kafkatest( |$$)/ { print $$1 }' | sort -u
 test-integration: deps-go
-	@set -eo pipefail; addr=$$(KAFKA_SASL_SSL=1 bash deploy/kafka/kafka.sh up); \
+	@set -eo pipefail; pkgs=$$($(KAFKA_TEST_PACKAGES)); \
+	  test -n "$$pkgs" || { echo "no package's tests import kafka/kafkatest"; exit 1; }; \
+	  addr=$$(KAFKA_SASL_SSL=1 bash deploy/kafka/kafka.sh up); \
 	  trap 'bash deploy/kafka/kafka.sh down' EXIT; \
 	  test -n "$$addr" || { echo "kafka.sh up printed no address"; exit 1; }; \
 	  export $$(bash deploy/kafka/kafka.sh env); \
-	  echo "real Kafka at $$addr, SASL_SSL at $$DRAFTFLOW_TEST_SASL_BROKERS"; \
-	  DRAFTFLOW_TEST_BROKERS=$$addr $(GO) test $(GOTEST_FLAGS) -count=1 -run 'Kafka|Consumer|Ensure|Pipeline|Stage|Sink|Integration|RunSample|RunDuplicates|RunCancelled|RunIgnores' ./topics/... ./kafka/... ./stages/... ./sink/... ./cmd/...
+	  echo "real Kafka at $$addr, SASL_SSL at $$DRAFTFLOW_TEST_SASL_BROKERS; testing" $$pkgs; \
+	  DRAFTFLOW_TEST_BROKERS=$$addr $(GO) test $(GOTEST_FLAGS) -count=1 $$pkgs
 
 kafka-up:
 	@bash deploy/kafka/kafka.sh up

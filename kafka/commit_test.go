@@ -73,11 +73,7 @@ func committed(t *testing.T, cfg kafka.Config, group string) int64 {
 
 func commitBroker(t *testing.T) (*embedded.Broker, kafka.Config) {
 	t.Helper()
-	e, err := embedded.Start(embedded.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
+	e := kafkatest.Embedded(t) // refuses commits through its control hooks
 	cfg := kafka.Config{Brokers: e.Brokers(), Partitions: 1, Namespace: "commit", Logger: slog.New(slog.DiscardHandler)}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -3,7 +3,6 @@ package kafka_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -33,7 +32,7 @@ func TestParseRetention(t *testing.T) {
 func retentionCluster(t *testing.T) ([]string, *embedded.Broker, string) {
 	ns := fmt.Sprintf("t-%s-%d", t.Name(), time.Now().UnixNano())
 	if kafkatest.Real() {
-		return strings.Split(os.Getenv("DRAFTFLOW_TEST_BROKERS"), ","), nil, ns
+		return kafkatest.Brokers(t), nil, ns
 	}
 	e := kafkatest.Embedded(t)
 	return e.Brokers(), e, ns

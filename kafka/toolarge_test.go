@@ -1,7 +1,6 @@
 package kafka_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,49 +8,24 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
-
+	"github.com/draftflow/draftflow/internal/testutil"
 	"github.com/draftflow/draftflow/kafka"
-	"github.com/draftflow/draftflow/kafka/embedded"
 	"github.com/draftflow/draftflow/kafka/kafkatest"
 	"github.com/draftflow/draftflow/topics"
+	"github.com/twmb/franz-go/pkg/kerr"
 )
 
-// syncBuffer is a bytes.Buffer safe for a slog handler and a test reading it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// smallTopics starts an embedded broker whose topics (namespace "small") accept records of at most limit
-// bytes, and returns a Config for them that keeps the default (larger) writer limit, logging into logs.
-func smallTopics(t *testing.T, limit int, logs *syncBuffer) kafka.Config {
+// smallTopics makes the pipeline's topics in a fresh namespace of the test's cluster accepting records of at
+// most limit bytes, and returns a Config for them that keeps the default (larger) writer limit, logging into
+// logs.
+func smallTopics(t *testing.T, limit int, logs *testutil.Buffer) kafka.Config {
 	t.Helper()
-	e, err := embedded.Start(embedded.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	small := kafka.Config{Brokers: e.Brokers(), Partitions: 1, Namespace: "small", MaxMessageBytes: limit,
-		Logger: slog.New(slog.DiscardHandler)}
+	small := kafkatest.Cluster(t, kafka.Config{Partitions: 1, MaxMessageBytes: limit, Logger: slog.New(slog.DiscardHandler)})
 	if err := kafkatest.Client(t, small).Admin().EnsureTopics(ctx, topics.Retained()...); err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +69,7 @@ func TestIsRecordTooLarge(t *testing.T) {
 // are still written; and the same record is refused at once when sent again.
 func TestBrokerRefusedRecordIsTooLarge(t *testing.T) {
 	const limit = 16 << 10
-	var logs syncBuffer
+	var logs testutil.Buffer
 	cfg := smallTopics(t, limit, &logs)
 	cl := kafkatest.Client(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -152,7 +126,7 @@ func TestBrokerRefusedRecordIsTooLarge(t *testing.T) {
 
 // EnsureTopics reuses a topic whose max.message.bytes is below the configured limit, and warns about it.
 func TestEnsureTopicsWarnsAboutSmallExistingTopic(t *testing.T) {
-	var logs syncBuffer
+	var logs testutil.Buffer
 	cfg := smallTopics(t, 64<<10, &logs)
 	cl := kafkatest.Client(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -161,7 +135,7 @@ func TestEnsureTopicsWarnsAboutSmallExistingTopic(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := logs.String()
-	if !strings.Contains(out, "level=WARN") || !strings.Contains(out, "topic=small.generated") ||
+	if !strings.Contains(out, "level=WARN") || !strings.Contains(out, "topic="+cfg.Topic(topics.TopicGenerated)) ||
 		!strings.Contains(out, "max_message_bytes=65536") || !strings.Contains(out, "configured_max_message_bytes=8388608") {
 		t.Errorf("no warning naming the topic and both sizes:\n%s", out)
 	}
@@ -169,7 +143,7 @@ func TestEnsureTopicsWarnsAboutSmallExistingTopic(t *testing.T) {
 		t.Errorf("max.message.bytes now %q (%v); the topic must be left as it is", v, err)
 	}
 	// A topic at the configured limit is not warned about.
-	var quiet syncBuffer
+	var quiet testutil.Buffer
 	ok := cfg
 	ok.MaxMessageBytes = 64 << 10
 	ok.Logger = slog.New(slog.NewTextHandler(&quiet, nil))

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/draftflow/draftflow/kafka"
-	"github.com/draftflow/draftflow/kafka/embedded"
 	"github.com/draftflow/draftflow/kafka/kafkatest"
 
 	"github.com/draftflow/draftflow/topics"
@@ -17,10 +16,7 @@ func TestTopicIDDistinguishesIncarnations(t *testing.T) {
 	defer cancel()
 	var ids []string
 	for i := 0; i < 2; i++ {
-		e, err := embedded.Start(embedded.Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		e := kafkatest.Embedded(t) // a new incarnation of the cluster, and of its topics
 		kc := kafka.Config{Brokers: e.Brokers(), Partitions: 1}
 		cl := kafkatest.Client(t, kc)
 		if err := cl.Admin().EnsureTopics(ctx, topics.TopicGenerated); err != nil {

@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/draftflow/draftflow/kafka"
-	"github.com/draftflow/draftflow/kafka/embedded"
 	"github.com/draftflow/draftflow/kafka/kafkatest"
 	"github.com/draftflow/draftflow/offline"
 	"github.com/draftflow/draftflow/shard"
@@ -506,12 +505,7 @@ func TestNewBrokerSameDir(t *testing.T) {
 // pipeline's topics in namespace ns.
 func freshBroker(t *testing.T, ns string) kafka.Config {
 	t.Helper()
-	e, err := embedded.Start(embedded.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	kc := kafka.Config{Brokers: e.Brokers(), Partitions: 2, Namespace: ns}
+	kc := kafka.Config{Brokers: kafkatest.Embedded(t).Brokers(), Partitions: 2, Namespace: ns}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := kafkatest.Client(t, kc).Admin().EnsureTopics(ctx, topics.Retained()...); err != nil {

@@ -125,7 +125,8 @@ func TestReportWarnsOfRetentionLoss(t *testing.T) {
 	e := kafkatest.Embedded(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	kc := kafka.Config{Brokers: e.Brokers(), Partitions: 1, Namespace: "retention", Retention: time.Second,
+	const retention = 100 * time.Millisecond
+	kc := kafka.Config{Brokers: e.Brokers(), Partitions: 1, Namespace: "retention", Retention: retention,
 		Logger: slog.New(slog.DiscardHandler)}
 	cl := kafkatest.Client(t, kc)
 	if err := cl.Admin().EnsureTopics(ctx, topics.Retained()...); err != nil {
@@ -149,7 +150,7 @@ func TestReportWarnsOfRetentionLoss(t *testing.T) {
 			t.Fatalf("a warning before anything was deleted: %q", w)
 		}
 	}
-	time.Sleep(1200 * time.Millisecond)
+	time.Sleep(2 * retention) // the records age past retention, which the broker then applies
 	e.Cluster().ApplyRetention()
 	if r, err = col.Collect(ctx); err != nil {
 		t.Fatal(err)

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/draftflow/draftflow/kafka"
+	"github.com/draftflow/draftflow/kafka/kafkatest"
 	"github.com/draftflow/draftflow/stages/ingest"
 	"github.com/draftflow/draftflow/topics"
 )
@@ -80,8 +80,8 @@ func TestBenchPipelineSmall(t *testing.T) {
 	const records = 60
 	o := Options{Records: records, Partitions: 3, PromptWords: 30, OutputTokens: 8, Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))}
 	want := 1
-	if addr := os.Getenv("DRAFTFLOW_TEST_BROKERS"); addr != "" {
-		o.Brokers = kafka.ParseBrokers(addr)
+	if kafkatest.Real() {
+		o.Brokers = kafkatest.Brokers(t)
 		want = 2
 	}
 	rep, err := Run(context.Background(), o)

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/draftflow/draftflow/internal/testutil"
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/kafka/kafkatest"
 	"github.com/draftflow/draftflow/offline"
@@ -38,24 +39,7 @@ type proc struct {
 	exited chan error
 	done   bool // a one-shot process finished
 	kills  int
-	logs   *lockedBuffer
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	logs   *testutil.Buffer
 }
 
 func (p *proc) start(t *testing.T, bin string) {
@@ -215,7 +199,7 @@ func TestChaosSeparateStages(t *testing.T) {
 	order := []string{"sim-a", "sim-b", "sink", "tokenize", "generate-a", "generate-b", "ingest"}
 	for _, name := range order {
 		p := procs[name]
-		p.name, p.logs = name, &lockedBuffer{}
+		p.name, p.logs = name, &testutil.Buffer{}
 		p.start(t, bin)
 	}
 	defer func() {

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	pipelinebench "github.com/draftflow/draftflow/bench/pipeline"
+	"github.com/draftflow/draftflow/internal/testutil"
 	"github.com/draftflow/draftflow/kafka"
 
 	"github.com/apache/arrow/go/v17/arrow"
@@ -155,18 +156,14 @@ func (s *runningStage) stop() error {
 // waitFor polls cond until it holds; it fails the test after timeout or when a stage failed.
 func (h *itest) waitFor(what string, timeout time.Duration, cond func() bool) {
 	h.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
+	testutil.WaitFor(h.t, timeout, what, func() bool {
 		select {
 		case err := <-h.fatal:
 			h.t.Fatalf("waiting for %s: stage failed: %v", what, err)
 		default:
 		}
-		if time.Now().After(deadline) {
-			h.t.Fatalf("%s did not happen within %s", what, timeout)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return cond()
+	})
 }
 
 // startSim starts a simulated SGLang server shaped after the test model; cfg's other fields are kept.
@@ -352,8 +349,8 @@ func head(s []string) []string { return s[:min(len(s), 5)] }
 func readShardStrings(t *testing.T, dir, col string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
-	eachShardBatch(t, dir, func(rec arrow.Record, index func(string) int) {
-		idc, vc := rec.Column(index("id")).(*array.String), rec.Column(index(col)).(*array.String)
+	eachShardBatch(t, dir, func(rec arrow.Record, index func(string) arrow.Array) {
+		idc, vc := index("id").(*array.String), index(col).(*array.String)
 		for i := 0; i < int(rec.NumRows()); i++ {
 			out[idc.Value(i)] = vc.Value(i)
 		}

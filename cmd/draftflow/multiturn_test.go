@@ -70,14 +70,14 @@ func TestPipelineMultiTurn(t *testing.T) {
 	}
 
 	rows := map[string]map[int]turnRow{}
-	eachShardBatch(t, out, func(rec arrow.Record, col func(string) int) {
-		ids := rec.Column(col("id")).(*array.String)
-		turns := rec.Column(col("turn")).(*array.Int32)
-		inp := rec.Column(col("input_ids")).(*array.List)
-		mask := rec.Column(col("loss_mask")).(*array.List)
-		plen := rec.Column(col("prompt_len")).(*array.Int32)
-		stop := rec.Column(col("stop_reason")).(*array.String)
-		reply := rec.Column(col("reply")).(*array.String)
+	eachShardBatch(t, out, func(rec arrow.Record, col func(string) arrow.Array) {
+		ids := col("id").(*array.String)
+		turns := col("turn").(*array.Int32)
+		inp := col("input_ids").(*array.List)
+		mask := col("loss_mask").(*array.List)
+		plen := col("prompt_len").(*array.Int32)
+		stop := col("stop_reason").(*array.String)
+		reply := col("reply").(*array.String)
 		inVals := inp.ListValues().(*array.Int32).Int32Values()
 		maskVals := mask.ListValues().(*array.Uint8).Uint8Values()
 		for i := 0; i < int(rec.NumRows()); i++ {
@@ -179,10 +179,10 @@ func TestPipelineMultiTurn(t *testing.T) {
 func checkConversationsHang(t *testing.T, out string) map[string]map[int]string {
 	t.Helper()
 	conv := map[string]map[int]string{}
-	eachShardBatch(t, out, func(rec arrow.Record, col func(string) int) {
-		ids := rec.Column(col("id")).(*array.String)
-		turns := rec.Column(col("turn")).(*array.Int32)
-		stop := rec.Column(col("stop_reason")).(*array.String)
+	eachShardBatch(t, out, func(rec arrow.Record, col func(string) arrow.Array) {
+		ids := col("id").(*array.String)
+		turns := col("turn").(*array.Int32)
+		stop := col("stop_reason").(*array.String)
 		for i := 0; i < int(rec.NumRows()); i++ {
 			id, turn := ids.Value(i), int(turns.Value(i))
 			if conv[id] == nil {

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	sglangbench "github.com/draftflow/draftflow/bench/sglang"
+	"github.com/draftflow/draftflow/internal/testutil"
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/kafka/kafkatest"
 	"github.com/draftflow/draftflow/topics"
@@ -415,7 +416,7 @@ func (sc rebalanceScenario) run(t *testing.T, n int) rebalanceRun {
 	}
 	procs["generate-a"], procs["generate-b"], procs["generate-c"] = gen("generate-a"), gen("generate-b"), gen("generate-c")
 	for _, p := range procs {
-		p.logs = &lockedBuffer{}
+		p.logs = &testutil.Buffer{}
 	}
 	defer func() {
 		for name, p := range procs {

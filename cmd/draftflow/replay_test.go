@@ -258,6 +258,9 @@ func TestStageReplayRetokenize(t *testing.T) {
 	}
 	// B's prompts topic holds only B's own later turns, built from B's replies; A's later turns were skipped.
 	nB := kafkatest.Size(t, kcB, topics.TopicPrompts)
+	if nB == 0 {
+		t.Fatal("B's prompts topic holds none of B's later turns")
+	}
 	for _, p := range kafkatest.Collect[topics.Prompt](t, kcB, topics.TopicPrompts, nB, 30*time.Second) {
 		if !p.Continuation || p.Turn == 0 {
 			t.Errorf("B's prompts topic got an ingested prompt: %s turn %d", p.ID, p.Turn)

@@ -141,9 +141,6 @@ func runProcess(t *testing.T, log *os.File, args ...string) *exec.Cmd {
 // the turns not yet in the shards at the kill plus the requests in flight then, and the shards end whole: every
 // conversation's turns 0..n once.
 func TestRunResumesAfterKill(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the pipeline twice in processes of its own")
-	}
 	h := newITest(t, kafka.Config{})
 	srv, url := startCountingSim(t, h, sim.Config{Instant: true, OutputLenDistribution: sim.DistFixed, OutputLenMean: 24, Seed: 5,
 		Faults: sim.Faults{AddedLatency: 40 * time.Millisecond}})
@@ -254,7 +251,9 @@ func TestStagesResumeAfterTopicsLost(t *testing.T) {
 	h.start("generate (topics lost)", genCfg(kc2))
 	h.start("tokenize (topics lost)", h.tokenize(""))
 	h.ingest(data, 64)
-	time.Sleep(500 * time.Millisecond)
+	h.waitFor("tokenized records for generate before the sink starts", time.Minute, func() bool {
+		return h.produced(topics.TopicTokenized) > 0
+	})
 	h.start("sink (topics lost)", h.sink(16))
 	quiet := func() bool {
 		return h.consumed(topics.TopicPrompts, "draftflow-tokenize") == h.produced(topics.TopicPrompts) &&

@@ -10,14 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/draftflow/draftflow/internal/testutil"
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/offline"
 
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
-	"github.com/apache/arrow/go/v17/arrow/memory"
-	"github.com/apache/arrow/go/v17/parquet/file"
-	"github.com/apache/arrow/go/v17/parquet/pqarrow"
 
 	"github.com/draftflow/draftflow/kafka/kafkatest"
 	"github.com/draftflow/draftflow/pipeline"
@@ -36,44 +34,15 @@ type shardRow struct {
 }
 
 // eachShardBatch calls fn for every record batch of every shard under dir (one directory per run), read with
-// the Arrow Parquet reader; col returns the index of a named column, failing the test if it is missing.
-func eachShardBatch(t *testing.T, dir string, fn func(rec arrow.Record, col func(string) int)) {
+// Arrow's Parquet reader; col returns a named column, failing the test if it is missing.
+func eachShardBatch(t *testing.T, dir string, fn func(rec arrow.Record, col func(string) arrow.Array)) {
 	t.Helper()
 	paths, _ := filepath.Glob(filepath.Join(dir, "*", "*.parquet"))
 	if len(paths) == 0 {
 		t.Fatalf("no shards under %s", dir)
 	}
 	for _, p := range paths {
-		f, err := os.Open(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pf, err := file.NewParquetReader(f)
-		if err != nil {
-			t.Fatalf("%s: %v", p, err)
-		}
-		fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{}, memory.DefaultAllocator)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tbl, err := fr.ReadTable(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		col := func(name string) int {
-			idx := tbl.Schema().FieldIndices(name)
-			if len(idx) != 1 {
-				t.Fatalf("%s: no column %q", p, name)
-			}
-			return idx[0]
-		}
-		tr := array.NewTableReader(tbl, 0)
-		for tr.Next() {
-			fn(tr.Record(), col)
-		}
-		tr.Release()
-		tbl.Release()
-		f.Close()
+		testutil.ReadParquet(t, p, fn)
 	}
 }
 
@@ -81,11 +50,11 @@ func eachShardBatch(t *testing.T, dir string, fn func(rec arrow.Record, col func
 func readShards(t *testing.T, dir string) []shardRow {
 	t.Helper()
 	var rows []shardRow
-	eachShardBatch(t, dir, func(rec arrow.Record, col func(string) int) {
-		ids := rec.Column(col("id")).(*array.String)
-		inp := rec.Column(col("input_ids")).(*array.List)
-		mask := rec.Column(col("loss_mask")).(*array.List)
-		plen := rec.Column(col("prompt_len"))
+	eachShardBatch(t, dir, func(rec arrow.Record, col func(string) arrow.Array) {
+		ids := col("id").(*array.String)
+		inp := col("input_ids").(*array.List)
+		mask := col("loss_mask").(*array.List)
+		plen := col("prompt_len")
 		inVals := inp.ListValues().(*array.Int32)
 		maskVals := mask.ListValues().(*array.Uint8)
 		for i := 0; i < int(rec.NumRows()); i++ {

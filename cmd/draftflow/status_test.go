@@ -240,7 +240,7 @@ func TestStatusCapture(t *testing.T) {
 	simCapture(&rc, reg)
 	rc.Gatherer = reg
 	rc.StatusInterval = 200 * time.Millisecond
-	rc.Timeout = 3 * time.Minute
+	rc.Timeout = 5 * time.Minute
 	if _, err := pipeline.Run(context.Background(), rc); err != nil {
 		t.Fatal(err)
 	}

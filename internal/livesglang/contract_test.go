@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/draftflow/draftflow/internal/testutil"
 	"github.com/draftflow/draftflow/sglang/sim"
 )
 
@@ -209,7 +210,7 @@ func TestSimulatorMatchesLive(t *testing.T) {
 			abortEx.status[i], abortEx.body[i] = send(t, http.MethodPost, u+"/generate", map[string]any{"input_ids": prompt, "rid": "contract-abort",
 				"sampling_params": map[string]any{"max_new_tokens": 1500, "temperature": 0, "ignore_eos": true}})
 		}()
-		waitFor(t, time.Minute, "the request to run on "+u, func() bool {
+		testutil.WaitFor(t, time.Minute, "the request to run on "+u, func() bool {
 			var l struct {
 				Loads []struct {
 					Running int `json:"num_running_reqs"`

@@ -26,11 +26,9 @@ import (
 
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
-	"github.com/apache/arrow/go/v17/arrow/memory"
-	"github.com/apache/arrow/go/v17/parquet/file"
-	"github.com/apache/arrow/go/v17/parquet/pqarrow"
 
 	"github.com/draftflow/draftflow/internal/testassets"
+	"github.com/draftflow/draftflow/internal/testutil"
 	"github.com/draftflow/draftflow/shard"
 )
 
@@ -492,18 +490,6 @@ func (p *proc) wait(t *testing.T, d time.Duration) error {
 	}
 }
 
-// waitFor polls cond every half second until it holds, failing t after d.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-}
-
 // shardRow is one row of the shards, every column, as the sink defines it (read back here with a Parquet
 // reader of the test's own, not the sink's).
 type shardRow = shard.Row
@@ -514,32 +500,7 @@ func readRows(t *testing.T, out string) map[string]map[int]shardRow {
 	rows := map[string]map[int]shardRow{}
 	paths, _ := filepath.Glob(filepath.Join(out, "*", "*.parquet"))
 	for _, p := range paths {
-		f, err := os.Open(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pf, err := file.NewParquetReader(f)
-		if err != nil {
-			t.Fatalf("%s: %v", p, err)
-		}
-		fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{}, memory.DefaultAllocator)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tbl, err := fr.ReadTable(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		tr := array.NewTableReader(tbl, 0)
-		for tr.Next() {
-			rec := tr.Record()
-			col := func(name string) arrow.Array {
-				idx := rec.Schema().FieldIndices(name)
-				if len(idx) != 1 {
-					t.Fatalf("%s: no column %q", p, name)
-				}
-				return rec.Column(idx[0])
-			}
+		testutil.ReadParquet(t, p, func(rec arrow.Record, col func(string) arrow.Array) {
 			str := func(name string, i int) string { return col(name).(*array.String).Value(i) }
 			i32 := func(name string, i int) int32 { return col(name).(*array.Int32).Value(i) }
 			inp, mask := col("input_ids").(*array.List), col("loss_mask").(*array.List)
@@ -560,10 +521,7 @@ func readRows(t *testing.T, out string) map[string]map[int]shardRow {
 				}
 				rows[r.ID][int(r.Turn)] = r
 			}
-		}
-		tr.Release()
-		tbl.Release()
-		f.Close()
+		})
 	}
 	return rows
 }

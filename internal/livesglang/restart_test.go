@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/draftflow/draftflow/internal/testutil"
 )
 
 // TestAPIKeyAndRestart uses one server started with --api-key. Without the key draftflow stops at once with
@@ -63,7 +65,7 @@ func TestAPIKeyAndRestart(t *testing.T) {
 				Waiting int `json:"num_waiting_reqs"`
 			} `json:"loads"`
 		}
-		waitFor(t, 5*time.Minute, "requests running on the server", func() bool {
+		testutil.WaitFor(t, 5*time.Minute, "requests running on the server", func() bool {
 			getJSON(t, http.MethodGet, srv.url+"/v1/loads", nil, &load, auth...)
 			return len(load.Loads) > 0 && load.Loads[0].Running >= 3
 		})

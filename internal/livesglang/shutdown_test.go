@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/draftflow/draftflow/internal/testutil"
 	"github.com/draftflow/draftflow/kafka/kafkatest"
 )
 
@@ -65,7 +66,7 @@ func TestShutdownAbortsOnServer(t *testing.T) {
 	if err := ing.wait(t, 3*time.Minute); err != nil {
 		t.Fatalf("ingest: %v", err)
 	}
-	waitFor(t, 5*time.Minute, "requests running on the server", func() bool {
+	testutil.WaitFor(t, 5*time.Minute, "requests running on the server", func() bool {
 		r, _ := load()
 		return r >= 3
 	})
@@ -76,7 +77,7 @@ func TestShutdownAbortsOnServer(t *testing.T) {
 		t.Logf("generate exited: %v", err)
 	}
 	t.Logf("generate SIGTERMed with %d requests running and %d waiting on the server", r, w)
-	waitFor(t, time.Minute, "the server to drop draftflow's requests", func() bool {
+	testutil.WaitFor(t, time.Minute, "the server to drop draftflow's requests", func() bool {
 		r, w := load()
 		return r+w == 0
 	})
@@ -87,7 +88,7 @@ func TestShutdownAbortsOnServer(t *testing.T) {
 	}
 	// A new generate process finishes what the first one abandoned.
 	stage("generate", "--sglang", srv.url)
-	waitFor(t, 10*time.Minute, "every conversation in the shards", func() bool {
+	testutil.WaitFor(t, 10*time.Minute, "every conversation in the shards", func() bool {
 		return countRows(out) >= n
 	})
 	rows := readRows(t, out)

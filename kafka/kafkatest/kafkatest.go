@@ -4,6 +4,18 @@
 // records, and fault injection on the embedded broker. Each Config call returns a kafka.Config with a fresh
 // Namespace, so tests sharing one real cluster never see each other's topics or groups.
 //
+// A test that talks to Kafka gets its broker here and nowhere else: every broker address a test dials comes from
+// this package (TestBrokersComeFromKafkatest checks the test files of the module), so every such test lives in a
+// package whose tests import kafkatest, and `make test-integration` runs every test of those packages with
+// DRAFTFLOW_TEST_BROKERS set to a real Apache Kafka. Which broker a test gets is its own visible choice:
+//
+//   - Brokers, Cluster and Config give the test's cluster: the real one of DRAFTFLOW_TEST_BROKERS when it is
+//     set, else an embedded broker private to the test. Use them unless the test needs what only the embedded
+//     broker gives.
+//   - Embedded and SecureEmbedded always start an in-process broker, for a test that injects faults through its
+//     control hooks (HoldProduce, RefuseProduce, Cluster().ControlKey, ApplyRetention), needs a new incarnation
+//     of a cluster, or TLS and SASL users of its own. Such a test runs on the embedded broker in every tier.
+//
 // Unlike the rest of draftflow, which reads environment variables only in cmd/draftflow, this test support reads
 // its own: DRAFTFLOW_TEST_BROKERS (Real, Config), DRAFTFLOW_TEST_SASL_* (RealSASL) and DRAFTFLOW_REQUIRE_ASSETS.
 package kafkatest
@@ -11,10 +23,8 @@ package kafkatest
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -35,21 +45,7 @@ func Real() bool { return os.Getenv("DRAFTFLOW_TEST_BROKERS") != "" }
 // pipeline topic in it. The embedded broker, if one is started, is closed when the test ends.
 func Config(t testing.TB, partitions int) kafka.Config {
 	t.Helper()
-	var brokers []string
-	if s := os.Getenv("DRAFTFLOW_TEST_BROKERS"); s != "" {
-		brokers = strings.Split(s, ",")
-	} else {
-		brokers = Embedded(t).Brokers()
-	}
-	name := strings.NewReplacer("/", "-", " ", "-", "#", "-").Replace(t.Name())
-	if len(name) > 60 {
-		name = name[:60]
-	}
-	cfg := kafka.Config{
-		Brokers:    brokers,
-		Partitions: partitions,
-		Namespace:  fmt.Sprintf("t-%s-%06d", name, rand.IntN(1e6)),
-	}
+	cfg := Cluster(t, kafka.Config{Partitions: partitions})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if err := Client(t, cfg).Admin().EnsureTopics(ctx, topics.Retained()...); err != nil {
@@ -132,8 +128,9 @@ func Produce(t testing.TB, kc kafka.Config, topic string, recs ...Record) {
 	}
 }
 
-// Collect reads the (logical) topic in a fresh consumer group until want records arrived or timeout passed,
-// and returns them decoded, in the order they arrived.
+// Collect reads the (logical) topic in a fresh consumer group until want records arrived, and returns them
+// decoded, in the order they arrived. Fewer by the timeout fail the test, so a loop over what Collect returns
+// never passes for want of records.
 func Collect[T any](t testing.TB, kc kafka.Config, topic string, want int, timeout time.Duration) []*T {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -161,6 +158,9 @@ func Collect[T any](t testing.TB, kc kafka.Config, topic string, want int, timeo
 	}
 	mu.Lock()
 	defer mu.Unlock()
+	if len(out) < want {
+		t.Fatalf("collect %s: %d of the %d records within %s", topic, len(out), want, timeout)
+	}
 	return out
 }
 

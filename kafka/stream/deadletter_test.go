@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/draftflow/draftflow/kafka"
-	"github.com/draftflow/draftflow/kafka/embedded"
 	"github.com/draftflow/draftflow/kafka/kafkatest"
 	"github.com/draftflow/draftflow/kafka/stream"
 	"github.com/draftflow/draftflow/topics"
@@ -124,14 +123,9 @@ func TestDeadLetterRetriesUntilShutdown(t *testing.T) {
 // offending record's.
 func TestDeadLetterRefusedAsTooLargeIsShortened(t *testing.T) {
 	const limit = 16 << 10
-	e, err := embedded.Start(embedded.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	small := kafka.Config{Brokers: e.Brokers(), Partitions: 1, Namespace: "small", MaxMessageBytes: limit, Logger: quiet}
+	small := kafkatest.Cluster(t, kafka.Config{Partitions: 1, MaxMessageBytes: limit, Logger: quiet})
 	if err := kafkatest.Client(t, small).Admin().EnsureTopics(ctx, topics.Retained()...); err != nil {
 		t.Fatal(err)
 	}

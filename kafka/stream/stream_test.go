@@ -64,6 +64,9 @@ func tokenized(ids ...string) []kafkatest.Record {
 	return recs
 }
 
+// commitInterval is how often the consumers of run commit.
+const commitInterval = 20 * time.Millisecond
+
 // run consumes the tokenized topic in group through stage st, calling handle, until the returned stop is called;
 // stop returns Consume's error.
 func run(t *testing.T, kc kafka.Config, st *stream.Stage, group string, opt stream.Options[topics.Tokenized],
@@ -71,7 +74,7 @@ func run(t *testing.T, kc kafka.Config, st *stream.Stage, group string, opt stre
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	in := kafkatest.Client(t, kc).NewConsumer(topics.TopicTokenized, kafka.ConsumerConfig{Group: group, SessionTimeout: 6 * time.Second,
-		DrainTimeout: 2 * time.Second})
+		DrainTimeout: 2 * time.Second, CommitInterval: commitInterval})
 	errc := make(chan error, 1)
 	go func() { errc <- stream.Consume(ctx, st, opt, handle, in) }()
 	var once sync.Once
@@ -164,8 +167,8 @@ func TestAsynchronousAcknowledgementCommitsThePrefix(t *testing.T) {
 	if n := counted(t, reg, "sink", "written", ""); n != 5 {
 		t.Fatalf("written counted %v times, want 5 (settled counts before the acknowledgement)", n)
 	}
-	// Several commit intervals (200 ms) pass: the unacknowledged first record holds the partition's commit.
-	time.Sleep(time.Second)
+	// Ten commit intervals pass: the unacknowledged first record holds the partition's commit.
+	time.Sleep(10 * commitInterval)
 	if off := committed(t, admin, "g"); off > 0 {
 		t.Fatalf("committed offset %d while offset 0 is unacknowledged", off)
 	}

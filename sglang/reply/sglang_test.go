@@ -236,9 +236,6 @@ func runSGLang(t *testing.T, cases []corpusCase) map[string]sglangResult {
 }
 
 func TestDifferentialSGLang(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs python3 over the SGLang wheel")
-	}
 	want := runSGLang(t, corpus)
 	for _, c := range corpus {
 		t.Run(c.Name, func(t *testing.T) {
@@ -306,9 +303,6 @@ var randomFragments = map[string][]string{
 }
 
 func TestDifferentialSGLangRandom(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs python3 over the SGLang wheel")
-	}
 	configs := []struct {
 		reasoning, tools string
 		open             bool

@@ -81,9 +81,6 @@ func closedLoop(t testing.TB, e *engine, inFlight, prompt, maxNew int, simSecond
 // dozen running, the rest queued, a nearly full pool, hundreds of tok/s.
 func TestReferenceRunSteadyState(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("long simulation")
-	}
 	e := testEngine(t, Config{Seed: 11})
 	f := closedLoop(t, e, 150, 1024, 10240, 2*3600, 1)
 	t.Logf("steady state: running %.1f waiting %.1f token_usage %.3f gen %.0f tok/s, %.3f req/s, retractions %.2f/min",

@@ -19,7 +19,6 @@ import (
 	"github.com/draftflow/draftflow/kafka/kafkatest"
 
 	"github.com/draftflow/draftflow/kafka"
-	"github.com/draftflow/draftflow/kafka/embedded"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -132,12 +131,7 @@ func startSim(t *testing.T, cfg sim.Config) (*sim.Server, *recorder, string) {
 
 func startKafka(t *testing.T) kafka.Config {
 	t.Helper()
-	e, err := embedded.Start(embedded.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	return kafka.Config{Brokers: e.Brokers(), Partitions: 4, Logger: testLogger(t)}
+	return kafkatest.Cluster(t, kafka.Config{Partitions: 4, Logger: testLogger(t)})
 }
 
 func prompt(n, seed int) []uint32 {
@@ -262,7 +256,7 @@ func TestStageEndToEnd(t *testing.T) {
 				t.Fatalf("%d rejections, want 1", len(rejs))
 			}
 			r := rejs[0]
-			if r.ID != "conv-7" || r.Stage != "generate" || r.Topic != topics.TopicTokenized ||
+			if r.ID != "conv-7" || r.Stage != "generate" || r.Topic != kc.Topic(topics.TopicTokenized) ||
 				!strings.Contains(r.Reason, "context length") || r.Source.Line != 8 {
 				t.Errorf("rejection %+v", r)
 			}

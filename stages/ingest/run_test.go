@@ -18,7 +18,6 @@ import (
 	"github.com/draftflow/draftflow/kafka/kafkatest"
 
 	"github.com/draftflow/draftflow/kafka"
-	"github.com/draftflow/draftflow/kafka/embedded"
 	"github.com/draftflow/draftflow/kafka/stream"
 	"github.com/draftflow/draftflow/metrics/metricstest"
 
@@ -32,12 +31,7 @@ import (
 
 func startKafka(t *testing.T) kafka.Config {
 	t.Helper()
-	e, err := embedded.Start(embedded.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	return kafka.Config{Brokers: e.Brokers(), Partitions: 3, Logger: slog.New(slog.DiscardHandler)}
+	return kafkatest.Cluster(t, kafka.Config{Partitions: 3, Logger: slog.New(slog.DiscardHandler)})
 }
 
 // consume reads every record of topic (its size is measured first) in a fresh consumer group.
@@ -200,7 +194,11 @@ func TestRunDuplicatesDatasetAndBadFiles(t *testing.T) {
 		!strings.Contains(got["b.jsonl:1"], `duplicate id "y"`) || !strings.Contains(got["b.jsonl:3"], "invalid JSON") {
 		t.Errorf("rejections %v", got)
 	}
-	for _, p := range consume[topics.Prompt](t, kc, topics.TopicPrompts) {
+	prompts := consume[topics.Prompt](t, kc, topics.TopicPrompts)
+	if len(prompts) != 3 {
+		t.Fatalf("%d prompts on the topic, want 3 (x, y, z)", len(prompts))
+	}
+	for _, p := range prompts {
 		if p.Dataset != "merged" || p.Sampling.Seed == nil || *p.Sampling.Seed != 9 {
 			t.Errorf("prompt %+v", p)
 		}

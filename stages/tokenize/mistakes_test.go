@@ -1,17 +1,16 @@
 package tokenize
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/draftflow/draftflow/internal/testutil"
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/kafka/kafkatest"
 	"github.com/draftflow/draftflow/topics"
@@ -53,7 +52,7 @@ func TestStageNamesTemplateErrorsAndWarnsOfIgnoredTools(t *testing.T) {
 		Messages: []topics.Message{{Role: "user", Content: "q"}, {Role: "assistant", ContentNull: true}, {Role: "user", Content: "again"}}})
 	in.Close()
 
-	var logs syncBuffer
+	var logs testutil.Buffer
 	stageCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	cfg := Config{Client: kafkatest.Client(t, kc), Model: m, ContextLength: 256, Workers: 2, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
@@ -87,16 +86,3 @@ func TestStageNamesTemplateErrorsAndWarnsOfIgnoredTools(t *testing.T) {
 		t.Errorf("%d warnings that the template ignores tools, want 1 for bfcl:\n%s", c, out)
 	}
 }
-
-// syncBuffer is a bytes.Buffer safe for the stage's concurrent logging.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }

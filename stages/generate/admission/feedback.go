@@ -55,15 +55,17 @@ func (c *Controller) bringUp(s *server, info sglang.Capacity) {
 	}
 	eps := make([]*endpoint, len(units))
 	for i, u := range units {
-		ep := &endpoint{srv: s}
-		if i < len(s.eps) {
-			ep = s.eps[i] // keep the accounting of attempts still unwinding from before
-		}
-		ep.rank, ep.pool, ep.maxRunning = u.rank, u.pool, u.maxRunning
-		ep.name = s.url
+		name := s.url
 		if u.rank >= 0 {
-			ep.name = s.url + "?dp_rank=" + strconv.Itoa(u.rank)
+			name = s.url + "?dp_rank=" + strconv.Itoa(u.rank)
 		}
+		// Attempts read their endpoint's name and rank without the lock, so those never change: the unit keeps
+		// its endpoint (and the accounting of attempts still unwinding from before) only when they are the same.
+		ep := &endpoint{srv: s, name: name, rank: u.rank}
+		if i < len(s.eps) && s.eps[i].name == name {
+			ep = s.eps[i]
+		}
+		ep.pool, ep.maxRunning = u.pool, u.maxRunning
 		ep.haveRetracted, ep.metaRetracts, ep.cooldownUntil = false, 0, time.Time{}
 		ep.gated, ep.haveLoads, ep.load, ep.sinceTok, ep.others = false, false, sglang.Load{}, 0, 0
 		if c.cfg.Policy == PolicyFixed {

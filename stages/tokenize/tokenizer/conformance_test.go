@@ -63,10 +63,7 @@ func TestConformanceCorpus(t *testing.T) {
 
 // TestFuzzAgainstReference compares ids with the Python reference on seeded random strings.
 func TestFuzzAgainstReference(t *testing.T) {
-	n := 3000
-	if testing.Short() {
-		n = 300
-	}
+	const n = 3000
 	texts := append(randomTexts(20240601, n), randomSpaceTexts(77, n*2/3)...)
 	for _, name := range conformanceModels {
 		t.Run(name, func(t *testing.T) {

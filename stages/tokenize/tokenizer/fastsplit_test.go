@@ -84,9 +84,6 @@ func utfValid(s string) bool { return strings.ToValidUTF8(s, "") == s }
 // TestRegexpPathAgainstReference loads real tokenizers with the fast matchers disabled and checks
 // the general regex path on the corpus too.
 func TestRegexpPathAgainstReference(t *testing.T) {
-	if testing.Short() {
-		t.Skip("slow")
-	}
 	for _, name := range []string{"llama3_1", "deepseek_v3", "gptoss"} {
 		t.Run(name, func(t *testing.T) {
 			path := fetchTokenizer(t, name)

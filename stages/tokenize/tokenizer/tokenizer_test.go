@@ -87,7 +87,11 @@ func TestConcurrentEncode(t *testing.T) {
 	for i, s := range texts {
 		want[i] = tk.Encode(s)
 	}
-	for i, got := range tk.EncodeBatch(texts, 4) {
+	batch := tk.EncodeBatch(texts, 4)
+	if len(batch) != len(texts) {
+		t.Fatalf("EncodeBatch returned %d id lists for %d texts", len(batch), len(texts))
+	}
+	for i, got := range batch {
 		if !slices.Equal(got, want[i]) {
 			t.Fatalf("EncodeBatch text %d: %v, want %v", i, got, want[i])
 		}
