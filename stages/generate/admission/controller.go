@@ -261,9 +261,10 @@ func (c *Controller) Endpoints() []EndpointStatus {
 	return out
 }
 
-// Stalled says why no request can be admitted now, in words for an operator ("" when one can, or none waits):
-// no server is up (each server's URL and why: its last failed probe, or what drained it; "answers" when none
-// of them answered at all), or requests wait while every server that is up is at its admission budget.
+// Stalled says why no request can be admitted now, in words for an operator ("" when one can, none waits, or a
+// server was not probed yet): no server is up (each server's URL and why: its last failed probe, or what drained
+// it; "answers" when none of them answered anything yet), or requests wait while every server that is up is at
+// its admission budget.
 func (c *Controller) Stalled() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -273,11 +274,10 @@ func (c *Controller) Stalled() string {
 			down = nil
 			break
 		}
-		why := "not probed yet"
-		if s.lastErr != nil {
-			why = s.lastErr.Error()
+		if s.lastErr == nil {
+			return "" // not probed yet: too soon to say
 		}
-		down = append(down, s.url+": "+why)
+		down = append(down, s.url+": "+s.lastErr.Error())
 	}
 	if len(down) > 0 {
 		verb := "is ready"
