@@ -199,7 +199,7 @@ func TestReportSaysWhyAStageIsStalled(t *testing.T) {
 	cl := kafkatest.Client(t, kc)
 	const why = "no SGLang server answers (http://127.0.0.1:1: connection refused)"
 	stop := Start(context.Background(), PublisherConfig{Client: cl, Gatherer: prometheus.NewRegistry(),
-		Stages: []Stage{{Name: "generate", Group: "gen", Topic: topics.TopicTokenized, Stalled: func() string { return why }}},
+		Stages:   []Stage{{Name: "generate", Group: "gen", Topic: topics.TopicTokenized, Stalled: func() string { return why }}},
 		Instance: "test", Interval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 	defer stop()
 	deadline := time.Now().Add(30 * time.Second)
