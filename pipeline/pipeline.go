@@ -127,10 +127,17 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Why the run makes no progress, when it does not: its progress line and the generate stage's status record
+	// say.
+	if cfg.Generate.Stall == nil {
+		cfg.Generate.Stall = &generate.Stall{}
+	}
+	stall := newStallWatch(cfg.Generate.Stall)
+	stall.kcl = kcl
 	// The run's status records, one per stage, from the one registry of the process: stopped (after a last
 	// record) once the stages have stopped, before the client and the broker go.
 	if cfg.Gatherer != nil {
-		defer status.Start(ctx, status.PublisherConfig{Client: kcl, Gatherer: cfg.Gatherer, Stages: statusStages(cfg),
+		defer status.Start(ctx, status.PublisherConfig{Client: kcl, Gatherer: cfg.Gatherer, Stages: statusStages(cfg, stall.reason),
 			Instance: status.DefaultInstance(), Interval: cfg.StatusInterval, Logger: log})()
 	}
 	model, ctxLen, cleanup, err := runModel(cfg, log)
@@ -159,7 +166,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		defer stop()
 		cfg.Generate.Endpoints = []string{url}
 	}
-	r, err := newRun(ctx, kcl, log, cfg.Sink.Dir, rejectedGroup)
+	r, err := newRun(ctx, kcl, log, cfg.Sink.Dir, rejectedGroup, stall)
 	if err != nil {
 		return nil, err
 	}
@@ -260,6 +267,7 @@ type run struct {
 	tr            *tracker
 	rejs          *rejectionLog
 	rejectedGroup string
+	stall         *stallWatch // why the run makes no progress
 
 	// The stages run in a group: the first to fail stops the others (stageCtx ends) and is the group's error.
 	// stopStages stops them all without an error.
@@ -270,7 +278,7 @@ type run struct {
 }
 
 // newRun returns the run of the stages, its rejections file in dir.
-func newRun(ctx context.Context, kcl *kafka.Client, log *slog.Logger, dir, rejectedGroup string) (*run, error) {
+func newRun(ctx context.Context, kcl *kafka.Client, log *slog.Logger, dir, rejectedGroup string, stall *stallWatch) (*run, error) {
 	tr, err := newTracker()
 	if err != nil {
 		return nil, err
@@ -280,7 +288,7 @@ func newRun(ctx context.Context, kcl *kafka.Client, log *slog.Logger, dir, rejec
 		tr.close()
 		return nil, err
 	}
-	r := &run{ctx: ctx, kcl: kcl, log: log, tr: tr, rejs: rejs, rejectedGroup: rejectedGroup}
+	r := &run{ctx: ctx, kcl: kcl, log: log, tr: tr, rejs: rejs, rejectedGroup: rejectedGroup, stall: stall}
 	var runCtx context.Context
 	runCtx, r.stopStages = context.WithCancel(ctx)
 	r.stages, r.stageCtx = errgroup.WithContext(runCtx)
@@ -426,7 +434,8 @@ func (r *run) wait(ctx context.Context, progressOut io.Writer, ingestRejected in
 }
 
 // accounted waits until every ingested prompt is accounted for, a stage fails or ctx ends, showing the count on
-// bar (when not nil), which it clears then: the summary follows.
+// bar (when not nil), and after it why the count does not move when it does not (stallWatch); it clears bar then:
+// the summary follows.
 func (r *run) accounted(ctx context.Context, bar *progress.Bar) error {
 	if bar != nil {
 		defer bar.Clear()
@@ -435,8 +444,10 @@ func (r *run) accounted(ctx context.Context, bar *progress.Bar) error {
 	defer ticker.Stop()
 	for {
 		done, missing, err := r.tr.status()
+		note := r.stall.update(ctx, done, missing)
 		if bar != nil {
 			bar.Set(int64(done))
+			bar.SetNote(note)
 		}
 		if err != nil {
 			return fmt.Errorf("account for the prompts: %w", err)

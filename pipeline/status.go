@@ -39,10 +39,12 @@ func StatusStage(name, group string) status.Stage {
 }
 
 // statusStages are the stages a run of cfg runs in its process, as its status records name them: capture too
-// when the run captures.
-func statusStages(cfg Config) []status.Stage {
+// when the run captures. The generate stage's records say why the run makes no progress (stalled).
+func statusStages(cfg Config, stalled func() string) []status.Stage {
+	gen := StatusStage("generate", cfg.Generate.Group)
+	gen.Stalled = stalled
 	stages := []status.Stage{StatusStage(ingest.Stage, ""), StatusStage("tokenize", cfg.Tokenize.Group),
-		StatusStage("generate", cfg.Generate.Group), StatusStage("sink", cfg.Sink.Group)}
+		gen, StatusStage("sink", cfg.Sink.Group)}
 	if cfg.Capture.Enabled() {
 		stages = append(stages, StatusStage(capturestage.Stage, cfg.Capture.Stage.Group))
 	}

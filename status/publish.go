@@ -27,6 +27,8 @@ type Stage struct {
 	// topic exists or a process published a status record for it, so a pipeline without it gets no row and no
 	// warning about its missing topic.
 	Optional bool `json:"-"`
+	// Stalled, when set, says why the stage makes no progress ("" when it does): the running records carry it.
+	Stalled func() string `json:"-"`
 }
 
 // PublisherConfig configures Publish; zero values are documented defaults.
@@ -107,6 +109,9 @@ func Publish(ctx context.Context, cfg PublisherConfig) (err error) {
 			s := &topics.Status{Stage: st.Name, Instance: cfg.Instance, Host: host, Group: st.Group, Topic: st.Topic,
 				State: state, Time: now.UTC(), Started: started.UTC(), IntervalSeconds: cfg.Interval.Seconds()}
 			fams.figures(s)
+			if st.Stalled != nil && state == topics.StatusRunning {
+				s.Stalled = st.Stalled()
+			}
 			history[st.Name] = rates(s, history[st.Name], cfg.Window)
 			key := topics.StatusKey(st.Name, cfg.Instance)
 			value, err := topics.Marshal(s)

@@ -93,6 +93,8 @@ type InstanceReport struct {
 	Tokens           int64   `json:"tokens"`
 	RecordsPerSecond float64 `json:"records_per_s"`
 	TokensPerSecond  float64 `json:"tokens_per_s"`
+	// Stalled is why the process makes no progress, as its latest record says ("" when it does).
+	Stalled string `json:"stalled,omitempty"`
 }
 
 // EndpointReport is one SGLang endpoint as one generate instance last published it.
@@ -341,6 +343,9 @@ func (c *Collector) stage(ctx context.Context, st Stage, now time.Time) (StageRe
 			st.Name, len(sr.Members), running))
 	}
 	for _, in := range sr.Instances {
+		if in.State == topics.StatusRunning && in.Stalled != "" {
+			warn = append(warn, fmt.Sprintf("%s: instance %s makes no progress: %s", st.Name, in.Instance, in.Stalled))
+		}
 		if in.State == topics.StatusRunning && in.AgeSeconds > 3*c.interval(st.Name, in.Instance) {
 			warn = append(warn, fmt.Sprintf("%s: instance %s last reported %s ago (stopped without a last word, or cannot reach Kafka)",
 				st.Name, in.Instance, time.Duration(in.AgeSeconds*float64(time.Second)).Round(time.Second)))
@@ -379,7 +384,7 @@ func (c *Collector) instances(sr *StageReport, st Stage, now time.Time) {
 		last := recs[len(recs)-1]
 		in := InstanceReport{Instance: last.Instance, Host: last.Host, State: last.State, LastSeen: last.Time,
 			AgeSeconds: max(0, now.Sub(last.Time).Seconds()), Records: last.Records, Rejected: last.Rejected, Tokens: last.Tokens,
-			RecordsPerSecond: last.RecordsPerSecond, TokensPerSecond: last.TokensPerSecond}
+			RecordsPerSecond: last.RecordsPerSecond, TokensPerSecond: last.TokensPerSecond, Stalled: last.Stalled}
 		// The instance's own rates over the window, from its first and last record in it.
 		first := recs[0]
 		if dt := last.Time.Sub(first.Time).Seconds(); dt > 0 && last.Records >= first.Records {

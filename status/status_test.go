@@ -192,3 +192,48 @@ func TestStartIsWaitedFor(t *testing.T) {
 		}
 	}
 }
+
+// TestReportSaysWhyAStageIsStalled: a stage's running records carry what its Stalled says, its last (stopped)
+// record does not; a report shows the reason on the instance and as a warning naming the stage and the instance.
+func TestReportSaysWhyAStageIsStalled(t *testing.T) {
+	kc := kafkatest.Config(t, 1)
+	cl := kafkatest.Client(t, kc)
+	const why = "no SGLang server answers (http://127.0.0.1:1: connection refused)"
+	stop := Start(context.Background(), PublisherConfig{Client: cl, Gatherer: prometheus.NewRegistry(),
+		Stages:   []Stage{{Name: "generate", Group: "gen", Topic: topics.TopicTokenized, Stalled: func() string { return why }}},
+		Instance: "test", Interval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	defer stop()
+	deadline := time.Now().Add(30 * time.Second)
+	for kafkatest.Size(t, kc, topics.TopicStatus) < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("no running record within 30s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	col := NewCollector(CollectorConfig{Client: cl, Stages: []Stage{{Name: "generate", Group: "gen", Topic: topics.TopicTokenized}}})
+	r, err := col.Collect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Stages[0].Instances; len(got) != 1 || got[0].Stalled != why {
+		t.Fatalf("instances %+v, want test's, stalled: %s", got, why)
+	}
+	var b bytes.Buffer
+	if err := Render(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	if want := "! generate: instance test makes no progress: " + why; !strings.Contains(b.String(), want) {
+		t.Errorf("status lacks %q:\n%s", want, b.String())
+	}
+	stop()
+	n := kafkatest.Size(t, kc, topics.TopicStatus)
+	recs := kafkatest.Collect[topics.Status](t, kc, topics.TopicStatus, n, 30*time.Second)
+	if last := recs[len(recs)-1]; last.State != topics.StatusStopped || last.Stalled != "" {
+		t.Fatalf("last record %+v, want stopped, not stalled", last)
+	}
+	if first := recs[0]; first.State != topics.StatusRunning || first.Stalled != why {
+		t.Fatalf("first record %+v, want running, stalled", first)
+	}
+}

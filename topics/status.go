@@ -46,6 +46,9 @@ type Status struct {
 	RateWindowSeconds float64 `json:"rate_window_s"`
 	// Endpoints are the generate stage's admission units (SGLang servers or their DP ranks).
 	Endpoints []EndpointStatus `json:"endpoints,omitempty"`
+	// Stalled says, in words, why the stage makes no progress (no SGLang server answers, every server is full,
+	// ...); empty while it does, in a stopped record, and in records of builds that do not tell.
+	Stalled string `json:"stalled,omitempty"`
 }
 
 // EndpointStatus is one SGLang endpoint as a generate process sees it.

@@ -2,6 +2,7 @@ package topics
 
 import (
 	"bytes"
+	"encoding/binary"
 	"reflect"
 	"strings"
 	"testing"
@@ -15,7 +16,8 @@ func sampleStatus() *Status {
 		Records: 1200, Rejected: 3, Tokens: 720000, RecordsPerSecond: 2.5, TokensPerSecond: 1500.25, RateWindowSeconds: 60,
 		Endpoints: []EndpointStatus{{Name: "http://gpu1:30000", Up: true, InFlight: 48, InFlightTokens: 90000.5,
 			Budget: 120000, KVPoolTokens: 200000, KVUsage: 0.71, OutputTokens: 700000, OutputTokensPerSecond: 1400,
-			Retractions: 2, Requests: 1180}, {Name: "http://gpu2:30000?dp_rank=1"}}}
+			Retractions: 2, Requests: 1180}, {Name: "http://gpu2:30000?dp_rank=1"}},
+		Stalled: "every SGLang server is full: 3 requests wait for admission, 48 in flight"}
 }
 
 // The status record is part of the contract: kind 5, the JSON header only (no token arrays).
@@ -34,7 +36,7 @@ func TestStatusWireLayout(t *testing.T) {
 	}
 	for _, field := range []string{`"stage":"generate"`, `"instance":"gen-0-1234"`, `"records":1200`, `"tokens":720000`,
 		`"records_per_s":2.5`, `"tokens_per_s":1500.25`, `"endpoints":[`, `"kv_usage":0.71`, `"retractions":2`,
-		`"in_flight":48`, `"up":true`, `"output_tokens":700000`, `"state":"running"`} {
+		`"in_flight":48`, `"up":true`, `"output_tokens":700000`, `"state":"running"`, `"stalled":"every SGLang server is full`} {
 		if !bytes.Contains(data, []byte(field)) {
 			t.Errorf("encoded status lacks %s: %s", field, data)
 		}
@@ -57,6 +59,21 @@ func TestStatusWireLayout(t *testing.T) {
 	// Trailing bytes after the header are refused, as for every kind.
 	if err := Unmarshal(append(append([]byte{}, data...), 0), &got); err == nil {
 		t.Fatal("trailing byte accepted")
+	}
+}
+
+// Why a stage is stalled is a JSON header field: a record without it (a stage making progress, or an older
+// build) still decodes, to no reason, and encodes none.
+func TestStatusStalledIsOptional(t *testing.T) {
+	t.Parallel()
+	old := []byte(`{"stage":"generate","instance":"i","state":"running","time":"2026-12-03T19:00:05Z","started":"2026-12-03T18:00:05Z","interval_s":5,"records":1,"rejected":0,"tokens":2,"records_per_s":0,"tokens_per_s":0,"rate_window_s":0}`)
+	data := append(binary.AppendUvarint([]byte{Magic, Version, byte(KindStatus)}, uint64(len(old))), old...)
+	var got Status
+	if err := Unmarshal(data, &got); err != nil || got.Stalled != "" || got.Records != 1 {
+		t.Fatalf("record without stalled: %+v, %v", got, err)
+	}
+	if enc := mustMarshal(t, &Status{Stage: "sink"}); bytes.Contains(enc, []byte(`"stalled"`)) {
+		t.Fatalf("empty reason encoded: %s", enc)
 	}
 }
 

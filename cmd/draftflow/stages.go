@@ -168,7 +168,10 @@ func cmdGenerate(ctx context.Context, args []string) error {
 	if err := p.checkInputNamespace(ctx, cfg.InputNamespace, topics.TopicTokenized); err != nil {
 		return err
 	}
-	defer p.publishStatus(ctx, pipeline.StatusStage("generate", cfg.Group))()
+	cfg.Stall = &generate.Stall{}
+	st := pipeline.StatusStage("generate", cfg.Group)
+	st.Stalled = cfg.Stall.Reason // the status records say why the stage gets no answers
+	defer p.publishStatus(ctx, st)()
 	cfg.Client, cfg.Logger, cfg.Registerer, cfg.Ready = p.kcl, p.log, p.reg, p.ready
 	return generate.Run(ctx, cfg)
 }

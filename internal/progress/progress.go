@@ -108,6 +108,7 @@ type Bar struct {
 
 	mu       sync.Mutex
 	n        int64
+	note     string    // why the count does not move, shown after it ("" when none)
 	drawn    time.Time // when the progress was last shown
 	finished bool
 }
@@ -140,6 +141,27 @@ func (b *Bar) Add(n int64) { b.update(func() { b.n += n }) }
 
 // Set sets the count to n.
 func (b *Bar) Set(n int64) { b.update(func() { b.n = n }) }
+
+// SetNote sets what the progress line says after the count (why it does not move, say); "" removes it. A new
+// note is shown at once: on a terminal the line is redrawn, elsewhere a line is written (not for a removal).
+func (b *Bar) SetNote(note string) {
+	b.mu.Lock()
+	if b.finished || note == b.note {
+		b.mu.Unlock()
+		return
+	}
+	b.note = note
+	show := b.c.tty || note != ""
+	line := ""
+	if show {
+		b.drawn = b.opt.Now()
+		line = b.render(b.drawn)
+	}
+	b.mu.Unlock()
+	if show {
+		b.c.show(line)
+	}
+}
 
 func (b *Bar) update(change func()) {
 	b.mu.Lock()
@@ -189,7 +211,8 @@ func (b *Bar) end(last bool) {
 	b.c.done(line)
 }
 
-// render is the progress line at now: "prompts 120/1000 (12%), 3.4 prompts/s, ETA 4m20s, 35s elapsed".
+// render is the progress line at now: "prompts 120/1000 (12%), 3.4 prompts/s, ETA 4m20s, 35s elapsed", and
+// "; " and the note when there is one.
 func (b *Bar) render(now time.Time) string {
 	var sb strings.Builder
 	sb.WriteString(b.desc)
@@ -210,6 +233,10 @@ func (b *Bar) render(now time.Time) string {
 		}
 	}
 	fmt.Fprintf(&sb, ", %s elapsed", elapsed.Round(time.Second))
+	if b.note != "" {
+		sb.WriteString("; ")
+		sb.WriteString(b.note)
+	}
 	return sb.String()
 }
 

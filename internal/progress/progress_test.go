@@ -100,3 +100,40 @@ func TestNoRateBeforeThereIsOne(t *testing.T) {
 		t.Errorf("slow rate: %q", out.String())
 	}
 }
+
+// TestNoteSaysWhy: a note follows the count on the line; off a terminal a new note writes a line at once (not
+// waiting for Every), the lines after it repeat it, and removing it writes nothing until the next line is due;
+// on a terminal the line is redrawn with the note.
+func TestNoteSaysWhy(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	clock := &fakeClock{t: time.Unix(0, 0)}
+	bar := New(&out, "prompts", 1, Options{Unit: "prompts", Now: clock.now})
+	bar.Set(0)
+	clock.advance(time.Second)
+	bar.SetNote("no SGLang server answers (http://127.0.0.1:1: connection refused)")
+	bar.SetNote("no SGLang server answers (http://127.0.0.1:1: connection refused)") // the same: no line
+	clock.advance(10 * time.Second)
+	bar.Set(0)
+	bar.SetNote("")
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	want := []string{
+		"prompts 0/1 (0%), 0s elapsed",
+		"prompts 0/1 (0%), 1s elapsed; no SGLang server answers (http://127.0.0.1:1: connection refused)",
+		"prompts 0/1 (0%), 11s elapsed; no SGLang server answers (http://127.0.0.1:1: connection refused)",
+	}
+	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
+		t.Errorf("lines:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
+	}
+
+	var tty bytes.Buffer
+	tbar := New(NewTerminal(&tty), "prompts", 1, Options{Unit: "prompts", Now: clock.now})
+	tbar.SetNote("every SGLang server is full")
+	if !strings.HasSuffix(tty.String(), clearLine+"prompts 0/1 (0%), 0s elapsed; every SGLang server is full") {
+		t.Errorf("terminal line with a note: %q", tty.String())
+	}
+	tbar.SetNote("")
+	if !strings.HasSuffix(tty.String(), clearLine+"prompts 0/1 (0%), 0s elapsed") {
+		t.Errorf("terminal line once the note is removed: %q", tty.String())
+	}
+}

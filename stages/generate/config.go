@@ -106,6 +106,8 @@ type Config struct {
 	// Ready, when set, gets the stage's readiness check (Run only): it owns partitions of the tokenized topic
 	// and at least one endpoint is up.
 	Ready *dfmetrics.Readiness
+	// Stall, when set, is kept current by Run: why the stage gets no answers, and how many it got.
+	Stall *Stall
 }
 
 // withDefaults returns a copy with the stage's zero values replaced by defaults; the Controller applies its

@@ -69,6 +69,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	cfg.Stall.start(ctl)
 	// A fatal Controller error (a server refusing the API key) stops the stage as a shutdown does, without
 	// the grace period: nothing in flight can finish.
 	ctx, stopRun := context.WithCancel(ctx)
@@ -231,6 +232,7 @@ func (s *stage) handle(r *record) {
 			l := *res.loop
 			s.met.loops.WithLabelValues(LoopDrop).Inc()
 			s.log.Info("reply in a repetition loop stopped and dropped", "id", t.ID, "turn", t.Turn, "period", l.Period, "start", l.Start, "found", l.End)
+			s.cfg.Stall.answer(false)
 			r.Reject("loop", loopDetail(l, len(res.Response.OutputIDs)), nil)
 		case err == nil:
 			g := generation(t, sampling, res.Result)
@@ -248,6 +250,7 @@ func (s *stage) handle(r *record) {
 				}
 			}
 			s.met.cachedTokens.Add(float64(g.Meta.CachedTokens))
+			s.cfg.Stall.answer(g.StopReason == topics.StopContinued)
 			s.answers.record(fp, g)
 			r.Produce(s.gen, g.ID, g, stream.Outcome{Result: resultGenerated, Tokens: len(g.OutputIDs)})
 		case errors.As(err, &rej):

@@ -1,8 +1,10 @@
 package admission
 
 import (
+	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,6 +28,7 @@ type server struct {
 	state         int
 	cap           sglang.Capacity
 	fails         int           // consecutive health/connection failures
+	lastErr       error         // why the server is not up: the last failed probe, or what drained it
 	drainedSignal chan struct{} // closed and replaced when the server is drained
 	// eps are the server's admission units: one per data-parallel rank under kv-budget (each rank has its own
 	// KV pool and running batch), else one for the whole server.
@@ -256,6 +259,44 @@ func (c *Controller) Endpoints() []EndpointStatus {
 			Budget: ep.budget, Used: ep.used, InFlight: ep.inflight, Load: ep.load}
 	}
 	return out
+}
+
+// Stalled says why no request can be admitted now, in words for an operator ("" when one can, none waits, or a
+// server was not probed yet): no server is up (each server's URL and why: its last failed probe, or what drained
+// it; "answers" when none of them answered anything yet), or requests wait while every server that is up is at
+// its admission budget.
+func (c *Controller) Stalled() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var down []string
+	for _, s := range c.srv {
+		if s.state == stateReady {
+			down = nil
+			break
+		}
+		if s.lastErr == nil {
+			return "" // not probed yet: too soon to say
+		}
+		down = append(down, s.url+": "+s.lastErr.Error())
+	}
+	if len(down) > 0 {
+		verb := "is ready"
+		if !c.answered {
+			verb = "answers"
+		}
+		return "no SGLang server " + verb + " (" + strings.Join(down, "; ") + ")"
+	}
+	waiting, inflight := 0, 0
+	for _, l := range c.order {
+		waiting += len(l.waiters)
+	}
+	if waiting == 0 {
+		return ""
+	}
+	for _, ep := range c.eps {
+		inflight += ep.inflight
+	}
+	return fmt.Sprintf("every SGLang server is full: %d requests wait for admission, %d in flight", waiting, inflight)
 }
 
 // AnyReady reports whether some server admits requests.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,6 +99,9 @@ func TestAdmissionAgainstKVBudget(t *testing.T) {
 	if len(in) != 5 || c.Waiting() != 3 {
 		t.Fatalf("%d admitted, %d waiting; want 5 (budget 10000 / charge 2000) and 3", len(in), c.Waiting())
 	}
+	if got, want := c.Stalled(), "every SGLang server is full: 3 requests wait for admission, 5 in flight"; got != want {
+		t.Errorf("Stalled %q, want %q", got, want)
+	}
 	if st := c.Endpoints()[0]; st.Used != 10000 || st.InFlight != 5 {
 		t.Fatalf("endpoint state %+v", st)
 	}
@@ -111,6 +115,9 @@ func TestAdmissionAgainstKVBudget(t *testing.T) {
 	finishAll(t, c, ts[1:])
 	if st := c.Endpoints()[0]; st.Used != 0 || st.InFlight != 0 {
 		t.Fatalf("charges not returned: %+v", st)
+	}
+	if got := c.Stalled(); got != "" {
+		t.Errorf("Stalled %q with nothing waiting, want none", got)
 	}
 }
 
@@ -179,6 +186,20 @@ func TestDrainAndReadmit(t *testing.T) {
 	}
 	if c.Ready(0) || !c.Ready(1) {
 		t.Fatal("a not drained, or b drained")
+	}
+	if got := c.Stalled(); got != "" {
+		t.Errorf("Stalled %q while b is up with room, want none", got)
+	}
+	b.Healthy.Store(false)
+	for range DefaultHealthFailures {
+		_ = c.Health(context.Background(), 1)
+	}
+	if got := c.Stalled(); !strings.HasPrefix(got, "no SGLang server is ready ("+a.URL+": drained: ") || !strings.Contains(got, "; "+b.URL+": drained: ") {
+		t.Errorf("Stalled %q with both drained, want each URL and why", got)
+	}
+	b.Healthy.Store(true)
+	if err := c.Probe(context.Background(), 1); err != nil {
+		t.Fatal(err)
 	}
 	ts := offer(c, 4, func(i int) *Request { return req(fmt.Sprint("x", i), 5, 5) })
 	if _, per := admitted(ts); per[1] != 4 {

@@ -43,6 +43,7 @@ func (c *Controller) bringUp(s *server, info sglang.Capacity) {
 	s.cap = info
 	s.state = stateReady
 	s.fails = 0
+	s.lastErr = nil
 	s.haveRetracted = false
 	s.polls = 0
 	type unit struct{ rank, pool, maxRunning int }

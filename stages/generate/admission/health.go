@@ -20,6 +20,9 @@ func (c *Controller) countHealth(s *server, err error) {
 		return
 	}
 	s.fails++
+	if s.state != stateReady {
+		s.lastErr = err
+	}
 	if s.state == stateReady && s.fails >= c.cfg.HealthFailures {
 		c.drainLocked(s, err)
 	}
@@ -37,6 +40,7 @@ func (c *Controller) drainLocked(s *server, err error) {
 	}
 	c.log.Warn("endpoint drained", "endpoint", s.url, "inflight", inflight, "err", err)
 	s.state = stateDraining
+	s.lastErr = fmt.Errorf("drained: %w", err)
 	close(s.drainedSignal)
 	s.drainedSignal = make(chan struct{})
 	for _, ep := range s.eps {
@@ -61,6 +65,9 @@ func (c *Controller) Probe(ctx context.Context, i int) error {
 		c.bringUp(s, info)
 		return nil
 	}
+	c.mu.Lock()
+	s.lastErr = err
+	c.mu.Unlock()
 	var ae *sglang.AuthError
 	if errors.As(err, &ae) {
 		c.fail(err)

@@ -44,9 +44,14 @@ func TestUnreachableEndpointGivesUp(t *testing.T) {
 	if !found {
 		t.Errorf("no endpoint_up 0 series for %s before any probe: status would not show it", url)
 	}
+	if got := c.Stalled(); got != "" {
+		t.Errorf("Stalled before any probe: %q, want none (too soon to say)", got)
+	}
 	*now = now.Add(9 * time.Minute)
 	if err := c.Probe(context.Background(), 0); err == nil || c.Err() != nil {
 		t.Fatalf("probe 9 minutes in: %v, fatal %v; want a failure to try again", err, c.Err())
+	} else if got, want := c.Stalled(), "no SGLang server answers ("+url+": "+err.Error()+")"; got != want {
+		t.Errorf("Stalled after a refused probe: %q, want %q", got, want)
 	}
 	*now = now.Add(time.Minute)
 	err = c.Probe(context.Background(), 0)
@@ -74,6 +79,8 @@ func TestLoadingEndpointIsWaitedFor(t *testing.T) {
 	}
 	if err := c.Probe(context.Background(), 0); err == nil {
 		t.Fatal("probe of a loading server passed")
+	} else if got := c.Stalled(); !strings.HasPrefix(got, "no SGLang server is ready ("+f.URL+": ") {
+		t.Errorf("Stalled %q while the server loads, want it not ready (it answers)", got)
 	}
 	*now = now.Add(time.Hour)
 	if err := c.Probe(context.Background(), 0); err == nil || c.Err() != nil {

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/draftflow/draftflow/internal/progress"
+	"github.com/draftflow/draftflow/kafka/kafkatest"
+	"github.com/draftflow/draftflow/pipeline"
+	"github.com/draftflow/draftflow/topics"
+)
+
+// TestRunSaysWhyItStalls: a run against a URL where nothing listens says so on its progress line, with the URL
+// and the refusal, within seconds, and its generate stage's status records say the same.
+func TestRunSaysWhyItStalls(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + ln.Addr().String()
+	ln.Close() // nothing listens there now: connections are refused
+	in := filepath.Join(t.TempDir(), "one.jsonl")
+	if err := os.WriteFile(in, []byte(`{"id":"a","messages":[{"role":"user","content":"hello"},{"role":"assistant","content":"hi"}]}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	kc := kafkatest.Config(t, 1)
+	rc := simRun(kc, t.TempDir(), in)
+	rc.Generate.Endpoints = []string{url}
+	var out lockedBuffer
+	rc.Progress = progress.NewConsole(&out)
+	reg := prometheus.NewRegistry()
+	rc.Gatherer, rc.StatusInterval = reg, 200*time.Millisecond
+	rc.Generate.Registerer, rc.Tokenize.Registerer, rc.Sink.Registerer, rc.Ingest.Registerer = reg, reg, reg, reg
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { _, err := pipeline.Run(ctx, rc); done <- err }()
+	want := "prompts 0/1 (0%)"
+	reason := "no SGLang server answers (" + url + ": "
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(out.String(), reason) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no reason on the progress line in 30 s:\n%s", out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var line string
+	for _, l := range strings.Split(out.String(), "\n") {
+		if strings.Contains(l, reason) {
+			line = l
+		}
+	}
+	t.Logf("progress line: %s", line)
+	if !strings.HasPrefix(line, want) || !strings.Contains(line, "connection refused") {
+		t.Errorf("progress line %q, want %q, then the URL and the refusal", line, want)
+	}
+	var stalled string
+	for deadline := time.Now().Add(30 * time.Second); stalled == "" && time.Now().Before(deadline); {
+		for _, s := range kafkatest.Collect[topics.Status](t, kc, topics.TopicStatus, kafkatest.Size(t, kc, topics.TopicStatus), 10*time.Second) {
+			if s.Stage == "generate" && strings.HasPrefix(s.Stalled, reason) {
+				stalled = s.Stalled
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if stalled == "" {
+		t.Error("no generate status record says why the run is stalled")
+	}
+	cancel()
+	if err := <-done; err == nil {
+		t.Error("a cancelled run with nothing written passed")
+	}
+}
