@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/draftflow/draftflow/internal/progress"
+	"github.com/draftflow/draftflow/internal/testutil"
 	"github.com/draftflow/draftflow/kafka/kafkatest"
 	"github.com/draftflow/draftflow/pipeline"
 	"github.com/draftflow/draftflow/topics"
@@ -33,7 +34,7 @@ func TestRunSaysWhyItStalls(t *testing.T) {
 	kc := kafkatest.Config(t, 1)
 	rc := simRun(kc, t.TempDir(), in)
 	rc.Generate.Endpoints = []string{url}
-	var out lockedBuffer
+	var out testutil.Buffer
 	rc.Progress = progress.NewConsole(&out)
 	reg := prometheus.NewRegistry()
 	rc.Gatherer, rc.StatusInterval = reg, 200*time.Millisecond
