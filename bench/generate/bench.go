@@ -35,6 +35,9 @@
 // server that ran the previous turn) and without. It reports the prefill the servers computed and the prompt
 // tokens their radix caches served (meta_info cached_tokens), the Controller's affinity hits and misses, the
 // makespan and output tok/s of each mode.
+//
+// ScenarioLoops, run only when named, is ScenarioPartition with a share of the replies looping to
+// max_new_tokens, each policy run with and without generate's loop stop (see loops.go).
 package generate
 
 import (
