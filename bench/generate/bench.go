@@ -35,6 +35,9 @@
 // server that ran the previous turn) and without. It reports the prefill the servers computed and the prompt
 // tokens their radix caches served (meta_info cached_tokens), the Controller's affinity hits and misses, the
 // makespan and output tok/s of each mode.
+//
+// ScenarioLoops, run only when named, is ScenarioPartition with a share of the replies looping to
+// max_new_tokens, each policy run with and without generate's loop stop (see loops.go).
 package generate
 
 import (
@@ -209,6 +212,17 @@ type BenchResult struct {
 	// ReplicaBalance is the slowest replica's output tok/s over the fastest's, the least over the middle 80%
 	// of the run and each quarter of it (ScenarioReplicas; 1: equal).
 	ReplicaBalance float64 `json:"replica_balance,omitempty"`
+	// LoopRows counts the dataset rows whose reply loops (ScenarioLoops).
+	LoopRows int `json:"loop_rows,omitempty"`
+	// OutputTokens is the output tokens of every answer of a finite run (ScenarioLoops; with the loop stop).
+	OutputTokens int64 `json:"output_tokens,omitempty"`
+	// RowsPerHour is the dataset's rows over the makespan, per simulated hour (ScenarioLoops; with the stop).
+	RowsPerHour float64 `json:"rows_per_hour,omitempty"`
+	// NoStopMakespanS, NoStopOutputTokens and NoStopRowsPerHour are, in ScenarioLoops, the same policy's
+	// figures on the same dataset without the loop stop (each loop runs to max_new_tokens).
+	NoStopMakespanS    float64 `json:"no_stop_makespan_s,omitempty"`
+	NoStopOutputTokens int64   `json:"no_stop_output_tokens,omitempty"`
+	NoStopRowsPerHour  float64 `json:"no_stop_rows_per_hour,omitempty"`
 	// Series samples the run over time, for plots.
 	Series []Sample `json:"-"`
 }
@@ -238,6 +252,8 @@ type workload struct {
 	// sharedPrefix is how many leading prompt tokens every request shares (a chat template's header and a
 	// common instruction), which the servers' radix caches hold once; 0: none.
 	sharedPrefix int
+	// loops makes a share of the replies loop (ScenarioLoops; the zero value: none).
+	loops loopModel
 }
 
 type lengthDist struct{ mean, sigma float64 }
@@ -302,6 +318,9 @@ func scenarios(opts BenchOptions) map[string]scenario {
 	// Natural lengths far beyond max_new_tokens: every output runs to it, as the live model's do.
 	small := workload{seed: opts.Seed, before: lengthDist{100 * SmallPoolNewTokens, 0.1}, maxNew: SmallPoolNewTokens,
 		minInput: 23, maxInput: 26, sharedPrefix: 8}
+	// The loop stop at generate's default thresholds (the run without it clears stop).
+	looping := base
+	looping.loops = loopModel{rate: LoopRate, period: LoopPeriod, stop: true}
 	return map[string]scenario{
 		ScenarioOneServer: {name: ScenarioOneServer, pools: []int{sim.DefaultMaxTotalTokens}, work: base},
 		// The fleet's middle server is the reference pool (~160K), so its oracle sweep is the one-server one.
@@ -319,6 +338,8 @@ func scenarios(opts BenchOptions) map[string]scenario {
 			prompts: opts.Prompts, replicas: Replicas},
 		ScenarioSmallPool:   {name: ScenarioSmallPool, pools: []int{512}, work: small, prompts: SmallPoolPrompts, grid: smallPoolGrid()},
 		ScenarioSmallPool1K: {name: ScenarioSmallPool1K, pools: []int{1024}, work: small, prompts: SmallPoolPrompts, grid: smallPoolGrid()},
+		ScenarioLoops: {name: ScenarioLoops, pools: []int{80000, sim.DefaultMaxTotalTokens, 320000}, work: looping,
+			prompts: opts.Prompts},
 	}
 }
 
@@ -363,7 +384,8 @@ func Bench(ctx context.Context, opts BenchOptions, w io.Writer) ([]BenchResult, 
 	all := scenarios(opts)
 	for _, s := range opts.Scenarios {
 		if _, ok := all[s]; !ok {
-			return nil, fmt.Errorf("bench: unknown scenario %q (want %s)", s, strings.Join(Scenarios(), ", "))
+			return nil, fmt.Errorf("bench: unknown scenario %q (want %s)", s,
+				strings.Join(append(Scenarios(), OptInScenarios()...), ", "))
 		}
 	}
 	for _, p := range opts.Policies {
@@ -462,6 +484,7 @@ func WriteTable(w io.Writer, results []BenchResult) {
 	}
 	_ = tw.Flush()
 	WriteSharingTable(w, results)
+	WriteLoopTable(w, results)
 }
 
 // WriteSharingTable prints the figures of the scenarios whose servers have more than one client
@@ -542,7 +565,12 @@ func (b *bencher) policyResult(ctx context.Context, sc scenario, policy string) 
 			// as many in flight as the other one, in the policy's place.
 			spec = runSpec{sc: sc, policy: admission.PolicyFixed, routing: admission.RouteHeadroom, concurrency: sc.foreign}
 		case sc.prompts > 0:
-			return b.finiteOracle(ctx, sc)
+			best, err := b.finiteOracle(ctx, sc)
+			if err != nil {
+				return nil, err
+			}
+			return best, b.withoutStop(ctx, runSpec{sc: sc, policy: admission.PolicyFixed, routing: admission.RouteHeadroom,
+				concurrency: best.Concurrency[0]}, best)
 		default:
 			return b.oracle(ctx, sc)
 		}
@@ -560,6 +588,9 @@ func (b *bencher) policyResult(ctx context.Context, sc scenario, policy string) 
 		}
 		r.SingleMakespanS = single.MakespanS
 	}
+	if err := b.withoutStop(ctx, spec, r); err != nil {
+		return nil, err
+	}
 	r.Policy = policy
 	r.Default = policy == PolicyKVBudget // what `draftflow generate` runs with no policy flags
 	if spec.policy == admission.PolicyFixed {
@@ -568,6 +599,21 @@ func (b *bencher) policyResult(ctx context.Context, sc scenario, policy string) 
 		}
 	}
 	return r, nil
+}
+
+// withoutStop runs spec again without the loop stop, when its scenario has loops, and puts that run's
+// figures in r.
+func (b *bencher) withoutStop(ctx context.Context, spec runSpec, r *BenchResult) error {
+	if spec.sc.work.loops.rate <= 0 || !spec.sc.work.loops.stop {
+		return nil
+	}
+	spec.sc.work.loops.stop = false
+	off, err := b.run(ctx, spec)
+	if err != nil {
+		return err
+	}
+	r.NoStopMakespanS, r.NoStopOutputTokens, r.NoStopRowsPerHour = off.MakespanS, off.OutputTokens, off.RowsPerHour
+	return nil
 }
 
 // oracle sweeps fixed concurrencies for each server of sc alone and sums the best of each.

@@ -236,6 +236,7 @@ type des struct {
 	latencies    []float64
 	outputTokens int64
 	makespan     float64
+	loopRows     int // dataset rows whose reply loops (sc.work.loops)
 }
 
 // snap is the servers' cumulative generated tokens and retractions, per slot.
@@ -400,6 +401,10 @@ func (d *des) offer(c *client, prompt int64, attemptNo int) {
 		}
 	} else {
 		plen, o := sc.work.draw(prompt)
+		o, looped := sc.work.loops.reply(sc.work.seed, prompt, o, sc.work.maxNew)
+		if looped && attemptNo == 1 && !c.foreign {
+			d.loopRows++
+		}
 		ids, out = promptIDs(prompt, plen, sc.work.sharedPrefix), o
 	}
 	rid := fmt.Sprintf("req-%d", prompt)
@@ -872,6 +877,10 @@ func (d *des) results() (*BenchResult, *turnFigures, error) {
 			res.RetractionsTotal += end.retr[i]
 		}
 		res.Retractions = res.RetractionsTotal
+		if sc.work.loops.rate > 0 {
+			res.LoopRows, res.OutputTokens = d.loopRows, d.outputTokens
+			res.RowsPerHour = float64(sc.prompts) / d.makespan * 3600
+		}
 	} else if err := d.steadyFigures(end); err != nil {
 		return nil, nil, err
 	}

@@ -16,7 +16,8 @@ func cmdGenerate(ctx context.Context, args []string) error {
 	fs := newFlagSet("generate")
 	var opts generate.BenchOptions
 	asJSON := fs.Bool("json", false, "print the results as a JSON list on stdout instead of a table")
-	scenarios := fs.String("scenario", "", "comma-separated scenarios (default all: "+strings.Join(generate.Scenarios(), ",")+")")
+	scenarios := fs.String("scenario", "", "comma-separated scenarios (default all: "+strings.Join(generate.Scenarios(), ",")+
+		"; also, only when named: "+strings.Join(generate.OptInScenarios(), ",")+")")
 	policies := fs.String("policy", "", "comma-separated policies (default all: "+strings.Join(generate.Policies(), ",")+")")
 	fs.DurationVar(&opts.SimDuration, "sim-duration", 0, "simulated length of each run (default 60m; runs are discrete-event, not wall-clock)")
 	fs.Int64Var(&opts.Seed, "seed", 0, "workload seed (default 1)")
