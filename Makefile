@@ -129,14 +129,14 @@ bench: build
 	$(BENCH_BIN) generate --multi-turn
 	$(BENCH_BIN) generate --multi-turn --backlog 4
 	$(BENCH_BIN) generate --multi-turn --conversations 150 --turns 4
-	$(BIN) bench pipeline $(if $(DRAFTFLOW_TEST_BROKERS),--brokers $(DRAFTFLOW_TEST_BROKERS))
+	$(BENCH_BIN) pipeline $(if $(DRAFTFLOW_TEST_BROKERS),--brokers $(DRAFTFLOW_TEST_BROKERS))
 	$(GO) test -run '^$$' -bench 'ShardEncode|JSONLZstd|TokenBounds|Flush|TokenCounting' -cpu 1 -benchtime 5x ./shard/ ./sink/
 	bash stages/tokenize/tokenizer/bench.sh
 
 bench-kafka: build
 	@set -eo pipefail; addr=$$(bash deploy/kafka/kafka.sh up); \
 	  trap 'bash deploy/kafka/kafka.sh down' EXIT; \
-	  $(BIN) bench pipeline --brokers $$addr --records 10000 --repeat 3
+	  $(BENCH_BIN) pipeline --brokers $$addr --records 10000 --repeat 3
 
 ## scale: SCALE_N (default 2,000,000) small conversations through every stage as separate processes on a real
 ## Kafka broker; prints each stage's peak memory and the throughput (not in CI; docs/performance.md has the figures).

@@ -7,7 +7,7 @@
 //
 // Its API is Run with a Config and the Result it returns. StatusStage names the pipeline's stages as status sees
 // them (the single-stage commands and `draftflow status` use it too); StartSim serves the simulated SGLang server
-// a run uses; RejectionLine is a line of the run's rejections file.
+// a run uses; RejectionLine is a line of the run's rejections file; RunModelDir finds the model a run recorded.
 package pipeline
 
 import (

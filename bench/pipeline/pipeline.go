@@ -1,4 +1,4 @@
-// Package pipeline is the benchmark of `draftflow bench pipeline`: the whole pipeline, in process, against the
+// Package pipeline is the benchmark of `draftflow-bench pipeline`: the whole pipeline, in process, against the
 // embedded broker and (optionally) a real Kafka cluster, side by side on the same synthetic dataset, with an
 // instant simulated engine so that the broker hops, the tokenizer and the sink are what is measured.
 package pipeline
@@ -108,7 +108,7 @@ type Summary struct {
 	Best   Result `json:"best"`
 }
 
-// Report is what Run found: `draftflow bench pipeline --json` prints it.
+// Report is what Run found: `draftflow-bench pipeline --json` prints it.
 type Report struct {
 	Records      int       `json:"records"`
 	Partitions   int       `json:"partitions"`
@@ -249,7 +249,7 @@ func deleteTopics(ctx context.Context, kcl *kafka.Client, log *slog.Logger) {
 	}
 }
 
-// WriteTable writes rep as the tables `draftflow bench pipeline` prints: every run, the medians with Repeat, and
+// WriteTable writes rep as the tables `draftflow-bench pipeline` prints: every run, the medians with Repeat, and
 // the ratio of the real cluster to the embedded broker.
 func (rep *Report) WriteTable(w io.Writer) error {
 	if _, err := fmt.Fprintf(w, "pipeline throughput: %d synthetic conversations, %d partitions, instant engine with %d-token completions\n\n",

@@ -3,7 +3,9 @@
 //   - generate: the generate stage's admission policies in a deterministic discrete-event simulation over the
 //     in-process SGLang simulator (package bench/generate);
 //   - sglang: the same policies against live SGLang servers on this machine, through the draftflow binary's
-//     run command, beside SGLang's own bench_serving (package bench/sglang).
+//     run command, beside SGLang's own bench_serving (package bench/sglang);
+//   - pipeline: the pipeline's Kafka throughput, synthetic conversations through every stage on the embedded
+//     broker and optionally a real cluster beside it (package bench/pipeline).
 //
 // Each subcommand is one entry of commands(); its flags are its own function's.
 package main
@@ -30,6 +32,7 @@ func commands() []command {
 	return []command{
 		{"generate", "the generate stage's admission policies on the simulator's clock (steady-state, finite, shared and multi-turn scenarios)", cmdGenerate},
 		{"sglang", "the admission policies against live SGLang servers on this machine, beside SGLang's bench_serving", cmdSGLang},
+		{"pipeline", "the pipeline's Kafka throughput: synthetic conversations through every stage, on the embedded broker and a real one (--brokers)", cmdPipeline},
 	}
 }
 

@@ -79,8 +79,8 @@ func secretNotes(eff *cli.Effective) []string {
 	var notes []string
 	has := func(key string) bool { v := eff.Lookup(key); return v != nil && v.Flag != "" }
 	unset := func(key string) bool { v := eff.Lookup(key); return v == nil || v.Source == cli.FromDefault }
-	if has("kafka-sasl-password-file") && os.Getenv(envSASLPassword) != "" {
-		notes = append(notes, "the Kafka SASL password: $"+envSASLPassword+" (a credential: never written out)")
+	if has("kafka-sasl-password-file") && os.Getenv(cli.EnvKafkaSASLPassword) != "" {
+		notes = append(notes, "the Kafka SASL password: $"+cli.EnvKafkaSASLPassword+" (a credential: never written out)")
 	}
 	if has("generate.sglang-api-key-file") && unset("generate.sglang-api-key-file") && strings.TrimSpace(os.Getenv(envSGLangAPIKey)) != "" {
 		notes = append(notes, "the SGLang API key: $"+envSGLangAPIKey+" (a credential: never written out)")

@@ -37,7 +37,7 @@ func writeFile(t *testing.T, name, text string) string {
 // unsetEnv clears the variables a command reads, for the test's duration.
 func unsetEnv(t *testing.T) {
 	t.Helper()
-	for _, name := range append(slices.Collect(maps.Values(envVars)), envSASLPassword, envSGLangAPIKey) {
+	for _, name := range append(slices.Collect(maps.Values(envVars)), cli.EnvKafkaSASLPassword, envSGLangAPIKey) {
 		t.Setenv(name, "")
 	}
 }
@@ -217,7 +217,7 @@ capture:
   model: /models/x
 `)
 	t.Setenv(envRetention, "3d")
-	t.Setenv(envSASLPassword, "hunter2-secret")
+	t.Setenv(cli.EnvKafkaSASLPassword, "hunter2-secret")
 	t.Setenv(envSGLangAPIKey, "key-secret")
 	args := []string{"--config", job, "--generate-max-new-tokens", "77", "--sim-time-scale", "20", "--timeout", "2h"}
 	var c1 common
@@ -338,7 +338,7 @@ func TestRunRecordsConfig(t *testing.T) {
 // an error.
 func TestConfigCommand(t *testing.T) {
 	unsetEnv(t)
-	t.Setenv(envSASLPassword, "hunter2-secret")
+	t.Setenv(cli.EnvKafkaSASLPassword, "hunter2-secret")
 	t.Setenv(envNamespace, "ns-env")
 	job := writeFile(t, "job.yaml", "brokers: b:9092\nkafka-sasl-mechanism: PLAIN\ngenerate:\n  sglang: [http://a:1]\n")
 	var b bytes.Buffer

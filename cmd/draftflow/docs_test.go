@@ -27,9 +27,8 @@ import (
 //
 //   - A command line is a line of a code block, or an inline code span, whose program is `draftflow` or
 //     `draftflow-bench` (or a path ending in /draftflow or /draftflow-bench; after VAR=value settings, if any): its
-//     subcommand must be one main dispatches (for a command of subcommands, `bench`, one it dispatches; for
-//     draftflow-bench, one its usage lists), and every --flag after it must be one that
-//     subcommand's flag set defines (`--kafka-tls*` names a prefix).
+//     subcommand must be one main dispatches (for draftflow-bench, one its usage lists), and every --flag after it
+//     must be one that subcommand's flag set defines (`--kafka-tls*` names a prefix).
 //     `draftflow config` takes, after its own flags, those of the command its --command names (default run).
 //   - An inline code span that begins with --flag (`--shards-wait 30s`) names flags of draftflow: each must be
 //     defined by at least one subcommand, unless it is listed in foreignFlags with the program it belongs to.
@@ -45,7 +44,7 @@ import (
 //   - A span that is a path inside the repository (`stages/tokenize/chattemplate`, `deploy/k8s/`) must exist.
 //   - Every relative link resolves to a file, and a #fragment to a heading of it (GitHub's anchors).
 //   - README.md is complete: its command table has a row for every command of the binary (commands(), what main
-//     dispatches), every subcommand of a command (`bench generate`) is named in it, and its topic table has a row
+//     dispatches), every benchmark of draftflow-bench (`draftflow-bench generate`) is named in it, and its topic table has a row
 //     for every topic of package topics (topics.All).
 //
 // The flag sets are the real ones: each subcommand's own function (the one main calls) parses -h and prints its
@@ -167,30 +166,12 @@ func parseUsage(usage string) flagSet {
 	return flags
 }
 
-// commandFlags returns every subcommand's flags, keyed "run", "ingest", ..., "bench pipeline", and those of
-// draftflow-bench's benchmarks, keyed "draftflow-bench generate", .... The bench subcommands are the ones
-// cmdBench's usage names.
+// commandFlags returns every subcommand's flags, keyed "run", "ingest", ..., and those of draftflow-bench's
+// benchmarks, keyed "draftflow-bench generate", ....
 func commandFlags(t *testing.T) map[string]flagSet {
 	t.Helper()
 	sets := map[string]flagSet{}
 	for _, c := range commands() {
-		if c.name == "bench" {
-			err := c.run(context.Background(), nil)
-			if err == nil {
-				t.Fatal("draftflow bench without a benchmark: no usage error")
-			}
-			subs := map[string]bool{}
-			for _, m := range regexp.MustCompile(`draftflow bench ([a-z-]+)`).FindAllStringSubmatch(err.Error(), -1) {
-				subs[m[1]] = true
-			}
-			if len(subs) == 0 {
-				t.Fatalf("draftflow bench's usage names no benchmark: %v", err)
-			}
-			for sub := range subs {
-				sets["bench "+sub] = helpFlags(t, "bench "+sub, c.run, sub)
-			}
-			continue
-		}
 		sets[c.name] = helpFlags(t, c.name, c.run)
 	}
 	for name, fs := range benchCommandFlags(t) {
@@ -361,8 +342,8 @@ var (
 	repoPath     = regexp.MustCompile(`^[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.*-]+)*/?$`)
 )
 
-// subcommands returns the commands that have subcommands of their own (`bench` of `bench generate`), from the keys
-// of sets, with their subcommands.
+// subcommands returns the commands that have subcommands of their own (`draftflow-bench` of
+// `draftflow-bench generate`), from the keys of sets, with their subcommands.
 func subcommands(sets map[string]flagSet) map[string][]string {
 	groups := map[string][]string{}
 	for key := range sets {
@@ -373,8 +354,7 @@ func subcommands(sets map[string]flagSet) map[string][]string {
 	return groups
 }
 
-// display is how a key of sets is written on a command line: `draftflow run`, `draftflow bench pipeline`,
-// `draftflow-bench generate`.
+// display is how a key of sets is written on a command line: `draftflow run`, `draftflow-bench generate`.
 func display(key string) string {
 	if strings.HasPrefix(key, "draftflow-bench") {
 		return key
@@ -382,9 +362,8 @@ func display(key string) string {
 	return "draftflow " + key
 }
 
-// commandOf reads a command line of draftflow (see draftflowCmd): the subcommand it runs, as sets keys it
-// ("run", "bench generate"; a command of subcommands followed by a word takes the word as its subcommand), and
-// the rest of the line.
+// commandOf reads a command line of draftflow or draftflow-bench (see draftflowCmd): the subcommand it runs, as
+// sets keys it ("run", "draftflow-bench generate"), and the rest of the line.
 func commandOf(seg string, sets map[string]flagSet) (name, rest string, ok bool) {
 	loc := draftflowCmd.FindStringSubmatchIndex(seg)
 	if loc == nil {
@@ -393,12 +372,6 @@ func commandOf(seg string, sets map[string]flagSet) (name, rest string, ok bool)
 	name, rest = seg[loc[4]:loc[5]], seg[loc[5]:]
 	if loc[2] >= 0 {
 		return "draftflow-bench " + name, rest, true
-	}
-	if _, isGroup := subcommands(sets)[name]; isGroup {
-		if sub := regexp.MustCompile(`^\s+([a-z][a-z-]*)`).FindStringSubmatch(rest); sub != nil {
-			name += " " + sub[1]
-			rest = rest[len(sub[0]):]
-		}
 	}
 	return name, rest, true
 }
@@ -432,9 +405,6 @@ func checkMentions(ms []mention, sets map[string]flagSet, targets map[string]boo
 				continue
 			}
 			if name, rest, ok := commandOf(seg, sets); ok {
-				if _, isGroup := subcommands(sets)[name]; isGroup && strings.TrimSpace(rest) == "" {
-					continue // a command of subcommands, on its own; they are named elsewhere
-				}
 				flags, ok := sets[name]
 				if !ok {
 					problems = append(problems, fmt.Sprintf("%s: %s: no such subcommand", m, display(name)))
@@ -540,7 +510,7 @@ func TestDocsCheckRejectsWrongNames(t *testing.T) {
 		"```sh\n" +
 		"draftflow tokenize --model DIR \\\n" +
 		"   --bogus-flag x    # --not-checked-in-a-comment\n" +
-		"bin/draftflow bench pipeline --namespace x\n" +
+		"bin/draftflow-bench pipeline --namespace x\n" +
 		"draftflow-bench generate --multi-turn --turns 4\n" +
 		"bin/draftflow-bench sglang --pools 512 --no-pools\n" +
 		"speculators train --whatever 1\n" +
@@ -554,7 +524,7 @@ func TestDocsCheckRejectsWrongNames(t *testing.T) {
 		"make no-such-target: no such Makefile target",
 		"draftflow frobnicate: no such subcommand",
 		"draftflow tokenize has no flag --bogus-flag",
-		"draftflow bench pipeline has no flag --namespace",
+		"draftflow-bench pipeline has no flag --namespace",
 		"draftflow-bench sglang has no flag --no-pools",
 		"make nothing-here: no such Makefile target",
 	}
@@ -588,15 +558,15 @@ func TestDocsFlagSetsAreReal(t *testing.T) {
 			t.Errorf("draftflow %s --metrics-addr defaults to %s, docs/operating.md says %s", name, got, want)
 		}
 	}
-	pipeline := sets["bench pipeline"]
+	pipeline := sets["draftflow-bench pipeline"]
 	for _, f := range []string{"brokers", "partitions", "log-level", "kafka-tls", "kafka-sasl-mechanism"} {
 		if !pipeline.has(f, false) {
-			t.Errorf("draftflow bench pipeline has no --%s; docs/operating.md says it does", f)
+			t.Errorf("draftflow-bench pipeline has no --%s; docs/operating.md says it does", f)
 		}
 	}
 	for _, f := range []string{"namespace", "metrics-addr", "log-format", "retention", "max-message-bytes", "pprof"} {
 		if pipeline.has(f, false) {
-			t.Errorf("draftflow bench pipeline has --%s; docs/operating.md says it does not", f)
+			t.Errorf("draftflow-bench pipeline has --%s; docs/operating.md says it does not", f)
 		}
 	}
 	tools := []string{"encode", "inspect", "merge-turns", "export", "vocab", "draftflow-bench generate", "draftflow-bench sglang"}
@@ -939,7 +909,7 @@ func tableRows(text string) []tableRow {
 
 // readmeCoverage returns what README.md leaves out: a command (of names, the binary's command table) that is not
 // the first cell of a row of its tables (the command table: `draftflow NAME ...`), a subcommand of a command
-// (from sets: `bench generate`) that none of its commands lines or spans names, and a topic that is not the
+// (from sets: `draftflow-bench generate`) that none of its commands lines or spans names, and a topic that is not the
 // first cell of a row (the topic table).
 func readmeCoverage(readme string, names []string, sets map[string]flagSet, topicNames []string) []string {
 	rowCommands, rowCells := map[string]bool{}, map[string]bool{}
@@ -1038,14 +1008,6 @@ func TestREADMECoverageCheckFails(t *testing.T) {
 			m := draftflowCmd.FindStringSubmatch(first)
 			return m != nil && m[1] == "" && m[2] == name
 		})
-		if _, isGroup := subcommands(sets)[name]; isGroup {
-			// Its row may be where its subcommands are named: only the row's absence is planted here.
-			got := strings.Join(readmeCoverage(doc, names, sets, topicNames), "\n")
-			if !strings.Contains(got, "`draftflow "+name+"`") {
-				t.Errorf("README.md without the row of draftflow %s: not reported; got:\n%s", name, got)
-			}
-			continue
-		}
 		expect("the row of draftflow "+name, doc, "`draftflow "+name+"`")
 	}
 	for group, subs := range subcommands(sets) {

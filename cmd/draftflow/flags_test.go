@@ -47,9 +47,6 @@ func TestSimScriptedReplyFlags(t *testing.T) {
 // parses anything), and -h answers flag.ErrHelp.
 func TestCommandsBuildTheirFlags(t *testing.T) {
 	for _, c := range commands() {
-		if c.name == "bench" {
-			continue // its subcommands are the docs test's
-		}
 		if err := c.run(context.Background(), []string{"-h"}); !errors.Is(err, flag.ErrHelp) {
 			t.Errorf("draftflow %s -h: %v, want flag.ErrHelp", c.name, err)
 		}

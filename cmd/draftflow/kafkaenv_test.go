@@ -14,44 +14,6 @@ import (
 	"github.com/draftflow/draftflow/stages/generate"
 )
 
-const envTestPassword = "hunter2-very-secret"
-
-// TestSecurityFlagsAndEnv: flags win over DRAFTFLOW_KAFKA_* variables, which are the defaults.
-func TestSecurityFlagsAndEnv(t *testing.T) {
-	t.Setenv(envSASLMechanism, "SCRAM-SHA-256")
-	t.Setenv(envSASLUsername, "from-env")
-	t.Setenv(envSASLPassword, envTestPassword)
-	t.Setenv(envTLSCAFile, "/env/ca.pem")
-	var s kafka.Security
-	fs := flag.NewFlagSet("t", flag.ContinueOnError)
-	registerSecurityFlags(fs, &s)
-	if err := fs.Parse([]string{"--kafka-sasl-username", "from-flag", "--kafka-tls-server-name", "kafka.internal"}); err != nil {
-		t.Fatal(err)
-	}
-	if s.SASL.Mechanism != "SCRAM-SHA-256" || s.SASL.Username != "from-flag" || s.SASL.Password.Reveal() != envTestPassword ||
-		s.TLS.CAFile != "/env/ca.pem" || s.TLS.ServerName != "kafka.internal" {
-		t.Errorf("got %+v", s)
-	}
-	if fs.Lookup("kafka-sasl-password") != nil {
-		t.Error("a password flag would put the password on the command line")
-	}
-}
-
-// TestSecurityEnvBooleans: a malformed boolean variable is an error naming it; a well-formed one is the flag's
-// default.
-func TestSecurityEnvBooleans(t *testing.T) {
-	t.Setenv(envTLS, "maybe")
-	if err := checkSecurity(kafka.Security{}); err == nil || !strings.Contains(err.Error(), envTLS+`="maybe" is not a boolean`) {
-		t.Errorf("checkSecurity with %s=maybe: %v", envTLS, err)
-	}
-	t.Setenv(envTLS, "true")
-	var s kafka.Security
-	registerSecurityFlags(flag.NewFlagSet("t", flag.ContinueOnError), &s)
-	if !s.TLS.Enabled {
-		t.Errorf("%s=true did not turn TLS on", envTLS)
-	}
-}
-
 // TestBrokersFromEnv: --brokers wins; without it DRAFTFLOW_BROKERS is the list.
 func TestBrokersFromEnv(t *testing.T) {
 	brokers := func(args ...string) []string {

@@ -4,10 +4,10 @@
 // Each stage subcommand (ingest, tokenize, generate, sink) is what one container runs; `run` starts every
 // stage in one process, against an embedded broker and a simulated SGLang server unless told otherwise; `sim`
 // serves the simulator over HTTP; `status` shows a running pipeline from Kafka; `replay` moves a stopped stage's
-// consumer group back (or forward); `encode`, `inspect`, `merge-turns`, `export`, `vocab` and `bench` are tools
-// around the pipeline. Each of the pipeline's commands reads its settings from a job file (--config, YAML keyed by
-// the flags' names), the DRAFTFLOW_* variables and its flags, in that order of precedence; `config` prints the
-// result (config.go).
+// consumer group back (or forward); `encode`, `inspect`, `merge-turns`, `export` and `vocab` are tools around
+// the pipeline (the benchmarks are draftflow-bench's). Each of the pipeline's commands reads its settings from a
+// job file (--config, YAML keyed by the flags' names), the DRAFTFLOW_* variables and its flags, in that order of
+// precedence; `config` prints the result (config.go).
 package main
 
 import (
@@ -55,7 +55,6 @@ func commands() []command {
 		{"export", "export one run's shards as SpecForge or speculators JSONL, with the trainer's length limits", cmdExport},
 		{"vocab", "count a run's generated tokens and write the draft vocabulary maps (d2t.npy, t2d.npy)", cmdVocab},
 		{"config", "print a command's effective configuration (job file, DRAFTFLOW_* variables, flags) and where each value came from", cmdConfig},
-		{"bench", "benchmarks: bench pipeline (Kafka throughput); the serving-policy benchmarks are draftflow-bench's", cmdBench},
 	}
 }
 
@@ -175,7 +174,7 @@ func (c *common) register(fs *flag.FlagSet, metricsDefault string) {
 	fs.IntVar(&c.partitions, "partitions", kafka.DefaultPartitions, "partitions of topics this process creates")
 	fs.StringVar(&c.namespace, "namespace", "", "prefix for topic and group names (env "+envNamespace+")")
 	fs.IntVar(&c.maxMsgBytes, "max-message-bytes", kafka.DefaultMaxMessageBytes, "largest Kafka record batch, set on created topics and writers")
-	bindSecurityFlags(fs, &c.security)
+	cli.BindKafkaSecurity(fs, &c.security)
 	fs.Func("retention", "how long topics this process creates keep records: forever (default), a duration (72h) or days (7d); existing topics keep theirs (env "+envRetention+")",
 		func(v string) error {
 			d, err := kafka.ParseRetention(v)
@@ -235,7 +234,7 @@ func (c *common) setup(ctx context.Context, expect ...string) (*process, error) 
 	if c.effective != nil && c.effective.File != "" {
 		p.log.Info("job file", "path", c.effective.File, "keys_of_other_commands", len(c.effective.Unused))
 	}
-	if v := os.Getenv(envSASLPassword); v != "" && c.security.SASL.Password.IsZero() {
+	if v := os.Getenv(cli.EnvKafkaSASLPassword); v != "" && c.security.SASL.Password.IsZero() {
 		c.security.SASL.Password = secret.New(v)
 	}
 	p.kc = kafka.Config{

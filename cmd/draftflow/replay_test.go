@@ -26,18 +26,6 @@ import (
 	"github.com/draftflow/draftflow/topics"
 )
 
-func TestParseOffsets(t *testing.T) {
-	got, err := parseOffsets("tokenized:0=10, tokenized:3=0,prompts:1=7")
-	if err != nil || got["tokenized"][0] != 10 || got["tokenized"][3] != 0 || got["prompts"][1] != 7 || len(got) != 2 {
-		t.Fatalf("got %v, %v", got, err)
-	}
-	for _, bad := range []string{"", "tokenized:0", "tokenized=3", ":0=1", "t:x=1", "t:0=-1", "t:-1=0"} {
-		if _, err := parseOffsets(bad); err == nil {
-			t.Errorf("%q parsed", bad)
-		}
-	}
-}
-
 // firstRun runs the bundled sample through every stage on kc (max_new_tokens left to generate's default,
 // maxNew) into out and returns the distinct ids in the shards.
 func firstRun(t *testing.T, kc kafka.Config, out string, maxNew int) map[string]bool {

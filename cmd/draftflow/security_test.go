@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/draftflow/draftflow/internal/cli"
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/kafka/embedded"
 	"github.com/draftflow/draftflow/kafka/kafkatest"
@@ -112,8 +113,8 @@ func TestSecurityFlagErrors(t *testing.T) {
 		{[]string{"--kafka-sasl-mechanism", "PLAIN", "--kafka-sasl-username", "u"}, nil, "needs a password"},
 		{[]string{"--kafka-sasl-mechanism", "PLAIN", "--kafka-sasl-username", "u", "--kafka-sasl-password-file", dir + "/none"}, nil, "password file"},
 		{[]string{"--kafka-tls-ca-file", dir + "/none.pem"}, nil, "CA file"},
-		{nil, map[string]string{envTLS: "maybe"}, "DRAFTFLOW_KAFKA_TLS"},
-		{nil, map[string]string{envSASLMechanism: "PLAIN", envSASLUsername: "u"}, "needs a password"},
+		{nil, map[string]string{cli.EnvKafkaTLS: "maybe"}, "DRAFTFLOW_KAFKA_TLS"},
+		{nil, map[string]string{cli.EnvKafkaSASLMechanism: "PLAIN", cli.EnvKafkaSASLUsername: "u"}, "needs a password"},
 		{[]string{"--retention", "soon"}, nil, "retention"},
 	}
 	for _, c := range cases {

@@ -15,37 +15,13 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/draftflow/draftflow/encode"
 	"github.com/draftflow/draftflow/offline"
+	"github.com/draftflow/draftflow/pipeline"
 	"github.com/draftflow/draftflow/shard"
 	"github.com/draftflow/draftflow/stages/ingest"
 	"github.com/draftflow/draftflow/stages/tokenize"
-	"github.com/draftflow/draftflow/stages/tokenize/tokenizer/bundled"
 )
-
-// loadModelOrBundled loads dir, or the bundled sample model when dir is empty.
-func loadModelOrBundled(dir string) (*tokenize.Model, func(), error) {
-	cleanup := func() {}
-	bundledDir := dir == ""
-	if bundledDir {
-		tmp, err := os.MkdirTemp("", "draftflow-model-")
-		if err != nil {
-			return nil, cleanup, err
-		}
-		cleanup = func() { os.RemoveAll(tmp) }
-		if err := bundled.WriteDir(tmp); err != nil {
-			return nil, cleanup, err
-		}
-		dir = tmp
-	}
-	m, err := tokenize.LoadModel(dir)
-	if err == nil && bundledDir {
-		m.Name = bundledModelName
-	}
-	return m, cleanup, err
-}
-
-// bundledModelName names the bundled sample model in records and run directories.
-const bundledModelName = "draftflow-sample-bpe"
 
 func cmdEncode(ctx context.Context, args []string) error {
 	fs := newFlagSet("encode")
@@ -68,7 +44,7 @@ func cmdEncode(ctx context.Context, args []string) error {
 			return fmt.Errorf("--template-kwargs: %w", err)
 		}
 	}
-	m, cleanup, err := loadModelOrBundled(*modelDir)
+	m, cleanup, err := tokenize.LoadModelOrBundled(*modelDir)
 	defer cleanup()
 	if err != nil {
 		return err
@@ -82,75 +58,7 @@ func cmdEncode(ctx context.Context, args []string) error {
 			window = 0
 		}
 	}
-	return encodeStream(os.Stdin, os.Stdout, m, kw, *text, window, *turns)
-}
-
-// encodeStream is `draftflow encode`: one output line per input line, or an error naming the line.
-// A conversation that the tokenize stage would dead-letter as too long for a context window of
-// ctxLen tokens (0: no check) is such an error. turns is ingest.TurnsAll (the prompt of the conversation's
-// first assistant turn, as run sends it first) or ingest.TurnsLast.
-func encodeStream(r io.Reader, w io.Writer, m *tokenize.Model, kwargs map[string]any, textMode bool, ctxLen int, turns string) error {
-	in := bufio.NewReader(r)
-	out := bufio.NewWriter(w)
-	defer out.Flush()
-	enc := json.NewEncoder(out)
-	for line := int64(1); ; line++ {
-		data, err := in.ReadBytes('\n')
-		if len(strings.TrimSpace(string(data))) > 0 {
-			var id string
-			var ids []uint32
-			if textMode {
-				var row struct {
-					ID   any     `json:"id"`
-					Text *string `json:"text"`
-				}
-				if err := json.Unmarshal(data, &row); err != nil {
-					return fmt.Errorf("stdin line %d: %w", line, err)
-				}
-				if row.Text == nil {
-					return fmt.Errorf(`stdin line %d: no "text" field`, line)
-				}
-				if row.ID != nil {
-					id = fmt.Sprint(row.ID)
-				}
-				ids = m.Tokenizer.Encode(*row.Text)
-			} else {
-				p, err := ingest.ParseAll("stdin", line, data, "stdin")
-				if turns == ingest.TurnsLast {
-					p = ingest.LastTurn(p)
-				}
-				if err != nil {
-					return fmt.Errorf("stdin line %d: %w", line, err)
-				}
-				if kwargs != nil {
-					p.Sampling.TemplateKwargs = kwargs
-				}
-				if ids, err = m.Encode(&p); err != nil {
-					return fmt.Errorf("stdin line %d (id %s): %w", line, p.ID, err)
-				}
-				if ctxLen > 0 && !tokenize.Fits(len(ids), p.Sampling.MaxNewTokens, ctxLen) {
-					return fmt.Errorf("stdin line %d (id %s): %d tokens; with max_new_tokens %d it does not fit the model context of %d tokens",
-						line, p.ID, len(ids), p.Sampling.MaxNewTokens, ctxLen)
-				}
-				id = p.ID
-			}
-			if ids == nil {
-				ids = []uint32{}
-			}
-			if err := enc.Encode(struct {
-				ID       string   `json:"id"`
-				InputIDs []uint32 `json:"input_ids"`
-			}{id, ids}); err != nil {
-				return err
-			}
-		}
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-	}
+	return encode.Stream(os.Stdin, os.Stdout, m, encode.Options{TemplateKwargs: kw, Text: *text, ContextLength: window, Turns: *turns})
 }
 
 func cmdInspect(ctx context.Context, args []string) error {
@@ -261,34 +169,6 @@ func cmdExport(ctx context.Context, args []string) error {
 	return nil
 }
 
-// runModelDir finds the model directory a run was made with, from its manifest: the bundled sample model
-// (written to a temporary directory that cleanup removes), the path `run --model DIR` recorded, else the
-// model name itself, for a run whose writer recorded no path (a directory name given to tokenize).
-func runModelDir(m *shard.Manifest) (dir string, cleanup func(), err error) {
-	switch {
-	case m.ModelPath == shard.BundledModelPath:
-		return bundledFor(m, true)
-	case m.ModelPath != "":
-		return m.ModelPath, func() {}, nil
-	case m.Run.Model == bundledModelName:
-		// Runs written before manifests recorded the path: the bundled model, when its tokenizer matches.
-		return bundledFor(m, false)
-	}
-	return m.Run.Model, func() {}, nil
-}
-
-// bundledFor writes the bundled model for a run that names it; unless sure, its tokenizer hash must match.
-func bundledFor(m *shard.Manifest, sure bool) (string, func(), error) {
-	bm, cleanup, err := loadModelOrBundled("")
-	if err != nil {
-		return "", cleanup, err
-	}
-	if !sure && bm.Hash != m.Run.TokenizerHash {
-		return m.Run.Model, cleanup, nil
-	}
-	return bm.Dir, cleanup, nil
-}
-
 func cmdVocab(ctx context.Context, args []string) error {
 	fs := newFlagSet("vocab")
 	var runs stringList
@@ -327,7 +207,7 @@ func cmdVocab(ctx context.Context, args []string) error {
 				return err
 			}
 			var cleanup func()
-			md, cleanup, err = runModelDir(m)
+			md, cleanup, err = pipeline.RunModelDir(m)
 			defer cleanup()
 			if err != nil {
 				return err

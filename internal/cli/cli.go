@@ -59,7 +59,7 @@ type Table struct {
 	checks   []func() error
 }
 
-// New returns the empty Table of the command named ("run", "bench pipeline").
+// New returns the empty Table of the command named ("run", "replay").
 func New(command string) *Table { return &Table{command: command} }
 
 // Option adjusts the settings of one group as a command adds them.
