@@ -1,5 +1,3 @@
-// Package layout holds the test of the rules the module's packages keep towards each other: who may import
-// whom. It has no code: the rules are checked against `go list`'s view of the real import graph.
 package layout
 
 import (
