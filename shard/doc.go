@@ -49,7 +49,7 @@
 //	dataset         string        dataset the conversation came from
 //	turn            int32         index of the generated assistant turn (0 for the first)
 //	endpoint        string        server that generated the completion
-//	stop_reason     string        end, continued, tool_divergence, length or parse_error (topics.StopReasons)
+//	stop_reason     string        end, continued, tool_divergence, length, parse_error or loop (topics.StopReasons)
 //	reply           string        the completion as an assistant message in JSON (multi-turn only; else empty)
 //
 // Shards written before stop_reason and reply existed have the first nine columns and are still read, those

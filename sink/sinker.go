@@ -189,7 +189,7 @@ func validate(g *topics.Generation) string {
 		return "empty completion: no output token ids"
 	case g.Meta.FinishReason == "abort":
 		return "generation was aborted"
-	case g.StopReason != "" && !slices.Contains(topics.StopReasons, g.StopReason):
+	case g.StopReason != "" && !slices.Contains(topics.StopReasons(), g.StopReason):
 		return fmt.Sprintf("unknown stop reason %q", g.StopReason)
 	case g.StopReason == topics.StopContinued && !g.Continues():
 		return "stop reason continued, but the record has no reply or no next turn to build"

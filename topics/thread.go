@@ -24,8 +24,10 @@ const (
 	StopLoop = "loop"
 )
 
-// StopReasons lists every stop reason, in the order metrics and summaries show them.
-var StopReasons = []string{StopEnd, StopContinued, StopToolDivergence, StopLength, StopParseError, StopLoop}
+// StopReasons returns every stop reason, in the order metrics and summaries show them.
+func StopReasons() []string {
+	return []string{StopEnd, StopContinued, StopToolDivergence, StopLength, StopParseError, StopLoop}
+}
 
 // Thread is what a turn of a multi-turn conversation carries so that the next turn can be built from the
 // target's own reply: the history the turn was generated from and the rest of the source conversation.

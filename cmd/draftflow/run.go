@@ -127,7 +127,7 @@ func printSummary(w io.Writer, r *pipeline.Result) {
 	fmt.Fprintf(w, "  prompts   %d valid (%d written now, %d already in the shards)\n", r.Prompts, r.Written, r.AlreadyPresent)
 	fmt.Fprintf(w, "  rows      %d in %d shards, %d tokens (one row per regenerated turn)\n", r.Rows, r.Shards, r.Tokens)
 	var turns []string
-	for _, reason := range topics.StopReasons {
+	for _, reason := range topics.StopReasons() {
 		if n := r.Turns[reason]; n > 0 {
 			turns = append(turns, fmt.Sprintf("%d %s", n, reason))
 		}

@@ -49,9 +49,9 @@ const (
 	DefaultRelease = Release0523
 )
 
-// DefaultEOSTokenIDs are the end-of-sequence ids used when Config.EOSTokenIDs
+// defaultEOSTokenIDs are the end-of-sequence ids used when Config.EOSTokenIDs
 // is empty (Qwen-family <|im_end|> and <|endoftext|>).
-var DefaultEOSTokenIDs = []int{151645, 151643}
+var defaultEOSTokenIDs = []int{151645, 151643}
 
 // Output-length distributions accepted by Config.OutputLenDistribution.
 const (
@@ -307,7 +307,7 @@ func (c Config) withDefaults() Config {
 		}
 	}
 	if len(c.EOSTokenIDs) == 0 {
-		c.EOSTokenIDs = append([]int(nil), DefaultEOSTokenIDs...)
+		c.EOSTokenIDs = append([]int(nil), defaultEOSTokenIDs...)
 	}
 	if c.DefaultMaxNewTokens <= 0 {
 		c.DefaultMaxNewTokens = DefaultMaxNewTokens

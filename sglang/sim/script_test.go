@@ -97,7 +97,7 @@ func TestScriptedReplies(t *testing.T) {
 				}
 				eos := g.OutputIDs[n-1]
 				fr := g.MetaInfo.FinishReason
-				if !slices.Contains(DefaultEOSTokenIDs, int(eos)) || fr == nil || fr.Type != "stop" || fr.Matched == nil || *fr.Matched != int(eos) {
+				if !slices.Contains(defaultEOSTokenIDs, int(eos)) || fr == nil || fr.Type != "stop" || fr.Matched == nil || *fr.Matched != int(eos) {
 					t.Errorf("%s: last id %d, finish %+v; want EOS matched", rid, eos, fr)
 				}
 				// max_new_tokens shorter than the script cuts it.

@@ -26,7 +26,7 @@ import (
 const parquetBatchRows = 256
 
 // parquetColumns are the top-level columns ingest reads; any others are never decoded.
-var parquetColumns = RowKeys
+var parquetColumns = rowKeys
 
 // readParquet streams the rows of a Parquet file. Each row's id, messages/conversations and tools columns
 // are turned into the JSON object a JSONL line would hold and go through Parse, so both formats share one

@@ -108,9 +108,9 @@ type wireRow struct {
 	Unknown []string
 }
 
-// RowKeys are the row-level keys a row is read from; others are reported (Run logs them once per dataset)
+// rowKeys are the row-level keys a row is read from; others are reported (Run logs them once per dataset)
 // and ignored.
-var RowKeys = []string{"id", "messages", "conversations", "tools", "functions", "function"}
+var rowKeys = []string{"id", "messages", "conversations", "tools", "functions", "function"}
 
 // decodeRow decodes a JSON object into a wireRow.
 func decodeRow(data []byte, row *wireRow) error {

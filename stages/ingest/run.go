@@ -86,7 +86,7 @@ type Result struct {
 	// Reasons counts acknowledged rejections per reason.
 	Reasons map[Reason]int
 	// IgnoredKeys lists, per dataset, the row keys (Parquet columns) its rows have and ingest does not read
-	// (see RowKeys), sorted; each was logged once, with the first line that has it.
+	// (see rowKeys), sorted; each was logged once, with the first line that has it.
 	IgnoredKeys map[string][]string
 }
 
@@ -257,7 +257,7 @@ func (r *runner) unknownKeys(dataset string, keys []string, src topics.Source) {
 	r.ignored[dataset] = append(r.ignored[dataset], fresh...)
 	slices.Sort(r.ignored[dataset])
 	r.log.Warn("rows carry keys ingest does not read; they are ignored", "dataset", dataset, "keys", strings.Join(fresh, ", "),
-		"first", fmt.Sprintf("%s line %d", src.File, src.Line), "read", strings.Join(RowKeys, ", "))
+		"first", fmt.Sprintf("%s line %d", src.File, src.Line), "read", strings.Join(rowKeys, ", "))
 }
 
 // handle is the RecordFunc of Run: route one line to prompts or rejected.

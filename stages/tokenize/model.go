@@ -160,8 +160,9 @@ func customCode(dir string) (*kimi.Variant, error) {
 }
 
 func variantNames() string {
-	names := make([]string, len(kimi.Variants))
-	for i, v := range kimi.Variants {
+	vs := kimi.Variants()
+	names := make([]string, len(vs))
+	for i, v := range vs {
 		names[i] = v.Name
 	}
 	return strings.Join(names, "; ")

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -24,8 +25,8 @@ type Variant struct {
 	TypeScriptTools bool
 }
 
-// Variants are the versions this package implements.
-var Variants = []Variant{
+// variants are the versions this package implements (Variants returns a copy).
+var variants = []Variant{
 	{
 		Name:      "kimi-k2 (Kimi-K2-Instruct/-Thinking tokenization_kimi.py: deep_sort_dict(tools) override)",
 		Tokenizer: "691090ff94dd352a",
@@ -61,8 +62,8 @@ func Recognize(dir string) (*Variant, error) {
 			return nil, err
 		}
 	}
-	for i := range Variants {
-		v := &Variants[i]
+	for i := range variants {
+		v := &variants[i]
 		if v.Tokenizer != tokFP {
 			continue
 		}
@@ -74,15 +75,19 @@ func Recognize(dir string) (*Variant, error) {
 			return nil, fmt.Errorf("kimi: %s (fingerprint %s): %w; %s expects %s %s; supported variants:\n%s",
 				file, toolsFP, ErrUnrecognized, v.Name, ToolsFile, v.Tools, supported())
 		}
-		return v, nil
+		found := *v
+		return &found, nil
 	}
 	return nil, fmt.Errorf("kimi: %s (fingerprint %s): %w; draftflow implements these variants, recognised by content:\n%s",
 		filepath.Join(dir, TokenizerFile), tokFP, ErrUnrecognized, supported())
 }
 
+// Variants returns the versions this package implements.
+func Variants() []Variant { return slices.Clone(variants) }
+
 func supported() string {
 	var b strings.Builder
-	for _, v := range Variants {
+	for _, v := range variants {
 		fmt.Fprintf(&b, "  - %s: %s %s", v.Name, TokenizerFile, v.Tokenizer)
 		if v.Tools != "" {
 			fmt.Fprintf(&b, ", %s %s", ToolsFile, v.Tools)

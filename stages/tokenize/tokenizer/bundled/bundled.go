@@ -15,8 +15,8 @@ import (
 // Dir is the directory inside FS that holds the model files.
 const Dir = "model"
 
-// Files are the names of the model files, inside Dir.
-var Files = []string{"tokenizer.json", "tokenizer_config.json", "config.json"}
+// files are the names of the model files, inside Dir.
+var files = []string{"tokenizer.json", "tokenizer_config.json", "config.json"}
 
 // FS holds the bundled model files under Dir ("model/tokenizer.json", ...).
 //
@@ -44,7 +44,7 @@ func WriteDir(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("bundled: %w", err)
 	}
-	for _, name := range Files {
+	for _, name := range files {
 		data, err := ReadFile(name)
 		if err != nil {
 			return fmt.Errorf("bundled: %w", err)

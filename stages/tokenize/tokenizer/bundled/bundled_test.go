@@ -13,7 +13,7 @@ func TestWriteDir(t *testing.T) {
 	if err := WriteDir(dir); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range Files {
+	for _, name := range files {
 		got, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil {
 			t.Fatal(err)
