@@ -10,7 +10,7 @@ export DRAFTFLOW_CACHE ?= $(HOME)/.cache/draftflow
 GOTEST_FLAGS ?= -timeout 45m
 # RACE=1 runs the Go tests under the race detector (.ci/run does).
 ifeq ($(RACE),1)
-GOTEST_FLAGS += -race
+override GOTEST_FLAGS += -race
 endif
 
 .PHONY: all build demo test test-go test-python test-integration deps deps-go deps-python bench bench-kafka scale rebalance fuzz chaos vet fmt kafka-up kafka-down sglang-up sglang-down test-sglang test-capture test-train bench-sglang clean
