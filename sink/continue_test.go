@@ -154,9 +154,6 @@ func idNum(id string) int {
 // has its next turn on the prompts topic (a kill before the commit point may send it twice: identical
 // copies), and no next turn exists for a row that is not in the shards.
 func TestSinkNextTurnsSurviveKills(t *testing.T) {
-	if testing.Short() {
-		t.Skip("spawns child processes")
-	}
 	kc := kafkatest.Config(t, 4)
 	dir := t.TempDir()
 	gens := mkTurns(0, 300)
@@ -318,9 +315,6 @@ func TestNextTurnsNotHeldByShards(t *testing.T) {
 // from the journal and does not send their next turns a second time (the journal records each
 // acknowledgement), so a kill costs no generation twice.
 func TestJournalKeepsSentNextTurns(t *testing.T) {
-	if testing.Short() {
-		t.Skip("spawns a child process")
-	}
 	kc := kafkatest.Config(t, 4)
 	dir := t.TempDir()
 	gens := mkTurns(0, 90)

@@ -354,9 +354,6 @@ func TestJournalRecoveryAtEveryCrashPoint(t *testing.T) {
 // owner does not write them again into its own directory (the consumer would otherwise hand the partitions
 // over with nothing committed once its RevokeTimeout ran out).
 func TestRebalanceFlushesBeforeHandingOver(t *testing.T) {
-	if testing.Short() {
-		t.Skip("two sinks and a rebalance")
-	}
 	kc := kafkatest.Config(t, 4)
 	first := mkGens(0, 100, 0.7)
 	produceGens(t, kc, first)

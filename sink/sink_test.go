@@ -291,9 +291,6 @@ func TestReplayWithNewSamplingGoesToNewRun(t *testing.T) {
 // TestSinkKilledMidRun runs the sink in a child process, kills it with SIGKILL while it writes, and checks that
 // a restart (in a new group, so from offset 0) ends with every id exactly once.
 func TestSinkKilledMidRun(t *testing.T) {
-	if testing.Short() {
-		t.Skip("spawns a child process")
-	}
 	kc := kafkatest.Config(t, 4)
 	dir := t.TempDir()
 	gens := mkGens(0, 400, 0.7)
@@ -362,9 +359,6 @@ func TestSinkKilledMidRun(t *testing.T) {
 // starts its own): the restarted sink writes every row the killed one reported durable into shards, the new
 // broker's copies of the same generations are dropped as duplicates, and every row ends exactly once.
 func TestSinkKilledKeepsJournaledRows(t *testing.T) {
-	if testing.Short() {
-		t.Skip("spawns a child process")
-	}
 	dir := t.TempDir()
 	kc := freshBroker(t, "journal")
 	gens := mkGens(0, 400, 0.7)

@@ -11,9 +11,6 @@ import (
 
 // TestBenchSmoke runs a short bench and checks the figures are sane (no performance assertions).
 func TestBenchSmoke(t *testing.T) {
-	if testing.Short() {
-		t.Skip("short")
-	}
 	var out strings.Builder
 	res, err := Bench(context.Background(), BenchOptions{
 		Scenarios: []string{ScenarioOneServer}, Policies: []string{PolicyFixed150, PolicyKVBudget},

@@ -115,9 +115,6 @@ const killLossBound = 1500 * time.Millisecond
 // for again is GPU work done twice. An answer given more than killLossBound before the kill must not be asked
 // for again.
 func TestRunKillLosesNoAnswer(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the pipeline twice per kill point in processes of its own")
-	}
 	points := []time.Duration{1500 * time.Millisecond, 3 * time.Second, 6 * time.Second, 10 * time.Second}
 	if s := os.Getenv("DRAFTFLOW_KILL_POINTS"); s != "" {
 		points = nil

@@ -128,9 +128,6 @@ func longestLoop(ids []uint32, maxPeriod, minRepeats int) (int, int) {
 // default thresholds: none of it may be stopped. It logs, per kind of text, the longest repetition found
 // (the MinTokens at which it would have been stopped, and its period) for the docs' false-stop figures.
 func TestNoFalseStopsOnRealText(t *testing.T) {
-	if testing.Short() {
-		t.Skip("tokenizes the repository's docs and code")
-	}
 	tk, err := tokenizer.Load(filepath.Join(testassets.Tokenizer(t, "qwen3"), "tokenizer.json"))
 	if err != nil {
 		t.Fatal(err)
