@@ -18,7 +18,8 @@ import (
 
 // TestStageStopsLoops runs the stage against a simulator whose outputs loop half the time (a 16-token unit
 // repeated to max_new_tokens): with --loop-action keep, every looping reply is stopped well short of
-// max_new_tokens and written with finish_reason loop, its output ids exactly those the server's last chunk
+// max_new_tokens (under half of it: the server decodes on while the abort is on its way, more so on a loaded
+// machine; the simulator runs at 30x so that slack is over a second) and written with finish_reason loop, its output ids exactly those the server's last chunk
 // held, periodic from meta.loop.start; the others are written as the server finished them. With drop, the
 // looping records are dead-lettered (class loop) instead.
 func TestStageStopsLoops(t *testing.T) {
@@ -27,7 +28,7 @@ func TestStageStopsLoops(t *testing.T) {
 		t.Run(action, func(t *testing.T) {
 			kc := startKafka(t)
 			cl := kafkatest.Client(t, kc)
-			s, rec, url := startSim(t, sim.Config{TimeScale: 300, OutputLenMean: 200, OutputLenDistribution: sim.DistFixed,
+			s, rec, url := startSim(t, sim.Config{TimeScale: 30, OutputLenMean: 200, OutputLenDistribution: sim.DistFixed,
 				LoopRate: 0.5, LoopPeriod: 16, Seed: 3})
 			ctx := context.Background()
 			if err := cl.Admin().EnsureTopics(ctx, topics.Retained()...); err != nil {
@@ -73,7 +74,7 @@ func TestStageStopsLoops(t *testing.T) {
 				}
 				loops++
 				l := g.Meta.Loop
-				if action != LoopKeep || l == nil || l.Period != 16 || len(g.OutputIDs) >= maxNew/4 || l.Found > len(g.OutputIDs) ||
+				if action != LoopKeep || l == nil || l.Period != 16 || len(g.OutputIDs) >= maxNew/2 || l.Found > len(g.OutputIDs) ||
 					l.Found-l.Start < 256 || l.Start > 200 {
 					t.Fatalf("%s: loop %+v, %d ids", g.ID, l, len(g.OutputIDs))
 				}
