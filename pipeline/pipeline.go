@@ -134,6 +134,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	stall := newStallWatch(cfg.Generate.Stall)
 	stall.kcl = kcl
+	defer stall.close() // before the client goes
 	// The run's status records, one per stage, from the one registry of the process: stopped (after a last
 	// record) once the stages have stopped, before the client and the broker go.
 	if cfg.Gatherer != nil {

@@ -19,11 +19,15 @@ const stallAfter = generate.StallAfter
 // stallAfter, then every stallAfter while none is), the generate stage's (no SGLang server answers, with each URL
 // and why, at once; every server full once none answered for stallAfter), and every prompt left waiting on
 // earlier turns of its conversation (no prompt accounted for in stallAfter while turns that a later turn follows
-// were answered). It is safe for concurrent use.
+// were answered). It is safe for concurrent use; close waits for the broker check it started.
 type stallWatch struct {
 	gen *generate.Stall
 	kcl *kafka.Client // set once the run has its client
 	now func() time.Time
+
+	closing context.Context // ended by close: a broker check in flight stops
+	stop    context.CancelFunc
+	pings   sync.WaitGroup
 
 	mu           sync.Mutex
 	done         int       // prompts accounted for at the last update
@@ -38,7 +42,14 @@ type stallWatch struct {
 }
 
 func newStallWatch(gen *generate.Stall) *stallWatch {
-	return &stallWatch{gen: gen, now: time.Now, moved: time.Now()}
+	closing, stop := context.WithCancel(context.Background())
+	return &stallWatch{gen: gen, now: time.Now, moved: time.Now(), closing: closing, stop: stop}
+}
+
+// close ends a broker check in flight and waits for it: call it before the client goes.
+func (w *stallWatch) close() {
+	w.stop()
+	w.pings.Wait()
 }
 
 // update takes the count of prompts accounted for and left, and returns the reason the run makes no progress
@@ -54,7 +65,15 @@ func (w *stallWatch) update(ctx context.Context, done, missing int) string {
 	still := now.Sub(w.moved)
 	if still >= stallAfter && !w.pinging && now.Sub(w.pinged) >= stallAfter && w.kcl != nil {
 		w.pinging, w.pinged = true, now
-		go w.ping(ctx)
+		pctx, cancel := context.WithCancel(ctx)
+		unhook := context.AfterFunc(w.closing, cancel)
+		w.pings.Add(1)
+		go func() {
+			defer w.pings.Done()
+			defer unhook()
+			defer cancel()
+			w.ping(pctx)
+		}()
 	}
 	note, own := "", true
 	switch why := w.gen.Reason(); {
