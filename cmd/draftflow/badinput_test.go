@@ -14,9 +14,9 @@ import (
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
 	"github.com/apache/arrow/go/v17/arrow/memory"
-	"github.com/apache/arrow/go/v17/parquet/pqarrow"
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/draftflow/draftflow/internal/testutil"
 	"github.com/draftflow/draftflow/kafka/kafkatest"
 	"github.com/draftflow/draftflow/pipeline"
 	"github.com/draftflow/draftflow/topics"
@@ -195,18 +195,5 @@ func writeTextParquet(t *testing.T, path string) {
 	b.Field(0).(*array.StringBuilder).AppendValues([]string{"a", "b"}, nil)
 	rec := b.NewRecord()
 	defer rec.Release()
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := pqarrow.NewFileWriter(schema, f, nil, pqarrow.DefaultWriterProps())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Write(rec); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
+	testutil.WriteParquet(t, path, rec)
 }

@@ -56,6 +56,25 @@ func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 	}
 }
 
+// WriteParquet writes rec to a Parquet file at path with Arrow's writer and its default properties.
+func WriteParquet(t testing.TB, path string, rec arrow.Record) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := pqarrow.NewFileWriter(rec.Schema(), f, nil, pqarrow.DefaultWriterProps())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write(rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // ReadParquet reads the Parquet file at path with Arrow's reader and calls fn with each record batch; col
 // returns the batch's column of that name, failing t when there is none.
 func ReadParquet(t testing.TB, path string, fn func(rec arrow.Record, col func(name string) arrow.Array)) {

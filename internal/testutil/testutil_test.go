@@ -2,7 +2,6 @@ package testutil
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -13,7 +12,6 @@ import (
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
 	"github.com/apache/arrow/go/v17/arrow/memory"
-	"github.com/apache/arrow/go/v17/parquet/pqarrow"
 )
 
 // fatalTB records a Fatalf and ends the goroutine as testing.T does.
@@ -83,20 +81,7 @@ func TestReadParquet(t *testing.T) {
 	rec := bld.NewRecord()
 	defer rec.Release()
 	path := filepath.Join(t.TempDir(), "x.parquet")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := pqarrow.NewFileWriter(schema, f, nil, pqarrow.DefaultWriterProps())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Write(rec); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
+	WriteParquet(t, path, rec)
 	var got []string
 	ReadParquet(t, path, func(rec arrow.Record, col func(string) arrow.Array) {
 		ids, ns := col("id").(*array.String), col("n").(*array.Int32)

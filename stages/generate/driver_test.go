@@ -1,7 +1,6 @@
 package generate
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,13 +8,13 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/draftflow/draftflow/internal/testutil"
 	"github.com/draftflow/draftflow/metrics/metricstest"
 	"github.com/draftflow/draftflow/sglang"
 	"github.com/draftflow/draftflow/stages/generate/admission"
@@ -347,7 +346,7 @@ func TestDriverDrainAndReadmit(t *testing.T) {
 func TestDriverUnreachableEndpoint(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const url = "http://nothing-listens.invalid:30000"
-		var logs lockedBuffer
+		var logs testutil.Buffer
 		start := time.Now()
 		d := startDriver(t, fakesglang.NewNet(), admission.Config{Endpoints: []string{url}, Policy: PolicyFixed,
 			UnreachableTimeout: 10 * time.Minute}, slog.New(slog.NewTextHandler(&logs, nil)))
@@ -409,17 +408,3 @@ func TestDriverRefusedKeyStops(t *testing.T) {
 		}
 	})
 }
-
-// lockedBuffer collects logs written from several goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }

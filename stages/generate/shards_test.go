@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/draftflow/draftflow/internal/testutil"
 	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/kafka/kafkatest"
 	"github.com/draftflow/draftflow/sglang/sim"
@@ -92,7 +93,7 @@ func TestStageSkipsTurnsInShards(t *testing.T) {
 	sendTokenized(t, kc, recs)
 
 	reg := prometheus.NewRegistry()
-	var logs lockedBuffer
+	var logs testutil.Buffer
 	log := slog.New(slog.NewTextHandler(io.MultiWriter(&logs, testWriter{t}), nil))
 	stop := runStage(t, Config{Client: kafkatest.Client(t, kc), ShardsWait: time.Minute, Config: admission.Config{Endpoints: []string{url},
 		Policy: PolicyFixed, Concurrency: 4, HealthInterval: 200 * time.Millisecond, Registerer: reg, Logger: log}})
