@@ -19,34 +19,19 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/draftflow/draftflow/internal/cli"
 )
 
-// command is one subcommand.
-type command struct {
-	name    string
-	summary string
-	run     func(ctx context.Context, args []string) error
-}
-
-func commands() []command {
-	return []command{
-		{"generate", "the generate stage's admission policies on the simulator's clock (steady-state, finite, shared and multi-turn scenarios)", cmdGenerate},
-		{"sglang", "the admission policies against live SGLang servers on this machine, beside SGLang's bench_serving", cmdSGLang},
-		{"pipeline", "the pipeline's Kafka throughput: synthetic conversations through every stage, on the embedded broker and a real one (--brokers)", cmdPipeline},
+func commands() []cli.Command {
+	return []cli.Command{
+		{Name: "generate", Summary: "the generate stage's admission policies on the simulator's clock (steady-state, finite, shared and multi-turn scenarios)", Run: cmdGenerate},
+		{Name: "sglang", Summary: "the admission policies against live SGLang servers on this machine, beside SGLang's bench_serving", Run: cmdSGLang},
+		{Name: "pipeline", Summary: "the pipeline's Kafka throughput: synthetic conversations through every stage, on the embedded broker and a real one (--brokers)", Run: cmdPipeline},
 	}
 }
 
-func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: draftflow-bench <benchmark> [flags]\n\nbenchmarks:")
-	width := 0
-	for _, c := range commands() {
-		width = max(width, len(c.name))
-	}
-	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-*s  %s\n", width, c.name, c.summary)
-	}
-	fmt.Fprintln(w, "\nRun 'draftflow-bench <benchmark> -h' for a benchmark's flags.")
-}
+func usage(w io.Writer) { cli.WriteUsage(w, "draftflow-bench", "benchmark", commands()) }
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stderr))
@@ -62,18 +47,15 @@ func run(args []string, stderr io.Writer) int {
 		}
 		return 0
 	}
-	for _, c := range commands() {
-		if c.name != args[0] {
-			continue
-		}
+	if c, ok := cli.Find(commands(), args[0]); ok {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		err := c.run(ctx, args[1:])
+		err := c.Run(ctx, args[1:])
 		stop()
 		switch {
 		case errors.Is(err, flag.ErrHelp):
 			return 0
 		case err != nil:
-			fmt.Fprintf(stderr, "draftflow-bench %s: %v\n", c.name, err)
+			fmt.Fprintf(stderr, "draftflow-bench %s: %v\n", c.Name, err)
 			return 1
 		}
 		return 0

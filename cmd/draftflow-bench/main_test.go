@@ -13,12 +13,12 @@ func TestDispatch(t *testing.T) {
 		t.Fatalf("no benchmark: exit %d, want 2", code)
 	}
 	for _, c := range commands() {
-		if !strings.Contains(usage.String(), "\n  "+c.name+"  ") {
-			t.Errorf("usage does not list %s:\n%s", c.name, usage.String())
+		if !strings.Contains(usage.String(), "\n  "+c.Name+"  ") {
+			t.Errorf("usage does not list %s:\n%s", c.Name, usage.String())
 		}
 		var out strings.Builder
-		if code := run([]string{c.name, "-h"}, &out); code != 0 {
-			t.Errorf("%s -h: exit %d, want 0", c.name, code)
+		if code := run([]string{c.Name, "-h"}, &out); code != 0 {
+			t.Errorf("%s -h: exit %d, want 0", c.Name, code)
 		}
 	}
 	var out strings.Builder

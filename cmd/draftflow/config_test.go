@@ -103,8 +103,8 @@ func TestJobFileErrorsStopBeforeStart(t *testing.T) {
 	} {
 		var run func(context.Context, []string) error
 		for _, cmd := range commands() {
-			if cmd.name == c.command {
-				run = cmd.run
+			if cmd.Name == c.command {
+				run = cmd.Run
 			}
 		}
 		err := run(context.Background(), []string{"--config", writeFile(t, "job.yaml", c.text)})

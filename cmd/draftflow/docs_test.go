@@ -172,7 +172,7 @@ func commandFlags(t *testing.T) map[string]flagSet {
 	t.Helper()
 	sets := map[string]flagSet{}
 	for _, c := range commands() {
-		sets[c.name] = helpFlags(t, c.name, c.run)
+		sets[c.Name] = helpFlags(t, c.Name, c.Run)
 	}
 	for name, fs := range benchCommandFlags(t) {
 		sets["draftflow-bench "+name] = fs
@@ -872,8 +872,8 @@ func TestHelpAlignsCommands(t *testing.T) {
 		col = at
 	}
 	for _, c := range commands() {
-		if !listed[c.name] {
-			t.Errorf("draftflow -h does not list %s", c.name)
+		if !listed[c.Name] {
+			t.Errorf("draftflow -h does not list %s", c.Name)
 		}
 	}
 }
@@ -955,7 +955,7 @@ func readmeCoverage(readme string, names []string, sets map[string]flagSet, topi
 func commandNames() []string {
 	var names []string
 	for _, c := range commands() {
-		names = append(names, c.name)
+		names = append(names, c.Name)
 	}
 	return names
 }

@@ -17,15 +17,15 @@ import (
 // never a silent fallback to the default.
 func TestUnknownLogFlagsAreErrors(t *testing.T) {
 	for _, c := range commands() {
-		switch c.name {
+		switch c.Name {
 		case "run", "ingest", "tokenize", "generate", "sink":
 		default:
 			continue
 		}
 		for _, args := range [][]string{{"--log-level", "loud"}, {"--log-format", "yaml"}} {
-			err := c.run(context.Background(), args)
+			err := c.Run(context.Background(), args)
 			if err == nil || !strings.Contains(err.Error(), args[1]) {
-				t.Errorf("draftflow %s %s: got %v, want an error naming %q", c.name, strings.Join(args, " "), err, args[1])
+				t.Errorf("draftflow %s %s: got %v, want an error naming %q", c.Name, strings.Join(args, " "), err, args[1])
 			}
 		}
 	}
@@ -47,8 +47,8 @@ func TestSimScriptedReplyFlags(t *testing.T) {
 // parses anything), and -h answers flag.ErrHelp.
 func TestCommandsBuildTheirFlags(t *testing.T) {
 	for _, c := range commands() {
-		if err := c.run(context.Background(), []string{"-h"}); !errors.Is(err, flag.ErrHelp) {
-			t.Errorf("draftflow %s -h: %v, want flag.ErrHelp", c.name, err)
+		if err := c.Run(context.Background(), []string{"-h"}); !errors.Is(err, flag.ErrHelp) {
+			t.Errorf("draftflow %s -h: %v, want flag.ErrHelp", c.Name, err)
 		}
 	}
 }

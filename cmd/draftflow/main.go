@@ -31,44 +31,27 @@ import (
 	"github.com/draftflow/draftflow/secret"
 )
 
-// command is one subcommand.
-type command struct {
-	name    string
-	summary string
-	run     func(ctx context.Context, args []string) error
-}
-
-func commands() []command {
-	return []command{
-		{"run", "run the whole pipeline in one process (embedded broker and simulator by default)", cmdRun},
-		{"ingest", "read JSONL/Parquet conversations into the prompts topic", cmdIngest},
-		{"tokenize", "apply the chat template and tokenizer: prompts -> tokenized", cmdTokenize},
-		{"generate", "generate completions with SGLang: tokenized -> generated", cmdGenerate},
-		{"sink", "write generated records to exactly-once Parquet shards", cmdSink},
-		{"capture", "write each committed shard's EAGLE-3 features (two SGLang capture servers) beside it, exactly once", cmdCapture},
-		{"status", "show a running pipeline: lag, rates, ETA, members, endpoints, rejections (--watch, --json)", cmdStatus},
-		{"replay", "reset a stopped stage's consumer group to the earliest offset, a time or explicit offsets", cmdReplay},
-		{"sim", "serve a simulated SGLang server", cmdSim},
-		{"encode", "print the token ids the tokenize stage would produce for JSONL conversations on stdin", cmdEncode},
-		{"inspect", "validate shards against their manifest and print totals", cmdInspect},
-		{"merge-turns", "write one row per conversation where the turns merge token-exactly (the rest stay turn rows, with the reason)", cmdMergeTurns},
-		{"export", "export one run's shards as SpecForge or speculators JSONL, with the trainer's length limits", cmdExport},
-		{"vocab", "count a run's generated tokens and write the draft vocabulary maps (d2t.npy, t2d.npy)", cmdVocab},
-		{"config", "print a command's effective configuration (job file, DRAFTFLOW_* variables, flags) and where each value came from", cmdConfig},
+func commands() []cli.Command {
+	return []cli.Command{
+		{Name: "run", Summary: "run the whole pipeline in one process (embedded broker and simulator by default)", Run: cmdRun},
+		{Name: "ingest", Summary: "read JSONL/Parquet conversations into the prompts topic", Run: cmdIngest},
+		{Name: "tokenize", Summary: "apply the chat template and tokenizer: prompts -> tokenized", Run: cmdTokenize},
+		{Name: "generate", Summary: "generate completions with SGLang: tokenized -> generated", Run: cmdGenerate},
+		{Name: "sink", Summary: "write generated records to exactly-once Parquet shards", Run: cmdSink},
+		{Name: "capture", Summary: "write each committed shard's EAGLE-3 features (two SGLang capture servers) beside it, exactly once", Run: cmdCapture},
+		{Name: "status", Summary: "show a running pipeline: lag, rates, ETA, members, endpoints, rejections (--watch, --json)", Run: cmdStatus},
+		{Name: "replay", Summary: "reset a stopped stage's consumer group to the earliest offset, a time or explicit offsets", Run: cmdReplay},
+		{Name: "sim", Summary: "serve a simulated SGLang server", Run: cmdSim},
+		{Name: "encode", Summary: "print the token ids the tokenize stage would produce for JSONL conversations on stdin", Run: cmdEncode},
+		{Name: "inspect", Summary: "validate shards against their manifest and print totals", Run: cmdInspect},
+		{Name: "merge-turns", Summary: "write one row per conversation where the turns merge token-exactly (the rest stay turn rows, with the reason)", Run: cmdMergeTurns},
+		{Name: "export", Summary: "export one run's shards as SpecForge or speculators JSONL, with the trainer's length limits", Run: cmdExport},
+		{Name: "vocab", Summary: "count a run's generated tokens and write the draft vocabulary maps (d2t.npy, t2d.npy)", Run: cmdVocab},
+		{Name: "config", Summary: "print a command's effective configuration (job file, DRAFTFLOW_* variables, flags) and where each value came from", Run: cmdConfig},
 	}
 }
 
-func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: draftflow <command> [flags]\n\ncommands:")
-	width := 0
-	for _, c := range commands() {
-		width = max(width, len(c.name))
-	}
-	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-*s  %s\n", width, c.name, c.summary)
-	}
-	fmt.Fprintln(w, "\nRun 'draftflow <command> -h' for a command's flags.")
-}
+func usage(w io.Writer) { cli.WriteUsage(w, "draftflow", "command", commands()) }
 
 func main() {
 	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
@@ -79,12 +62,9 @@ func main() {
 		return
 	}
 	name := os.Args[1]
-	for _, c := range commands() {
-		if c.name != name {
-			continue
-		}
+	if c, ok := cli.Find(commands(), name); ok {
 		ctx, stop := shutdownContext()
-		err := c.run(ctx, os.Args[2:])
+		err := c.Run(ctx, os.Args[2:])
 		stop()
 		if errors.Is(err, flag.ErrHelp) {
 			return
