@@ -113,7 +113,7 @@ test-capture: deps-go
 ## SGLang venv) on first use; pins both cores for minutes: run it on its own.
 test-train:
 	@bash deploy/specforge/specforge.sh install >/dev/null
-	DRAFTFLOW_TRAIN=1 OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} PYTHONPATH=python $(PYTHON) -m pytest -q -s -p no:cacheprovider python/tests/test_training.py
+	DRAFTFLOW_TRAIN=1 OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} PYTHONPATH=python $(PYTHON) -m pytest -q -s -p no:cacheprovider python/tests/test_training.py python/tests/test_specforge_online.py
 
 ## bench-sglang: the generate policies and SGLang's bench_serving against the real SGLang 0.5.23 on this machine's
 ## CPU, one server per pool, interleaved repeats (docs/performance.md; long: not in make bench or .ci/run).

@@ -1,23 +1,28 @@
 """A drafter trained by SpecForge 0.2.0's own trainer, on the CPU, from what ``draftflow run`` captured on the live
-SGLang server.
+SGLang server, judged by SpecForge's own evaluation.
 
 ``make test-train`` runs this (DRAFTFLOW_TRAIN=1); without it the training test is skipped, as it takes
-minutes and pins both cores. The path (docs/training.md):
+minutes and pins both cores. The path (docs/training.md; shared pieces in deploy/specforge/harness.py):
 
 - the trainer venv of ``deploy/specforge/specforge.sh install`` (SpecForge 0.2.0, speculators 0.9.0,
   accelerate, pinned with hashes, over the SGLang venv's torch and transformers);
 - a 4-layer random-weight Qwen3-shaped target (``deploy/sglang/make_model.py --layers 4 --head-std 0.2
-  --embed-std 1.0``: with the default std 0.02 the target's next token is a near-flat, chaotic function of the
-  context that a drafter does not learn in 100 steps; docs/training.md has the measurements);
+  --embed-std 1.0 --end-share 0.02``: with the default std 0.02 the target's next token is a near-flat, chaotic
+  function of the context that a drafter does not learn in 100 steps; ``--end-share`` makes it end replies, so
+  conversations reach their later turns; docs/training.md has the measurements);
 - two live SGLang 0.5.23 servers of that target (``deploy/sglang/sglang.sh up``): an aux-capture server and a
   final-state server that also serves the generation;
-- ``draftflow run`` with ``--capture-aux``/``--capture-final`` (embedded broker, temperature 0), once for the
-  training conversations and once for other, evaluation conversations;
+- ``draftflow run`` with ``--capture-aux``/``--capture-final`` (embedded broker, temperature 0, every turn),
+  once for the training chats and once for other, evaluation chats; at least a third of the training rows are
+  later turns;
 - ``draftflow vocab`` and ``python -m draftflow_data.vocab`` (the draft vocabulary SpecForge trains with);
 - ``draftflow_data.offline``: the exports to SpecForge's v1 files and speculators' layout from the runs' shards
   and feature files, the latter read back with speculators' own ``ArrowDataset``;
-- the servers stopped, then ``deploy/specforge/cpu_train.py``: ``specforge train`` (offline) and
-  ``specforge export --to sglang`` with the CPU substitutions.
+- ``draftflow export --format specforge`` read by SpecForge's online data path (``data.prompts_path``) with
+  docs/training.md's disaggregated config, row for row against the shards;
+- the servers stopped, then ``deploy/specforge/cpu_train.py``: ``specforge train`` (offline), its first and
+  last evaluation's accuracy and ``eval/simulated_acc_len`` asserted to rise, and ``specforge export --to
+  sglang`` with the CPU substitutions.
 
 The exporter's checks run without the flag wherever torch and safetensors are importable.
 """
@@ -33,15 +38,6 @@ import pytest
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(REPO, "python"))
-
-
-def _run(argv, timeout, env=None, **kw):
-    e = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2"), PYTHONPATH=os.path.join(REPO, "python"))
-    e.update(env or {})
-    r = subprocess.run(argv, cwd=REPO, env=e, capture_output=True, text=True, timeout=timeout, **kw)
-    if r.returncode != 0:
-        raise AssertionError(f"{' '.join(map(str, argv[:3]))} ... exited {r.returncode}:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}")
-    return r
 
 
 # --- the exporter on its own (needs torch + safetensors, not the trainer venv) -------------------------------
@@ -137,131 +133,42 @@ def test_export_rejects_bad_features(tmp_path, bad, msg):
 
 needs_train = pytest.mark.skipif(not os.environ.get("DRAFTFLOW_TRAIN"), reason="DRAFTFLOW_TRAIN=1 (make test-train) runs it")
 
-# The conversations: the bundled sample's lines of at most MAX_LINE_BYTES bytes (short prompts keep the CPU's
-# generation, capture and training small), in file order; the first TRAIN_CONVS train, the next EVAL_CONVS
-# evaluate. Lines draftflow rejects (malformed, or refused by the chat template) make no row.
-TRAIN_CONVS, EVAL_CONVS, MAX_LINE_BYTES = 60, 16, 1500
+sys.path.insert(0, os.path.join(REPO, "deploy", "specforge"))
+import harness  # noqa: E402
+
+# The conversations: the bundled sample's chats (at least two user messages, no tools) of at most MAX_LINE_BYTES
+# bytes, in file order; the first TRAIN_CONVS train, the next EVAL_CONVS evaluate. The target ends most replies
+# (--end-share), so draftflow run goes on to their next user message: at least LATER_TURN_SHARE of the rows are
+# turns after the first (asserted).
+TRAIN_CONVS, EVAL_CONVS, MAX_LINE_BYTES = 30, 10, 2500
 NEW_TOKENS = 48
-# Training steps (batch 1) and evaluations. The rows' order in the shards follows generation's finishing order,
-# so SpecForge sees them in another order each run and the curve varies: measured over four orders of the same
-# 55 rows, eval accuracy at 100 steps went from 0.14-0.25 at step 10 (0.15-0.18 at step 5) to 0.34-0.41, the
-# rise as low as 0.135; at 150 steps the two lowest ended at 0.43 and 0.45 (rise 0.27-0.28 from step 5).
+LATER_TURN_SHARE = 1 / 3
+# Training steps (batch 1) and evaluations; the margins the last evaluation must clear above the first, for
+# accuracy (eval/avg_acc, SpecForge's position-0 accuracy) and for eval/simulated_acc_len (the expected accepted
+# length of one 7-token draft chain). docs/training.md has the repeated runs they come from: over 8 seeds on the
+# same captured rows the rises were at least MIN_ACC_RISE and MIN_SAL_RISE; the margins are half of those.
 STEPS, EVAL_INTERVAL = 150, 5
-DRAFT_VOCAB = 2048
-# The EAGLE-3 layers of the 4-layer target: the outputs of decoder layers 0, 1, 2 (= the inputs of layers 1, 2,
-# 3). The trainers' and SGLang's defaults are not three distinct layers at 4 layers (SpecForge [1, L//2-1, L-4]
-# = [1, 1, 0]; SGLang captures the inputs of [2, L//2, L-3] = [2, 2, 1] and silently keeps fewer than three),
-# so the layers are named everywhere: the aux server's --return-aux-hidden-state-layer-ids (SGLang's ids:
-# outputs), draftflow's --capture-aux-layers (inputs: the ids + 1, the feature files' "aux:N" names) and the
-# draft config's eagle_aux_hidden_state_layer_ids (what SGLang reads when it serves the draft).
-AUX_LAYER_IDS = [0, 1, 2]
-# Both capture modes need every position of a prefill (--disable-radix-cache: cached positions are not
-# returned; docs/hidden-states.md). sglang.sh adds --sleep-on-idle: without it an idle SGLang 0.5.23 scheduler
-# spins a core at 100%, and with two servers on two cores the busy one decodes 4-15x slower (measured: 16
-# requests of 48 tokens in 44 s instead of 2.8 s; the training run's draftflow run 2 min 17 s instead of 21 s).
-SERVER_COMMON = ["--disable-radix-cache", "--context-length", "2048"]
-AUX_SERVER = ["--enable-return-aux-hidden-states", "--speculative-algorithm", "EAGLE3",
-              "--return-aux-hidden-state-layer-ids", *map(str, AUX_LAYER_IDS)] + SERVER_COMMON
-# The final-state server also serves the generation: requests without return_hidden_states get plain answers,
-# and the two servers are all this machine holds at once (~5.4 GB each).
-FINAL_SERVER = ["--enable-return-hidden-states"] + SERVER_COMMON
-POOL = 8192
+ACC_MARGIN, SAL_MARGIN = 0.1, 0.1
+
+
+def _keep_dir(tmp_path):
+    """DRAFTFLOW_TRAIN_KEEP=DIR keeps everything the run writes in DIR (emptied first), to train again from the
+    same capture (deploy/specforge/bench_train.py seeds --kept DIR); else the test's own directory."""
+    keep = os.environ.get("DRAFTFLOW_TRAIN_KEEP")
+    if not keep:
+        return tmp_path
+    import shutil
+
+    shutil.rmtree(keep, ignore_errors=True)
+    os.makedirs(keep)
+    from pathlib import Path
+
+    return Path(keep).resolve()
 
 
 @pytest.fixture(scope="module")
 def venv_python():
-    r = _run(["bash", "deploy/specforge/specforge.sh", "python"], timeout=1800)
-    return r.stdout.strip().splitlines()[-1]
-
-
-@pytest.fixture(scope="module")
-def target(venv_python, tmp_path_factory):
-    tok = _run(["bash", "internal/testassets/fetch.sh", "qwen3"], timeout=600).stdout.strip().splitlines()[-1]
-    out = str(tmp_path_factory.mktemp("target") / "qwen3-4l")
-    _run([venv_python, "deploy/sglang/make_model.py", "--family", "qwen3", "--layers", "4", "--head-std", "0.2",
-          "--embed-std", "1.0", "--tokenizer-dir", tok, "--out", out], timeout=600)
-    return out
-
-
-class Servers:
-    """Live SGLang servers started with deploy/sglang/sglang.sh, their state (pid, url, log) in a directory of
-    the test's own so that names do not meet other servers on the machine."""
-
-    def __init__(self, state):
-        self.state = str(state)
-        self.names = []
-
-    def _sh(self, *args):
-        env = dict(os.environ, DRAFTFLOW_SGLANG_DIR=self.state, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2"))
-        return ["bash", os.path.join(REPO, "deploy", "sglang", "sglang.sh"), *args], env
-
-    def up(self, model, specs):
-        """Starts every (name, server args) at once; returns their URLs in order."""
-        procs = []
-        for name, args in specs:
-            argv, env = self._sh("up", "--name", name, "--pool", str(POOL), "--model", model, "--", *args)
-            self.names.append(name)
-            procs.append(subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-        urls = []
-        for (name, _), p in zip(specs, procs):
-            out, err = p.communicate(timeout=600)
-            if p.returncode != 0:
-                raise AssertionError(f"sglang.sh up --name {name} exited {p.returncode}:\n{err[-4000:]}")
-            urls.append(out.strip().splitlines()[-1])
-        return urls
-
-    def down(self):
-        for name in self.names:
-            argv, env = self._sh("down", "--name", name)
-            subprocess.run(argv, cwd=REPO, env=env, capture_output=True, timeout=120)
-        for name in self.names:
-            argv, env = self._sh("status", "--name", name)
-            r = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
-            assert r.stdout.strip() == "down", f"server {name} still up after down: {r.stdout}"
-
-    def log_tails(self, n=40):
-        out = []
-        for name in self.names:
-            path = os.path.join(self.state, name, "log")
-            if os.path.exists(path):
-                with open(path, errors="replace") as fh:
-                    out.append(f"--- {path}\n" + "".join(fh.readlines()[-n:]))
-        return "\n".join(out)
-
-
-def _conversations(tmp_path):
-    """Writes train.jsonl and eval.jsonl: disjoint slices of the bundled sample's short lines."""
-    with open(os.path.join(REPO, "testdata", "sample", "conversations.jsonl"), "rb") as fh:
-        lines = [line for line in fh if len(line) <= MAX_LINE_BYTES]
-    assert len(lines) >= TRAIN_CONVS + EVAL_CONVS, len(lines)
-    paths = {}
-    for name, part in (("train", lines[:TRAIN_CONVS]), ("eval", lines[TRAIN_CONVS:TRAIN_CONVS + EVAL_CONVS])):
-        paths[name] = tmp_path / f"{name}.jsonl"
-        paths[name].write_bytes(b"".join(part))
-    return paths
-
-
-def _draft_config(target, path):
-    """A 1-layer LlamaForCausalLMEagle3 draft of the target's width, draft vocabulary DRAFT_VOCAB."""
-    with open(os.path.join(target, "config.json")) as fh:
-        t = json.load(fh)
-    cfg = {
-        "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": t["hidden_size"],
-        "intermediate_size": t["intermediate_size"], "num_hidden_layers": 1,
-        "num_attention_heads": t["num_attention_heads"], "num_key_value_heads": t["num_key_value_heads"],
-        "head_dim": t["head_dim"], "hidden_act": "silu", "max_position_embeddings": t["max_position_embeddings"],
-        "rms_norm_eps": t["rms_norm_eps"], "rope_theta": (t.get("rope_parameters") or {}).get("rope_theta", t.get("rope_theta")),
-        "vocab_size": t["vocab_size"], "draft_vocab_size": DRAFT_VOCAB, "tie_word_embeddings": False,
-        "pad_token_id": 0, "bos_token_id": t["bos_token_id"], "eos_token_id": t["eos_token_id"],
-        "eagle_config": {"eagle_aux_hidden_state_layer_ids": AUX_LAYER_IDS},
-    }
-    with open(path, "w") as fh:
-        json.dump(cfg, fh, indent=1)
-    return path
-
-
-# SpecForge's console line after each evaluation: "step N: {'eval/avg_loss': ..., 'eval/avg_acc': A, ...}".
-_EVAL = re.compile(r"'eval/avg_acc': ([0-9.eE+-]+)")
+    return harness.trainer_python()
 
 
 def _captured_run(out):
@@ -273,116 +180,139 @@ def _captured_run(out):
     manifests = dd.read_manifests(str(out))
     assert len(manifests) == 1, [m.run_dir for m in manifests]
     run = manifests[0].run_dir
-    rows = list(dd.iter_rows(run, columns=("id", "turn", "input_ids", "loss_mask", "completion_len")))
+    rows = list(dd.iter_rows(run, columns=("id", "turn", "input_ids", "loss_mask", "completion_len", "stop_reason")))
     feats = RunFeatures(run)
     assert feats.shards() == sorted(s["file"] for s in manifests[0].shards), (feats.shards(), manifests[0].shards)
     assert not feats.missing(), f"rows without features: {feats.missing()}"
     for shard in feats.shards():
         ff = feats.file(shard)
-        assert ff.layers == [f"aux:{i + 1}" for i in AUX_LAYER_IDS] + ["final"] and ff.hidden == 256, (shard, ff.layers, ff.hidden)
-    for r in rows:  # the loss mask covers the generated reply
+        assert ff.layers == [f"aux:{i + 1}" for i in harness.AUX_LAYER_IDS] + ["final"] and ff.hidden == 256, (shard, ff.layers, ff.hidden)
+    for r in rows:  # the loss mask covers the turn's own generated reply
         n = int(r["completion_len"])
-        assert 0 < n <= NEW_TOKENS and n == int(np.asarray(r["loss_mask"], dtype=np.int64).sum()), (r["id"], n)
+        assert 0 < n <= NEW_TOKENS and n == int(np.asarray(r["loss_mask"], dtype=np.int64).sum()), (r["id"], r["turn"], n)
     return run, rows
 
 
+def _turns(rows):
+    """(rows of later turns, {turn: rows}, {stop_reason: rows})."""
+    from collections import Counter
+
+    turns = Counter(int(r["turn"]) for r in rows)
+    return sum(n for t, n in turns.items() if t > 0), dict(sorted(turns.items())), dict(Counter(str(r["stop_reason"]) for r in rows))
+
+
 @needs_train
-def test_specforge_trains_offline_on_cpu(venv_python, target, draftflow_bin, tmp_path):
+def test_specforge_trains_offline_on_cpu(venv_python, draftflow_bin, tmp_path):
     import time
 
     t0 = time.monotonic()
+    work = _keep_dir(tmp_path)
     phases = {}
-    convs = _conversations(tmp_path)
-    servers = Servers(tmp_path / "sglang")
+    target = harness.make_target(venv_python, str(work / "target"))
+    train_lines, eval_lines = harness.chats(TRAIN_CONVS, EVAL_CONVS, MAX_LINE_BYTES)
+    convs = {"train": work / "train.jsonl", "eval": work / "eval.jsonl"}
+    convs["train"].write_bytes(b"".join(train_lines))
+    convs["eval"].write_bytes(b"".join(eval_lines))
+    phases["target"] = time.monotonic() - t0
+    servers = harness.Servers(work / "sglang")
     try:
-        aux, final = servers.up(target, [("train-aux", AUX_SERVER), ("train-final", FINAL_SERVER)])
-        phases["servers up"] = time.monotonic() - t0
+        t = time.monotonic()
+        aux, final = servers.up(target, [("train-aux", harness.AUX_SERVER), ("train-final", harness.FINAL_SERVER)])
+        phases["servers up"] = time.monotonic() - t
         # draftflow on the live servers: generation on the final-state server at temperature 0, both captures,
-        # the embedded broker; the training and the evaluation conversations in runs of their own.
+        # the embedded broker, every turn of each conversation (turns: all, the default); the training and the
+        # evaluation conversations in runs of their own.
         for name in ("train", "eval"):
             t = time.monotonic()
-            r = _run([draftflow_bin, "run", "--input", str(convs[name]), "--model", target, "--sglang", final,
-                      "--capture-aux", aux, "--capture-final", final,
-                      "--capture-aux-layers", ",".join(str(i + 1) for i in AUX_LAYER_IDS),
-                      "--temperature", "0", "--max-new-tokens", str(NEW_TOKENS), "--out", str(tmp_path / f"out-{name}"),
-                      "--timeout", "10m"], timeout=900)
+            r = harness.run([draftflow_bin, "run", "--input", str(convs[name]), "--model", target, "--sglang", final,
+                             "--capture-aux", aux, "--capture-final", final,
+                             "--capture-aux-layers", ",".join(str(i + 1) for i in harness.AUX_LAYER_IDS),
+                             "--temperature", "0", "--max-new-tokens", str(NEW_TOKENS), "--out", str(work / f"out-{name}"),
+                             "--timeout", "10m"], timeout=900)
             phases[f"draftflow run ({name})"] = time.monotonic() - t
             summary = r.stdout + r.stderr
             print(summary[summary.rfind("draftflow run: shards"):].strip())
-            _run([draftflow_bin, "inspect", str(tmp_path / f"out-{name}")], timeout=300)
+            harness.run([draftflow_bin, "inspect", str(work / f"out-{name}")], timeout=300)
     except BaseException:
         print(servers.log_tails())
         raise
     finally:
         servers.down()  # before any training: the trainer runs with the servers stopped
-    run_train, rows_train = _captured_run(tmp_path / "out-train")
-    run_eval, rows_eval = _captured_run(tmp_path / "out-eval")
+    run_train, rows_train = _captured_run(work / "out-train")
+    run_eval, rows_eval = _captured_run(work / "out-eval")
     train_ids, eval_ids = {r["id"] for r in rows_train}, {r["id"] for r in rows_eval}
-    print(f"rows: {len(rows_train)} train ({sum(len(r['input_ids']) for r in rows_train)} tokens), "
-          f"{len(rows_eval)} eval ({sum(len(r['input_ids']) for r in rows_eval)} tokens)")
+    later, by_turn, by_stop = _turns(rows_train)
+    print(f"rows: {len(rows_train)} train ({sum(len(r['input_ids']) for r in rows_train)} tokens; by turn {by_turn}; "
+          f"by stop reason {by_stop}), {len(rows_eval)} eval ({sum(len(r['input_ids']) for r in rows_eval)} tokens; "
+          f"by turn {_turns(rows_eval)[1]})")
     assert len(rows_train) >= 40 and len(rows_eval) >= 10, (len(rows_train), len(rows_eval))
     assert not train_ids & eval_ids, f"evaluation rows of training conversations: {sorted(train_ids & eval_ids)[:5]}"
+    # Multi-turn training: the target ends replies, draftflow continues the conversations.
+    assert later >= LATER_TURN_SHARE * len(rows_train), \
+        f"{later} of {len(rows_train)} training rows are later turns, want at least {LATER_TURN_SHARE:.2f}: {by_turn}, {by_stop}"
 
     # The draft vocabulary from the training run's generated tokens, and the exports.
     t = time.monotonic()
-    vocab = tmp_path / "vocab"
-    _run([draftflow_bin, "vocab", str(tmp_path / "out-train"), "--draft-vocab-size", str(DRAFT_VOCAB), "--model", target,
-          "--out", str(vocab)], timeout=300)
-    _run([venv_python, "-m", "draftflow_data.vocab", str(vocab)], timeout=300)
+    vocab = work / "vocab"
+    harness.run([draftflow_bin, "vocab", str(work / "out-train"), "--draft-vocab-size", str(harness.DRAFT_VOCAB),
+                 "--model", target, "--out", str(vocab)], timeout=300)
+    harness.run([venv_python, "-m", "draftflow_data.vocab", str(vocab)], timeout=300)
     for run, name in ((run_train, "v1-train"), (run_eval, "v1-eval")):
-        _run([venv_python, "-m", "draftflow_data.offline", "specforge", "--rows", run, "--features", run,
-              "--out", str(tmp_path / name)], timeout=600)
-    spec = tmp_path / "speculators-train"
-    _run([venv_python, "-m", "draftflow_data.offline", "speculators", "--rows", run_train, "--features", run_train,
-          "--out", str(spec), "--target", target], timeout=600)
+        harness.run([venv_python, "-m", "draftflow_data.offline", "specforge", "--rows", run, "--features", run,
+                     "--out", str(work / name)], timeout=600)
+    spec = work / "speculators-train"
+    harness.run([venv_python, "-m", "draftflow_data.offline", "speculators", "--rows", run_train, "--features", run_train,
+                 "--out", str(spec), "--target", target], timeout=600)
     # speculators' own offline dataset reads it back: every row, no generation fallback.
-    check = _run([venv_python, "-c", SPECULATORS_CHECK, str(spec), run_train], timeout=600)
+    check = harness.run([venv_python, "-c", SPECULATORS_CHECK, str(spec), run_train], timeout=600)
     assert f"speculators rows {len(rows_train)}" in check.stdout, check.stdout
     phases["vocab + exports"] = time.monotonic() - t
     size = lambda d, ext: sum(os.path.getsize(os.path.join(d, n)) for n in os.listdir(d) if n.endswith(ext))  # noqa: E731
     train_tokens = sum(len(r["input_ids"]) for r in rows_train)
     print(f"bytes per token: draftflow feature files {size(run_train, '.dff') / train_tokens:.0f}, "
-          f"SpecForge v1 files (bf16) {size(tmp_path / 'v1-train', '.ckpt') / train_tokens:.0f}")
+          f"SpecForge v1 files (bf16) {size(work / 'v1-train', '.ckpt') / train_tokens:.0f}")
+
+    # The fleet path: the same rows through draftflow export and SpecForge's online (disaggregated) data path.
+    t = time.monotonic()
+    draft = harness.draft_config(target, str(work / "draft.json"))
+    export = work / "export-train.jsonl"
+    harness.run([draftflow_bin, "export", "--format", "specforge", "--max-length", "2048", str(work / "out-train"), str(export)], timeout=300)
+    n = harness.check_online_rows(venv_python, work, target=target, draft=draft, vocab_mapping=vocab / "vocab_mapping.pt",
+                          export=export, want=rows_train)
+    print(f"SpecForge's online loader: {n} rows equal to the shards'")
+    phases["online loader"] = time.monotonic() - t
 
     # SpecForge's own trainer, offline, on the CPU, with draftflow's draft vocabulary.
     t = time.monotonic()
-    target_sf = _run([venv_python, "deploy/specforge/cpu_train.py", "target", "--model", target, "--out",
-                      str(tmp_path / "target-sf")], timeout=120).stdout.strip().splitlines()[-1]
-    draft = _draft_config(target, str(tmp_path / "draft.json"))
-    out = tmp_path / "run"
-    cfg = {
-        "run_id": "draftflow-cpu", "output_dir": str(out),
-        "model": {"target_model_path": target_sf, "draft_model_config": draft, "torch_dtype": "bfloat16",
-                  "vocab_mapping_path": str(vocab / "vocab_mapping.pt")},
-        "data": {"hidden_states_path": str(tmp_path / "v1-train"), "eval_hidden_states_path": str(tmp_path / "v1-eval"),
-                 "max_length": 2048, "cache_dir": str(tmp_path / "cache"), "dataloader_num_workers": 0},
-        "training": {"max_steps": STEPS, "num_epochs": -(-STEPS // len(rows_train)), "batch_size": 1, "learning_rate": 2e-3, "lr_scheduler": "constant",
-                     "warmup_ratio": 0.0, "fsdp_sharding": "NO_SHARD", "attention_backend": "sdpa",
-                     "eval_interval": EVAL_INTERVAL, "log_interval": 10, "save_interval": STEPS},
-        "deployment": {"mode": "local_colocated"},
-    }
-    with open(tmp_path / "train.json", "w") as fh:
-        json.dump(cfg, fh, indent=1)
-    r = _run([venv_python, "deploy/specforge/cpu_train.py", "train", "-c", str(tmp_path / "train.json")], timeout=1500)
-    log = r.stdout + r.stderr
-    with open(tmp_path / "train.log", "w") as fh:
-        fh.write(log)
+    target_sf = harness.run([venv_python, "deploy/specforge/cpu_train.py", "target", "--model", target, "--out",
+                             str(work / "target-sf")], timeout=120).stdout.strip().splitlines()[-1]
+    out = work / "run"
+    cfg = harness.train_config(work / "train.json", out=out, target_sf=target_sf, draft=draft,
+                               vocab_mapping=vocab / "vocab_mapping.pt", train_v1=work / "v1-train",
+                               eval_v1=work / "v1-eval", cache=work / "cache", rows=len(rows_train), steps=STEPS,
+                               eval_interval=EVAL_INTERVAL)
+    log, evals = harness.train(venv_python, cfg)
+    (work / "train.log").write_text(log)
     phases["specforge train"] = time.monotonic() - t
-    accs = [float(x) for x in _EVAL.findall(log)]
-    print(f"eval acc over {STEPS} steps: {accs}")
-    assert len(accs) >= 2, f"no eval accuracy in SpecForge's output:\n{log[-4000:]}"
-    assert accs[-1] >= accs[0] + 0.1, f"eval accuracy {accs[0]:.3f} -> {accs[-1]:.3f}: the drafter did not learn"
+    assert len(evals) >= 2, f"fewer than two evaluations in SpecForge's output:\n{log[-4000:]}"
+    (s0, first), (s1, last) = evals[0], evals[-1]
+    acc0, sal0 = harness.acceptance(first)
+    acc1, sal1 = harness.acceptance(last)
+    print(f"eval over {STEPS} steps (step {s0} -> {s1}): accuracy {acc0:.3f} -> {acc1:.3f}, "
+          f"simulated_acc_len {sal0:.3f} -> {sal1:.3f}; per position {[round(a, 3) for a in last['eval/per_position_acc']]}")
+    assert acc1 >= acc0 + ACC_MARGIN, f"eval accuracy {acc0:.3f} -> {acc1:.3f}: the drafter did not learn"
+    assert sal1 >= sal0 + SAL_MARGIN, f"eval simulated_acc_len {sal0:.3f} -> {sal1:.3f}: acceptance did not rise"
 
     # SpecForge's own export to an SGLang draft, carrying draftflow's vocabulary maps.
     t = time.monotonic()
-    sg = tmp_path / "draft-sglang"
-    _run([venv_python, "deploy/specforge/cpu_train.py", "export", "--to", "sglang", "--checkpoint", str(out),
-          "--draft-config", draft, "--output-dir", str(sg)], timeout=600)
+    sg = work / "draft-sglang"
+    harness.run([venv_python, "deploy/specforge/cpu_train.py", "export", "--to", "sglang", "--checkpoint", str(out),
+                 "--draft-config", draft, "--output-dir", str(sg)], timeout=600)
     with open(sg / "config.json") as fh:
         dcfg = json.load(fh)
     assert dcfg["architectures"] == ["LlamaForCausalLMEagle3"], dcfg
-    assert dcfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == AUX_LAYER_IDS, dcfg
-    keys = _run([venv_python, "-c", DRAFT_CHECK, str(sg), str(vocab)], timeout=120).stdout
+    assert dcfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == harness.AUX_LAYER_IDS, dcfg
+    keys = harness.run([venv_python, "-c", DRAFT_CHECK, str(sg), str(vocab)], timeout=120).stdout
     for k in ("fc.weight", "lm_head.weight", "d2t", "t2d", "norm.weight"):
         assert f"'{k}'" in keys, keys
     assert "maps equal" in keys, keys
