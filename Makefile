@@ -14,7 +14,7 @@ ifeq ($(RACE),1)
 override GOTEST_FLAGS += -race
 endif
 
-.PHONY: all build demo test test-go test-python test-integration deps deps-go deps-python bench bench-kafka scale rebalance fuzz chaos vet fmt kafka-up kafka-down sglang-up sglang-down test-sglang test-capture test-train bench-sglang clean
+.PHONY: all build demo test test-go test-python test-integration deps deps-go deps-python bench bench-kafka scale rebalance fuzz chaos vet fmt kafka-up kafka-down sglang-up sglang-down test-sglang test-capture test-train bench-train bench-sglang clean
 
 all: build
 
@@ -114,6 +114,15 @@ test-capture: deps-go
 test-train:
 	@bash deploy/specforge/specforge.sh install >/dev/null
 	DRAFTFLOW_TRAIN=1 OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} PYTHONPATH=python $(PYTHON) -m pytest -q -s -p no:cacheprovider python/tests/test_training.py python/tests/test_specforge_online.py
+
+## bench-train: "regenerating pays", measured with SpecForge 0.2.0's own loop on this machine's CPU
+## (docs/training.md): drafters from `draftflow run`'s regenerated rows and from the same chats' own replies
+## (`run --replies keep`), same steps and seeds, judged on rows the target generated from other chats; medians over
+## BENCH_TRAIN_SEEDS. Two live SGLang servers, then 3 x seeds trainings (~25 min): not in make bench or .ci/run.
+BENCH_TRAIN_SEEDS ?= 0,1,2
+bench-train:
+	@bash deploy/specforge/specforge.sh install >/dev/null
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} PYTHONPATH=python $(PYTHON) deploy/specforge/bench_train.py regenerate --out out/bench-train --seeds $(BENCH_TRAIN_SEEDS) --json bench-train.json
 
 ## bench-sglang: the generate policies and SGLang's bench_serving against the real SGLang 0.5.23 on this machine's
 ## CPU, one server per pool, interleaved repeats (docs/performance.md; long: not in make bench or .ci/run).

@@ -147,8 +147,8 @@ LATER_TURN_SHARE = 1 / 3
 # accuracy (eval/avg_acc, SpecForge's position-0 accuracy) and for eval/simulated_acc_len (the expected accepted
 # length of one 7-token draft chain). docs/training.md has the repeated runs they come from: over 8 seeds on the
 # same captured rows the rises were at least MIN_ACC_RISE and MIN_SAL_RISE; the margins are half of those.
-STEPS, EVAL_INTERVAL = 150, 5
-ACC_MARGIN, SAL_MARGIN = 0.1, 0.1
+STEPS, EVAL_INTERVAL = 150, 10
+ACC_MARGIN, SAL_MARGIN = 0.1, 0.35
 
 
 def _keep_dir(tmp_path):
@@ -278,7 +278,7 @@ def test_specforge_trains_offline_on_cpu(venv_python, draftflow_bin, tmp_path):
     export = work / "export-train.jsonl"
     harness.run([draftflow_bin, "export", "--format", "specforge", "--max-length", "2048", str(work / "out-train"), str(export)], timeout=300)
     n = harness.check_online_rows(venv_python, work, target=target, draft=draft, vocab_mapping=vocab / "vocab_mapping.pt",
-                          export=export, want=rows_train)
+                          export=export, want=rows_train, plan=False)
     print(f"SpecForge's online loader: {n} rows equal to the shards'")
     phases["online loader"] = time.monotonic() - t
 
