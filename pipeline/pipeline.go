@@ -133,7 +133,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		cfg.Generate.Stall = &generate.Stall{}
 	}
 	stall := newStallWatch(cfg.Generate.Stall)
-	stall.kcl = kcl
+	stall.broker = kcl
 	defer stall.close() // before the client goes
 	// The run's status records, one per stage, from the one registry of the process: stopped (after a last
 	// record) once the stages have stopped, before the client and the broker go.
