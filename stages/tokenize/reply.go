@@ -170,12 +170,12 @@ func replyParts(r topics.Message) []replyPart {
 	var out []replyPart
 	if strings.TrimSpace(r.ReasoningContent) != "" {
 		out = append(out, replyPart{name: "reasoning_content", class: ReplyDropsReasoning,
-			hint: "leave reasoning_content out of the data to keep the replies without it",
+			hint:   "leave reasoning_content out of the data to keep the replies without it",
 			remove: func(m topics.Message) topics.Message { m.ReasoningContent = ""; return m }})
 	}
 	if hasToolCalls(r.ToolCalls) {
 		out = append(out, replyPart{name: "tool_calls", class: ReplyDropsToolCalls,
-			hint: "the template renders this turn's calls in another shape of message, or not at all",
+			hint:   "the template renders this turn's calls in another shape of message, or not at all",
 			remove: func(m topics.Message) topics.Message { m.ToolCalls = nil; return m }})
 	}
 	if strings.TrimSpace(r.Content) != "" {
