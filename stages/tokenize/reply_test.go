@@ -497,8 +497,8 @@ func withGenerationConfig(t *testing.T, src string, ids ...uint32) string {
 	return dir
 }
 
-// gptOSSDir is the gpt-oss tokenizer with gpt-oss-20b's chat template (testdata/wild) and openai/gpt-oss-20b's
-// end ids: <|return|>, <|endoftext|> and <|call|>, which ends a turn that calls a tool.
+// gptOSSDir is the gpt-oss tokenizer with gpt-oss-20b's chat template (testdata/wild) and the end ids gpt-oss's
+// generation_config.json lists: <|return|>, <|endoftext|> and <|call|>, which ends a turn that calls a tool.
 func gptOSSDir(t *testing.T) string {
 	t.Helper()
 	dir := withGenerationConfig(t, lenmlDir("gptoss")(t), 200002, 199999, 200012)
@@ -537,7 +537,7 @@ const (
 
 func replyFamilies() []replyFamily {
 	kimi := func(name string) func(t *testing.T) string {
-		// Kimi-K2's generation_config.json ends a turn on <|im_end|>; the copies here have none.
+		// A Kimi turn ends with <|im_end|> (163586), which the copies here declare nowhere (no generation_config.json).
 		return func(t *testing.T) string { return withGenerationConfig(t, kimiDir(t, name), 163586) }
 	}
 	return []replyFamily{
@@ -683,8 +683,7 @@ func TestEncodeReplyMatchesTransformers(t *testing.T) {
 				}
 				return r.IDs
 			}
-			counts := map[ReplyClass]int{}
-			var sampleTurns, sampleRefused int
+			counts, sampleCounts := map[ReplyClass]int{}, map[ReplyClass]int{}
 			for _, tr := range turns {
 				// The renders are transformers'.
 				text, _, perr := m.encode(&tr.prompt)
@@ -708,10 +707,10 @@ func TestEncodeReplyMatchesTransformers(t *testing.T) {
 				prompt, output, err := m.EncodeReply(&tr.prompt, tr.reply)
 				counts[class]++
 				if strings.HasPrefix(tr.id, "sample:") {
-					sampleTurns++
-					if class != "" {
-						sampleRefused++
-					}
+					sampleCounts[class]++
+				}
+				if testing.Verbose() && class != "" && err != nil && !strings.HasPrefix(tr.id, "r_") {
+					t.Logf("%s: %s: %v", tr.id, class, err)
 				}
 				if class == "" {
 					switch {
@@ -741,10 +740,19 @@ func TestEncodeReplyMatchesTransformers(t *testing.T) {
 					t.Errorf("known result for %s, no such turn", id)
 				}
 			}
-			t.Logf("%s: %d turns, %d rows identical to transformers'; refused: %s (sample dataset: %d of %d turns refused)",
-				fam.name, len(turns), counts[""], describeCounts(counts), sampleRefused, sampleTurns)
+			t.Logf("%s: %d turns, %d rows identical to transformers'; refused: %s; of them the sample dataset's: %d turns, "+
+				"%d rows, refused: %s", fam.name, len(turns), counts[""], describeCounts(counts),
+				sum(sampleCounts), sampleCounts[""], describeCounts(sampleCounts))
 		})
 	}
+}
+
+func sum(counts map[ReplyClass]int) int {
+	n := 0
+	for _, c := range counts {
+		n += c
+	}
+	return n
 }
 
 func orAccepted(c ReplyClass) string {
