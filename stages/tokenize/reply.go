@@ -91,11 +91,11 @@ func (m *Model) EncodeReply(p *topics.Prompt, reply topics.Message) (prompt, out
 	}
 	promptText, prompt, err := m.encode(p)
 	if err != nil {
-		return nil, nil, &ReplyError{Class: ReplyTemplate, Reason: "the history with the generation prompt", Err: err}
+		return nil, nil, &ReplyError{Class: ReplyTemplate, Reason: "rendering the history with the generation prompt", Err: err}
 	}
 	full, err := m.renderReply(p, reply)
 	if err != nil {
-		return nil, nil, &ReplyError{Class: ReplyTemplate, Reason: "the history with the reply", Err: err}
+		return nil, nil, &ReplyError{Class: ReplyTemplate, Reason: "rendering the history with the reply", Err: err}
 	}
 	for _, part := range parts {
 		// A rendering that fails without the part has not dropped it.
@@ -124,9 +124,9 @@ func (m *Model) EncodeReply(p *topics.Prompt, reply topics.Message) (prompt, out
 	ends := m.EndOfTurnIDs(p)
 	end := slices.IndexFunc(output, func(id uint32) bool { return slices.Contains(ends, id) })
 	if end < 0 {
-		return nil, nil, replyErr(ReplyNoEndOfTurn, "the reply renders to ids without an end-of-turn token (the model's "+
-			"end-of-sequence ids %s; the server stops on generation_config.json's eos_token_id and the prompt's "+
-			"stop_token_ids): the rendering of the reply ends %q", m.describeIDs(ends), tail(full, 40))
+		return nil, nil, replyErr(ReplyNoEndOfTurn, "the reply renders to ids without an end-of-turn id %s (the ids a server "+
+			"stops on: the model's eos_token_id in generation_config.json, eos_token in tokenizer_config.json, and the "+
+			"prompt's stop_token_ids): the rendering of the reply ends %q", m.describeIDs(ends), tail(full, 40))
 	}
 	if after := m.Tokenizer.Decode(output[end+1:]); strings.TrimSpace(after) != "" {
 		return nil, nil, replyErr(ReplyEndOfTurnInside, "the reply's rendering holds the end-of-turn token %s before its end, "+
