@@ -82,7 +82,6 @@ type Result struct {
 	Tokens           int64            // tokens in the shards of this run's output
 	Rows             int64            // rows in the shards of this run's output (one per regenerated turn or row brought in)
 	Origins          map[string]int64 // those rows by origin (topics.Origins)
-	Imported         map[string]int   // prompts ingested by this run by origin (topics.OriginGenerated: conversations to generate)
 	Turns            map[string]int64 // rows written by this run, by stop reason (topics.StopReasons)
 	Shards           int
 	// FeatureFiles, FeatureRows and FeatureMissing count the feature files of the output (with capture), the
@@ -473,7 +472,7 @@ func (r *run) accounted(ctx context.Context, bar *progress.Bar) error {
 func (r *run) result(ctx context.Context, dir string, ires ingest.Result, elapsed time.Duration, runErr error) (*Result, error) {
 	done, missing, _ := r.tr.status() // an error of the id set is account's
 	res := &Result{Prompts: done + missing, IngestRejected: ires.Rejected, Dir: dir, Elapsed: elapsed,
-		Duplicates: r.sink.Duplicates, InShards: r.sink.InShards, Turns: r.sink.Turns, Imported: ires.Origins}
+		Duplicates: r.sink.Duplicates, InShards: r.sink.InShards, Turns: r.sink.Turns}
 	if err := r.tr.account(res); err != nil && runErr == nil {
 		runErr = fmt.Errorf("account for the prompts: %w", err)
 	}
@@ -497,9 +496,6 @@ func (r *run) result(ctx context.Context, dir string, ires ingest.Result, elapse
 	}
 	if res.Origins == nil {
 		res.Origins = map[string]int64{}
-	}
-	if res.Imported == nil {
-		res.Imported = map[string]int{}
 	}
 	return res, runErr
 }
