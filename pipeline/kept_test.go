@@ -168,6 +168,14 @@ func TestRunRowsBroughtIn(t *testing.T) {
 		}
 	}
 
+	b, err := os.ReadFile(res.RejectedFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"class":"out_of_vocabulary"`) || !strings.Contains(string(b), `"id":"res-oov","dataset":"results","origin":"result"`) {
+		t.Errorf("the rejections file does not name the row of other ids and its origin:\n%s", b)
+	}
+
 	// The rows, token-exact.
 	runs := shardtest.ReadRows(t, out)
 	if len(runs) != 1 {

@@ -338,7 +338,7 @@ func keptReplies(p topics.Prompt, last bool) ([]topics.Prompt, error) {
 		turn++
 	}
 	if len(out) == 0 {
-		return nil, lineErr(ReasonNoReply, "no assistant reply after a user message to keep (`replies: keep`): the %d messages' roles are %s",
+		return nil, lineErr(ReasonNoReply, "no assistant reply after a user message to keep (`replies: keep`): %d message(s), roles %s",
 			len(all), roleList(all))
 	}
 	if last {

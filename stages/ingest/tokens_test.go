@@ -169,7 +169,7 @@ func TestKeptReplies(t *testing.T) {
 		t.Errorf("last only: %+v %v", last, err)
 	}
 	q, _ := ParseAll("f", 1, []byte(`{"messages": [{"role": "assistant", "content": "hi"}, {"role": "user", "content": "q"}]}`), "ds")
-	if _, err := keptReplies(q, false); ReasonOf(err) != ReasonNoReply || !strings.Contains(err.Error(), "roles are assistant, user") {
+	if _, err := keptReplies(q, false); ReasonOf(err) != ReasonNoReply || !strings.Contains(err.Error(), "2 message(s), roles assistant, user") {
 		t.Errorf("no reply to keep: %v", err)
 	}
 }
