@@ -197,49 +197,39 @@ func parseTurn(raw json.RawMessage) (int, error) {
 // finishReason reads the row's finish reason: "finish_reason", else meta_info's, else metadata's; each a string
 // or an object with a "type" (SGLang's {"type": "stop", "matched": ...}). An aborted result is an error.
 func finishReason(row *wireRow) (string, error) {
-	type holder struct {
-		FinishReason json.RawMessage `json:"finish_reason"`
-	}
-	cands := []struct {
-		where string
-		raw   json.RawMessage
-	}{{"finish_reason", row.FinishReason}}
-	for _, c := range []struct {
-		where string
-		raw   json.RawMessage
+	where, raw := "finish_reason", row.FinishReason
+	for _, holder := range []struct {
+		name string
+		raw  json.RawMessage
 	}{{"meta_info", row.MetaInfo}, {"metadata", row.Metadata}} {
-		if isNull(c.raw) {
+		if !isNull(raw) || isNull(holder.raw) {
 			continue
 		}
-		var h holder
-		if err := json.Unmarshal(c.raw, &h); err != nil {
-			return "", lineErr(ReasonBadField, "%q is a %s, want an object", c.where, jsonKind(bytes.TrimSpace(c.raw)))
+		var h struct {
+			FinishReason json.RawMessage `json:"finish_reason"`
 		}
-		cands = append(cands, struct {
-			where string
-			raw   json.RawMessage
-		}{c.where + ".finish_reason", h.FinishReason})
+		if err := json.Unmarshal(holder.raw, &h); err != nil {
+			return "", lineErr(ReasonBadField, "%q is a %s, want an object", holder.name, jsonKind(bytes.TrimSpace(holder.raw)))
+		}
+		where, raw = holder.name+".finish_reason", h.FinishReason
 	}
-	for _, c := range cands {
-		if isNull(c.raw) {
-			continue
-		}
-		var s string
-		if json.Unmarshal(c.raw, &s) != nil {
-			var obj struct {
-				Type string `json:"type"`
-			}
-			if err := json.Unmarshal(c.raw, &obj); err != nil || obj.Type == "" {
-				return "", lineErr(ReasonBadField, "%s is %s, want a string or an object with a \"type\"", c.where, clip(c.raw))
-			}
-			s = obj.Type
-		}
-		if s == "abort" {
-			return "", lineErr(ReasonAborted, "%s is abort: an aborted request's output is not a reply to keep", c.where)
-		}
-		return s, nil
+	if isNull(raw) {
+		return "", nil
 	}
-	return "", nil
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		var obj struct {
+			Type string `json:"type"`
+		}
+		if err := json.Unmarshal(raw, &obj); err != nil || obj.Type == "" {
+			return "", lineErr(ReasonBadField, "%s is %s, want a string or an object with a \"type\"", where, clip(raw))
+		}
+		s = obj.Type
+	}
+	if s == "abort" {
+		return "", lineErr(ReasonAborted, "%s is abort: an aborted request's output is not a reply to keep", where)
+	}
+	return s, nil
 }
 
 // metaID reads SGLang's request id from meta_info ("" when absent).
