@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/draftflow/draftflow/shard"
+	"github.com/draftflow/draftflow/topics"
 )
 
 // Export formats.
@@ -18,8 +19,8 @@ const (
 	FormatSpecForge = "specforge"
 	// FormatSpeculators writes vllm-project/speculators regeneration rows: {"id": "<id>_gen<turn>", "primary_id",
 	// "input_ids", "loss_mask", "metadata": {idx, finish_reason, usage, endpoint, sampling_params, model,
-	// dataset, turn, truncated_from (the row's length before --max-length cut it, only then)}}. speculators'
-	// "text" is not written: the sink holds tokens only.
+	// dataset, turn, origin (topics.Origins), truncated_from (the row's length before --max-length cut it, only
+	// then)}}. speculators' "text" is not written: the sink holds tokens only.
 	FormatSpeculators = "speculators"
 )
 
@@ -140,6 +141,8 @@ func (e *rowEncoder) encode(r *shard.Row, ids []int32, mask []uint8, fate rowFat
 		buf = appendJSONString(buf, r.Dataset)
 		buf = append(buf, `,"turn":`...)
 		buf = strconv.AppendInt(buf, int64(r.Turn), 10)
+		buf = append(buf, `,"origin":`...)
+		buf = appendJSONString(buf, topics.OriginOf(r.Origin))
 		if fate == rowTruncated {
 			buf = append(buf, `,"truncated_from":`...)
 			buf = strconv.AppendInt(buf, int64(len(r.InputIDs)), 10)

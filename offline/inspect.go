@@ -19,6 +19,7 @@ import (
 	"github.com/draftflow/draftflow/shard"
 	"github.com/draftflow/draftflow/shard/features"
 	"github.com/draftflow/draftflow/sink/journal"
+	"github.com/draftflow/draftflow/topics"
 )
 
 // Summary is what Inspect found.
@@ -33,6 +34,8 @@ type Summary struct {
 	PromptTokens     int64
 	CompletionTokens int64
 	Bytes            int64
+	// Origins counts rows by origin (topics.Origins): generated, or brought in with their output.
+	Origins map[string]int64
 	// Histogram counts rows by sequence length (len(input_ids)) in power-of-two buckets.
 	Histogram []Bucket
 	// Problems lists every inconsistency found; Inspect returns an error when it is not empty.
@@ -58,6 +61,8 @@ type RunSummary struct {
 	Totals shard.Totals
 	// FinishReasons counts rows by finish_reason.
 	FinishReasons map[string]int64
+	// Origins counts rows by origin (shards written before the origin column count as generated).
+	Origins map[string]int64
 	// Features is whether the run has feature files (it was captured); Missing lists the first rows listed
 	// without features (features.Index.Missing), with why.
 	Features bool
@@ -78,7 +83,7 @@ type Bucket struct {
 // the shards, writes a report to w (nil: none) and returns an error when anything is wrong. It stops with
 // ctx's error once ctx ends.
 func Inspect(ctx context.Context, dir string, w io.Writer) (Summary, error) {
-	var sum Summary
+	sum := Summary{Origins: map[string]int64{}}
 	runs, err := shard.RunDirs(dir)
 	if err != nil {
 		return sum, fmt.Errorf("inspect: %w", err)
@@ -127,7 +132,7 @@ func (c *runCheck) problem(format string, args ...any) {
 
 // inspectRun checks one run directory, adding to sum and hist.
 func inspectRun(ctx context.Context, rd string, sum *Summary, hist map[int]int64) RunSummary {
-	rs := RunSummary{Dir: rd, FinishReasons: map[string]int64{}}
+	rs := RunSummary{Dir: rd, FinishReasons: map[string]int64{}, Origins: map[string]int64{}}
 	c := &runCheck{rd: rd, sum: sum, rs: &rs, hist: hist}
 	m, err := shard.ReadManifest(rd)
 	if err != nil {
@@ -160,6 +165,12 @@ func inspectRun(ctx context.Context, rd string, sum *Summary, hist map[int]int64
 		c.problem("%s: %v", shard.TokenCountsFile, err)
 	} else if !slices.Equal(counts, c.recount.Sorted()) {
 		c.problem("%s does not match the generated tokens of the rows", shard.TokenCountsFile)
+	}
+	if want := m.Origins; want != nil && !maps.Equal(want, rs.Origins) {
+		c.problem("manifest counts rows by origin as %v, the shards hold %v", want, rs.Origins)
+	}
+	for o, n := range rs.Origins {
+		sum.Origins[o] += n
 	}
 	sum.Shards += rs.Totals.Shards
 	sum.Rows += rs.Totals.Rows
@@ -224,6 +235,7 @@ func (c *runCheck) shard(ctx context.Context, shardIdx int, sh shard.ManifestSha
 	}
 	var refs []features.RowRef
 	st := shard.Totals{Shards: 1, Bytes: size}
+	origins := map[string]int64{}
 	err = sf.Scan(ctx, nil, func(r *shard.Row) error {
 		if c.fx.used {
 			refs = append(refs, features.RowRef{ID: r.ID, Turn: int(r.Turn), Tokens: len(r.InputIDs)})
@@ -232,6 +244,7 @@ func (c *runCheck) shard(ctx context.Context, shardIdx int, sh shard.ManifestSha
 		st.Tokens += int64(len(r.InputIDs))
 		st.PromptTokens += int64(r.PromptLen)
 		st.CompletionTokens += int64(r.CompletionLen)
+		origins[r.Origin]++
 		return c.row(shardIdx, sh.File, r)
 	})
 	sf.Close()
@@ -242,6 +255,12 @@ func (c *runCheck) shard(ctx context.Context, shardIdx int, sh shard.ManifestSha
 	c.fx.shard(sh.File, refs, c.sum, c.rs)
 	if st.Rows != sh.Rows || st.Tokens != sh.Tokens || st.PromptTokens != sh.PromptTokens || st.CompletionTokens != sh.CompletionTokens {
 		c.problem("%s holds %d rows / %d tokens, manifest says %d / %d", sh.File, st.Rows, st.Tokens, sh.Rows, sh.Tokens)
+	}
+	if !maps.Equal(origins, sh.OriginCounts()) {
+		c.problem("%s holds rows by origin %v, manifest says %v", sh.File, origins, sh.OriginCounts())
+	}
+	for o, n := range origins {
+		c.rs.Origins[o] += n
 	}
 	c.rs.Totals.Shards += st.Shards
 	c.rs.Totals.Rows += st.Rows
@@ -279,6 +298,23 @@ func (c *runCheck) row(shardIdx int, file string, r *shard.Row) error {
 	return nil
 }
 
+// originList lists counts by origin in the order of topics.Origins, then any other (an unknown origin is a
+// problem of its rows already): "generated=10 result=2".
+func originList(counts map[string]int64) string {
+	var out []string
+	for _, o := range topics.Origins() {
+		if n := counts[o]; n > 0 {
+			out = append(out, fmt.Sprintf("%s=%d", o, n))
+		}
+	}
+	for _, o := range slices.Sorted(maps.Keys(counts)) {
+		if !slices.Contains(topics.Origins(), o) {
+			out = append(out, fmt.Sprintf("%q=%d", o, counts[o]))
+		}
+	}
+	return strings.Join(out, " ")
+}
+
 func report(w io.Writer, sum *Summary) {
 	if w == nil {
 		return
@@ -298,12 +334,18 @@ func report(w io.Writer, sum *Summary) {
 		if len(fr) > 0 {
 			fmt.Fprintf(w, "  finish reasons: %s\n", strings.Join(fr, " "))
 		}
+		if o := originList(r.Origins); o != "" {
+			fmt.Fprintf(w, "  origins: %s\n", o)
+		}
 		for _, m := range r.Missing {
 			fmt.Fprintf(w, "  without features: row %s turn %d (%d tokens): %s\n", m.ID, m.Turn, m.Tokens, m.Reason)
 		}
 	}
 	fmt.Fprintf(w, "total: %d runs, %d shards, %d rows, %d tokens (%d prompt, %d completion), %d bytes\n",
 		len(sum.Runs), sum.Shards, sum.Rows, sum.Tokens, sum.PromptTokens, sum.CompletionTokens, sum.Bytes)
+	if o := originList(sum.Origins); o != "" {
+		fmt.Fprintf(w, "rows by origin: %s\n", o)
+	}
 	if sum.FeatureFiles > 0 {
 		fmt.Fprintf(w, "features: %d files, %d rows with features (%d tokens), %d rows without features (listed in their files and dead-lettered)\n",
 			sum.FeatureFiles, sum.FeatureRows, sum.FeatureTokens, sum.FeatureRowsMissing)

@@ -83,11 +83,11 @@ func mergeKey(id string, turn int32) ([]byte, error) {
 }
 
 // encodeMergeRow encodes a row for the temporary index: prompt length, stop reason, dataset, finish reason,
-// endpoint, then the ids.
+// endpoint, origin, then the ids.
 func encodeMergeRow(r *shard.Row) []byte {
-	b := make([]byte, 0, 8+len(r.StopReason)+len(r.Dataset)+len(r.FinishReason)+len(r.Endpoint)+4*len(r.InputIDs))
+	b := make([]byte, 0, 10+len(r.StopReason)+len(r.Dataset)+len(r.FinishReason)+len(r.Endpoint)+len(r.Origin)+4*len(r.InputIDs))
 	b = binary.AppendUvarint(b, uint64(r.PromptLen))
-	for _, s := range []string{r.StopReason, r.Dataset, r.FinishReason, r.Endpoint} {
+	for _, s := range []string{r.StopReason, r.Dataset, r.FinishReason, r.Endpoint, r.Origin} {
 		b = binary.AppendUvarint(b, uint64(len(s)))
 		b = append(b, s...)
 	}
@@ -98,10 +98,10 @@ func encodeMergeRow(r *shard.Row) []byte {
 }
 
 type mergeTurn struct {
-	turn                                  int32
-	promptLen                             int
-	stopReason, dataset, finish, endpoint string
-	ids                                   []uint32
+	turn                                          int32
+	promptLen                                     int
+	stopReason, dataset, finish, endpoint, origin string
+	ids                                           []uint32
 }
 
 func decodeMergeRow(turn int32, b []byte) (mergeTurn, error) {
@@ -111,7 +111,7 @@ func decodeMergeRow(turn int32, b []byte) (mergeTurn, error) {
 		return t, errors.New("corrupt temporary row")
 	}
 	t.promptLen, b = int(n), b[w:]
-	var strs [4]string
+	var strs [5]string
 	for i := range strs {
 		n, w := binary.Uvarint(b)
 		if w <= 0 || uint64(len(b)-w) < n {
@@ -119,7 +119,7 @@ func decodeMergeRow(turn int32, b []byte) (mergeTurn, error) {
 		}
 		strs[i], b = string(b[w:w+int(n)]), b[w+int(n):]
 	}
-	t.stopReason, t.dataset, t.finish, t.endpoint = strs[0], strs[1], strs[2], strs[3]
+	t.stopReason, t.dataset, t.finish, t.endpoint, t.origin = strs[0], strs[1], strs[2], strs[3], strs[4]
 	t.ids = make([]uint32, len(b)/4)
 	for i := range t.ids {
 		t.ids[i] = binary.LittleEndian.Uint32(b[4*i:])
@@ -276,7 +276,7 @@ func (w *mergeWriter) emit(id string, turns []mergeTurn) error {
 		line["reason"] = reason
 		for _, t := range turns {
 			w.pending = append(w.pending, &shard.WriteRow{ID: id, Dataset: t.dataset, FinishReason: t.finish, Endpoint: t.endpoint,
-				StopReason: t.stopReason, Turn: t.turn, Prompt: t.ids[:t.promptLen], Output: t.ids[t.promptLen:]})
+				StopReason: t.stopReason, Origin: t.origin, Turn: t.turn, Prompt: t.ids[:t.promptLen], Output: t.ids[t.promptLen:]})
 		}
 	}
 	if err := w.report.Encode(line); err != nil {
@@ -347,5 +347,5 @@ func mergeConversation(id string, turns []mergeTurn) (*shard.WriteRow, string, s
 		mask[j] = 1
 	}
 	return &shard.WriteRow{ID: id, Dataset: last.dataset, FinishReason: last.finish, Endpoint: last.endpoint, StopReason: last.stopReason,
-		Turn: last.turn, Prompt: last.ids[:last.promptLen], Output: last.ids[last.promptLen:], Mask: mask}, "", ""
+		Origin: last.origin, Turn: last.turn, Prompt: last.ids[:last.promptLen], Output: last.ids[last.promptLen:], Mask: mask}, "", ""
 }

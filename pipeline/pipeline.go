@@ -70,7 +70,7 @@ type Config struct {
 
 // Result is what a run reports.
 type Result struct {
-	Prompts          int              // valid prompts ingested (unique ids)
+	Prompts          int              // valid prompts ingested: conversations by id, rows brought in with their output by id and turn
 	Written          int              // of them, rows now in the shards (written by this run)
 	AlreadyPresent   int              // of them, already in the shards from an earlier run
 	IngestRejected   int              // malformed input lines
@@ -80,7 +80,8 @@ type Result struct {
 	Duplicates       int64            // generations the sink dropped as already written or buffered (redone work)
 	InShards         int64            // turns not sent to a server because the shards already held them
 	Tokens           int64            // tokens in the shards of this run's output
-	Rows             int64            // rows in the shards of this run's output (one per regenerated turn)
+	Rows             int64            // rows in the shards of this run's output (one per regenerated turn or row brought in)
+	Origins          map[string]int64 // those rows by origin (topics.Origins)
 	Turns            map[string]int64 // rows written by this run, by stop reason (topics.StopReasons)
 	Shards           int
 	// FeatureFiles, FeatureRows and FeatureMissing count the feature files of the output (with capture), the
@@ -133,7 +134,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		cfg.Generate.Stall = &generate.Stall{}
 	}
 	stall := newStallWatch(cfg.Generate.Stall)
-	stall.kcl = kcl
+	stall.broker = kcl
 	defer stall.close() // before the client goes
 	// The run's status records, one per stage, from the one registry of the process: stopped (after a last
 	// record) once the stages have stopped, before the client and the broker go.
@@ -179,7 +180,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	in := cfg.Ingest
 	in.Client, in.Logger = kcl, log
-	in.OnPrompt = func(id string, _ topics.Source) { r.tr.mark(idExpected, id) }
+	in.OnPrompt = func(p *topics.Prompt) { r.tr.mark(idExpected, topics.AccountKey(p.ID, p.Turn, p.Origin)) }
 	ires, err := ingest.Run(ctx, in)
 	if err != nil {
 		return nil, fmt.Errorf("ingest: %w", err)
@@ -372,7 +373,7 @@ func (r *run) start(cfg Config, model *tokenize.Model, cp *capture) error {
 			if topics.Unmarshal(d.Message.Value, &rej) == nil {
 				r.rejs.add(&rej)
 				if rej.Stage != ingest.Stage && rej.ID != "" {
-					r.tr.mark(idRejected, rej.ID)
+					r.tr.mark(idRejected, topics.AccountKey(rej.ID, rej.Turn, rej.Origin))
 				}
 			}
 			d.Done()
@@ -482,7 +483,7 @@ func (r *run) result(ctx context.Context, dir string, ires ingest.Result, elapse
 	if runs, _ := shard.RunDirs(dir); len(runs) == 0 && res.Written == 0 {
 		// Nothing was written, now or before: no shards to inspect.
 	} else if sum, err := offline.Inspect(context.WithoutCancel(ctx), dir, io.Discard); err == nil {
-		res.Tokens, res.Shards, res.Rows = sum.Tokens, sum.Shards, sum.Rows
+		res.Tokens, res.Shards, res.Rows, res.Origins = sum.Tokens, sum.Shards, sum.Rows, sum.Origins
 		res.FeatureFiles, res.FeatureRows, res.FeatureMissing = sum.FeatureFiles, sum.FeatureRows, sum.FeatureRowsMissing
 	} else if runErr == nil {
 		runErr = fmt.Errorf("inspect %s: %w", dir, err)
@@ -492,6 +493,9 @@ func (r *run) result(ctx context.Context, dir string, ires ingest.Result, elapse
 	}
 	if res.Turns == nil {
 		res.Turns = map[string]int64{}
+	}
+	if res.Origins == nil {
+		res.Origins = map[string]int64{}
 	}
 	return res, runErr
 }

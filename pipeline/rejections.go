@@ -53,6 +53,10 @@ type RejectionLine struct {
 	Reason  string `json:"reason"`
 	ID      string `json:"id,omitempty"`
 	Dataset string `json:"dataset,omitempty"`
+	// Turn and Origin name the row of a record brought in with its output (topics.Kept), which a conversation
+	// can bring several of.
+	Turn   int    `json:"turn,omitempty"`
+	Origin string `json:"origin,omitempty"`
 }
 
 // add writes one rejection.
@@ -79,7 +83,7 @@ func (l *rejectionLog) add(r *topics.Rejection) {
 		l.w = bufio.NewWriter(l.f)
 	}
 	b, err := json.Marshal(RejectionLine{File: r.Source.File, Line: r.Source.Line, Stage: r.Stage, Class: r.Class,
-		Reason: r.Reason, ID: r.ID, Dataset: r.Dataset})
+		Reason: r.Reason, ID: r.ID, Dataset: r.Dataset, Turn: r.Turn, Origin: r.Origin})
 	if err != nil {
 		l.err = err
 		return

@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/draftflow/draftflow/kafka"
 	"github.com/draftflow/draftflow/stages/generate"
 )
 
@@ -21,9 +20,9 @@ const stallAfter = generate.StallAfter
 // earlier turns of its conversation (no prompt accounted for in stallAfter while turns that a later turn follows
 // were answered). It is safe for concurrent use; close waits for the broker check it started.
 type stallWatch struct {
-	gen *generate.Stall
-	kcl *kafka.Client // set once the run has its client
-	now func() time.Time
+	gen    stageStall
+	broker pinger // set once the run has its client
+	now    func() time.Time
 
 	closing context.Context // ended by close: a broker check in flight stops
 	stop    context.CancelFunc
@@ -41,7 +40,18 @@ type stallWatch struct {
 	noteInStatus bool   // note is the run's own (not the generate stage's): status shows it too
 }
 
-func newStallWatch(gen *generate.Stall) *stallWatch {
+// stageStall is what the watch asks the generate stage (generate.Stall).
+type stageStall interface {
+	Reason() string
+	Answered() (answered, continued int64)
+}
+
+// pinger is what the watch asks the broker (kafka.Client).
+type pinger interface {
+	Ping(ctx context.Context) error
+}
+
+func newStallWatch(gen stageStall) *stallWatch {
 	closing, stop := context.WithCancel(context.Background())
 	return &stallWatch{gen: gen, now: time.Now, moved: time.Now(), closing: closing, stop: stop}
 }
@@ -63,7 +73,7 @@ func (w *stallWatch) update(ctx context.Context, done, missing int) string {
 		w.done, w.moved, w.answeredAt, w.continuedAt, w.brokerErr = done, now, answered, continued, nil
 	}
 	still := now.Sub(w.moved)
-	if still >= stallAfter && !w.pinging && now.Sub(w.pinged) >= stallAfter && w.kcl != nil {
+	if still >= stallAfter && !w.pinging && now.Sub(w.pinged) >= stallAfter && w.broker != nil {
 		w.pinging, w.pinged = true, now
 		pctx, cancel := context.WithCancel(ctx)
 		unhook := context.AfterFunc(w.closing, cancel)
@@ -94,7 +104,7 @@ func (w *stallWatch) update(ctx context.Context, done, missing int) string {
 // ping asks the broker whether it answers, bounded by stallAfter.
 func (w *stallWatch) ping(ctx context.Context) {
 	pctx, cancel := context.WithTimeout(ctx, stallAfter)
-	err := w.kcl.Ping(pctx)
+	err := w.broker.Ping(pctx)
 	cancel()
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"strings"
 	"sync"
 
 	"github.com/draftflow/draftflow/internal/idset"
@@ -18,7 +19,8 @@ const (
 // maxListedMissing is how many missing ids a run lists.
 const maxListedMissing = 10
 
-// tracker accounts for every ingested id: written, already present, or rejected downstream. The ids live in a
+// tracker accounts for every ingested id (its account key, topics.AccountKey: a conversation by id, a row brought
+// in with its output by id and turn): written, already present, or rejected downstream. The ids live in a
 // temporary file (internal/idset); memory holds two counters and a bounded number of pending ids.
 type tracker struct {
 	mu       sync.Mutex
@@ -78,6 +80,14 @@ func (t *tracker) mark(bit byte, ids ...string) {
 	t.poke()
 }
 
+// showKey writes an account key (topics.AccountKey) for people: the id, or "id (turn N)" for a kept row.
+func showKey(key string) string {
+	if id, turn, ok := strings.Cut(key, "\x00"); ok {
+		return id + " (turn " + turn + ")"
+	}
+	return key
+}
+
 // accounted reports whether an expected id has an outcome.
 func accounted(bits byte) bool { return bits&idExpected != 0 && bits&idOutcomes != 0 }
 
@@ -109,7 +119,7 @@ func (t *tracker) account(res *Result) error {
 		default:
 			res.Lost++
 			if len(res.Missing) < maxListedMissing {
-				res.Missing = append(res.Missing, id)
+				res.Missing = append(res.Missing, showKey(id))
 			}
 		}
 		return nil

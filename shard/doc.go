@@ -38,7 +38,8 @@
 //
 // # Schema
 //
-// One row per generation (Columns gives the same list with the same documentation, in column order):
+// One row per generated turn, or per row brought in with its output (Columns gives the same list with the same
+// documentation, in column order):
 //
 //	id              string        conversation id, stable across runs; (id, turn) is unique within a run
 //	input_ids       list<int32>   prompt token ids followed by output token ids
@@ -51,9 +52,11 @@
 //	endpoint        string        server that generated the completion
 //	stop_reason     string        end, continued, tool_divergence, length, parse_error or loop (topics.StopReasons)
 //	reply           string        the completion as an assistant message in JSON (multi-turn only; else empty)
+//	origin          string        generated, result, record or dataset (topics.Origins): who made the output
 //
-// Shards written before stop_reason and reply existed have the first nine columns and are still read, those
-// two fields empty. A run whose conversations were merged into one row each (Manifest.Merged) has ones in the
+// Shards written before stop_reason and reply existed have the first nine columns, those written before origin
+// the first eleven; both are still read, the missing fields empty and origin generated. The manifest counts
+// each shard's rows by origin (ManifestShard.Origins) and the run's (Manifest.Origins). A run whose conversations were merged into one row each (Manifest.Merged) has ones in the
 // prompt part of loss_mask where earlier turns' outputs are. Row groups hold at most
 // WriteOptions.RowGroupRows rows (DefaultRowGroupRows), so a reader streams a shard a row group at a time.
 package shard

@@ -33,7 +33,7 @@ func TestDocListsTheSchema(t *testing.T) {
 		got = append(got, Column{Name: f[0], Type: f[1]})
 	}
 	want := Columns()
-	if int(ColReply) != len(want)-1 || len(schema.Fields()) != len(want) {
+	if int(ColOrigin) != len(want)-1 || len(schema.Fields()) != len(want) {
 		t.Fatalf("the Col constants, Columns and the Arrow schema disagree on the column count")
 	}
 	if len(got) != len(want) {

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/draftflow/draftflow/topics"
 )
 
 func FuzzParseShardName(f *testing.F) {
@@ -50,7 +52,8 @@ func FuzzShardRoundTrip(f *testing.F) {
 				data = data[4:]
 				return v
 			}
-			r := &WriteRow{ID: "r" + string(rune('a'+len(rows)%26)) + string(rune('0'+len(rows)/26)), Dataset: "d", FinishReason: "stop", Turn: int32(len(rows) % 3)}
+			r := &WriteRow{ID: "r" + string(rune('a'+len(rows)%26)) + string(rune('0'+len(rows)/26)), Dataset: "d", FinishReason: "stop", Turn: int32(len(rows) % 3),
+				Origin: topics.Origins()[(np+no)%len(topics.Origins())]}
 			for i := 0; i < np; i++ {
 				r.Prompt = append(r.Prompt, next())
 			}
@@ -84,7 +87,7 @@ func FuzzShardRoundTrip(f *testing.F) {
 		err = sf.Scan(context.Background(), nil, func(got *Row) error {
 			want := rows[i]
 			ids := append(slices.Clone(asInt32(want.Prompt)), asInt32(want.Output)...)
-			if got.ID != want.ID || got.Turn != want.Turn || !slices.Equal(got.InputIDs, ids) || got.Validate(false) != nil ||
+			if got.ID != want.ID || got.Turn != want.Turn || got.Origin != want.Origin || !slices.Equal(got.InputIDs, ids) || got.Validate(false) != nil ||
 				int(got.PromptLen) != len(want.Prompt) {
 				t.Fatalf("row %d: got %+v, want %+v", i, got, want)
 			}

@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/draftflow/draftflow/topics"
 )
 
 // ManifestName is the file name of a run's manifest.
@@ -28,6 +30,10 @@ type Manifest struct {
 	Shards []ManifestShard `json:"shards"`
 	// Totals over Shards.
 	Totals Totals `json:"totals"`
+	// Origins counts the rows of Shards by origin (topics.Origins): how many were generated and how many
+	// brought in with their output. A shard listed without its own counts (written before they existed)
+	// counts as generated.
+	Origins map[string]int64 `json:"origins,omitempty"`
 	// ModelPath says where the model of Run.Model is, for commands that need its files later (vocab reads
 	// its config.json): the absolute directory `run --model DIR` was given, or BundledModelPath; empty when
 	// the writer did not know (a sink process of its own).
@@ -57,6 +63,20 @@ type ManifestShard struct {
 	LastOffset  int64  `json:"last_offset"`
 	// Log is the short topic ID of the topic incarnation the offsets belong to ("" if the broker reports none).
 	Log string `json:"log,omitempty"`
+	// Origins counts the shard's rows by origin (topics.Origins); absent in manifests written before it
+	// existed, whose shards hold generated rows only.
+	Origins map[string]int64 `json:"origins,omitempty"`
+}
+
+// OriginCounts returns the shard's rows by origin: Origins, or every row generated when it is absent.
+func (s ManifestShard) OriginCounts() map[string]int64 {
+	if s.Origins != nil {
+		return s.Origins
+	}
+	if s.Rows == 0 {
+		return map[string]int64{}
+	}
+	return map[string]int64{topics.OriginGenerated: s.Rows}
 }
 
 // Totals sums a run's shards.
@@ -79,11 +99,15 @@ func (t *Totals) Add(s ManifestShard) {
 	t.Bytes += s.Bytes
 }
 
-// recompute sets Totals from Shards.
+// recompute sets Totals and Origins from Shards.
 func (m *Manifest) recompute() {
 	m.Totals = Totals{}
+	m.Origins = map[string]int64{}
 	for _, s := range m.Shards {
 		m.Totals.Add(s)
+		for o, n := range s.OriginCounts() {
+			m.Origins[o] += n
+		}
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/apache/arrow/go/v17/parquet/pqarrow"
 
 	"github.com/draftflow/draftflow/internal/parquetcodec"
+	"github.com/draftflow/draftflow/topics"
 )
 
 // Row is one row read back from a shard.
@@ -30,16 +31,21 @@ type Row struct {
 	Endpoint      string
 	StopReason    string
 	Reply         string
+	// Origin is where the output came from (topics.Origins); topics.OriginGenerated in shards written before
+	// the column existed.
+	Origin string
 }
 
 // Validate returns what is wrong with a row's token columns: an empty id, negative lengths, input_ids and
 // loss_mask of different lengths or not prompt_len + completion_len long, or a loss mask that is not 0 before
-// prompt_len and 1 after. In a merged run (Manifest.Merged) the prompt part of the loss mask may hold the
-// earlier turns' ones.
+// prompt_len and 1 after; and an origin that is not one of topics.Origins (when read). In a merged run
+// (Manifest.Merged) the prompt part of the loss mask may hold the earlier turns' ones.
 func (r *Row) Validate(merged bool) error {
 	switch {
 	case r.ID == "":
 		return errors.New("empty id")
+	case !topics.KnownOrigin(r.Origin):
+		return fmt.Errorf("unknown origin %q", r.Origin)
 	case r.PromptLen < 0 || r.CompletionLen < 0:
 		return fmt.Errorf("negative lengths %d/%d", r.PromptLen, r.CompletionLen)
 	case len(r.LossMask) != len(r.InputIDs):
@@ -67,7 +73,7 @@ type File struct {
 	f  *os.File
 	pf *file.Reader
 	fr *pqarrow.FileReader
-	// ncols is the shard's column count: len(schema.Fields()), or legacyColumns for older shards.
+	// ncols is the shard's column count: len(schema.Fields()), or fewer for older shards (readableColumns).
 	ncols int
 }
 
@@ -101,7 +107,7 @@ func Open(path string) (sf *File, err error) {
 		sf.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if n := len(sc.Fields()); n != len(schema.Fields()) && n != legacyColumns {
+	if n := len(sc.Fields()); !slices.Contains(readableColumns, n) {
 		sf.Close()
 		return nil, fmt.Errorf("%s: schema has %d columns, want %d", path, len(sc.Fields()), len(schema.Fields()))
 	}
@@ -145,8 +151,9 @@ func (s *File) Meta(key string) string {
 func (s *File) NumRows() int64 { return s.pf.NumRows() }
 
 // Scan calls fn for every row, reading only the given columns (nil: all); fields of unread columns are zero.
-// The Row and its slices are only valid during the call. Once ctx ends it stops, with ctx's error, before the
-// next batch of rows.
+// A column an older shard does not have reads as empty, origin as topics.OriginGenerated. The Row and its
+// slices are only valid during the call. Once ctx ends it stops, with ctx's error, before the next batch of
+// rows.
 func (s *File) Scan(ctx context.Context, cols []Col, fn func(*Row) error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -158,7 +165,8 @@ func (s *File) Scan(ctx context.Context, cols []Col, fn func(*Row) error) (err e
 			cols = append(cols, Col(c))
 		}
 	}
-	// Columns a legacy shard does not have read as empty.
+	// Columns an older shard does not have read as empty, its rows' origin as generated.
+	oldOrigin := slices.Contains(cols, ColOrigin) && int(ColOrigin) >= s.ncols
 	cols = slices.DeleteFunc(slices.Clone(cols), func(c Col) bool { return int(c) >= s.ncols })
 	leaves := make([]int, len(cols))
 	for i, c := range cols {
@@ -178,6 +186,9 @@ func (s *File) Scan(ctx context.Context, cols []Col, fn func(*Row) error) (err e
 		b := batchOf(rec, cols)
 		for i := 0; i < int(rec.NumRows()); i++ {
 			b.row(i, &r)
+			if oldOrigin {
+				r.Origin = topics.OriginGenerated
+			}
 			if err := fn(&r); err != nil {
 				return err
 			}
@@ -192,6 +203,7 @@ func (s *File) Scan(ctx context.Context, cols []Col, fn func(*Row) error) (err e
 // batch is the columns of one record batch that a scan reads; the others are nil.
 type batch struct {
 	id, fr, ds, ep, sr, rp *array.String
+	orig                   *array.String
 	in, mask               *array.List
 	pl, cl, tn             *array.Int32
 	inVals                 []int32
@@ -218,6 +230,7 @@ func batchOf(rec arrow.Record, cols []Col) *batch {
 	b.ep, _ = col(ColEndpoint).(*array.String)
 	b.sr, _ = col(ColStopReason).(*array.String)
 	b.rp, _ = col(ColReply).(*array.String)
+	b.orig, _ = col(ColOrigin).(*array.String)
 	if b.in != nil {
 		b.inVals = b.in.ListValues().(*array.Int32).Int32Values()
 	}
@@ -264,5 +277,8 @@ func (b *batch) row(i int, r *Row) {
 	}
 	if b.rp != nil {
 		r.Reply = b.rp.Value(i)
+	}
+	if b.orig != nil {
+		r.Origin = b.orig.Value(i)
 	}
 }

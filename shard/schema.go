@@ -42,15 +42,17 @@ var columns = [...]Column{
 	{"endpoint", "string", "server that generated the completion"},
 	{"stop_reason", "string", "how the turn bears on its conversation: end, continued (the next turn was built from it), tool_divergence, length or parse_error"},
 	{"reply", "string", "the completion parsed into an assistant message (JSON: role, content, reasoning_content, tool_calls) for turns of multi-turn conversations; empty otherwise"},
+	{"origin", "string", "where the output came from: generated (by the target, through the pipeline), result (a /generate result's ids brought in), record (a pre-tokenized training record brought in) or dataset (the dataset's own reply, rendered by the chat template); shards written before the column read as generated"},
 }
 
 // Columns documents the shard schema, in column order. It is written into every shard (MetaSchema) and every
 // manifest. Each call returns a new slice.
 func Columns() []Column { return append([]Column(nil), columns[:]...) }
 
-// legacyColumns is how many columns shards had before stop_reason and reply; such shards are still read,
-// with those two fields empty.
-const legacyColumns = 9
+// readableColumns are the column counts of the shards this package reads: the schema's, and those of older
+// shards, whose missing columns read as empty (stop_reason and reply, added at 11) or as topics.OriginGenerated
+// (origin, added at 12).
+var readableColumns = []int{9, 11, 12}
 
 var schema = arrow.NewSchema([]arrow.Field{
 	{Name: "id", Type: arrow.BinaryTypes.String},
@@ -64,6 +66,7 @@ var schema = arrow.NewSchema([]arrow.Field{
 	{Name: "endpoint", Type: arrow.BinaryTypes.String},
 	{Name: "stop_reason", Type: arrow.BinaryTypes.String},
 	{Name: "reply", Type: arrow.BinaryTypes.String},
+	{Name: "origin", Type: arrow.BinaryTypes.String},
 }, nil)
 
 // Col is a column's index in the schema (each column has exactly one Parquet leaf, so it is its leaf index
@@ -83,4 +86,5 @@ const (
 	ColEndpoint
 	ColStopReason
 	ColReply
+	ColOrigin
 )

@@ -24,6 +24,7 @@ import (
 	"github.com/apache/arrow/go/v17/parquet/pqarrow"
 
 	"github.com/draftflow/draftflow/internal/parquetcodec"
+	"github.com/draftflow/draftflow/topics"
 )
 
 // DefaultRowGroupRows is the most rows per Parquet row group when WriteOptions.RowGroupRows is 0.
@@ -38,7 +39,9 @@ const DefaultShardRows = 10000
 type WriteRow struct {
 	ID, Dataset, FinishReason, Endpoint string
 	StopReason, Reply                   string
-	Turn                                int32
+	// Origin is where the output came from (topics.Origins); empty is written as topics.OriginGenerated.
+	Origin string
+	Turn   int32
 	// Mask, when set, is the loss mask of Prompt+Output instead of zeros then ones: a merged conversation's
 	// row, whose prompt holds the earlier turns' outputs, marked 1.
 	Mask           []uint8
@@ -94,6 +97,8 @@ func ParseName(name string) (Origin, bool) {
 // Stats are the counts of a written shard.
 type Stats struct {
 	Rows, Tokens, PromptTokens, CompletionTokens int64
+	// Origins counts the rows by origin.
+	Origins map[string]int64
 }
 
 // WriteOptions are the Parquet settings of a shard. The zero value is the default.
@@ -134,7 +139,7 @@ func Write(w io.Writer, run RunInfo, o Origin, rows []*WriteRow, opt WriteOption
 	if rowGroupRows <= 0 {
 		rowGroupRows = DefaultRowGroupRows
 	}
-	var st Stats
+	st := Stats{Origins: map[string]int64{}}
 	kv, err := metadata(run, o)
 	if err != nil {
 		return st, err
@@ -161,6 +166,7 @@ func Write(w io.Writer, run RunInfo, o Origin, rows []*WriteRow, opt WriteOption
 		app.reserve(toks)
 		for _, r := range rows[start:end] {
 			app.append(r)
+			st.Origins[topics.OriginOf(r.Origin)]++
 			st.Rows++
 			st.PromptTokens += int64(len(r.Prompt))
 			st.CompletionTokens += int64(len(r.Output))
@@ -187,6 +193,7 @@ func Write(w io.Writer, run RunInfo, o Origin, rows []*WriteRow, opt WriteOption
 // appender appends rows to the column builders of a record.
 type appender struct {
 	ids, fr, ds, ep, sr, rp *array.StringBuilder
+	orig                    *array.StringBuilder
 	inLB, maskLB            *array.ListBuilder
 	inVB                    *array.Int32Builder
 	maskVB                  *array.Uint8Builder
@@ -208,6 +215,7 @@ func newAppender(b *array.RecordBuilder, rows []*WriteRow) *appender {
 		ep:     b.Field(int(ColEndpoint)).(*array.StringBuilder),
 		sr:     b.Field(int(ColStopReason)).(*array.StringBuilder),
 		rp:     b.Field(int(ColReply)).(*array.StringBuilder),
+		orig:   b.Field(int(ColOrigin)).(*array.StringBuilder),
 	}
 	a.inVB = a.inLB.ValueBuilder().(*array.Int32Builder)
 	a.maskVB = a.maskLB.ValueBuilder().(*array.Uint8Builder)
@@ -241,6 +249,7 @@ func (a *appender) append(r *WriteRow) {
 	a.ep.Append(r.Endpoint)
 	a.sr.Append(r.StopReason)
 	a.rp.Append(r.Reply)
+	a.orig.Append(topics.OriginOf(r.Origin))
 }
 
 // asInt32 reinterprets token ids as int32 without copying; callers reject ids above math.MaxInt32 first.
@@ -308,7 +317,7 @@ func WriteFile(path string, run RunInfo, o Origin, rows []*WriteRow, opt WriteOp
 	}
 	return ManifestShard{Rows: st.Rows, Tokens: st.Tokens, PromptTokens: st.PromptTokens, CompletionTokens: st.CompletionTokens,
 		Bytes: ch.n, SHA256: ch.sum(), Topic: o.Topic, Partition: o.Partition, FirstOffset: o.FirstOffset, LastOffset: o.LastOffset,
-		Log: o.Log}, nil
+		Log: o.Log, Origins: st.Origins}, nil
 }
 
 // countingHash counts and hashes what is written through it.

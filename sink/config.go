@@ -59,15 +59,16 @@ type Config struct {
 	MaxBufferedRows int
 	// MaxBufferedBytes bounds the bytes buffered over all partitions, counted like RotateBytes (default 1 GiB).
 	MaxBufferedBytes int64
-	// OnDurable, if set, is called after each shard is durable with the ids of its rows that end their
-	// conversation (every row but continued turns).
+	// OnDurable, if set, is called after each shard is durable with the account keys (topics.AccountKey: the
+	// id, and for a row with a kept output also its turn) of its rows that end their conversation (every row but
+	// continued turns).
 	OnDurable func(ids []string)
-	// OnJournaled, if set, is called after each journal fsync with the ids of the rows it made durable that
+	// OnJournaled, if set, is called after each journal fsync with the account keys of the rows it made durable that
 	// end their conversation (rows recovered from the journal at start are reported too). Such a row survives
 	// a crash and reaches a shard at the partition's next flush, at the latest when the sink next stops or
 	// starts; a row flushed before the journal's fsync is reported by OnDurable alone.
 	OnJournaled func(ids []string)
-	// OnDuplicate, if set, is called for each record dropped because its id is already written for its run
+	// OnDuplicate, if set, is called with the account key of each record dropped because its id is already written for its run
 	// and that copy ended its conversation, and for each turn generate skipped as already in the shards
 	// (topics.Generation.InShards) whose row there ended its conversation.
 	OnDuplicate func(id string)

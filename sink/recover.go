@@ -53,7 +53,7 @@ func (s *sinker) recoverJournal(recs []*journal.Recovered, current bool) error {
 				if len(p.rows) > before {
 					rows++
 					if cmp.Or(g.StopReason, topics.StopEnd) != topics.StopContinued {
-						journaled = append(journaled, g.ID)
+						journaled = append(journaled, topics.AccountKey(g.ID, g.Turn, g.Origin))
 					}
 				}
 			}
@@ -95,7 +95,8 @@ func (s *sinker) recoverJournal(recs []*journal.Recovered, current bool) error {
 }
 
 // flushJournaled writes the rows of a journal of another incarnation of the topic into shards, one flush of its
-// offset range, deciding duplicates as the live sink does, and returns the ids that ended their conversation.
+// offset range, deciding duplicates as the live sink does, and returns the account keys of the rows that ended
+// their conversation.
 // Next turns are not sent: that incarnation's prompts topic is not this one, and when the conversation's turns
 // come again on this one, the duplicate of a continued turn sends its next turn (take). Called with s.mu held.
 func (s *sinker) flushJournaled(r *journal.Recovered) ([]string, error) {

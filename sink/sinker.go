@@ -193,6 +193,8 @@ func validate(g *topics.Generation) string {
 		return fmt.Sprintf("unknown stop reason %q", g.StopReason)
 	case g.StopReason == topics.StopContinued && !g.Continues():
 		return "stop reason continued, but the record has no reply or no next turn to build"
+	case !topics.KnownOrigin(g.Origin):
+		return fmt.Sprintf("unknown origin %q", g.Origin)
 	case int64(len(g.PromptIDs))+int64(len(g.OutputIDs)) > math.MaxInt32:
 		return "sequence longer than an int32 can count"
 	}
@@ -208,7 +210,8 @@ func validate(g *topics.Generation) string {
 // rowOf is the shard row of a valid generation.
 func rowOf(g *topics.Generation) (*shard.WriteRow, error) {
 	r := &shard.WriteRow{ID: g.ID, Dataset: g.Dataset, FinishReason: g.Meta.FinishReason, Endpoint: g.Meta.Endpoint,
-		Turn: int32(g.Turn), Prompt: g.PromptIDs, Output: g.OutputIDs, StopReason: cmp.Or(g.StopReason, topics.StopEnd)}
+		Turn: int32(g.Turn), Prompt: g.PromptIDs, Output: g.OutputIDs, StopReason: cmp.Or(g.StopReason, topics.StopEnd),
+		Origin: topics.OriginOf(g.Origin)}
 	if g.Reply != nil {
 		reply, err := json.Marshal(g.Reply)
 		if err != nil {
@@ -237,6 +240,10 @@ func (s *sinker) absorbValid(p *partState, off int64, value []byte, g *topics.Ge
 	}
 	s.flushOverBudget()
 }
+
+// accountKey is the key a run accounts for a row by (topics.AccountKey): what OnDurable, OnJournaled and
+// OnDuplicate report.
+func accountKey(r *shard.WriteRow) string { return topics.AccountKey(r.ID, int(r.Turn), r.Origin) }
 
 // memBytes estimates a buffered row's memory: 4 bytes per token plus 1 for its mask, plus strings.
 func memBytes(r *shard.WriteRow) int64 {

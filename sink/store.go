@@ -245,9 +245,11 @@ func describeShard(ctx context.Context, path string, si shard.Origin) (shard.Man
 	}
 	sh := shard.ManifestShard{File: filepath.Base(path), Rows: sf.NumRows(), Bytes: size, SHA256: sum,
 		Topic: si.Topic, Partition: si.Partition, FirstOffset: si.FirstOffset, LastOffset: si.LastOffset, Log: si.Log}
-	err = sf.Scan(ctx, []shard.Col{shard.ColPromptLen, shard.ColCompletionLen}, func(r *shard.Row) error {
+	sh.Origins = map[string]int64{}
+	err = sf.Scan(ctx, []shard.Col{shard.ColPromptLen, shard.ColCompletionLen, shard.ColOrigin}, func(r *shard.Row) error {
 		sh.PromptTokens += int64(r.PromptLen)
 		sh.CompletionTokens += int64(r.CompletionLen)
+		sh.Origins[r.Origin]++
 		return nil
 	})
 	sh.Tokens = sh.PromptTokens + sh.CompletionTokens
@@ -311,7 +313,7 @@ type runRows struct {
 type committedShard struct {
 	run    *runState
 	entry  shard.ManifestShard
-	ids    []string // the ids of the rows that ended their conversation (every row but continued turns)
+	ids    []string // the account keys (topics.AccountKey) of the rows that ended their conversation (every row but continued turns)
 	keys   []indexEntry
 	counts *shard.Counts // generated-token counts of the shard
 }
@@ -431,7 +433,7 @@ func (s *store) writeTemp(g runRows, si shard.Origin, rowGroupRows int) (committ
 	for i, r := range g.rows {
 		keys[i] = indexEntry{rowKey{r.ID, r.Turn}, indexValue(r.StopReason, r.Reply, si.Log)}
 		if r.StopReason != topics.StopContinued {
-			ids = append(ids, r.ID)
+			ids = append(ids, accountKey(r))
 		}
 	}
 	counts := &shard.Counts{}

@@ -62,7 +62,7 @@ func (s *sinker) take(p *partState, off int64, value []byte, g *topics.Generatio
 		// Only a copy already in a shard is reported, and only when it ended its conversation: a buffered
 		// original is reported by OnDurable once its flush is durable.
 		if live && dupW && !win.continued && s.cfg.OnDuplicate != nil {
-			s.cfg.OnDuplicate(g.ID)
+			s.cfg.OnDuplicate(topics.AccountKey(g.ID, g.Turn, g.Origin))
 		}
 		return nil
 	}
@@ -74,7 +74,7 @@ func (s *sinker) take(p *partState, off int64, value []byte, g *topics.Generatio
 		// In the journal before its next turn is sent: a later turn is never durable without this one.
 		ended := ""
 		if r.StopReason != topics.StopContinued {
-			ended = r.ID
+			ended = accountKey(r)
 		}
 		if err := s.j.Append(key, journal.Record, off, value, ended); err != nil {
 			return err
@@ -191,6 +191,6 @@ func (s *sinker) inShards(p *partState, off int64, value []byte, d *delivery, g 
 		d.Ack()
 	}
 	if live && dupW && !win.continued && s.cfg.OnDuplicate != nil {
-		s.cfg.OnDuplicate(g.ID)
+		s.cfg.OnDuplicate(topics.AccountKey(g.ID, g.Turn, g.Origin))
 	}
 }

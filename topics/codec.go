@@ -8,27 +8,36 @@ import (
 	"fmt"
 )
 
-// Wire format, version 1. Every record value on every topic is:
+// Wire format. Every record value on every topic is:
 //
 //	byte 0      magic 0xDF
-//	byte 1      format version (1)
+//	byte 1      format version (1 or 2)
 //	byte 2      record kind (1 Prompt, 2 Tokenized, 3 Generation, 4 Rejection, 5 Status, 6 ShardsEpoch,
 //	            7 ShardedTurn, 8 ShardFile)
 //	uvarint n   length of the JSON header
 //	n bytes     JSON header: every field of the record except token arrays
-//	then, for each token array of the kind, in order:
+//	then, for each token array of the kind in that version, in order:
 //	  uvarint k   number of tokens
 //	  4k bytes    the token ids, little-endian uint32
 //
-// Tokenized has one token array (InputIDs); Generation has two (PromptIDs, OutputIDs). Nothing may follow
-// the last array. A decoder rejects an unknown magic, version or kind, a kind other than the one asked for,
-// truncated input and trailing bytes, each with a *DecodeError saying which. Unknown JSON fields are ignored,
-// so fields can be added to the header without a version bump; changing the layout above needs one.
+// The versions differ only in the token arrays a kind has:
+//
+//	version 1   Tokenized: InputIDs; Generation: PromptIDs, OutputIDs; the other kinds none
+//	version 2   Prompt: InputIDs, OutputIDs; Tokenized: InputIDs, OutputIDs; Generation: PromptIDs, OutputIDs;
+//	            the other kinds none
+//
+// Marshal writes the lowest version that holds the record: version 1 unless a Prompt carries token ids or a
+// Tokenized a kept output (rows brought in with their output), so a build that reads only version 1 reads every
+// other record. Unmarshal reads both. Nothing may follow the last array. A decoder rejects an unknown magic,
+// version or kind, a kind other than the one asked for, truncated input and trailing bytes, each with a
+// *DecodeError saying which. Unknown JSON fields are ignored, so fields can be added to the header without a
+// version bump; changing the arrays above needs one.
 const (
 	// Magic is the first byte of every encoded record.
 	Magic byte = 0xDF
-	// Version is the wire format version this package writes and the only one it reads.
-	Version byte = 1
+	// Version is the newest wire format version: this package reads versions 1 to Version and writes the
+	// lowest that holds a record.
+	Version byte = 2
 )
 
 // Kind identifies the record type in an encoded value.
@@ -94,17 +103,23 @@ func (e *DecodeError) Unwrap() error { return e.Err }
 var ErrUnknownVersion = errors.New("unknown format version")
 
 // Marshal encodes a *Prompt, *Tokenized, *Generation, *Rejection, *Status, *ShardsEpoch, *ShardedTurn or *ShardFile
-// in the wire format.
+// in the wire format, in the lowest version that holds it.
 func Marshal(v any) ([]byte, error) {
 	var kind Kind
-	var arrays [][]uint32
+	version := byte(1)
 	switch r := v.(type) {
 	case *Prompt:
 		kind = KindPrompt
+		if len(r.InputIDs) > 0 || len(r.OutputIDs) > 0 {
+			version = 2
+		}
 	case *Tokenized:
-		kind, arrays = KindTokenized, [][]uint32{r.InputIDs}
+		kind = KindTokenized
+		if len(r.OutputIDs) > 0 {
+			version = 2
+		}
 	case *Generation:
-		kind, arrays = KindGeneration, [][]uint32{r.PromptIDs, r.OutputIDs}
+		kind = KindGeneration
 	case *Rejection:
 		kind = KindRejection
 		if len(r.Payload) > MaxRejectedPayload {
@@ -127,24 +142,43 @@ func Marshal(v any) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("topics.Marshal %s: %w", kind, err)
 	}
+	arrays := tokenArrays(v, version)
 	size := 3 + binary.MaxVarintLen64 + len(header)
 	for _, a := range arrays {
-		size += binary.MaxVarintLen64 + 4*len(a)
+		size += binary.MaxVarintLen64 + 4*len(*a)
 	}
 	buf := make([]byte, 0, size)
-	buf = append(buf, Magic, Version, byte(kind))
+	buf = append(buf, Magic, version, byte(kind))
 	buf = binary.AppendUvarint(buf, uint64(len(header)))
 	buf = append(buf, header...)
 	for _, a := range arrays {
-		buf = binary.AppendUvarint(buf, uint64(len(a)))
-		for _, id := range a {
+		buf = binary.AppendUvarint(buf, uint64(len(*a)))
+		for _, id := range *a {
 			buf = binary.LittleEndian.AppendUint32(buf, id)
 		}
 	}
 	return buf, nil
 }
 
-// PeekKind returns the kind of an encoded value after checking its magic and version.
+// tokenArrays returns the token arrays of record v in wire format version, in their order on the wire.
+func tokenArrays(v any, version byte) []*[]uint32 {
+	switch r := v.(type) {
+	case *Prompt:
+		if version >= 2 {
+			return []*[]uint32{&r.InputIDs, &r.OutputIDs}
+		}
+	case *Tokenized:
+		if version >= 2 {
+			return []*[]uint32{&r.InputIDs, &r.OutputIDs}
+		}
+		return []*[]uint32{&r.InputIDs}
+	case *Generation:
+		return []*[]uint32{&r.PromptIDs, &r.OutputIDs}
+	}
+	return nil
+}
+
+// PeekKind returns the kind of an encoded value after checking its magic and version (1 to Version).
 func PeekKind(data []byte) (Kind, error) {
 	if len(data) < 3 {
 		return 0, &DecodeError{Reason: fmt.Sprintf("value too short (%d bytes)", len(data))}
@@ -152,8 +186,8 @@ func PeekKind(data []byte) (Kind, error) {
 	if data[0] != Magic {
 		return 0, &DecodeError{Reason: fmt.Sprintf("bad magic byte 0x%02x (not a draftflow record)", data[0])}
 	}
-	if data[1] != Version {
-		return 0, &DecodeError{Reason: fmt.Sprintf("format version %d, this build reads %d", data[1], Version), Err: ErrUnknownVersion}
+	if data[1] < 1 || data[1] > Version {
+		return 0, &DecodeError{Reason: fmt.Sprintf("format version %d, this build reads 1 to %d", data[1], Version), Err: ErrUnknownVersion}
 	}
 	k := Kind(data[2])
 	if k < KindPrompt || k > KindShardFile {
@@ -207,14 +241,7 @@ func Unmarshal(data []byte, v any) error {
 	if dec.More() {
 		return &DecodeError{Reason: fmt.Sprintf("bad %s header: trailing data", want)}
 	}
-	var arrays []*[]uint32
-	switch r := v.(type) {
-	case *Tokenized:
-		arrays = []*[]uint32{&r.InputIDs}
-	case *Generation:
-		arrays = []*[]uint32{&r.PromptIDs, &r.OutputIDs}
-	}
-	for i, dst := range arrays {
+	for i, dst := range tokenArrays(v, data[1]) {
 		k, w := binary.Uvarint(rest)
 		if w <= 0 {
 			return &DecodeError{Reason: fmt.Sprintf("truncated token array %d", i)}

@@ -116,6 +116,21 @@ type Prompt struct {
 	// history holds one pipeline's own replies, so a stage reading another namespace's prompts, or
 	// regenerating with other settings, must not take it for its own.
 	Continuation bool `json:"continuation,omitempty"`
+	// Origin says where the row's output comes from: empty for a prompt the target generates a reply to;
+	// OriginResult, OriginRecord or OriginDataset for a row that brings its output with it (Kept), which is
+	// never sent to a server.
+	Origin string `json:"origin,omitempty"`
+	// Reply is the dataset's own assistant reply to Messages (Origin OriginDataset), kept as the row's output:
+	// tokenize renders it with the chat template after the prompt.
+	Reply *Message `json:"reply,omitempty"`
+	// InputIDs and OutputIDs are the prompt and output token ids of a row brought in as ids (Origin
+	// OriginResult or OriginRecord), kept as they are: nothing is rendered. On the wire as packed
+	// little-endian uint32, not JSON; empty for every other prompt.
+	InputIDs  []uint32 `json:"-"`
+	OutputIDs []uint32 `json:"-"`
+	// FinishReason is why a brought-in output ended, as its source said ("stop", "length"); empty when it did
+	// not say.
+	FinishReason string `json:"finish_reason,omitempty"`
 }
 
 // Tokenized is a prompt rendered through the chat template and tokenized.
@@ -140,6 +155,14 @@ type Tokenized struct {
 	// Endpoint and Continuation are copied from the Prompt.
 	Endpoint     string `json:"endpoint,omitempty"`
 	Continuation bool   `json:"continuation,omitempty"`
+	// Origin and FinishReason are copied from the Prompt: a row with a kept output (Kept(Origin)) is not sent
+	// to a server, its OutputIDs are its output.
+	Origin       string `json:"origin,omitempty"`
+	FinishReason string `json:"finish_reason,omitempty"`
+	// OutputIDs is the kept output of a row that brings one (the ids brought in, or the dataset's reply as the
+	// chat template renders it after InputIDs, through the end-of-turn token); empty for a prompt to generate.
+	// On the wire as packed little-endian uint32, not JSON.
+	OutputIDs []uint32 `json:"-"`
 }
 
 // Generation is a prompt with the target model's completion, token-exact.
@@ -173,6 +196,10 @@ type Generation struct {
 	// OutputIDs, Meta, Reply or StopReason; it carries the Thread, so that the sink can send the conversation's
 	// next turn from the reply its shards recorded (see the sink package).
 	InShards string `json:"in_shards,omitempty"`
+	// Origin says where OutputIDs come from: empty when a server generated them (OriginGenerated), else the
+	// Tokenized record's Origin (a kept output, which no server saw; Meta then holds only FinishReason and
+	// the token counts).
+	Origin string `json:"origin,omitempty"`
 }
 
 // FinishLoop is GenerationMeta.FinishReason of a reply generate found in a repetition loop and stopped (its
@@ -229,6 +256,10 @@ type Rejection struct {
 	Class string `json:"class,omitempty"`
 	// Source locates the record in its input file.
 	Source Source `json:"source"`
+	// Turn and Origin are the record's when it has them: a row with a kept output is accounted for by id and
+	// turn (AccountKey). Empty in records written before they existed.
+	Turn   int    `json:"turn,omitempty"`
+	Origin string `json:"origin,omitempty"`
 	// Topic, Partition and Offset locate the consumed message that was rejected (empty for ingest).
 	Topic     string `json:"topic,omitempty"`
 	Partition int    `json:"partition,omitempty"`

@@ -28,7 +28,7 @@ func TestStatusWireLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if data[0] != Magic || data[1] != Version || data[2] != 5 || Kind(data[2]) != KindStatus {
+	if data[0] != Magic || data[1] != 1 || data[2] != 5 || Kind(data[2]) != KindStatus {
 		t.Fatalf("header bytes % x", data[:3])
 	}
 	if KindStatus.String() != "status" {
@@ -67,7 +67,7 @@ func TestStatusWireLayout(t *testing.T) {
 func TestStatusStalledIsOptional(t *testing.T) {
 	t.Parallel()
 	old := []byte(`{"stage":"generate","instance":"i","state":"running","time":"2026-12-03T19:00:05Z","started":"2026-12-03T18:00:05Z","interval_s":5,"records":1,"rejected":0,"tokens":2,"records_per_s":0,"tokens_per_s":0,"rate_window_s":0}`)
-	data := append(binary.AppendUvarint([]byte{Magic, Version, byte(KindStatus)}, uint64(len(old))), old...)
+	data := append(binary.AppendUvarint([]byte{Magic, 1, byte(KindStatus)}, uint64(len(old))), old...)
 	var got Status
 	if err := Unmarshal(data, &got); err != nil || got.Stalled != "" || got.Records != 1 {
 		t.Fatalf("record without stalled: %+v, %v", got, err)

@@ -50,6 +50,7 @@ type Options struct {
 	PollInterval time.Duration // /v1/loads sampling interval (default 250ms)
 	RunTimeout   time.Duration // one run's limit (default 20m)
 	URL          string        // an already running server (with --enable-metrics) to use instead of starting one per pool
+	LoopActions  []string      // --loop-action values the default policy also runs with, each a policy of its own ("default --loop-action mark")
 	Logger       *slog.Logger
 }
 
@@ -67,6 +68,8 @@ type Run struct {
 	MeanRunning float64 `json:"mean_running"`
 	MaxRunning  int     `json:"max_running"`
 	ClientWall  float64 `json:"client_wall_s"` // the client process from start to exit
+	ClientCPU   float64 `json:"client_cpu_s"`  // the client process's user and system CPU time
+	Loops       int     `json:"loops"`         // replies the client's log says it found in a repetition loop
 }
 
 // Stat is the median and range of one figure over the repeats.
@@ -87,6 +90,11 @@ type Row struct {
 	MeanQueue   Stat    `json:"mean_queue"`
 	MaxRunning  Stat    `json:"max_running"`
 	VsBestFixed float64 `json:"makespan_vs_best_fixed"` // median makespan / the best fixed policy's median
+	// CPUPerKTok is the client's CPU milliseconds per thousand output tokens (the whole draftflow run process:
+	// embedded broker, stages, sink).
+	CPUPerKTok Stat `json:"client_cpu_ms_per_1k_tokens"`
+	OutputToks Stat `json:"output_tokens"`
+	Loops      Stat `json:"loops"`
 }
 
 // Result is the whole benchmark.
@@ -103,6 +111,7 @@ type Result struct {
 // Default policy names.
 const (
 	PolicyDefault = "default"
+	loopPrefix    = "default --loop-action "
 	fixedPrefix   = "fixed "
 	servingPrefix = "bench_serving "
 )
@@ -204,6 +213,9 @@ func (b *poolBench) policies(ctx context.Context) ([]Run, error) {
 		return runs, err
 	}
 	policies := []string{PolicyDefault}
+	for _, a := range b.o.LoopActions {
+		policies = append(policies, loopPrefix+a)
+	}
 	for _, c := range b.o.Fixed {
 		policies = append(policies, fixedPrefix+strconv.Itoa(c))
 	}
@@ -275,6 +287,10 @@ func (b *poolBench) measure(ctx context.Context, policy string, rep int) (Run, e
 	start := time.Now()
 	err = cmd.Run()
 	r.ClientWall = time.Since(start).Seconds()
+	if ps := cmd.ProcessState; ps != nil {
+		r.ClientCPU = (ps.UserTime() + ps.SystemTime()).Seconds()
+	}
+	r.Loops = strings.Count(logBuf.String(), loopLogLine)
 	// The server may still be finishing what the client abandoned; sampling ends at its next idle sample.
 	time.Sleep(2 * b.o.PollInterval)
 	close(stop)
@@ -306,7 +322,7 @@ func (b *poolBench) measure(ctx context.Context, policy string, rep int) (Run, e
 func (b *poolBench) client(ctx context.Context, policy string, rep int) (*exec.Cmd, error) {
 	n := strconv.Itoa(b.o.NewTokens)
 	switch {
-	case policy == PolicyDefault || strings.HasPrefix(policy, fixedPrefix):
+	case policy == PolicyDefault || strings.HasPrefix(policy, fixedPrefix) || strings.HasPrefix(policy, loopPrefix):
 		out := filepath.Join(b.o.WorkDir, "runs", fmt.Sprintf("%d-%s-%d", b.pool, strings.ReplaceAll(policy, " ", "-"), rep))
 		if err := os.RemoveAll(out); err != nil {
 			return nil, err
@@ -315,6 +331,9 @@ func (b *poolBench) client(ctx context.Context, policy string, rep int) (*exec.C
 			"--max-new-tokens", n, "--temperature", "0"}
 		if c, ok := strings.CutPrefix(policy, fixedPrefix); ok {
 			args = append(args, "--policy", "fixed", "--concurrency", c)
+		}
+		if a, ok := strings.CutPrefix(policy, loopPrefix); ok {
+			args = append(args, "--loop-action", a)
 		}
 		return exec.CommandContext(ctx, b.o.Draftflow, args...), nil
 	case strings.HasPrefix(policy, servingPrefix):
@@ -527,6 +546,14 @@ func Summarise(runs []Run) []Row {
 			Retractions: stat(rs, func(r Run) float64 { return r.Retractions }),
 			MeanQueue:   stat(rs, func(r Run) float64 { return r.MeanQueue }),
 			MaxRunning:  stat(rs, func(r Run) float64 { return float64(r.MaxRunning) }),
+			CPUPerKTok: stat(rs, func(r Run) float64 {
+				if r.OutputToks == 0 {
+					return 0
+				}
+				return r.ClientCPU * 1e6 / r.OutputToks
+			}),
+			OutputToks: stat(rs, func(r Run) float64 { return r.OutputToks }),
+			Loops:      stat(rs, func(r Run) float64 { return float64(r.Loops) }),
 		}
 		if strings.HasPrefix(k.policy, fixedPrefix) {
 			if b, ok := bestFixed[k.pool]; !ok || row.Makespan.Median < b {
@@ -548,9 +575,11 @@ func policyRank(p string) int {
 	switch {
 	case p == PolicyDefault:
 		return 0
+	case strings.HasPrefix(p, loopPrefix):
+		return 1
 	case strings.HasPrefix(p, fixedPrefix):
 		c, _ := strconv.Atoi(strings.TrimPrefix(p, fixedPrefix))
-		return 1 + c
+		return 2 + c
 	}
 	return 1 << 20
 }
@@ -570,8 +599,13 @@ func stat(rs []Run, f func(Run) float64) Stat {
 	return s
 }
 
-// WriteTable writes rows as a Markdown table: medians with the range in brackets.
+// loopLogLine is what the generate stage logs for each reply it finds in a repetition loop.
+const loopLogLine = "reply in a repetition loop"
+
+// WriteTable writes rows as a Markdown table: medians with the range in brackets. When a row runs the default
+// policy with a --loop-action, a second table gives each default row's output tokens, loops found and client CPU.
 func WriteTable(w io.Writer, rows []Row, prompts, newTokens int) {
+	defer writeLoopTable(w, rows)
 	fmt.Fprintf(w, "\n%d prompts x %d new tokens (median [min-max] over the repeats)\n\n", prompts, newTokens)
 	fmt.Fprintln(w, "| pool | policy | repeats | makespan s | vs best fixed | output tok/s | retractions | mean server queue | peak running |")
 	fmt.Fprintln(w, "|---:|---|---:|---:|---:|---:|---:|---:|---:|")
@@ -653,4 +687,26 @@ func tail(s string, n int) string {
 func round(v float64, d int) float64 {
 	p := math.Pow(10, float64(d))
 	return math.Round(v*p) / p
+}
+
+// writeLoopTable writes, when rows hold a --loop-action variant of the default policy, the default policy's rows
+// with what watching replies costs and saves: output tokens, loops found, client CPU per thousand output tokens.
+func writeLoopTable(w io.Writer, rows []Row) {
+	var def []Row
+	watched := false
+	for _, r := range rows {
+		if r.Policy == PolicyDefault || strings.HasPrefix(r.Policy, loopPrefix) {
+			def = append(def, r)
+			watched = watched || r.Policy != PolicyDefault
+		}
+	}
+	if !watched {
+		return
+	}
+	fmt.Fprintln(w, "\n| pool | policy | makespan s | output tok/s | output tokens | loops found | client CPU ms / 1k output tokens |")
+	fmt.Fprintln(w, "|---:|---|---:|---:|---:|---:|---:|")
+	for _, r := range def {
+		fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %s | %s |\n", r.Pool, r.Policy, fmtStat(r.Makespan, 1), fmtStat(r.TokPerSec, 1),
+			fmtStat(r.OutputToks, 0), fmtStat(r.Loops, 0), fmtStat(r.CPUPerKTok, 0))
+	}
 }

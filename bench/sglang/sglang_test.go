@@ -134,3 +134,40 @@ func TestWriteDataset(t *testing.T) {
 		t.Fatalf("draftflow %v, bench_serving %v", a, b)
 	}
 }
+
+// The default policy's --loop-action variants sort right after it, and a second table gives their output tokens,
+// loops found and client CPU per thousand output tokens; without such a variant there is no second table.
+func TestLoopVariants(t *testing.T) {
+	runs := []Run{
+		{Pool: 512, Policy: "fixed 8", Repeat: 1, Makespan: 9, OutputToks: 1000, ClientCPU: 1},
+		{Pool: 512, Policy: loopPrefix + "keep", Repeat: 1, Makespan: 6, OutputToks: 600, ClientCPU: 1.2, Loops: 3},
+		{Pool: 512, Policy: loopPrefix + "mark", Repeat: 1, Makespan: 10, OutputToks: 1000, ClientCPU: 2.5, Loops: 3},
+		{Pool: 512, Policy: PolicyDefault, Repeat: 1, Makespan: 10, OutputToks: 1000, ClientCPU: 2},
+	}
+	rows := Summarise(runs)
+	var order []string
+	for _, r := range rows {
+		order = append(order, r.Policy)
+	}
+	if want := []string{PolicyDefault, loopPrefix + "keep", loopPrefix + "mark", "fixed 8"}; !slices.Equal(order, want) {
+		t.Fatalf("order %q, want %q", order, want)
+	}
+	if got := rows[2].CPUPerKTok.Median; got != 2500 {
+		t.Errorf("mark's client CPU %v ms per 1k tokens, want 2500", got)
+	}
+	var b strings.Builder
+	WriteTable(&b, rows, 4, 250)
+	for _, want := range []string{
+		"| 512 | default --loop-action mark | 10.0 [10.0-10.0] | 0.0 [0.0-0.0] | 1000 [1000-1000] | 3 [3-3] | 2500 [2500-2500] |",
+		"| 512 | default | 10.0 [10.0-10.0] | 0.0 [0.0-0.0] | 1000 [1000-1000] | 0 [0-0] | 2000 [2000-2000] |",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, b.String())
+		}
+	}
+	b.Reset()
+	WriteTable(&b, Summarise(runs[:1]), 4, 250)
+	if strings.Contains(b.String(), "loops found") {
+		t.Errorf("a table without loop variants has the loop table:\n%s", b.String())
+	}
+}

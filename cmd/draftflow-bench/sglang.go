@@ -30,6 +30,8 @@ func cmdSGLang(ctx context.Context, args []string) error {
 	fs.StringVar(&o.WorkDir, "work-dir", "", "datasets, run outputs and server logs (default: a new temporary directory)")
 	serverArgs := fs.String("server-args", "", "more arguments for every server, space-separated")
 	fs.StringVar(&o.URL, "url", "", "benchmark this running server (started with --enable-metrics) instead of starting one per pool")
+	loopActions := fs.String("loop-actions", "", "--loop-action values (mark, keep, drop) the default policy also runs with, each a policy of its own "+
+		"in every repeat: mark against the default (off) is what watching replies costs, keep against mark what stopping loops saves")
 	jsonOut := fs.String("json", "", "also write the result (rows and every run) as JSON to this file")
 	fs.StringVar(&o.Draftflow, "draftflow", "", "the draftflow binary whose run command is measured (default: draftflow beside this command)")
 	fs.DurationVar(&o.PollInterval, "poll", 0, "/v1/loads sampling interval (default 250ms)")
@@ -51,6 +53,11 @@ func cmdSGLang(ctx context.Context, args []string) error {
 		return fmt.Errorf("--sweep: %w", err)
 	}
 	o.ServerArgs = strings.Fields(*serverArgs)
+	for _, a := range strings.Split(*loopActions, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			o.LoopActions = append(o.LoopActions, a)
+		}
+	}
 	if o.Draftflow == "" {
 		o.Draftflow, err = besideThis("draftflow")
 	} else {

@@ -248,7 +248,7 @@ func (h *itest) ingest(path string, maxNewTokens int) []string {
 	var ids []string
 	res, err := ingest.Run(ctx, ingest.Config{Client: h.kcl, Inputs: []string{path}, Dataset: itestDataset,
 		Defaults: topics.Sampling{MaxNewTokens: maxNewTokens}, Logger: h.log, Turns: h.turns,
-		OnPrompt: func(id string, _ topics.Source) { mu.Lock(); ids = append(ids, id); mu.Unlock() }})
+		OnPrompt: func(p *topics.Prompt) { mu.Lock(); ids = append(ids, p.ID); mu.Unlock() }})
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -125,7 +125,16 @@ func cmdRun(ctx context.Context, args []string) error {
 func printSummary(w io.Writer, r *pipeline.Result) {
 	fmt.Fprintf(w, "\ndraftflow run: shards in %s\n", r.Dir)
 	fmt.Fprintf(w, "  prompts   %d valid (%d written now, %d already in the shards)\n", r.Prompts, r.Written, r.AlreadyPresent)
-	fmt.Fprintf(w, "  rows      %d in %d shards, %d tokens (one row per regenerated turn)\n", r.Rows, r.Shards, r.Tokens)
+	fmt.Fprintf(w, "  rows      %d in %d shards, %d tokens (one row per regenerated turn or row brought in)\n", r.Rows, r.Shards, r.Tokens)
+	var origins []string
+	for _, o := range topics.Origins() {
+		if n := r.Origins[o]; n > 0 {
+			origins = append(origins, fmt.Sprintf("%d %s", n, o))
+		}
+	}
+	if len(origins) > 0 && r.Origins[topics.OriginGenerated] != r.Rows {
+		fmt.Fprintf(w, "  origins   %s (rows in the shards: generated, or brought in with their output and never sent to a server)\n", strings.Join(origins, ", "))
+	}
 	var turns []string
 	for _, reason := range topics.StopReasons() {
 		if n := r.Turns[reason]; n > 0 {

@@ -79,3 +79,51 @@ func TestRunSaysWhyItStalls(t *testing.T) {
 		t.Error("a cancelled run with nothing written passed")
 	}
 }
+
+// TestRunSaysBrokerUnreachable: a run whose Kafka broker goes away says so on its progress line, with the broker's
+// error, once no prompt has been accounted for in stallAfter (10 s) and the check (at most 10 s more) failed.
+func TestRunSaysBrokerUnreachable(t *testing.T) {
+	e := kafkatest.Embedded(t)
+	kc := kafkatest.Config(t, 1)
+	kc.Brokers = e.Brokers()
+	in := filepath.Join(t.TempDir(), "one.jsonl")
+	if err := os.WriteFile(in, []byte(`{"id":"a","messages":[{"role":"user","content":"hello"}]}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rc := simRun(kc, t.TempDir(), in)
+	rc.Sim.Instant, rc.Sim.TimeScale = false, 1 // a reply takes minutes: the run is still going when the broker goes
+	var out testutil.Buffer
+	rc.Progress = progress.NewConsole(&out)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { _, err := pipeline.Run(ctx, rc); done <- err }()
+	testutil.WaitFor(t, 30*time.Second, "the prompt on the progress line", func() bool {
+		return strings.Contains(out.String(), "prompts 0/1 (0%)")
+	})
+	e.Close()
+	reason := "the Kafka broker does not answer: "
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(out.String(), reason) {
+		select {
+		case err := <-done:
+			t.Fatalf("the run ended (%v) before it said the broker does not answer:\n%s", err, out.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no broker reason on the progress line in 60 s:\n%s", out.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, l := range strings.Split(out.String(), "\n") {
+		if strings.Contains(l, reason) {
+			t.Logf("progress line: %s", l)
+			if !strings.HasPrefix(l, "prompts 0/1 (0%)") {
+				t.Errorf("progress line %q, want the count first", l)
+			}
+			break
+		}
+	}
+	cancel()
+	<-done
+}

@@ -155,16 +155,16 @@ func (r *Record[T]) Reject(class, reason string, payload []byte) {
 }
 
 // Rejection returns the dead letter Reject writes for the record: the class and reason, and the record's id,
-// dataset and source when Value has them (a key for an id when it has none).
+// dataset, source, turn and origin when Value has them (a key for an id when it has none).
 func (r *Record[T]) Rejection(class, reason string) *topics.Rejection {
 	rej := &topics.Rejection{Class: class, Reason: reason}
 	switch v := any(r.Value).(type) {
 	case *topics.Prompt:
-		rej.ID, rej.Dataset, rej.Source = v.ID, v.Dataset, v.Source
+		rej.ID, rej.Dataset, rej.Source, rej.Turn, rej.Origin = v.ID, v.Dataset, v.Source, v.Turn, v.Origin
 	case *topics.Tokenized:
-		rej.ID, rej.Dataset, rej.Source = v.ID, v.Dataset, v.Source
+		rej.ID, rej.Dataset, rej.Source, rej.Turn, rej.Origin = v.ID, v.Dataset, v.Source, v.Turn, v.Origin
 	case *topics.Generation:
-		rej.ID, rej.Dataset, rej.Source = v.ID, v.Dataset, v.Source
+		rej.ID, rej.Dataset, rej.Source, rej.Turn, rej.Origin = v.ID, v.Dataset, v.Source, v.Turn, v.Origin
 	}
 	if rej.ID == "" {
 		rej.ID = r.Key()

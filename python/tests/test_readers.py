@@ -21,6 +21,8 @@ def _check(row, want):
     assert row["completion_len"] == want["completion_len"]
     assert row["dataset"] == want["dataset"]
     assert row["finish_reason"] == want["finish_reason"]
+    if "origin" in row:
+        assert row["origin"] == want["origin"]
 
 
 def _manifest_paths(out):
@@ -170,3 +172,46 @@ def test_one_run_unless_named(sample, tmp_path):
     mpath.write_text(json.dumps(m))
     with pytest.raises(ValueError, match="refusing to mix"):
         dd.Shards(str(other), runs=names)
+
+
+def test_origins(sample):
+    out, expected = sample
+    want = {}
+    for (run, _), r in expected.items():
+        want.setdefault(run, {}).setdefault(r["origin"], 0)
+        want[run][r["origin"]] += 1
+    for m in dd.read_manifests(out):
+        run = os.path.basename(m.run_dir)
+        assert set(want[run]) == set(dd.ORIGINS)
+        assert m.origins == want[run]
+        got = {}
+        for row in dd.iter_rows(m.run_dir, columns=("id", "origin")):
+            got[row["origin"]] = got.get(row["origin"], 0) + 1
+        assert got == want[run]
+
+
+def test_older_shards_read_as_generated(sample, tmp_path):
+    """Shards and manifests written before the origin column: every row reads as generated."""
+    out, expected = sample
+    import shutil
+
+    m = dd.read_manifests(out)[0]
+    dst = tmp_path / "old"
+    shutil.copytree(m.run_dir, dst)
+    mpath = dst / "manifest.json"
+    man = json.loads(mpath.read_text())
+    for entry in man["shards"]:
+        p = dst / entry["file"]
+        t = pq.read_table(p)
+        pq.write_table(t.drop_columns(["stop_reason", "reply", "origin"]), p, row_group_size=16)
+        entry.pop("origins", None)
+    man.pop("origins", None)
+    mpath.write_text(json.dumps(man))
+    old = dd.read_manifests(str(dst))[0]
+    assert old.origins == {"generated": man["totals"]["rows"]}
+    rows = list(dd.iter_rows(str(dst)))
+    assert len(rows) == man["totals"]["rows"]
+    assert {r["origin"] for r in rows} == {"generated"} and {r["reply"] for r in rows} == {""}
+    run = os.path.basename(m.run_dir)
+    for r in rows:
+        assert list(r["input_ids"]) == expected[(run, r["id"])]["input_ids"]

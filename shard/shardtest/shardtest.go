@@ -52,14 +52,14 @@ func Generation(i int, temp float64) *topics.Generation {
 }
 
 // RowOf is the shard row of a generation, as the sink writes it (stop reason end unless the generation says
-// otherwise; no reply).
+// otherwise; no reply; its origin, generated when empty).
 func RowOf(g *topics.Generation) *shard.WriteRow {
 	stop := g.StopReason
 	if stop == "" {
 		stop = topics.StopEnd
 	}
 	return &shard.WriteRow{ID: g.ID, Dataset: g.Dataset, FinishReason: g.Meta.FinishReason, Endpoint: g.Meta.Endpoint,
-		StopReason: stop, Turn: int32(g.Turn), Prompt: g.PromptIDs, Output: g.OutputIDs}
+		StopReason: stop, Turn: int32(g.Turn), Prompt: g.PromptIDs, Output: g.OutputIDs, Origin: topics.OriginOf(g.Origin)}
 }
 
 // Flush writes gens into the output directory dir as one flush of the sink would, consumed at offsets first,

@@ -190,6 +190,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.RevokeTimeout, "revoke-timeout", DefaultRevokeTimeout, "on a rebalance, time running requests of partitions given up may finish before they are aborted and left to the next owner")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", DefaultShutdownGrace, "time in-flight requests may finish after SIGTERM before they are aborted and redelivered (0: abort at once; a second signal always does)")
 	fs.DurationVar(&c.ShardsWait, "shards-wait", DefaultShardsWait, "at start, how long to wait for a sink to say what its shards hold (shards topic) when none has yet, so that no turn in the shards is generated again (0: do not wait)")
+	fs.StringVar(&c.AnswersDir, "answers-dir", "", "directory journaling every answered generation before it is produced: started again on it, the stage asks no server again for an answer it holds "+
+		"(one stage process per directory; draftflow run uses OUT/answers; empty: no journal)")
 	fs.DurationVar(&c.HealthInterval, "health-interval", admission.DefaultHealthInterval, "endpoint health check interval")
 	fs.DurationVar(&c.UnreachableTimeout, "unreachable-timeout", admission.DefaultUnreachableTimeout, "give up when no --sglang endpoint has answered at all "+
 		"(connections refused) for this long since the start (negative: never); a server that answers, even 503 while loading, is waited for")

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,6 +27,7 @@ const (
 	resultInShards  = "in_shards"  // already in the sink's shards: no request, the thread passed on
 	resultStaleTurn = "stale_turn" // a later turn of a run with other settings: skipped
 	resultAnswered  = "answered"   // answered before a restart (Config.AnswersDir): no request, the answer produced
+	resultKept      = "kept"       // brought in with its output (topics.Kept): no request, produced as it is
 )
 
 // record is one tokenized record in the stage.
@@ -189,10 +192,18 @@ func (s *stage) handle(r *record) {
 		r.Reject("empty_prompt", "empty prompt (no input_ids)", nil)
 		return
 	}
+	if !topics.KnownOrigin(t.Origin) {
+		r.Reject("unknown_origin", fmt.Sprintf("unknown origin %q (want one of %s)", t.Origin, strings.Join(topics.Origins(), ", ")), nil)
+		return
+	}
 	lane := s.ctl.ResolveLane(t.Dataset, t.Sampling.Lane)
 	sampling := s.cfg.Override.Apply(t.Sampling)
 	sampling.MaxNewTokens = s.ctl.MaxNewTokens(sampling.MaxNewTokens, lane)
 	sampling.Lane = lane.Name
+	if topics.Kept(t.Origin) {
+		s.keep(r, sampling)
+		return
+	}
 	if t.Continuation && !sameSampling(sampling, t.Sampling) {
 		// A later turn built from a generation made with other settings: a replay of the tokenized topic
 		// with other sampling (or lanes) reads the previous run's continuations too. This run builds its

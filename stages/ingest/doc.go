@@ -26,4 +26,17 @@
 // The prompt is every message up to and including the last user message; what follows is the part the
 // target model regenerates and is dropped. Per-dataset generation settings (topics.Sampling) come from
 // flags and an optional JSON settings file (see LoadSettings).
+//
+// Rows brought in with their output are never generated again (topics.Kept); they reach the shards like
+// generated rows, marked with their origin:
+//
+//   - a line with "input_ids" and "output_ids" is a /generate result, a line with "input_ids" and "loss_mask"
+//     a pre-tokenized training record: their ids are kept as they are (tokens.go says the shapes and the
+//     rules; the model's checks are tokenize's);
+//   - under the replies setting "keep" (--replies keep, or "replies": "keep" in a dataset's settings) a
+//     conversation's own assistant replies are kept: one prompt per reply, its history every message before
+//     it, the reply rendered by the model's chat template in tokenize.
+//
+// A run accounts for a conversation by its id and for a kept row by its id and turn (topics.AccountKey); the
+// duplicate check goes by the same key.
 package ingest

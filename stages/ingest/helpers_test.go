@@ -53,9 +53,9 @@ func collectIDs(cfg *Config) func() []string {
 	}
 	var mu sync.Mutex
 	var acks []ack
-	cfg.OnPrompt = func(id string, src topics.Source) {
+	cfg.OnPrompt = func(p *topics.Prompt) {
 		mu.Lock()
-		acks = append(acks, ack{id, src})
+		acks = append(acks, ack{p.ID, p.Source})
 		mu.Unlock()
 	}
 	return func() []string {

@@ -129,7 +129,7 @@ func readJSONArray(ctx context.Context, path string, br *bufio.Reader, opt readO
 			return a.cutOff(path, index, err)
 		}
 		src := topics.Source{File: path, Line: start}
-		var p topics.Prompt
+		var ps []topics.Prompt
 		var perr error
 		switch {
 		case size > opt.maxLineBytes:
@@ -138,7 +138,7 @@ func readJSONArray(ctx context.Context, path string, br *bufio.Reader, opt readO
 			perr = lineErr(ReasonInvalidJSON, "invalid JSON: element %d of the JSON array is empty (a comma too many)", index)
 		default:
 			var unknown []string
-			p, unknown, perr = parseRow(path, start, elem, opt.dataset)
+			ps, unknown, perr = parseRow(path, start, elem, opt.dataset)
 			var le *LineError
 			if errors.As(perr, &le) {
 				perr = &LineError{Reason: le.Reason, Detail: "element " + strconv.Itoa(index) + " of the JSON array: " + le.Detail}
@@ -147,7 +147,7 @@ func readJSONArray(ctx context.Context, path string, br *bufio.Reader, opt readO
 				opt.unknownKeys(opt.dataset, unknown, src)
 			}
 		}
-		if err := fn(p, perr, src, elem); err != nil {
+		if err := each(fn, ps, perr, src, elem); err != nil {
 			return err
 		}
 		if end == ']' {

@@ -28,9 +28,10 @@ const parquetBatchRows = 256
 // parquetColumns are the top-level columns ingest reads; any others are never decoded.
 var parquetColumns = rowKeys
 
-// readParquet streams the rows of a Parquet file. Each row's id, messages/conversations and tools columns
-// are turned into the JSON object a JSONL line would hold and go through Parse, so both formats share one
-// set of rules. messages and tools may be nested (list<struct>) or JSON strings.
+// readParquet streams the rows of a Parquet file. Each row's columns of either shape (a conversation's id,
+// messages/conversations and tools; a row of token ids' input_ids, output_ids or loss_mask and the rest of
+// tokenKeys) are turned into the JSON object a JSONL line would hold and go through ParseRows, so both formats
+// share one set of rules. messages and tools may be nested (list<struct>) or JSON strings.
 func readParquet(ctx context.Context, path string, f *os.File, opt readOptions, fn RecordFunc) (err error) {
 	var row int64
 	defer func() {
@@ -76,10 +77,10 @@ func readParquet(ctx context.Context, path string, f *os.File, opt readOptions, 
 			continue
 		}
 		leaves = appendLeaves(leaves, &fr.Manifest.Fields[i])
-		hasConv = hasConv || name == "messages" || name == "conversations"
+		hasConv = hasConv || name == "messages" || name == "conversations" || name == "input_ids"
 	}
 	if !hasConv {
-		return fileErr(path, 1, ReasonWrongSchema, "no \"messages\" or \"conversations\" column (columns: %s)", strings.Join(names, ", "))
+		return fileErr(path, 1, ReasonWrongSchema, "no \"messages\", \"conversations\" or \"input_ids\" column (columns: %s)", strings.Join(names, ", "))
 	}
 	if len(unknown) > 0 && opt.unknownKeys != nil {
 		slices.Sort(unknown)
@@ -109,14 +110,14 @@ func readParquet(ctx context.Context, path string, f *os.File, opt readOptions, 
 			row++
 			src := topics.Source{File: path, Line: row}
 			raw, cerr := rowJSON(cols, i)
-			var p topics.Prompt
+			var ps []topics.Prompt
 			var perr error
 			if cerr != nil {
 				perr = cerr
 			} else {
-				p, perr = ParseAll(path, row, raw, opt.dataset)
+				ps, perr = ParseRows(path, row, raw, opt.dataset)
 			}
-			if err := call(p, perr, src, raw); err != nil {
+			if err := each(call, ps, perr, src, raw); err != nil {
 				return err
 			}
 		}

@@ -184,7 +184,7 @@ func TestReadParquetWithoutMessages(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "plain.parquet")
 	writeParquet(t, path, rec, 10)
 	err = ReadFile(path, func(topics.Prompt, error, topics.Source, []byte) error { return nil })
-	if err == nil || !strings.Contains(err.Error(), `no "messages" or "conversations" column (columns: text)`) {
+	if err == nil || !strings.Contains(err.Error(), `no "messages", "conversations" or "input_ids" column (columns: text)`) {
 		t.Fatalf("err %v", err)
 	}
 }

@@ -39,8 +39,18 @@ const (
 	// ReasonCorruptFile: the rest of an input file cannot be read (a corrupt compressed stream or Parquet
 	// file); it is rejected from the line or row where reading stopped.
 	ReasonCorruptFile Reason = "corrupt_file"
-	// ReasonWrongSchema: a Parquet file without a "messages" or "conversations" column.
+	// ReasonWrongSchema: a Parquet file without a "messages", "conversations" or "input_ids" column.
 	ReasonWrongSchema Reason = "wrong_schema"
+	// ReasonBadIDs: a row's "input_ids" or "output_ids" is not a list of token ids (integers in [0, 2^32)).
+	ReasonBadIDs Reason = "bad_ids"
+	// ReasonEmptyIDs: a row's "input_ids" or "output_ids" is an empty list.
+	ReasonEmptyIDs Reason = "empty_ids"
+	// ReasonBadMask: a row's "loss_mask" is not one 0 or 1 per input id with a 1 after a prompt.
+	ReasonBadMask Reason = "bad_loss_mask"
+	// ReasonAborted: a /generate result whose finish reason is abort.
+	ReasonAborted Reason = "aborted"
+	// ReasonNoReply: under `replies: keep`, a conversation with no assistant reply after a user message.
+	ReasonNoReply Reason = "no_reply"
 )
 
 // FileError says why the rest of an input file, from Line on, could not be read. Ingest dead-letters it as
@@ -104,13 +114,23 @@ type wireRow struct {
 	// Functions is the row's "functions" (OpenAI's legacy name for tools, BFCL's rows) or "function": bare
 	// function schemas, read as tools when the row has no "tools".
 	Functions, FunctionsKey json.RawMessage
-	// Unknown are the row's other keys, sorted (nil when none): not read, reported once per dataset.
+	// InputIDs, OutputIDs, LossMask, Turn, FinishReason, MetaInfo and Metadata are the keys of a row of token
+	// ids (tokens.go).
+	InputIDs, OutputIDs, LossMask, Turn, FinishReason, MetaInfo, Metadata json.RawMessage
+	// Keys are every key of the row, sorted.
+	Keys []string
+	// Unknown are the row's keys its shape does not read, sorted (nil when none): reported once per dataset.
 	Unknown []string
 }
 
-// rowKeys are the row-level keys a row is read from; others are reported (Run logs them once per dataset)
-// and ignored.
-var rowKeys = []string{"id", "messages", "conversations", "tools", "functions", "function"}
+// conversationKeys are the row-level keys a conversation is read from; a row's other keys are reported (Run
+// logs them once per dataset) and ignored. A row of token ids is read from tokenKeys.
+var conversationKeys = []string{"id", "messages", "conversations", "tools", "functions", "function"}
+
+// rowKeys are the keys of either shape: the Parquet columns ingest reads.
+var rowKeys = append(slices.Clone(conversationKeys), slices.DeleteFunc(slices.Clone(tokenKeys), func(k string) bool {
+	return slices.Contains(conversationKeys, k)
+})...)
 
 // decodeRow decodes a JSON object into a wireRow.
 func decodeRow(data []byte, row *wireRow) error {
@@ -119,6 +139,7 @@ func decodeRow(data []byte, row *wireRow) error {
 		return err
 	}
 	for k, v := range m {
+		row.Keys = append(row.Keys, k)
 		switch k {
 		case "id":
 			row.ID = v
@@ -132,11 +153,32 @@ func decodeRow(data []byte, row *wireRow) error {
 			if isNull(row.Functions) || k == "functions" {
 				row.Functions, row.FunctionsKey = v, json.RawMessage(k)
 			}
-		default:
+		case "input_ids":
+			row.InputIDs = v
+		case "output_ids":
+			row.OutputIDs = v
+		case "loss_mask":
+			row.LossMask = v
+		case "turn":
+			row.Turn = v
+		case "finish_reason":
+			row.FinishReason = v
+		case "meta_info":
+			row.MetaInfo = v
+		case "metadata":
+			row.Metadata = v
+		}
+	}
+	slices.Sort(row.Keys)
+	read := conversationKeys
+	if !isNull(row.InputIDs) {
+		read = tokenKeys
+	}
+	for _, k := range row.Keys {
+		if !slices.Contains(read, k) {
 			row.Unknown = append(row.Unknown, k)
 		}
 	}
-	slices.Sort(row.Unknown)
 	return nil
 }
 
@@ -174,8 +216,8 @@ var roles = map[string]string{
 
 // Parse turns one JSONL line into a Prompt of dataset, located at file:line, for the dataset setting
 // `turns: last`: the conversation up to its last user message, to regenerate the assistant turn after it.
-// It returns a *LineError when the line is not a usable conversation. Sampling is left zero: per-dataset
-// settings are applied by Run.
+// It returns a *LineError when the line is not a usable conversation (a row of token ids is not one: see
+// ParseRows). Sampling is left zero: per-dataset settings are applied by Run.
 func Parse(file string, line int64, data []byte, dataset string) (topics.Prompt, error) {
 	p, err := ParseAll(file, line, data, dataset)
 	if err != nil {
@@ -190,46 +232,74 @@ func Parse(file string, line int64, data []byte, dataset string) (topics.Prompt,
 // assistant message after its first user message is a single prompt up to its last user message, as for
 // Parse.
 func ParseAll(file string, line int64, data []byte, dataset string) (topics.Prompt, error) {
-	p, _, err := parseRow(file, line, data, dataset)
-	return p, err
+	ps, _, err := parseRow(file, line, data, dataset)
+	if err != nil {
+		return topics.Prompt{}, err
+	}
+	if topics.Kept(ps[0].Origin) {
+		return topics.Prompt{}, lineErr(ReasonBadField, "a row of token ids (%q), not a conversation: its rows are brought in as they are (ParseRows)",
+			"input_ids")
+	}
+	return ps[0], nil
 }
 
-// parseRow is ParseAll, also returning the row's keys it does not read (sorted; nil when none).
-func parseRow(file string, line int64, data []byte, dataset string) (topics.Prompt, []string, error) {
+// ParseRows returns every Prompt a line makes: for a conversation, ParseAll's; for a row of token ids (a line
+// with "input_ids", see tokens.go), the rows it brings with their output (topics.Kept), one per run of its loss
+// mask. It returns a *LineError when the line is neither.
+func ParseRows(file string, line int64, data []byte, dataset string) ([]topics.Prompt, error) {
+	ps, _, err := parseRow(file, line, data, dataset)
+	return ps, err
+}
+
+// parseRow is ParseRows, also returning the row's keys it does not read (sorted; nil when none).
+func parseRow(file string, line int64, data []byte, dataset string) ([]topics.Prompt, []string, error) {
 	var row wireRow
-	p, err := parseWire(file, line, data, dataset, &row)
-	return p, row.Unknown, err
+	ps, err := parseWire(file, line, data, dataset, &row)
+	return ps, row.Unknown, err
 }
 
-func parseWire(file string, line int64, data []byte, dataset string, row *wireRow) (topics.Prompt, error) {
+// parseWire decodes one line into row and returns the Prompts it makes (tokens.go for a row of token ids).
+func parseWire(file string, line int64, data []byte, dataset string, row *wireRow) ([]topics.Prompt, error) {
 	src := topics.Source{File: file, Line: line}
 	if !utf8.Valid(data) {
-		return topics.Prompt{}, lineErr(ReasonInvalidUTF8, "invalid UTF-8 at byte %d", invalidUTF8Offset(data))
+		return nil, lineErr(ReasonInvalidUTF8, "invalid UTF-8 at byte %d", invalidUTF8Offset(data))
 	}
 	trimmed := bytes.Trim(data, " \t\r\n") // JSON whitespace only
 	if len(trimmed) == 0 {
-		return topics.Prompt{}, lineErr(ReasonInvalidJSON, "invalid JSON: empty line")
+		return nil, lineErr(ReasonInvalidJSON, "invalid JSON: empty line")
 	}
 	if err := decodeRow(trimmed, row); err != nil || trimmed[0] != '{' {
 		var se *json.SyntaxError
 		if errors.As(err, &se) {
-			return topics.Prompt{}, lineErr(ReasonInvalidJSON, "invalid JSON at byte %d: %v", se.Offset, se)
+			return nil, lineErr(ReasonInvalidJSON, "invalid JSON at byte %d: %v", se.Offset, se)
 		}
-		return topics.Prompt{}, lineErr(ReasonInvalidJSON, "invalid row: a JSON %s, want an object", jsonKind(trimmed))
+		return nil, lineErr(ReasonInvalidJSON, "invalid row: a JSON %s, want an object", jsonKind(trimmed))
 	}
 	if off := loneSurrogate(trimmed); off >= 0 {
 		// encoding/json would silently turn it into U+FFFD; Python tokenizers would fail on it.
-		return topics.Prompt{}, lineErr(ReasonInvalidUTF8, "invalid Unicode: a lone UTF-16 surrogate escape %s at byte %d",
+		return nil, lineErr(ReasonInvalidUTF8, "invalid Unicode: a lone UTF-16 surrogate escape %s at byte %d",
 			trimmed[off:off+6], off+len(data)-len(bytes.TrimLeft(data, " \t\r\n")))
 	}
+	if !isNull(row.InputIDs) {
+		return parseTokenRow(src, dataset, row)
+	}
+	p, err := parseConversation(src, dataset, trimmed, row)
+	if err != nil {
+		return nil, err
+	}
+	return []topics.Prompt{p}, nil
+}
+
+// parseConversation reads the conversation of a decoded row.
+func parseConversation(src topics.Source, dataset string, trimmed []byte, row *wireRow) (topics.Prompt, error) {
 
 	field, rawMsgs := "messages", row.Messages
 	if isNull(rawMsgs) {
 		field, rawMsgs = "conversations", row.Conversations
 	}
 	if isNull(rawMsgs) {
-		return topics.Prompt{}, lineErr(ReasonEmptyConversation, "empty conversation: no \"messages\" or \"conversations\" field (the row's keys: %s)",
-			quotedKeys(trimmed))
+		return topics.Prompt{}, lineErr(ReasonEmptyConversation, "empty conversation: no \"messages\" or \"conversations\" field, "+
+			"nor \"input_ids\" of a row of token ids (the row's keys: %s)", quotedKeys(trimmed))
 	}
 	rawMsgs, err := unwrapJSONString(rawMsgs, field)
 	if err != nil {

@@ -279,6 +279,8 @@ func FuzzParse(f *testing.F) {
 		`{"id": -1.5e3, "messages": "[{\"role\": \"user\", \"content\": null}]"}`,
 		"{\"messages\": [{\"role\": \"user\", \"content\": \"\xff\"}]}",
 		`[]`, `{}`, `{"messages": [null]}`,
+		// Rows of token ids are not conversations: Parse refuses them (FuzzParseRows reads them).
+		`{"id": "r", "input_ids": [1, 2], "output_ids": [3]}`, `{"input_ids": [1, 2], "loss_mask": [0, 1]}`,
 	} {
 		f.Add([]byte(s))
 	}

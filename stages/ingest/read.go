@@ -21,15 +21,31 @@ import (
 // ReasonLineTooLong (their first bytes are the payload) and reading goes on with the next line.
 const DefaultMaxLineBytes = 32 << 20
 
-// RecordFunc receives each conversation of a file, in file order. Exactly one of p and err is meaningful:
-// err is a *LineError for a line that is not a usable conversation. src locates the line (1-based line for
-// JSONL, 1-based row for Parquet); raw is the line (for Parquet, the row as JSON) and is only valid during
-// the call. Returning an error stops reading; ReadFile returns it.
+// RecordFunc receives each Prompt of a file, in file order (ParseRows): a conversation's, or each row of a line
+// of token ids (one line of a multi-turn pre-tokenized record gives several, with the same src and raw).
+// Exactly one of p and err is meaningful: err is a *LineError for a line that is neither a usable conversation
+// nor a usable row of token ids. src locates the line (1-based line for JSONL, 1-based row for Parquet); raw is
+// the line (for Parquet, the row as JSON) and is only valid during the call. Returning an error stops reading;
+// ReadFile returns it.
 type RecordFunc func(p topics.Prompt, err error, src topics.Source, raw []byte) error
 
-// ReadFile streams the conversations of one input file: JSONL or one JSON array of rows (optionally .gz or
-// .zst compressed), or Parquet (by extension, or by its PAR1 magic). The dataset of every prompt is DatasetName(path). Line-level
-// problems reach fn as errors; ReadFile itself fails only when the file cannot be read.
+// each calls fn with every Prompt of a line, or once with its error.
+func each(fn RecordFunc, ps []topics.Prompt, perr error, src topics.Source, raw []byte) error {
+	if perr != nil || len(ps) == 0 {
+		return fn(topics.Prompt{}, perr, src, raw)
+	}
+	for _, p := range ps {
+		if err := fn(p, nil, src, raw); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ReadFile streams the Prompts of one input file: JSONL or one JSON array of rows (optionally .gz or .zst
+// compressed), or Parquet (by extension, or by its PAR1 magic). The dataset of every prompt is
+// DatasetName(path). Line-level problems reach fn as errors; ReadFile itself fails only when the file cannot
+// be read.
 func ReadFile(path string, fn func(p topics.Prompt, err error, src topics.Source, raw []byte) error) error {
 	return readFile(context.Background(), path, readOptions{}, fn)
 }
@@ -109,11 +125,11 @@ func readJSONL(ctx context.Context, path string, r io.Reader, opt readOptions, f
 		if len(bytes.Trim(line, " \t\r")) == 0 {
 			continue // blank lines separate nothing in JSONL; skip them silently
 		}
-		p, unknown, perr := parseRow(path, lineNo, line, opt.dataset)
+		ps, unknown, perr := parseRow(path, lineNo, line, opt.dataset)
 		if len(unknown) > 0 && opt.unknownKeys != nil {
 			opt.unknownKeys(opt.dataset, unknown, src)
 		}
-		if err := fn(p, perr, src, line); err != nil {
+		if err := each(fn, ps, perr, src, line); err != nil {
 			return err
 		}
 	}

@@ -56,6 +56,10 @@ type Config struct {
 	// Turns is the turns setting of datasets whose settings do not say (TurnsAll or TurnsLast; default
 	// TurnsAll): every assistant turn of a conversation, or only the last.
 	Turns string
+	// Replies is the replies setting of datasets whose settings do not say (RepliesGenerate or RepliesKeep;
+	// default RepliesGenerate): the target generates the assistant turns, or the dataset's own replies are kept
+	// as rows (one per assistant reply, topics.OriginDataset). Rows of token ids are kept whatever it says.
+	Replies string
 	// Logger receives the stage's logs (default slog.Default()).
 	Logger *slog.Logger
 	// Progress, when set, is told how far the run has read its inputs (the command line draws a bar from
@@ -67,9 +71,10 @@ type Config struct {
 	MaxInFlight int
 	// Registerer receives the stage's metrics (default prometheus.DefaultRegisterer).
 	Registerer prometheus.Registerer
-	// OnPrompt, if set, is called with the id and source of each prompt once Kafka acknowledged it, from the
-	// producer's goroutine (not in input order). Run keeps no list of ids: a caller that needs them keeps them.
-	OnPrompt func(id string, src topics.Source)
+	// OnPrompt, if set, is called with each prompt once Kafka acknowledged it, from the producer's goroutine
+	// (not in input order); p is not to be changed. Run keeps no list of ids: a caller that needs them keeps
+	// them (a run accounts for each by topics.AccountKey).
+	OnPrompt func(p *topics.Prompt)
 	// TempDir is where Run keeps the ids it has seen, for the duplicate check, in a temporary file of its own
 	// (default os.TempDir()); memory holds only a bounded number of them (see internal/idset).
 	TempDir string
@@ -77,8 +82,12 @@ type Config struct {
 
 // Result summarises a Run.
 type Result struct {
-	// Prompts is the number of prompts Kafka acknowledged on the prompts topic.
+	// Prompts is the number of prompts Kafka acknowledged on the prompts topic: conversations to generate and
+	// rows brought in with their output.
 	Prompts int
+	// Origins counts the acknowledged prompts by origin: topics.OriginGenerated for a conversation to generate,
+	// the row's origin for one brought in with its output (topics.Kept).
+	Origins map[string]int
 	// Rejected is the number of lines Kafka acknowledged on the rejected topic.
 	Rejected int
 	// Datasets counts acknowledged prompts per dataset.
@@ -124,9 +133,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	defer seen.Close()
 	life := stream.New(ctx, stream.Config{Client: kcl, Stage: Stage, Logger: log, Registerer: cfg.Registerer,
 		MaxInFlight: cmp.Or(cfg.MaxInFlight, DefaultMaxInFlight)})
-	r := &runner{log: log.With("stage", Stage), settings: settings, defaults: cfg.Defaults, turns: cfg.Turns, sampling: map[string]topics.Sampling{},
-		life: life, prompts: life.Output(topics.TopicPrompts), seen: seen, fileIdx: map[string]int{}, onPrompt: cfg.OnPrompt,
-		datasets: map[string]int{}, reasons: map[Reason]int{}, ignored: map[string][]string{}}
+	r := &runner{log: log.With("stage", Stage), settings: settings, defaults: cfg.Defaults, turns: cfg.Turns, replies: cfg.Replies,
+		sampling: map[string]topics.Sampling{}, life: life, prompts: life.Output(topics.TopicPrompts), seen: seen, fileIdx: map[string]int{},
+		onPrompt: cfg.OnPrompt, datasets: map[string]int{}, origins: map[string]int{}, reasons: map[Reason]int{}, ignored: map[string][]string{}}
 	met := bytesRead(cfg.Registerer)
 	readBytes := func(n int64) { met.Add(float64(n)) }
 	if p := cfg.Progress; p != nil {
@@ -173,6 +182,10 @@ func prepare(cfg *Config) (inputs []string, total int64, settings Settings, err 
 	if err := checkTurns(cfg.Turns); err != nil {
 		return nil, 0, settings, fmt.Errorf("ingest: --turns: %w", err)
 	}
+	cfg.Replies = cmp.Or(cfg.Replies, RepliesGenerate)
+	if err := checkReplies(cfg.Replies); err != nil {
+		return nil, 0, settings, fmt.Errorf("ingest: --replies: %w", err)
+	}
 	if cfg.SettingsFile != "" {
 		if settings, err = LoadSettings(cfg.SettingsFile); err != nil {
 			return nil, 0, settings, err
@@ -214,13 +227,14 @@ type runner struct {
 	settings Settings
 	defaults topics.Sampling
 	turns    string                     // Config.Turns
+	replies  string                     // Config.Replies
 	sampling map[string]topics.Sampling // resolved settings per dataset
 	life     *stream.Stage
 	prompts  *stream.Output
 	seen     *idset.Set // id -> first occurrence in this run (seenValue)
 	files    []string   // input files, indexed by seenValue
 	fileIdx  map[string]int
-	onPrompt func(id string, src topics.Source)
+	onPrompt func(p *topics.Prompt)
 
 	ignored map[string][]string // dataset -> row keys not read, reported (only the reading goroutine uses it)
 
@@ -229,6 +243,7 @@ type runner struct {
 	acked     int // prompts Kafka acknowledged
 	nRejected int // lines rejected (dead letter sent or acknowledged)
 	datasets  map[string]int
+	origins   map[string]int
 	reasons   map[Reason]int
 	failed    int
 	ackErr    error
@@ -257,10 +272,13 @@ func (r *runner) unknownKeys(dataset string, keys []string, src topics.Source) {
 	r.ignored[dataset] = append(r.ignored[dataset], fresh...)
 	slices.Sort(r.ignored[dataset])
 	r.log.Warn("rows carry keys ingest does not read; they are ignored", "dataset", dataset, "keys", strings.Join(fresh, ", "),
-		"first", fmt.Sprintf("%s line %d", src.File, src.Line), "read", strings.Join(rowKeys, ", "))
+		"first", fmt.Sprintf("%s line %d", src.File, src.Line), "read", strings.Join(conversationKeys, ", "),
+		"read_token_rows", strings.Join(tokenKeys, ", "))
 }
 
-// handle is the RecordFunc of Run: route one line to prompts or rejected.
+// handle is the RecordFunc of Run: route one line to prompts or rejected. A conversation becomes the prompt of
+// its first turn to generate (of its last under `turns: last`), or under `replies: keep` one row per assistant
+// reply; a row of token ids is one prompt.
 func (r *runner) handle(p topics.Prompt, perr error, src topics.Source, raw []byte) error {
 	if err := r.life.Err(); err != nil {
 		return err // Kafka refuses the stage's writes: reading on cannot help
@@ -270,42 +288,65 @@ func (r *runner) handle(p topics.Prompt, perr error, src topics.Source, raw []by
 		r.reject(&p, perr, raw)
 		return nil
 	}
-	if v, dup, err := r.seen.Get(p.ID); err != nil {
-		return fmt.Errorf("ingest: duplicate check: %w", err)
-	} else if dup {
-		first := r.source(v)
-		r.reject(&p, lineErr(ReasonDuplicateID, "duplicate id %q: already used by %s line %d in this run", p.ID, first.File, first.Line), raw)
-		return nil
+	rows := []topics.Prompt{p}
+	if !topics.Kept(p.Origin) {
+		last := r.settings.TurnsFor(p.Dataset, r.turns) == TurnsLast
+		switch {
+		case r.settings.RepliesFor(p.Dataset, r.replies) == RepliesKeep:
+			kept, err := keptReplies(p, last)
+			if err != nil {
+				r.reject(&p, err, raw)
+				return nil
+			}
+			rows = kept
+		case last:
+			rows[0] = LastTurn(p)
+		}
+	}
+	// Each row is accounted for by its key (topics.AccountKey): a conversation's id, a kept row's id and turn.
+	for _, row := range rows {
+		key := topics.AccountKey(row.ID, row.Turn, row.Origin)
+		if v, dup, err := r.seen.Get(key); err != nil {
+			return fmt.Errorf("ingest: duplicate check: %w", err)
+		} else if dup {
+			first := r.source(v)
+			what := fmt.Sprintf("id %q", row.ID)
+			if topics.Kept(row.Origin) {
+				what = fmt.Sprintf("row of id %q turn %d", row.ID, row.Turn)
+			}
+			r.reject(&p, lineErr(ReasonDuplicateID, "duplicate %s: already used by %s line %d in this run", what, first.File, first.Line), raw)
+			return nil
+		}
 	}
 	samp, ok := r.sampling[p.Dataset]
 	if !ok {
 		samp = r.settings.For(p.Dataset, r.defaults)
 		r.sampling[p.Dataset] = samp
 	}
-	p.Sampling = samp
-	if r.settings.TurnsFor(p.Dataset, r.turns) == TurnsLast {
-		p = LastTurn(p)
+	for i := range rows {
+		row := &rows[i]
+		if err := r.seen.Put(topics.AccountKey(row.ID, row.Turn, row.Origin), r.seenValue(src)); err != nil {
+			return fmt.Errorf("ingest: duplicate check: %w", err)
+		}
+		row.Sampling = samp
+		r.mu.Lock()
+		r.sent++
+		r.mu.Unlock()
+		// A prompt over the message size limit, the client's or the topic's, is rejected as too_large by the
+		// lifecycle's produce policy; the run goes on.
+		rec := stream.From(r.life, row, where(src), r.ended(row, true))
+		rec.Produce(r.prompts, row.ID, row, stream.Outcome{Result: resultIngested})
 	}
-	if err := r.seen.Put(p.ID, r.seenValue(src)); err != nil {
-		return fmt.Errorf("ingest: duplicate check: %w", err)
-	}
-	r.mu.Lock()
-	r.sent++
-	r.mu.Unlock()
-	// A prompt over the message size limit, the client's or the topic's, is rejected as too_large by the
-	// lifecycle's produce policy; the run goes on.
-	rec := stream.From(r.life, &p, where(src), r.ended(p.ID, p.Dataset, src, true))
-	rec.Produce(r.prompts, p.ID, &p, stream.Outcome{Result: resultIngested})
 	return nil
 }
 
 // where names an input line for logs.
 func where(src topics.Source) string { return fmt.Sprintf("%s line %d", src.File, src.Line) }
 
-// ended returns what runs once the record of one line ended: with its outcome (ingested or rejected), or with
-// the error that abandoned it. produced says the line was sent as a prompt (a rejection then moves it from
-// the sent to the rejected lines).
-func (r *runner) ended(id, dataset string, src topics.Source, produced bool) func(stream.Outcome, error) {
+// ended returns what runs once the record of one line (or one of its rows) ended: with its outcome (ingested or
+// rejected), or with the error that abandoned it. produced says p was sent as a prompt (a rejection then moves it
+// from the sent to the rejected records).
+func (r *runner) ended(p *topics.Prompt, produced bool) func(stream.Outcome, error) {
 	return func(o stream.Outcome, err error) {
 		r.mu.Lock()
 		switch {
@@ -313,7 +354,7 @@ func (r *runner) ended(id, dataset string, src topics.Source, produced bool) fun
 			if !produced {
 				r.nRejected--
 			}
-			r.fail(fmt.Errorf("ingest: %s: %w", where(src), err))
+			r.fail(fmt.Errorf("ingest: %s: %w", where(p.Source), err))
 		case o.Result == stream.Rejected:
 			if produced {
 				r.sent--
@@ -322,11 +363,12 @@ func (r *runner) ended(id, dataset string, src topics.Source, produced bool) fun
 			r.reasons[Reason(o.Class)]++
 		default:
 			r.acked++
-			r.datasets[dataset]++
+			r.datasets[p.Dataset]++
+			r.origins[topics.OriginOf(p.Origin)]++
 		}
 		r.mu.Unlock()
 		if err == nil && o.Result == resultIngested && r.onPrompt != nil {
-			r.onPrompt(id, src)
+			r.onPrompt(p)
 		}
 	}
 }
@@ -361,7 +403,7 @@ func (r *runner) reject(p *topics.Prompt, perr error, raw []byte) {
 	r.mu.Lock()
 	r.nRejected++
 	r.mu.Unlock()
-	rec := stream.From(r.life, p, where(p.Source), r.ended(p.ID, p.Dataset, p.Source, false))
+	rec := stream.From(r.life, p, where(p.Source), r.ended(p, false))
 	rec.Reject(string(reason), perr.Error(), raw)
 }
 
@@ -376,7 +418,7 @@ func (r *runner) fail(err error) {
 func (r *runner) result() Result {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	res := Result{Prompts: r.acked, Datasets: r.datasets, Reasons: r.reasons, IgnoredKeys: r.ignored}
+	res := Result{Prompts: r.acked, Datasets: r.datasets, Origins: r.origins, Reasons: r.reasons, IgnoredKeys: r.ignored}
 	for _, n := range r.reasons {
 		res.Rejected += n
 	}

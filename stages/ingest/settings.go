@@ -25,10 +25,12 @@ import (
 //	}
 //
 // Keys of a section are those of topics.Sampling: max_new_tokens, temperature, top_p, top_k, min_p,
-// seed (or sampling_seed), stop_token_ids, lane, template_kwargs; and turns: "all" regenerates every
+// seed (or sampling_seed), stop_token_ids, lane, template_kwargs; turns: "all" regenerates every
 // assistant turn of a conversation, each against the target's own earlier answers, "last" only the turn
-// after the last user message (default: Config.Turns, itself "all" by default). Unknown keys are an error,
-// so a typo does not silently fall back to a default.
+// after the last user message (default: Config.Turns, itself "all" by default); and replies: "generate" (the
+// target generates every reply again) or "keep" (each assistant reply of the dataset is kept as a row, nothing
+// is generated; with turns "last" only the last reply; default: Config.Replies, itself "generate"). Unknown keys
+// are an error, so a typo does not silently fall back to a default.
 type Settings struct {
 	// Default applies to every dataset.
 	Default topics.Sampling
@@ -36,12 +38,22 @@ type Settings struct {
 	Datasets map[string]topics.Sampling
 	// Turns holds the turns setting of the default section (key "") and of each dataset that sets one.
 	Turns map[string]string
+	// Replies holds the replies setting of the default section (key "") and of each dataset that sets one.
+	Replies map[string]string
 }
 
 // Values of the turns setting.
 const (
 	TurnsAll  = "all"
 	TurnsLast = "last"
+)
+
+// Values of the replies setting.
+const (
+	// RepliesGenerate: the target model generates each assistant turn again.
+	RepliesGenerate = "generate"
+	// RepliesKeep: each assistant reply of the dataset is kept as the output of a row (topics.OriginDataset).
+	RepliesKeep = "keep"
 )
 
 func checkTurns(v string) error {
@@ -51,12 +63,28 @@ func checkTurns(v string) error {
 	return nil
 }
 
+func checkReplies(v string) error {
+	if v != RepliesGenerate && v != RepliesKeep {
+		return fmt.Errorf("replies %q: want %q or %q", v, RepliesGenerate, RepliesKeep)
+	}
+	return nil
+}
+
 // TurnsFor returns the turns setting of dataset: its own section's, else the default section's, else base.
 func (s Settings) TurnsFor(dataset, base string) string {
-	if v, ok := s.Turns[dataset]; ok {
+	return sectionValue(s.Turns, dataset, base)
+}
+
+// RepliesFor returns the replies setting of dataset: its own section's, else the default section's, else base.
+func (s Settings) RepliesFor(dataset, base string) string {
+	return sectionValue(s.Replies, dataset, base)
+}
+
+func sectionValue(m map[string]string, dataset, base string) string {
+	if v, ok := m[dataset]; ok {
 		return v
 	}
-	if v, ok := s.Turns[""]; ok {
+	if v, ok := m[""]; ok {
 		return v
 	}
 	return base
@@ -75,6 +103,7 @@ type samplingJSON struct {
 	Lane           *string        `json:"lane"`
 	TemplateKwargs map[string]any `json:"template_kwargs"`
 	Turns          *string        `json:"turns"`
+	Replies        *string        `json:"replies"`
 }
 
 func (s samplingJSON) sampling() (topics.Sampling, error) {
@@ -145,30 +174,41 @@ func ParseSettings(data []byte) (Settings, error) {
 	if err := dec.Decode(&file); err != nil {
 		return Settings{}, err
 	}
-	s := Settings{Turns: map[string]string{}}
+	s := Settings{Turns: map[string]string{}, Replies: map[string]string{}}
 	var err error
 	if s.Default, err = file.Default.sampling(); err != nil {
 		return Settings{}, fmt.Errorf("default: %w", err)
 	}
-	if t := file.Default.Turns; t != nil {
-		if err := checkTurns(*t); err != nil {
-			return Settings{}, fmt.Errorf("default: %w", err)
-		}
-		s.Turns[""] = *t
+	if err := s.section("", file.Default); err != nil {
+		return Settings{}, fmt.Errorf("default: %w", err)
 	}
 	s.Datasets = make(map[string]topics.Sampling, len(file.Datasets))
 	for name, sec := range file.Datasets {
 		if s.Datasets[name], err = sec.sampling(); err != nil {
 			return Settings{}, fmt.Errorf("datasets.%s: %w", name, err)
 		}
-		if t := sec.Turns; t != nil {
-			if err := checkTurns(*t); err != nil {
-				return Settings{}, fmt.Errorf("datasets.%s: %w", name, err)
-			}
-			s.Turns[name] = *t
+		if err := s.section(name, sec); err != nil {
+			return Settings{}, fmt.Errorf("datasets.%s: %w", name, err)
 		}
 	}
 	return s, nil
+}
+
+// section records the turns and replies settings of a section (name "" for the default one).
+func (s *Settings) section(name string, sec samplingJSON) error {
+	if t := sec.Turns; t != nil {
+		if err := checkTurns(*t); err != nil {
+			return err
+		}
+		s.Turns[name] = *t
+	}
+	if r := sec.Replies; r != nil {
+		if err := checkReplies(*r); err != nil {
+			return err
+		}
+		s.Replies[name] = *r
+	}
+	return nil
 }
 
 // For returns the settings of dataset: base (the flags), overridden field by field by the file's default
@@ -218,8 +258,9 @@ func Merge(base, over topics.Sampling) topics.Sampling {
 }
 
 // RegisterFlags adds ingest's flags to fs: --input (repeatable; a directory means its .jsonl/.parquet
-// files), --dataset, --settings, and the default generation settings --max-new-tokens, --temperature,
-// --top-p, --top-k, --seed, --lane. Kafka flags (--brokers) belong to the caller.
+// files), --dataset, --settings, the default generation settings --max-new-tokens, --temperature,
+// --top-p, --top-k, --seed, --lane, and --turns, --replies and --max-line-bytes. Kafka flags (--brokers)
+// belong to the caller.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var((*stringList)(&c.Inputs), "input", "input `file` (JSONL, .jsonl.gz, .jsonl.zst or Parquet) or directory; repeatable")
 	fs.StringVar(&c.Dataset, "dataset", c.Dataset, "dataset `name` for every input (default: each file's stem)")
@@ -230,7 +271,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Defaults.TopK, "top-k", c.Defaults.TopK, "default top_k (0: server default)")
 	fs.Var(&intPtr{&c.Defaults.Seed}, "seed", "default sampling seed (unset: unseeded)")
 	fs.StringVar(&c.Defaults.Lane, "lane", c.Defaults.Lane, "default scheduling `lane` (for example short or long)")
-	fs.StringVar(&c.Turns, "turns", c.Turns, "which assistant turns to regenerate unless the settings say otherwise: all (each against the target's earlier answers) or last")
+	fs.StringVar(&c.Turns, "turns", c.Turns, "which assistant turns to regenerate (or keep, with --replies keep) unless the settings say otherwise: all (each against the target's earlier answers) or last")
+	fs.StringVar(&c.Replies, "replies", c.Replies, "what becomes of the dataset's assistant replies unless the settings say otherwise: generate (the target generates each again) "+
+		"or keep (each reply is kept as a row's output, rendered by the chat template; nothing is generated)")
 	fs.IntVar(&c.MaxLineBytes, "max-line-bytes", c.MaxLineBytes, "longest accepted JSONL line in bytes (0: 32 MiB)")
 }
 

@@ -89,14 +89,15 @@ func TestRegisterFlags(t *testing.T) {
 	fs := flag.NewFlagSet("ingest", flag.ContinueOnError)
 	c.RegisterFlags(fs)
 	err := fs.Parse([]string{"--input", "a.jsonl", "--input=dir,with,commas", "--dataset", "d", "--settings", "s.json",
-		"--max-new-tokens", "512", "--temperature", "0", "--top-p", "0.9", "--top-k", "40", "--seed", "-3", "--lane", "long"})
+		"--max-new-tokens", "512", "--temperature", "0", "--top-p", "0.9", "--top-k", "40", "--seed", "-3", "--lane", "long",
+		"--replies", "keep", "--turns", "last"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	d := c.Defaults
 	if strings.Join(c.Inputs, "|") != "a.jsonl|dir,with,commas" || c.Dataset != "d" || c.SettingsFile != "s.json" ||
 		d.MaxNewTokens != 512 || d.Temperature == nil || *d.Temperature != 0 || d.TopP != 0.9 || d.TopK != 40 ||
-		d.Seed == nil || *d.Seed != -3 || d.Lane != "long" {
+		d.Seed == nil || *d.Seed != -3 || d.Lane != "long" || c.Replies != RepliesKeep || c.Turns != TurnsLast {
 		t.Fatalf("config %+v defaults %+v", c, d)
 	}
 	var unset Config

@@ -1,6 +1,8 @@
 // Package tokenize is the tokenize stage: it consumes Prompts, renders each with the model's chat template,
 // tokenizes the text exactly as Hugging Face would, and produces Tokenized records. Prompts that cannot be
-// rendered, or that leave no room for generation in the model's context, go to the dead-letter topic.
+// rendered, or that leave no room for generation in the model's context, go to the dead-letter topic. A row
+// brought in with its output (topics.Kept) is checked against the model (vocabulary, context window) and keeps
+// its ids, or has the dataset's reply rendered after its prompt (EncodeReply); see kept.go.
 //
 // The tokenizer (stages/tokenize/tokenizer) and the chat template engine (stages/tokenize/chattemplate) are
 // pure Go; Model joins them for one model directory.
@@ -180,6 +182,10 @@ func (t *worker) handle(r *stream.Record[topics.Prompt]) {
 	p := r.Value
 	if p.Continuation && t.foreign != "" && r.Message().Topic == t.foreign {
 		r.Finish(stream.Outcome{Result: resultForeignTurn})
+		return
+	}
+	if p.Origin != "" && p.Origin != topics.OriginGenerated {
+		t.keep(r) // a row brought in with its output: kept.go
 		return
 	}
 	start := time.Now()

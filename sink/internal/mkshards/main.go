@@ -1,7 +1,7 @@
 // Command mkshards writes sample shards through the real sink, for tests of the readers (the Python package
 // and its pytest suite): it starts an embedded broker, produces deterministic generations for two runs (two
-// sampling temperatures) to the generated topic, runs sink.Run until every row is durable, and writes the
-// expected rows as JSON lines.
+// sampling temperatures) to the generated topic, some of them rows brought in with their output (every origin),
+// runs sink.Run until every row is durable, and writes the expected rows as JSON lines.
 //
 //	go run ./sink/internal/mkshards -out DIR -expected FILE [-n 200] [-rotate-rows 37] [-row-group-rows 16]
 package main
@@ -35,6 +35,7 @@ type expectedRow struct {
 	CompletionLen int      `json:"completion_len"`
 	Dataset       string   `json:"dataset"`
 	FinishReason  string   `json:"finish_reason"`
+	Origin        string   `json:"origin"`
 }
 
 func main() {
@@ -68,13 +69,17 @@ func gen(i int, temp float64) *topics.Generation {
 	if i%4 == 0 {
 		fr = "length"
 	}
-	return &topics.Generation{
+	g := &topics.Generation{
 		ID: fmt.Sprintf("sample-%05d", i), Dataset: fmt.Sprintf("set%d", i%3),
 		Sampling: topics.Sampling{MaxNewTokens: 256, Temperature: &temp},
 		Model:    "models/Sample-Model", TokenizerHash: "sample-tokenizer",
 		Meta:      topics.GenerationMeta{FinishReason: fr, Endpoint: "http://sim"},
 		PromptIDs: prompt, OutputIDs: output,
 	}
+	if k := i % 5; k > 0 && k < len(topics.Origins()) { // 1, 2, 3: a row brought in with its output, of each origin
+		g.Origin, g.Meta.Endpoint = topics.Origins()[k], ""
+	}
+	return g
 }
 
 func run(out, expected string, n, rotate, rowGroup int) error {
@@ -167,7 +172,7 @@ func run(out, expected string, n, rotate, rowGroup int) error {
 	enc := json.NewEncoder(f)
 	for _, g := range gens {
 		row := expectedRow{RunDir: shard.RunOf(g).DirName(), ID: g.ID, PromptLen: len(g.PromptIDs), CompletionLen: len(g.OutputIDs),
-			Dataset: g.Dataset, FinishReason: g.Meta.FinishReason}
+			Dataset: g.Dataset, FinishReason: g.Meta.FinishReason, Origin: topics.OriginOf(g.Origin)}
 		row.InputIDs = append(append(row.InputIDs, g.PromptIDs...), g.OutputIDs...)
 		row.LossMask = make([]int, len(row.InputIDs))
 		for i := len(g.PromptIDs); i < len(row.LossMask); i++ {
