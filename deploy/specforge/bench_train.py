@@ -85,7 +85,8 @@ TRAIN_CONVS, EVAL_CONVS, MAX_LINE_BYTES = 30, 10, 2500
 NEW_TOKENS, STEPS, EVAL_INTERVAL = 48, 150, 10
 
 
-def _capture_run(draftflow, target, conv, out, aux, final, extra=()):
+def _capture_run(draftflow, target, conv, out, aux, final, origin, extra=()):
+    """draftflow run of conv with both captures into out; returns (run directory, rows), every row of origin."""
     harness.run([draftflow, "run", "--input", conv, "--model", target, "--sglang", final, "--capture-aux", aux,
                  "--capture-final", final, "--capture-aux-layers", ",".join(str(i + 1) for i in harness.AUX_LAYER_IDS),
                  "--temperature", "0", "--max-new-tokens", str(NEW_TOKENS), "--out", out, "--timeout", "15m", *extra],
@@ -96,7 +97,10 @@ def _capture_run(draftflow, target, conv, out, aux, final, extra=()):
     if len(manifests) != 1:
         raise SystemExit(f"bench_train.py: {out} holds {len(manifests)} runs, want 1")
     run = manifests[0].run_dir
-    rows = list(dd.iter_rows(run, columns=("id", "turn", "input_ids")))
+    rows = list(dd.iter_rows(run, columns=("id", "turn", "input_ids", "origin")))
+    other = {str(r["origin"]) for r in rows} - {origin}
+    if other:
+        raise SystemExit(f"bench_train.py: {out}: rows of origin {sorted(other)}, want only {origin}")
     return run, rows
 
 
@@ -119,10 +123,11 @@ def cmd_regenerate(a):
     runs = {}
     try:
         aux, final = servers.up(target, [("bench-aux", harness.AUX_SERVER), ("bench-final", harness.FINAL_SERVER)])
-        for name, c, extra in (("regenerated", conv["train"], ()), ("original", conv["train"], ("--replies", "keep")),
-                               ("eval", conv["eval"], ())):
+        for name, c, origin, extra in (("regenerated", conv["train"], "generated", ()),
+                                       ("original", conv["train"], "dataset", ("--replies", "keep")),
+                                       ("eval", conv["eval"], "generated", ())):
             t = time.monotonic()
-            runs[name] = _capture_run(draftflow, target, c, os.path.join(work, f"out-{name}"), aux, final, extra)
+            runs[name] = _capture_run(draftflow, target, c, os.path.join(work, f"out-{name}"), aux, final, origin, extra)
             print(f"{name}: {len(runs[name][1])} rows, {sum(len(r['input_ids']) for r in runs[name][1])} tokens "
                   f"({time.monotonic() - t:.0f} s)", flush=True)
     except BaseException:

@@ -180,7 +180,8 @@ def _captured_run(out):
     manifests = dd.read_manifests(str(out))
     assert len(manifests) == 1, [m.run_dir for m in manifests]
     run = manifests[0].run_dir
-    rows = list(dd.iter_rows(run, columns=("id", "turn", "input_ids", "loss_mask", "completion_len", "stop_reason")))
+    rows = list(dd.iter_rows(run, columns=("id", "turn", "input_ids", "loss_mask", "completion_len", "stop_reason", "origin")))
+    assert {str(r["origin"]) for r in rows} == {"generated"}, {str(r["origin"]) for r in rows}
     feats = RunFeatures(run)
     assert feats.shards() == sorted(s["file"] for s in manifests[0].shards), (feats.shards(), manifests[0].shards)
     assert not feats.missing(), f"rows without features: {feats.missing()}"
