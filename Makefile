@@ -122,7 +122,7 @@ test-train:
 BENCH_TRAIN_SEEDS ?= 0,1,2
 bench-train:
 	@bash deploy/specforge/specforge.sh install >/dev/null
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} PYTHONPATH=python $(PYTHON) deploy/specforge/bench_train.py regenerate --out out/bench-train --seeds $(BENCH_TRAIN_SEEDS) --json bench-train.json
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} PYTHONPATH=python $(PYTHON) deploy/specforge/bench_train.py regenerate --out out/bench-train --seeds $(BENCH_TRAIN_SEEDS) --json out/bench-train.json
 
 ## bench-sglang: the generate policies and SGLang's bench_serving against the real SGLang 0.5.23 on this machine's
 ## CPU, one server per pool, interleaved repeats (docs/performance.md; long: not in make bench or .ci/run).

@@ -145,10 +145,11 @@ NEW_TOKENS = 48
 LATER_TURN_SHARE = 1 / 3
 # Training steps (batch 1) and evaluations; the margins the last evaluation must clear above the first, for
 # accuracy (eval/avg_acc, SpecForge's position-0 accuracy) and for eval/simulated_acc_len (the expected accepted
-# length of one 7-token draft chain). docs/training.md has the repeated runs they come from: over 8 seeds on the
-# same captured rows the rises were at least MIN_ACC_RISE and MIN_SAL_RISE; the margins are half of those.
+# length of one 7-token draft chain). docs/training.md has the repeated runs they come from (two captures, 13
+# seeds in all, deploy/specforge/bench_train.py seeds): the rises were at least 0.162 and 0.601 (medians 0.228
+# and 0.772); the margins are half of the smallest, rounded down.
 STEPS, EVAL_INTERVAL = 150, 10
-ACC_MARGIN, SAL_MARGIN = 0.1, 0.35
+ACC_MARGIN, SAL_MARGIN = 0.08, 0.3
 
 
 def _keep_dir(tmp_path):
