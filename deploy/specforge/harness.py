@@ -89,8 +89,12 @@ def is_chat(msgs):
 def chats(n_train, n_eval, max_bytes):
     """(train lines, eval lines): the bundled sample's chats (is_chat) of at most max_bytes bytes, in file order,
     the first n_train for training and the next n_eval for evaluation (other conversations)."""
+    lines = []
     with open(SAMPLE, "rb") as fh:
-        lines = [line for line in fh if len(line) <= max_bytes and (_messages(line) is not None and is_chat(_messages(line)))]
+        for line in fh:
+            msgs = _messages(line) if len(line) <= max_bytes else None
+            if msgs is not None and is_chat(msgs):
+                lines.append(line)
     if len(lines) < n_train + n_eval:
         raise AssertionError(f"the sample has {len(lines)} chats of at most {max_bytes} bytes, want {n_train + n_eval}")
     return lines[:n_train], lines[n_train:n_train + n_eval]
