@@ -615,39 +615,11 @@ func replyReference(t *testing.T, fam replyFamily, dir string, cases []kimiCase)
 	if fam.kimi {
 		return kimiTurnsReference(t, dir, cases)
 	}
-	type request struct {
-		Mode     string     `json:"mode"`
-		ModelDir string     `json:"model_dir,omitempty"`
-		Want     string     `json:"want_transformers"`
-		Tokenize bool       `json:"tokenize"`
-		Cases    []kimiCase `json:"cases"`
-		Now      string     `json:"now"`
-	}
 	now := turnsNow
 	if fam.clock {
 		now = time.Now().Format("2006-01-02") + "T12:00:00" // the day the Go side renders
 	}
-	req := request{Mode: "chat", Want: transformersPin(t), Tokenize: true, Cases: cases, Now: now}
-	out := pythonReference(t, "reply", "chattemplate/testdata/reference.py", "transformers", dir,
-		[]string{"tokenizer_config.json", "tokenizer.json", "chat_template.jinja"}, req,
-		func() any { r := req; r.ModelDir = dir; return r })
-	var resp struct {
-		Results []struct {
-			ID     string   `json:"id"`
-			Text   *string  `json:"text"`
-			IDs    []uint32 `json:"ids"`
-			RawIDs []uint32 `json:"raw_ids"`
-			Error  string   `json:"error"`
-		} `json:"results"`
-	}
-	if err := json.Unmarshal(out, &resp); err != nil {
-		t.Fatalf("reference output: %v", err)
-	}
-	refs := make(map[string]turnsRef, len(resp.Results))
-	for _, r := range resp.Results {
-		refs[r.ID] = turnsRef{Text: r.Text, IDs: r.IDs, RawIDs: r.RawIDs, Error: r.Error}
-	}
-	return refs
+	return hfTurnsReference(t, "reply", now, dir, cases)
 }
 
 // TestEncodeReplyMatchesTransformers: for every family and every assistant turn of the corpora, EncodeReply

@@ -313,7 +313,7 @@ func TestTurnsMatchTransformers(t *testing.T) {
 			if tm.kimi {
 				ref = kimiTurnsReference(t, dir, cases)
 			} else {
-				ref = hfTurnsReference(t, dir, cases)
+				ref = hfTurnsReference(t, "turns", turnsNow, dir, cases)
 			}
 			same, viaRaw := 0, 0
 			for i, c := range tm.convs {
@@ -469,9 +469,9 @@ func kimiTurnsReference(t *testing.T, dir string, cases []kimiCase) map[string]t
 // reads it: Llama's is given date_string).
 const turnsNow = "2026-07-04T15:04:05"
 
-// hfTurnsReference runs chattemplate/testdata/reference.py in chat mode with tokenize true (or reuses its
-// cached answer) and returns the results by case id.
-func hfTurnsReference(t *testing.T, dir string, cases []kimiCase) map[string]turnsRef {
+// hfTurnsReference runs chattemplate/testdata/reference.py in chat mode with tokenize true and strftime_now's
+// clock at now (or reuses its answer cached under $DRAFTFLOW_CACHE/golden/sub) and returns the results by case id.
+func hfTurnsReference(t *testing.T, sub, now, dir string, cases []kimiCase) map[string]turnsRef {
 	t.Helper()
 	type request struct {
 		Mode     string     `json:"mode"`
@@ -481,8 +481,8 @@ func hfTurnsReference(t *testing.T, dir string, cases []kimiCase) map[string]tur
 		Cases    []kimiCase `json:"cases"`
 		Now      string     `json:"now"`
 	}
-	req := request{Mode: "chat", Want: transformersPin(t), Tokenize: true, Cases: cases, Now: turnsNow}
-	out := pythonReference(t, "turns", "chattemplate/testdata/reference.py", "transformers", dir,
+	req := request{Mode: "chat", Want: transformersPin(t), Tokenize: true, Cases: cases, Now: now}
+	out := pythonReference(t, sub, "chattemplate/testdata/reference.py", "transformers", dir,
 		[]string{"tokenizer_config.json", "tokenizer.json", "chat_template.jinja"}, req,
 		func() any { r := req; r.ModelDir = dir; return r })
 	var resp struct {
