@@ -475,16 +475,21 @@ func WriteTable(w io.Writer, results []BenchResult) {
 		} else if r.MakespanS > 0 {
 			makespan = fmt.Sprintf("%.2f", r.MakespanS)
 		}
-		policy := r.Policy
-		if r.Default {
-			policy += " (default)"
-		}
+		policy := r.policyLabel()
 		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%s\t%s\t%d/%d\t%d\t%.1f\t%.3f\t%.0f\t%.0f\t%s\t\n", r.Scenario, policy, r.TokPerS, ratio,
 			makespan, r.Retractions, r.RetractionsTotal, r.ClientAborts, r.MeanQueue, r.MeanKVUsage, r.P50LatencyS, r.P99LatencyS, conc)
 	}
 	_ = tw.Flush()
 	WriteSharingTable(w, results)
 	WriteLoopTable(w, results)
+}
+
+// policyLabel is the result's policy as the tables name it: the default policy marked so.
+func (r BenchResult) policyLabel() string {
+	if r.Default {
+		return r.Policy + " (default)"
+	}
+	return r.Policy
 }
 
 // WriteSharingTable prints the figures of the scenarios whose servers have more than one client
@@ -503,10 +508,7 @@ func WriteSharingTable(w io.Writer, results []BenchResult) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "scenario\tpolicy\town tok/s\tother client tok/s\tserver tok/s\tvs reference\tone replica makespan s\treplicas makespan s\treplicas/one\treplica tok/s\tbalance\t")
 	for _, r := range rows {
-		policy := r.Policy
-		if r.Default {
-			policy += " (default)"
-		}
+		policy := r.policyLabel()
 		own, other, server, ratio := "-", "-", "-", "-"
 		single, many, mratio, reps, bal := "-", "-", "-", "-", "-"
 		if r.ServerTokPerS > 0 {

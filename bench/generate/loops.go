@@ -92,10 +92,7 @@ func WriteLoopTable(w io.Writer, results []BenchResult) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "scenario\tpolicy\tlooping rows\tmakespan s no stop\tmakespan s stop\tmakespan change\toutput tokens no stop\toutput tokens stop\ttokens saved\trows/h no stop\trows/h stop\t")
 	for _, r := range rows {
-		policy := r.Policy
-		if r.Default {
-			policy += " (default)"
-		}
+		policy := r.policyLabel()
 		saved := r.NoStopOutputTokens - r.OutputTokens
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.0f\t%+.1f%%\t%d\t%d\t%d (%.1f%%)\t%.0f\t%.0f\t\n", r.Scenario, policy, r.LoopRows,
 			r.NoStopMakespanS, r.MakespanS, 100*(r.MakespanS/r.NoStopMakespanS-1), r.NoStopOutputTokens, r.OutputTokens,
